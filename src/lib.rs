@@ -1,0 +1,53 @@
+//! pvrdma-ndk: a Windows kernel-mode NDK (Network Direct Kernel) provider for the VMware
+//! PVRDMA paravirtual RDMA NIC, packaged as an NDIS miniport.
+//!
+//! Layers, one module each (the folder map is the architecture):
+//! - [`ndkpi`]: the NDKPI ABI mirror (ndkpi.h / ndkinfo.h names, `#[repr(C)]`, layout asserted).
+//! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
+//!
+//! Three builds share this file (shared/reference/windows-build.md §4, pattern B):
+//! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
+//! `cargo test` (std is linked for its panic handler and allocator), and the Windows-target
+//! check without the WDK (fallback panic handler and allocator; never linked into a driver).
+#![no_std]
+
+#[cfg(not(target_os = "windows"))]
+extern crate std;
+
+extern crate alloc;
+
+#[cfg(all(feature = "wdk", not(test)))]
+extern crate wdk_panic;
+
+#[cfg(all(feature = "wdk", not(test)))]
+#[global_allocator]
+static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
+
+pub mod ndis;
+pub mod ndkpi;
+
+/// Stand-ins for the Windows-target check without the WDK: that build is only ever checked,
+/// never linked into an image, so nothing here runs.
+#[cfg(all(target_os = "windows", not(feature = "wdk"), not(test)))]
+mod check_only {
+    use core::alloc::{GlobalAlloc, Layout};
+
+    #[panic_handler]
+    fn panic(_: &core::panic::PanicInfo) -> ! {
+        loop {}
+    }
+
+    struct NoAllocator;
+
+    // SAFETY: returning null is GlobalAlloc's documented way to report failure, and
+    // `dealloc` is never reached because no allocation ever succeeds.
+    unsafe impl GlobalAlloc for NoAllocator {
+        unsafe fn alloc(&self, _: Layout) -> *mut u8 {
+            core::ptr::null_mut()
+        }
+        unsafe fn dealloc(&self, _: *mut u8, _: Layout) {}
+    }
+
+    #[global_allocator]
+    static GLOBAL_ALLOCATOR: NoAllocator = NoAllocator;
+}
