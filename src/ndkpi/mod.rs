@@ -3,7 +3,7 @@
 //! interface passes around (GROUP_AFFINITY, GUID, SOCKADDR*, MDL; windows-build.md §6).
 //!
 //! Layout only: `#[repr(C)]` declarations, constants and trivial `const` helpers. Every size,
-//! alignment and field offset is asserted for x64 in [`layout`](self) at compile time, so a
+//! alignment and field offset is asserted for x64 in `layout.rs` at compile time, so a
 //! drifting declaration fails the build instead of corrupting a consumer's memory.
 //!
 //! Files by topic: [`types`] scalar typedefs and OS structures, [`mdl`] the MDL, [`object`]
