@@ -3,7 +3,7 @@
 //! windows-build.md §6 GROUP_AFFINITY, PHYSICAL_ADDRESS, status types).
 //!
 //! Fixed-width types only: Windows is LLP64, so `LONG`/`ULONG` are 32 bits on x64 and are
-//! spelled `i32`/`u32` here, never `c_long`/`c_ulong` (64 bits on the Linux host).
+//! spelled `i32`/`u32` here, never the `core::ffi` long aliases (64 bits on the Linux host).
 
 use core::ffi::c_void;
 
