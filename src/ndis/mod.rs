@@ -1,1 +1,13 @@
 //! The NDIS side of an NDK provider (shared/reference/ndkpi.md §6).
+//!
+//! [`abi`] holds the ndisndk.h / ndis.h / ntddndis.h / wskndk.h declarations under their C
+//! names, layout asserted for x64; everything is re-exported here. The miniport glue that
+//! uses them will live beside it.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+
+pub mod abi;
+
+#[cfg(target_pointer_width = "64")]
+mod layout;
+
+pub use abi::*;

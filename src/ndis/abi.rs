@@ -1,0 +1,384 @@
+//! NDIS-side NDK ABI (ndkpi.md §6.2–6.6, §6.9): provider characteristics, open/close
+//! handlers, adapter attributes and capabilities, the NDK OIDs and their buffers, the NDK
+//! PnP events, and the WSK NDK dispatch table. Layout only; asserted in `layout.rs`.
+#![deny(unsafe_code)]
+
+use core::mem::{offset_of, size_of};
+
+use crate::ndkpi::{BOOLEAN, GUID, NDK_ADAPTER, NDK_ADAPTER_INFO, NDK_VERSION, SOCKADDR_INET};
+pub use crate::ndkpi::{
+    NDIS_STATUS, NDIS_STATUS_ADAPTER_NOT_READY, NDIS_STATUS_BAD_VERSION,
+    NDIS_STATUS_BUFFER_TOO_SHORT, NDIS_STATUS_FAILURE, NDIS_STATUS_INVALID_DATA,
+    NDIS_STATUS_INVALID_DEVICE_REQUEST, NDIS_STATUS_INVALID_LENGTH, NDIS_STATUS_INVALID_OID,
+    NDIS_STATUS_INVALID_PARAMETER, NDIS_STATUS_NOT_SUPPORTED, NDIS_STATUS_PENDING,
+    NDIS_STATUS_RESOURCES, NDIS_STATUS_SUCCESS, NTSTATUS,
+};
+
+/// `NDIS_HANDLE`.
+pub type NDIS_HANDLE = *mut core::ffi::c_void;
+/// `NDIS_OID`.
+pub type NDIS_OID = u32;
+/// `NDIS_PORT_NUMBER`.
+pub type NDIS_PORT_NUMBER = u32;
+/// `NDIS_NIC_SWITCH_ID`.
+pub type NDIS_NIC_SWITCH_ID = u32;
+/// `NDIS_NIC_SWITCH_VPORT_ID`.
+pub type NDIS_NIC_SWITCH_VPORT_ID = u32;
+/// `NET_IFINDEX`.
+pub type NET_IFINDEX = u32;
+/// `PWSK_CLIENT` (opaque).
+pub type PWSK_CLIENT = *mut core::ffi::c_void;
+
+/// `NDIS_OBJECT_HEADER`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_OBJECT_HEADER {
+    pub Type: u8,
+    pub Revision: u8,
+    pub Size: u16,
+}
+
+/// `RTL_SIZEOF_THROUGH_FIELD` as the `USHORT` of `NDIS_OBJECT_HEADER.Size`
+/// (`offset + size_of_field`, saturated; every use here is far below 0xFFFF).
+const fn through(offset: usize, field_size: usize) -> u16 {
+    let end = offset.saturating_add(field_size);
+    if end > u16::MAX as usize {
+        u16::MAX
+    } else {
+        end as u16
+    }
+}
+
+pub const NDIS_OBJECT_TYPE_DEFAULT: u8 = 0x80;
+pub const NDIS_OBJECT_TYPE_NDK_PROVIDER_CHARACTERISTICS: u8 = 0xB2;
+pub const NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_NDK_ATTRIBUTES: u8 = 0xB3;
+
+// ---- §6.2 / §6.3: provider characteristics and the open/close handlers ----
+
+/// `NDIS_STATUS OPEN_NDK_ADAPTER_HANDLER(NDIS_HANDLE MiniportAdapterContext,
+/// PNDIS_OPEN_NDK_ADAPTER_PARAMETERS Parameters, NDK_ADAPTER** ppNdkAdapter)`. PASSIVE_LEVEL.
+pub type OPEN_NDK_ADAPTER_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    Parameters: *mut NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
+    ppNdkAdapter: *mut *mut NDK_ADAPTER,
+) -> NDIS_STATUS;
+/// `VOID CLOSE_NDK_ADAPTER_HANDLER(NDIS_HANDLE MiniportAdapterContext, NDK_ADAPTER*)`.
+/// PASSIVE_LEVEL, blocking until every descendant callback has returned.
+pub type CLOSE_NDK_ADAPTER_HANDLER =
+    unsafe extern "system" fn(MiniportAdapterContext: NDIS_HANDLE, pNdkAdapter: *mut NDK_ADAPTER);
+
+/// `NDIS_NDK_PROVIDER_CHARACTERISTICS` (ndisndk.h), passed to NdisSetOptionalHandlers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_NDK_PROVIDER_CHARACTERISTICS {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// Reserved, 0.
+    pub Flags: u32,
+    pub OpenNDKAdapterHandler: OPEN_NDK_ADAPTER_HANDLER,
+    pub CloseNDKAdapterHandler: CLOSE_NDK_ADAPTER_HANDLER,
+}
+pub const NDIS_NDK_PROVIDER_CHARACTERISTICS_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_NDK_PROVIDER_CHARACTERISTICS_REVISION_1: u16 = through(
+    offset_of!(NDIS_NDK_PROVIDER_CHARACTERISTICS, CloseNDKAdapterHandler),
+    size_of::<CLOSE_NDK_ADAPTER_HANDLER>(),
+);
+
+/// `NDIS_OPEN_NDK_ADAPTER_PARAMETERS` (ndisndk.h, NDIS 6.50 layout; 4 bytes before 6.50).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_OPEN_NDK_ADAPTER_PARAMETERS {
+    /// Requested major and the lowest acceptable minor (§1.7).
+    pub Version: NDK_VERSION,
+    pub SwitchId: NDIS_NIC_SWITCH_ID,
+    pub VPortId: NDIS_NIC_SWITCH_VPORT_ID,
+}
+pub const NDIS_DEFAULT_SWITCH_ID: NDIS_NIC_SWITCH_ID = 0;
+pub const NDIS_DEFAULT_VPORT_ID: NDIS_NIC_SWITCH_VPORT_ID = 0;
+
+// ---- §6.4: adapter attributes and capabilities ----
+
+/// `NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES` (ndis.h), set at MiniportInitializeEx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Enabled: BOOLEAN,
+    pub NdkCapabilities: *mut NDIS_NDK_CAPABILITIES,
+}
+pub const NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1: u8 = 1;
+/// Presumed `RTL_SIZEOF_THROUGH_FIELD(.., NdkCapabilities)` (Appendix C #9).
+pub const NDIS_SIZEOF_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1: u16 = through(
+    offset_of!(NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES, NdkCapabilities),
+    size_of::<*mut NDIS_NDK_CAPABILITIES>(),
+);
+
+/// `NDIS_NDK_CAPABILITIES` (ntddndis.h): adapter-wide limits plus per-consumer `NdkInfo`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_NDK_CAPABILITIES {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// Reserved, 0.
+    pub Flags: u32,
+    pub MaxQpCount: u32,
+    pub MaxCqCount: u32,
+    pub MaxMrCount: u32,
+    pub MaxPdCount: u32,
+    /// 0 = no adapter-wide limit.
+    pub MaxInboundReadLimit: u32,
+    /// 0 = no adapter-wide limit.
+    pub MaxOutboundReadLimit: u32,
+    pub MaxMwCount: u32,
+    /// 0 = SRQs not supported.
+    pub MaxSrqCount: u32,
+    /// Bit i = counter i of NDIS_NDK_PERFORMANCE_COUNTERS unsupported.
+    pub MissingCounterMask: u64,
+    pub NdkInfo: *mut NDK_ADAPTER_INFO,
+}
+pub const NDIS_NDK_CAPABILITIES_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_NDK_CAPABILITIES_REVISION_1: u16 = through(
+    offset_of!(NDIS_NDK_CAPABILITIES, NdkInfo),
+    size_of::<*mut NDK_ADAPTER_INFO>(),
+);
+
+// ---- §6.6: OIDs and their buffers ----
+
+pub const OID_NDK_SET_STATE: NDIS_OID = 0xFC04_0201;
+pub const OID_NDK_STATISTICS: NDIS_OID = 0xFC04_0202;
+pub const OID_NDK_CONNECTIONS: NDIS_OID = 0xFC04_0203;
+pub const OID_NDK_LOCAL_ENDPOINTS: NDIS_OID = 0xFC04_0204;
+
+/// `NDIS_NDK_PERFORMANCE_COUNTERS` (ntddndis.h): field order fixed by the PCW manifest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_NDK_PERFORMANCE_COUNTERS {
+    pub Connect: u64,
+    pub Accept: u64,
+    pub ConnectFailure: u64,
+    pub ConnectionError: u64,
+    pub ActiveConnection: u64,
+    pub Reserved01: u64,
+    pub Reserved02: u64,
+    pub Reserved03: u64,
+    pub Reserved04: u64,
+    pub Reserved05: u64,
+    pub Reserved06: u64,
+    pub Reserved07: u64,
+    pub Reserved08: u64,
+    pub Reserved09: u64,
+    pub Reserved10: u64,
+    pub Reserved11: u64,
+    pub Reserved12: u64,
+    pub Reserved13: u64,
+    pub Reserved14: u64,
+    pub Reserved15: u64,
+    pub Reserved16: u64,
+    pub Reserved17: u64,
+    pub Reserved18: u64,
+    pub Reserved19: u64,
+    pub Reserved20: u64,
+    pub CQError: u64,
+    pub RDMAInOctets: u64,
+    pub RDMAOutOctets: u64,
+    pub RDMAInFrames: u64,
+    pub RDMAOutFrames: u64,
+}
+
+/// `NDIS_NDK_PERFORMANCE_COUNTER_MASK(Field)` by field index, where the index of a field is
+/// `offset_of!(NDIS_NDK_PERFORMANCE_COUNTERS, Field) / 8` (the C macro's
+/// `FIELD_OFFSET / sizeof(ULONG64)`). Indexes ≥ 64 name no counter and give 0.
+pub const fn NDIS_NDK_PERFORMANCE_COUNTER_MASK(field_index: u32) -> u64 {
+    match 1u64.checked_shl(field_index) {
+        Some(bit) => bit,
+        None => 0,
+    }
+}
+
+/// `NDIS_NDK_STATISTICS_INFO` (ntddndis.h), the OID_NDK_STATISTICS buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_NDK_STATISTICS_INFO {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// Reserved, 0.
+    pub Flags: u32,
+    pub CounterSet: NDIS_NDK_PERFORMANCE_COUNTERS,
+}
+pub const NDIS_NDK_STATISTICS_INFO_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_NDK_STATISTICS_INFO_REVISION_1: u16 = through(
+    offset_of!(NDIS_NDK_STATISTICS_INFO, CounterSet),
+    size_of::<NDIS_NDK_PERFORMANCE_COUNTERS>(),
+);
+
+/// `NDIS_NDK_CONNECTION_ENTRY` (ntddndis.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NDIS_NDK_CONNECTION_ENTRY {
+    pub Local: SOCKADDR_INET,
+    pub Remote: SOCKADDR_INET,
+    /// TRUE = NDSPI (user mode), FALSE = NDKPI.
+    pub UserModeOwner: BOOLEAN,
+    pub OwnerPid: u32,
+}
+
+/// `NDIS_NDK_CONNECTIONS` (ntddndis.h): `Count` entries follow the header; declared with one
+/// as in C. Size a buffer with [`NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NDIS_NDK_CONNECTIONS {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// Reserved, 0.
+    pub Flags: u32,
+    pub Count: u32,
+    pub NDConnectionsMappedtoTCPConnections: BOOLEAN,
+    pub Connections: [NDIS_NDK_CONNECTION_ENTRY; 1],
+}
+pub const NDIS_NDK_CONNECTIONS_REVISION_1: u8 = 1;
+
+/// `NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1(n)` = `FIELD_OFFSET(NDIS_NDK_CONNECTIONS,
+/// Connections[n])`, saturating instead of wrapping. `Header.Size` is this value clamped
+/// to 0xFFFF ([`ndis_header_size`]).
+pub const fn NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1(n: u32) -> usize {
+    (n as usize)
+        .saturating_mul(size_of::<NDIS_NDK_CONNECTION_ENTRY>())
+        .saturating_add(offset_of!(NDIS_NDK_CONNECTIONS, Connections))
+}
+
+/// `NDIS_NDK_LOCAL_ENDPOINT_ENTRY` (ntddndis.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NDIS_NDK_LOCAL_ENDPOINT_ENTRY {
+    pub Local: SOCKADDR_INET,
+    pub UserModeOwner: BOOLEAN,
+    /// TRUE = listener, FALSE = shared endpoint.
+    pub Listener: BOOLEAN,
+    pub OwnerPid: u32,
+}
+
+/// `NDIS_NDK_LOCAL_ENDPOINTS` (ntddndis.h): `Count` entries, declared with one as in C.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NDIS_NDK_LOCAL_ENDPOINTS {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// Reserved, 0.
+    pub Flags: u32,
+    pub Count: u32,
+    pub NDLocalEndpointsMappedtoTCPLocalEndpoints: BOOLEAN,
+    pub LocalEndpoints: [NDIS_NDK_LOCAL_ENDPOINT_ENTRY; 1],
+}
+pub const NDIS_NDK_LOCAL_ENDPOINTS_REVISION_1: u8 = 1;
+
+/// `NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1(n)` = `FIELD_OFFSET(NDIS_NDK_LOCAL_ENDPOINTS,
+/// LocalEndpoints[n])`, saturating.
+pub const fn NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1(n: u32) -> usize {
+    (n as usize)
+        .saturating_mul(size_of::<NDIS_NDK_LOCAL_ENDPOINT_ENTRY>())
+        .saturating_add(offset_of!(NDIS_NDK_LOCAL_ENDPOINTS, LocalEndpoints))
+}
+
+/// `(USHORT)min(MAXUSHORT, bytes)`: the `Header.Size` of a variable-length NDIS object.
+pub const fn ndis_header_size(bytes: usize) -> u16 {
+    through(bytes, 0)
+}
+
+// ---- §6.5: PnP events ----
+
+/// `NET_PNP_EVENT_CODE` (ndis.h enum). Only the values the reference establishes are named.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NET_PNP_EVENT_CODE(pub i32);
+
+impl NET_PNP_EVENT_CODE {
+    pub const NetEventIMReEnableDevice: Self = Self(12);
+    pub const NetEventNDKEnable: Self = Self(13);
+    pub const NetEventNDKDisable: Self = Self(14);
+    pub const NetEventFilterPreDetach: Self = Self(15);
+}
+pub const NetEventIMReEnableDevice: NET_PNP_EVENT_CODE =
+    NET_PNP_EVENT_CODE::NetEventIMReEnableDevice;
+pub const NetEventNDKEnable: NET_PNP_EVENT_CODE = NET_PNP_EVENT_CODE::NetEventNDKEnable;
+pub const NetEventNDKDisable: NET_PNP_EVENT_CODE = NET_PNP_EVENT_CODE::NetEventNDKDisable;
+pub const NetEventFilterPreDetach: NET_PNP_EVENT_CODE = NET_PNP_EVENT_CODE::NetEventFilterPreDetach;
+
+/// `NET_PNP_EVENT` (ndis.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NET_PNP_EVENT {
+    pub NetEvent: NET_PNP_EVENT_CODE,
+    pub Buffer: *mut core::ffi::c_void,
+    pub BufferLength: u32,
+    pub NdisReserved: [usize; 4],
+    pub TransportReserved: [usize; 4],
+    pub TdiReserved: [usize; 4],
+    pub TdiClientReserved: [usize; 4],
+}
+
+/// `NET_PNP_EVENT_NOTIFICATION` (ndis.h), NDIS 6.50 layout (REVISION_2 adds the switch and
+/// vPort ids; a REVISION_1 header size stops after `Flags`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NET_PNP_EVENT_NOTIFICATION {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub PortNumber: NDIS_PORT_NUMBER,
+    pub NetPnPEvent: NET_PNP_EVENT,
+    pub Flags: u32,
+    pub SwitchId: NDIS_NIC_SWITCH_ID,
+    pub VPortId: NDIS_NIC_SWITCH_VPORT_ID,
+}
+pub const NET_PNP_EVENT_NOTIFICATION_REVISION_1: u8 = 1;
+pub const NET_PNP_EVENT_NOTIFICATION_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_1: u16 = through(
+    offset_of!(NET_PNP_EVENT_NOTIFICATION, Flags),
+    size_of::<u32>(),
+);
+pub const NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_2: u16 = through(
+    offset_of!(NET_PNP_EVENT_NOTIFICATION, VPortId),
+    size_of::<NDIS_NIC_SWITCH_VPORT_ID>(),
+);
+/// Required in `Flags` when `VPortId` is not the default vPort.
+pub const NET_EVENT_FLAGS_VPORT_ID_VALID: u32 = 0x0000_0002;
+
+// ---- §6.5 / §6.7: registry keywords, §6.4 WMI GUIDs ----
+
+/// `NETWORK_DIRECT_KEYWORD` (an NDIS_STRING_CONST in C; convert to UTF-16 at the call).
+pub const NETWORK_DIRECT_KEYWORD: &str = "*NetworkDirect";
+/// `NETWORK_DIRECT_GLOBAL_FLAGS_KEYWORD`.
+pub const NETWORK_DIRECT_GLOBAL_FLAGS_KEYWORD: &str = "*NetworkDirectGlobalFlags";
+pub const NETWORK_DIRECT_GLOBAL_FLAGS_ALLOW_REMOTE_IP_SUBNET: u32 = 0x0000_0001;
+
+/// `GUID_NDIS_NDK_CAPABILITIES` {7969ba4d-dd80-4bc7-b3e6-68043997e519}.
+pub const GUID_NDIS_NDK_CAPABILITIES: GUID = GUID {
+    Data1: 0x7969_ba4d,
+    Data2: 0xdd80,
+    Data3: 0x4bc7,
+    Data4: [0xb3, 0xe6, 0x68, 0x04, 0x39, 0x97, 0xe5, 0x19],
+};
+/// `GUID_NDIS_NDK_STATE` {530c69c9-2f51-49de-a1af-088d54ffa474}.
+pub const GUID_NDIS_NDK_STATE: GUID = GUID {
+    Data1: 0x530c_69c9,
+    Data2: 0x2f51,
+    Data3: 0x49de,
+    Data4: [0xa1, 0xaf, 0x08, 0x8d, 0x54, 0xff, 0xa4, 0x74],
+};
+
+// ---- §6.9: WSK NDK extension (consumer side, for test drivers) ----
+
+/// `NTSTATUS PFN_WSK_NDK_OPEN_ADAPTER(PWSK_CLIENT, NDK_VERSION, NET_IFINDEX, NDK_ADAPTER**)`.
+pub type PFN_WSK_NDK_OPEN_ADAPTER = unsafe extern "system" fn(
+    Client: PWSK_CLIENT,
+    NdkVersion: NDK_VERSION,
+    IfIndex: NET_IFINDEX,
+    ppNdkAdapter: *mut *mut NDK_ADAPTER,
+) -> NTSTATUS;
+/// `VOID PFN_WSK_NDK_CLOSE_ADAPTER(PWSK_CLIENT, NDK_ADAPTER*)`.
+pub type PFN_WSK_NDK_CLOSE_ADAPTER =
+    unsafe extern "system" fn(Client: PWSK_CLIENT, pNdkAdapter: *mut NDK_ADAPTER);
+
+/// `WSK_PROVIDER_NDK_DISPATCH` (wskndk.h), returned by WskControlClient.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct WSK_PROVIDER_NDK_DISPATCH {
+    pub WskOpenNdkAdapter: PFN_WSK_NDK_OPEN_ADAPTER,
+    pub WskCloseNdkAdapter: PFN_WSK_NDK_CLOSE_ADAPTER,
+}
+
+/// `WSKNDK_GET_WSK_PROVIDER_NDK_DISPATCH` = `(ULONG)'NDKD'` (MSVC multi-char packing).
+pub const WSKNDK_GET_WSK_PROVIDER_NDK_DISPATCH: u32 = u32::from_be_bytes(*b"NDKD");
