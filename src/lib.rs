@@ -4,6 +4,8 @@
 //! Layers, one module each (the folder map is the architecture):
 //! - [`ndkpi`]: the NDKPI ABI mirror (ndkpi.h / ndkinfo.h names, `#[repr(C)]`, layout asserted).
 //! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
+//! - [`ndk`]: the NDK provider objects (adapter, PD, CQ, MR, MW, QP, SRQ, connection objects)
+//!   and their dispatch tables.
 //!
 //! Three builds share this file (shared/reference/windows-build.md §4, pattern B):
 //! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
@@ -24,6 +26,7 @@ extern crate wdk_panic;
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 
 pub mod ndis;
+pub mod ndk;
 pub mod ndkpi;
 
 /// Stand-ins for the Windows-target check without the WDK: that build is only ever checked,
