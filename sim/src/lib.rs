@@ -5,3 +5,6 @@
 //! never imports the driver's hardware types, so a misreading of the reference on either side
 //! shows up as a failing test instead of agreeing with itself.
 #![deny(unsafe_code)]
+
+pub mod rng;
+pub mod wire;
