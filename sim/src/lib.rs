@@ -6,5 +6,6 @@
 //! shows up as a failing test instead of agreeing with itself.
 #![deny(unsafe_code)]
 
+pub mod pcap;
 pub mod rng;
 pub mod wire;
