@@ -6,6 +6,7 @@
 //! shows up as a failing test instead of agreeing with itself.
 #![deny(unsafe_code)]
 
+pub mod fabric;
 pub mod pcap;
 pub mod rng;
 pub mod wire;
