@@ -514,6 +514,54 @@ impl<'a> RocePacket<'a> {
     }
 }
 
+impl core::fmt::Display for RocePacket<'_> {
+    /// One trace line, e.g. `RC RDMA WRITE First qp=0x000011 psn=0x000065 ack RETH(va=0x1000
+    /// rkey=0x105 len=4096) payload=40`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let b = &self.bth;
+        write!(
+            f,
+            "{} qp={:#08x} psn={}",
+            super::opcode::name(b.opcode),
+            b.dest_qp,
+            b.psn
+        )?;
+        if b.ack_req {
+            write!(f, " ack")?;
+        }
+        if b.solicited {
+            write!(f, " se")?;
+        }
+        let e = &self.ext;
+        if let Some(r) = e.reth {
+            write!(
+                f,
+                " RETH(va={:#x} rkey={:#x} len={})",
+                r.va, r.rkey, r.dma_len
+            )?;
+        }
+        if let Some(d) = e.deth {
+            write!(f, " DETH(qkey={:#x} src_qp={:#x})", d.qkey, d.src_qp)?;
+        }
+        if let Some(i) = e.immdt {
+            write!(f, " ImmDt({i:#010x})")?;
+        }
+        if let Some(k) = e.ieth {
+            write!(f, " IETH({k:#x})")?;
+        }
+        if let Some(a) = e.aeth {
+            write!(f, " AETH({:?} msn={})", a.syndrome, a.msn)?;
+        }
+        if let Some(a) = e.atomic_eth {
+            write!(f, " AtomicETH(va={:#x} rkey={:#x})", a.va, a.rkey)?;
+        }
+        if let Some(a) = e.atomic_ack_eth {
+            write!(f, " AtomicAckETH({:#x})", a.orig)?;
+        }
+        write!(f, " payload={}", self.payload.len())
+    }
+}
+
 /// The 40-byte GRH area a UD receive buffer gets (pvrdma.md M37, cm.md §2.2): the IPv6 header,
 /// or 20 zero bytes followed by the IPv4 header.
 ///

@@ -440,3 +440,17 @@ fn gid_mapping_and_grh_area() {
     let f = sample(opcode::UD_SEND_ONLY, false, b"m").emit().unwrap();
     assert_eq!(grh_area(&f).unwrap()[..], f[14..54]);
 }
+
+#[test]
+fn display_trace_line() {
+    let p = sample(opcode::RC_RDMA_WRITE_FIRST, true, b"abc");
+    assert_eq!(
+        p.to_string(),
+        "RC RDMA WRITE First qp=0x000123 psn=0xfffffe ack RETH(va=0x10002000 rkey=0x512 len=8192) payload=3"
+    );
+    let p = sample(opcode::RC_ACKNOWLEDGE, true, &[]);
+    assert_eq!(
+        p.to_string(),
+        "RC Acknowledge qp=0x000123 psn=0xfffffe ack AETH(Ack { credits: 31 } msn=77) payload=0"
+    );
+}
