@@ -5,3 +5,8 @@
 //! never imports the driver's hardware types, so a misreading of the reference on either side
 //! shows up as a failing test instead of agreeing with itself.
 #![deny(unsafe_code)]
+
+pub mod fabric;
+pub mod pcap;
+pub mod rng;
+pub mod wire;
