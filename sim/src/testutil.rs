@@ -576,3 +576,37 @@ impl TestQp {
         self.buf.data.read_u32(12)
     }
 }
+
+impl Host {
+    /// INIT → RTR → RTS for an RC QP already in INIT.
+    pub fn rc_to_rts_from_init(&self, qp: u32) {
+        let m = 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15);
+        let r = self.modify_qp(qp, m, |q| {
+            q.u32(24, 2)
+                .u32(24 + 8, 3)
+                .u32(24 + 28, 0x102)
+                .u8(24 + 80 + 31, 1)
+        });
+        assert_eq!(r.err(), 0);
+        let m = 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13);
+        let r = self.modify_qp(qp, m, |q| q.u32(24, 3));
+        assert_eq!(r.err(), 0);
+    }
+
+    /// CREATE_QP (RC, 8×2 SGE SQ, 8×2 SGE RQ: 3 pages, send_chunks 1) over an existing buffer.
+    pub fn create_qp_from(&self, buf: &PdirBuf, spec: &QpSpec) -> u32 {
+        let req = Req::new(9)
+            .u64(16, buf.pdir())
+            .u32(24, spec.pd)
+            .u32(28, spec.send_cq)
+            .u32(32, spec.recv_cq)
+            .u32(40, 8)
+            .u32(44, 8)
+            .u32(48, 2)
+            .u32(52, 2)
+            .u16(68, 3)
+            .u16(70, 1)
+            .u8(75, 2);
+        self.cmd_ok(&req).u32(20)
+    }
+}
