@@ -24,7 +24,6 @@ fn rig_cq(n: u32) -> Rig {
     h.irqs.take();
     Rig {
         h,
-        pd,
         cq,
         qp,
         frmr_key,
