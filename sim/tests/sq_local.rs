@@ -541,3 +541,53 @@ fn ud_send_longer_than_path_mtu_is_loc_len_err() {
     assert!(r.h.dev.with_core(|c| c.next_send(ud)).is_none());
     assert_eq!(r.scq.poll(), vec![err_cqe(1, ud, 0, 1)]);
 }
+
+#[test]
+fn dma_mr_gather_past_registered_memory_is_loc_prot_err_not_a_crash() {
+    let mut r = rig();
+    let dma_key =
+        r.h.cmd_ok(&Req::new(4).u32(40, r.pd).u32(44, 1).u32(48, 1))
+            .u32(20);
+    let q = r.qp.handle;
+    let page = r.qp.buf.data.bus();
+    r.post(SendWqe::new(1, SEND, 0).sge(page, 0x7FFF_FFFF, dma_key));
+    assert!(r.h.dev.with_core(|c| c.next_send(q)).is_none());
+    assert_eq!(r.scq.poll(), vec![err_cqe(1, q, 0, 4)]);
+}
+
+#[test]
+fn garbage_wqes_never_panic() {
+    let mut r = rig_with(|s| QpSpec { send_wr: 64, ..s }, true);
+    let mr = r.h.create_mr(r.pd, 0, 8192, 7);
+    let _ = mr;
+    let mut x: u64 = 0x1234_5678_9ABC_DEF1;
+    for i in 0..200u64 {
+        let mut w = SendWqe::new(i, 0, 0);
+        for b in 8..80 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.0[b] = if x.is_multiple_of(2) {
+                (x >> 16) as u8 & 0xF
+            } else {
+                (x >> 16) as u8
+            };
+        }
+        w = w.sge(
+            x & 0x1FFF,
+            (x >> 20) as u32 & 0xFFF,
+            0x100 | ((x >> 40) as u32 & 1),
+        );
+        r.qp.post_send(&w);
+        r.h.dev.uar_write32(0, r.qp.handle | 1 << 30);
+        r.h.dev.run_until_idle();
+        let q = r.qp.handle;
+        while let Some(s) = r.h.dev.with_core(|c| c.next_send(q)) {
+            r.h.dev.with_core(|c| c.complete_send(q, s.index, 0, 0));
+        }
+        if r.state() == 6 {
+            break;
+        }
+    }
+    assert_eq!(r.state(), 6);
+}

@@ -11,7 +11,6 @@ use crate::pdir::{MAX_PAGES, PagedMem, read_pdir};
 use crate::qp::{Qp, QpCap, QpState, QpType, WqGeom, mask, transition_masks};
 use crate::ring::Ring;
 use crate::srq::Srq;
-use crate::wqe::status;
 use std::collections::VecDeque;
 
 type CmdResult = Result<(), u32>;
@@ -629,6 +628,3 @@ impl Core {
         Ok(())
     }
 }
-
-#[allow(dead_code)]
-const _: u32 = status::SUCCESS;

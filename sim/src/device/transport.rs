@@ -183,18 +183,24 @@ impl Core {
                 if s.length == 0 {
                     continue;
                 }
-                let mut buf = vec![0u8; s.length as usize];
-                let read = self
-                    .mrs
-                    .get(s.lkey >> 8)
-                    .filter(|m| m.pd == pd)
-                    .map(|m| m.read(&self.dma, s.addr, &mut buf));
-                if !matches!(read, Some(Ok(()))) {
+                // Chunked so a huge SGE on an unbounded DMA MR faults instead of allocating.
+                let mut ok = self.mrs.get(s.lkey >> 8).is_some_and(|m| m.pd == pd);
+                let mut done = 0u64;
+                while ok && done < u64::from(s.length) {
+                    let n = (u64::from(s.length) - done).min(64 * 1024) as usize;
+                    let mut buf = vec![0u8; n];
+                    ok = self.mrs.get(s.lkey >> 8).is_some_and(|m| {
+                        m.read(&self.dma, s.addr.wrapping_add(done), &mut buf)
+                            .is_ok()
+                    });
+                    payload.extend_from_slice(&buf);
+                    done += n as u64;
+                }
+                if !ok {
                     self.counters.dma_faults += 1;
                     self.finish_sq(qp, e.index, status::LOC_PROT_ERR, 0);
                     return None;
                 }
-                payload.extend_from_slice(&buf);
             }
         }
         Some(SendWork {
