@@ -34,7 +34,7 @@ use crate::ring::Ring;
 use crate::srq::Srq;
 use crate::uar::Doorbell;
 use table::Table;
-pub use transport::{RecvCompletion, RecvWork, SendWork, TakeError, Transport};
+pub use transport::{QpInfo, RecvCompletion, RecvWork, SendWork, TakeError, Transport};
 
 /// An illegal MMIO access (M2). The access has no effect; `Counters::bad_mmio` counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
