@@ -1,0 +1,1 @@
+//! PVRDMA hardware layer.
