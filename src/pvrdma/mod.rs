@@ -10,19 +10,22 @@
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
 mod bytes;
-// pub mod cmd;
+pub mod cmd;
 pub mod cqe;
-// pub mod device;
+pub mod device;
 pub mod dsr;
 pub mod eqe;
 pub mod error;
 pub mod pdir;
-// pub mod queue;
+pub mod queue;
 pub mod regs;
 pub mod ring;
 pub mod table;
 pub mod uar;
 pub mod wqe;
+
+#[cfg(test)]
+mod testdev;
 
 pub use bytes::Sink;
 pub use error::PvrdmaError;
