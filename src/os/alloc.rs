@@ -51,13 +51,31 @@ pub fn stats() -> AllocStats {
 }
 
 /// Makes the `n`-th allocation from now (pool or DMA) fail; `n = 0` disarms. Test hook.
+///
+/// The countdown is global: any thread's allocation consumes it, so tests that arm it must
+/// not run concurrently with other allocating tests (integration tests: one test per binary
+/// or a shared lock). Inside this crate's own unit tests (`cfg(test)`) only allocations of
+/// the arming thread count, so unit tests can run in parallel.
 pub fn inject_failure_at(n: u64) {
+    #[cfg(test)]
+    ARMED_HERE.with(|a| a.set(n != 0));
     FAIL_COUNTDOWN.store(n, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+std::thread_local! {
+    static ARMED_HERE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    /// (allocations, bytes) made minus freed on this thread, for race-free unit tests.
+    static LOCAL: core::cell::Cell<(isize, isize)> = const { core::cell::Cell::new((0, 0)) };
 }
 
 /// Consumes one step of the failure-injection countdown; true if this allocation must fail.
 pub(crate) fn injected_failure() -> bool {
     if FAIL_COUNTDOWN.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    #[cfg(test)]
+    if !ARMED_HERE.with(|a| a.get()) {
         return false;
     }
     let mut fail = false;
@@ -71,11 +89,30 @@ pub(crate) fn injected_failure() -> bool {
 fn account_alloc(bytes: usize) {
     LIVE_ALLOCS.fetch_add(1, Ordering::Relaxed);
     LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+    #[cfg(test)]
+    LOCAL.with(|l| {
+        let (a, b) = l.get();
+        l.set((a + 1, b + bytes as isize));
+    });
 }
 
 fn account_free(bytes: usize) {
     LIVE_ALLOCS.fetch_sub(1, Ordering::Relaxed);
     LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+    #[cfg(test)]
+    LOCAL.with(|l| {
+        let (a, b) = l.get();
+        l.set((a - 1, b - bytes as isize));
+    });
+}
+
+fn account_grow(bytes: usize) {
+    LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+    #[cfg(test)]
+    LOCAL.with(|l| {
+        let (a, b) = l.get();
+        l.set((a, b + bytes as isize));
+    });
 }
 
 /// An accounted, fallibly allocated box. Derefs to `T`; the counters drop with it.
@@ -209,7 +246,7 @@ impl<T> KVec<T> {
             .map_err(|_| OsError::NoMemory)?;
         let after = self.bytes();
         if had {
-            LIVE_BYTES.fetch_add(after.saturating_sub(before), Ordering::Relaxed);
+            account_grow(after.saturating_sub(before));
         } else if after != 0 {
             account_alloc(after);
         }
@@ -262,10 +299,9 @@ impl<T> DerefMut for KVec<T> {
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    /// Serializes tests that arm the global failure countdown or read global counters.
-    pub static GLOBAL_ALLOC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    pub fn lock() -> std::sync::MutexGuard<'static, ()> {
-        GLOBAL_ALLOC_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    /// (allocations, bytes) accounted minus freed on the calling thread.
+    pub fn local() -> (isize, isize) {
+        super::LOCAL.with(|l| l.get())
     }
 }
 
@@ -275,15 +311,15 @@ mod tests {
 
     #[test]
     fn box_and_vec_are_accounted_and_freed() {
-        let _g = test_support::lock();
-        let before = stats();
+        let before = test_support::local();
         let b = try_box([7u8; 100]).unwrap();
         assert_eq!(b[99], 7);
         let mut v = KVec::<u32>::try_with_capacity(10).unwrap();
         v.try_push(5).unwrap();
-        let mid = stats();
-        assert_eq!(mid.live_allocs, before.live_allocs + 2);
-        assert_eq!(mid.live_bytes, before.live_bytes + 100 + 40);
+        let mid = test_support::local();
+        assert_eq!(mid.0, before.0 + 2);
+        assert_eq!(mid.1, before.1 + 100 + 40);
+        assert!(stats().live_allocs >= 2);
         let d: KBox<dyn Fn() -> u32> = try_box(|| 42u32)
             .unwrap()
             .map_box(|b| b as Box<dyn Fn() -> u32>);
@@ -291,13 +327,11 @@ mod tests {
         drop(d);
         drop(b);
         drop(v);
-        assert_eq!(stats().live_allocs, before.live_allocs);
-        assert_eq!(stats().live_bytes, before.live_bytes);
+        assert_eq!(test_support::local(), before);
     }
 
     #[test]
     fn injected_failure_hits_exactly_the_nth_allocation() {
-        let _g = test_support::lock();
         inject_failure_at(3);
         assert!(try_box(1u32).is_ok());
         assert!(try_box(2u32).is_ok());
@@ -308,7 +342,15 @@ mod tests {
             KVec::<u8>::try_with_capacity(4).err(),
             Some(OsError::NoMemory)
         );
-        inject_failure_at(0);
+        inject_failure_at(2);
+        let other = std::thread::spawn(|| try_box(0u8).is_ok()).join().unwrap();
+        assert!(
+            other,
+            "only the arming thread's allocations count in unit tests"
+        );
         assert!(try_arc(5u8).is_ok());
+        assert_eq!(try_arc(6u8).err(), Some(OsError::NoMemory));
+        inject_failure_at(0);
+        assert!(try_box(7u8).is_ok());
     }
 }

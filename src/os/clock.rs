@@ -1,4 +1,5 @@
 //! Monotonic time (Windows: `KeQueryInterruptTimePrecise` × 100; host: `std::time::Instant`).
+#![deny(unsafe_code)]
 
 /// Nanoseconds per millisecond.
 pub const NS_PER_MS: u64 = 1_000_000;

@@ -7,6 +7,7 @@
 //! DISPATCH_LEVEL; the queued flag is cleared just before it runs, so the routine may be
 //! queued again while running (it then runs once more afterwards). Two runs of the same DPC
 //! object never overlap: [`Dpc::run`] serializes them, whatever processor they were queued to.
+#![deny(unsafe_code)]
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};

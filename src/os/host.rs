@@ -110,12 +110,13 @@ impl HostExecutor {
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Dropping what is still queued also breaks the Timer → Dpc → executor cycles.
         for (q, w) in self.shared.queues.iter().zip(&self.shared.wake) {
-            let _g = q.lock().unwrap();
+            q.lock().unwrap().clear();
             w.notify_all();
         }
         {
-            let _g = self.shared.timers.lock().unwrap();
+            self.shared.timers.lock().unwrap().clear();
             self.shared.timer_wake.notify_all();
         }
         let threads: Vec<_> = self.threads.lock().unwrap().drain(..).collect();
@@ -402,6 +403,43 @@ mod tests {
         assert_eq!(ex.processor_count(), 3);
         ex.shutdown();
         assert_eq!(rec.n.load(Ordering::SeqCst), 3);
+    }
+
+    struct Overlap {
+        in_flight: AtomicU32,
+        max_seen: AtomicU32,
+        runs: AtomicU32,
+    }
+    impl DpcHandler for Overlap {
+        fn run(&self) {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_seen.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn one_dpc_object_never_runs_twice_at_once() {
+        let ex = HostExecutor::new(4);
+        let sched: Arc<dyn DpcScheduler> = ex.clone();
+        let h = Arc::new(Overlap {
+            in_flight: 0.into(),
+            max_seen: 0.into(),
+            runs: 0.into(),
+        });
+        let dpc = Dpc::new(&sched, h.clone()).unwrap();
+        let mut queued = 0;
+        for i in 0..200u32 {
+            if dpc.queue(Processor::Index(i % 4)) {
+                queued += 1;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        assert!(wait(|| h.runs.load(Ordering::SeqCst) == queued));
+        assert_eq!(h.max_seen.load(Ordering::SeqCst), 1);
+        ex.shutdown();
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!
 //! Unlike Linux, the channel waits for the response of every command, the NOOP ones included:
 //! M9 promises a response and vector 0 for each, and M8 has us check `hdr.err` everywhere.
+#![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
 

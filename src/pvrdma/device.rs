@@ -14,6 +14,7 @@
 //! ring and calls each CQ's notification handler. Handles read from the rings are looked up
 //! in bounds-checked [`HandleTable`]s; the handler is cloned under the table lock and called
 //! after the lock is released.
+#![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,7 @@ use crate::os::{
 };
 
 use super::cmd::{CmdChannel, CreateBind, DEFAULT_TIMEOUT_NS};
+use super::cqe::CqeLimits;
 use super::dsr::{self, CAPS_SIZE, Caps, DsrInit, GosInfo, RingPages};
 use super::eqe::{EQE_SIZE, Eqe, EqeType, EventTarget};
 use super::error::PvrdmaError;
@@ -39,6 +41,8 @@ use super::uar::{self, Doorbell};
 pub const DEVICE_RING_PAGES: u32 = 4;
 /// CQNE size.
 pub const CQNE_SIZE: usize = 4;
+/// Largest message (QUERY_PORT `max_msg_sz` of the model, M41).
+pub const MAX_MSG_SZ: u32 = 0x8000_0000;
 /// MSI-X vectors (M21).
 pub const VECTORS: u32 = 3;
 /// Vector of command responses.
@@ -496,6 +500,15 @@ impl Device {
     /// Capabilities read at bring-up.
     pub fn caps(&self) -> &Caps {
         &self.shared.caps
+    }
+
+    /// Limits for [`super::cqe::Cqe::parse`]: QP handles below `caps.max_qp`, byte counts up
+    /// to [`MAX_MSG_SZ`] plus the 40-byte GRH area of UD receives.
+    pub fn cqe_limits(&self) -> CqeLimits {
+        CqeLimits {
+            qp_bound: self.shared.caps.max_qp,
+            max_byte_len: MAX_MSG_SZ + 40,
+        }
     }
 
     /// The command channel (NDK objects submit their commands here).

@@ -7,6 +7,7 @@
 //!
 //! The driver's own index (SQ/RQ/SRQ `prod_tail`, CQ `cons_head`) is kept privately and only
 //! written to shared memory; only the device's index is read back, and it is validated (M14).
+#![deny(unsafe_code)]
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU32, Ordering};

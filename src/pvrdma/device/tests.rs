@@ -1,3 +1,6 @@
+// The fake DMA allocator implements an unsafe trait.
+#![allow(unsafe_code)]
+
 use super::*;
 use crate::os::host::{HostDevice, HostPlatform};
 use crate::os::{DmaAllocator, DmaRegion};
@@ -106,6 +109,13 @@ fn bring_up_order_dsr_contents_and_teardown() {
     let dev = r.probe(&gids).unwrap();
     assert_eq!(dev.version(), 20);
     assert_eq!(dev.caps().max_qp, 1024);
+    assert_eq!(
+        dev.cqe_limits(),
+        CqeLimits {
+            qp_bound: 1024,
+            max_byte_len: 0x8000_0028
+        }
+    );
     let (log, dsr) = {
         let st = r.fake.st.lock().unwrap();
         (st.log.clone(), st.dsr)
