@@ -5,18 +5,68 @@ use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicBool, Ordering, fence};
 
+/// The raw lock underneath [`SpinLock`]: acquiring returns the state the release needs.
+///
+/// Backend seam. The host build (and, for now, the Windows check build) uses
+/// [`AtomicBackend`], a test-and-set lock whose state is `()`. The Windows kernel backend
+/// (TODO, the wdk issue) belongs in the `cfg(all(target_os = "windows", feature = "wdk"))` arm
+/// of [`Backend`] below: a `KSPIN_LOCK` acquired with `KeAcquireSpinLockRaiseToDpc`, whose
+/// state is the old `KIRQL` handed back to `KeReleaseSpinLock`.
+pub trait RawLock {
+    /// What acquire hands to release (old IRQL on Windows).
+    type State;
+    /// An unlocked lock.
+    const INIT: Self;
+    /// Spins until acquired.
+    fn acquire(&self) -> Self::State;
+    /// Acquires if free.
+    fn try_acquire(&self) -> Option<Self::State>;
+    /// Releases.
+    fn release(&self, state: Self::State);
+}
+
+/// Test-and-set spin lock on an `AtomicBool`.
+pub struct AtomicBackend(AtomicBool);
+
+impl RawLock for AtomicBackend {
+    type State = ();
+    const INIT: Self = AtomicBackend(AtomicBool::new(false));
+    fn acquire(&self) {
+        loop {
+            if self.try_acquire().is_some() {
+                return;
+            }
+            while self.0.load(Ordering::Relaxed) {
+                core::hint::spin_loop();
+            }
+        }
+    }
+    fn try_acquire(&self) -> Option<()> {
+        self.0
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| ())
+    }
+    fn release(&self, (): ()) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The backend of this build.
+#[cfg(not(all(target_os = "windows", feature = "wdk")))]
+pub type Backend = AtomicBackend;
+/// The backend of this build. TODO(wdk): `KSPIN_LOCK` + `KeAcquireSpinLockRaiseToDpc`; until
+/// then the kernel build would spin without raising IRQL.
+#[cfg(all(target_os = "windows", feature = "wdk"))]
+pub type Backend = AtomicBackend;
+
 /// A spin lock that owns its data.
 ///
-/// IRQL: may be acquired at IRQL <= DISPATCH_LEVEL; holders must not block, wait or touch
-/// pageable memory. Never acquire it from an ISR (DIRQL).
-///
-/// Backend seam: this is a plain atomic test-and-set lock, used by the host build and (for
-/// now) the Windows check build. The Windows kernel backend is
-/// `KeAcquireSpinLockRaiseToDpc` / `KeReleaseSpinLock`, keeping the old IRQL in the guard;
-/// it belongs under `#[cfg(all(target_os = "windows", feature = "wdk"))]` here (TODO, later
-/// issue). Until then a Windows build would spin without raising IRQL.
+/// IRQL: may be acquired at IRQL <= DISPATCH_LEVEL (the kernel backend raises to
+/// DISPATCH_LEVEL and restores the old IRQL on release); holders must not block, wait or
+/// touch pageable memory. Never acquire it from an ISR (DIRQL).
 pub struct SpinLock<T: ?Sized> {
-    locked: AtomicBool,
+    raw: Backend,
     data: UnsafeCell<T>,
 }
 
@@ -29,7 +79,7 @@ impl<T> SpinLock<T> {
     /// A new unlocked lock.
     pub const fn new(data: T) -> Self {
         SpinLock {
-            locked: AtomicBool::new(false),
+            raw: Backend::INIT,
             data: UnsafeCell::new(data),
         }
     }
@@ -43,22 +93,18 @@ impl<T> SpinLock<T> {
 impl<T: ?Sized> SpinLock<T> {
     /// Acquires the lock, spinning.
     pub fn lock(&self) -> SpinLockGuard<'_, T> {
-        loop {
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
-            while self.locked.load(Ordering::Relaxed) {
-                core::hint::spin_loop();
-            }
+        SpinLockGuard {
+            lock: self,
+            state: Some(self.raw.acquire()),
         }
     }
 
     /// Acquires the lock if it is free.
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| SpinLockGuard { lock: self })
+        self.raw.try_acquire().map(|state| SpinLockGuard {
+            lock: self,
+            state: Some(state),
+        })
     }
 
     /// Exclusive access without locking.
@@ -71,6 +117,8 @@ impl<T: ?Sized> SpinLock<T> {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct SpinLockGuard<'a, T: ?Sized> {
     lock: &'a SpinLock<T>,
+    // INVARIANT: `Some` from construction until `drop`.
+    state: Option<<Backend as RawLock>::State>,
 }
 
 impl<T: ?Sized> Deref for SpinLockGuard<'_, T> {
@@ -90,7 +138,9 @@ impl<T: ?Sized> DerefMut for SpinLockGuard<'_, T> {
 
 impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        if let Some(state) = self.state.take() {
+            self.lock.raw.release(state);
+        }
     }
 }
 

@@ -357,6 +357,8 @@ impl Shared {
 struct ResetGuard<'a> {
     platform: &'a dyn Platform,
     cmd: Option<Arc<CmdChannel>>,
+    /// Keeps the DSR and rings alive until after the RESET (fields drop after `drop`).
+    keep: Option<Arc<Shared>>,
     armed: bool,
 }
 
@@ -420,6 +422,7 @@ impl Device {
         let mut guard = ResetGuard {
             platform: &*platform,
             cmd: Some(cmd.clone()),
+            keep: None,
             armed: true,
         };
         let bar1 = platform.bar1();
@@ -453,6 +456,7 @@ impl Device {
             interrupts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             _dsr: dsr,
         })?;
+        guard.keep = Some(shared.clone());
         // 7. Interrupts: one DPC per vector, then the ISR.
         let mk = |vector| -> Result<Dpc, PvrdmaError> {
             let h: Arc<dyn DpcHandler> = try_arc(VectorDpc {
@@ -489,6 +493,7 @@ impl Device {
         }
         guard.armed = false;
         guard.cmd = None;
+        guard.keep = None;
         Ok(Device { shared })
     }
 

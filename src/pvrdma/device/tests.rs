@@ -13,6 +13,9 @@ use std::vec::Vec;
 struct FailingDma {
     fake: Arc<FakeDevice>,
     fail_at: Mutex<u32>,
+    /// Regions freed while the device held a DSR (no objects exist in these tests, so every
+    /// such free is memory the device may still DMA to).
+    freed_while_live: Mutex<u32>,
 }
 
 // SAFETY: forwards to TestDma, which upholds the contract.
@@ -27,6 +30,9 @@ unsafe impl DmaAllocator for FailingDma {
         self.fake.dma.alloc(len)
     }
     fn free(&self, region: DmaRegion) {
+        if self.fake.st.lock().unwrap().dsr != 0 {
+            *self.freed_while_live.lock().unwrap() += 1;
+        }
         self.fake.dma.free(region)
     }
 }
@@ -42,6 +48,7 @@ fn rig(version: u32) -> Rig {
     let dma = Arc::new(FailingDma {
         fake: fake.clone(),
         fail_at: Mutex::new(0),
+        freed_while_live: Mutex::new(0),
     });
     let platform = HostPlatform::new(
         HostDevice {
@@ -80,6 +87,11 @@ impl Rig {
     }
     fn finish(self) -> usize {
         self.platform.executor().shutdown();
+        assert_eq!(
+            *self.dma.freed_while_live.lock().unwrap(),
+            0,
+            "DMA memory freed before RESET"
+        );
         self.fake.dma.live_count()
     }
 }
