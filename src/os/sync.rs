@@ -93,9 +93,12 @@ impl<T> SpinLock<T> {
 impl<T: ?Sized> SpinLock<T> {
     /// Acquires the lock, spinning.
     pub fn lock(&self) -> SpinLockGuard<'_, T> {
+        // The state is `()` with the host backend and the old KIRQL with the kernel one.
+        #[allow(clippy::let_unit_value)]
+        let state = self.raw.acquire();
         SpinLockGuard {
             lock: self,
-            state: Some(self.raw.acquire()),
+            state: Some(state),
         }
     }
 
