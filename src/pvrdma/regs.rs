@@ -1,5 +1,24 @@
 //! BAR1 registers as typed values with access modes (§3; style.md §5, Tock
 //! `ReadOnly`/`WriteOnly`): a write-only register has no `read`, a read-only one no `write`.
+//!
+//! ```compile_fail
+//! # fn f(io: &dyn pvrdma_ndk::os::RegisterIo) {
+//! pvrdma_ndk::pvrdma::regs::DSRLOW.read(io); // write-only
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! # fn f(io: &dyn pvrdma_ndk::os::RegisterIo) {
+//! pvrdma_ndk::pvrdma::regs::ERR.write(io, 0); // read-only
+//! # }
+//! ```
+//!
+//! ```
+//! # fn f(io: &dyn pvrdma_ndk::os::RegisterIo) {
+//! let v = pvrdma_ndk::pvrdma::regs::IMR.read(io);
+//! pvrdma_ndk::pvrdma::regs::IMR.write(io, v);
+//! # }
+//! ```
 #![deny(unsafe_code)]
 
 use core::marker::PhantomData;
