@@ -4,6 +4,10 @@
 //! Layers, one module each (the folder map is the architecture):
 //! - [`ndkpi`]: the NDKPI ABI mirror (ndkpi.h / ndkinfo.h names, `#[repr(C)]`, layout asserted).
 //! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
+//! - [`os`]: the OS-services seam (allocation, DMA memory, MMIO, locks, DPCs, timers, clock)
+//!   with its host implementation for Linux tests.
+//! - [`pvrdma`]: the PVRDMA hardware layer (registers, DSR, rings, commands, WQE/CQE/EQE
+//!   formats, doorbells, bring-up and interrupts), from shared/reference/pvrdma.md.
 //!
 //! Three builds share this file (shared/reference/windows-build.md §4, pattern B):
 //! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
@@ -25,6 +29,8 @@ static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 
 pub mod ndis;
 pub mod ndkpi;
+pub mod os;
+pub mod pvrdma;
 
 /// Stand-ins for the Windows-target check without the WDK: that build is only ever checked,
 /// never linked into an image, so nothing here runs.
