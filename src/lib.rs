@@ -6,6 +6,10 @@
 //! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
 //! - [`ndk`]: the NDK provider objects (adapter, PD, CQ, MR, MW, QP, SRQ, connection objects)
 //!   and their dispatch tables.
+//! - [`os`]: the OS-services seam (allocation, DMA memory, MMIO, locks, DPCs, timers, clock)
+//!   with its host implementation for Linux tests.
+//! - [`pvrdma`]: the PVRDMA hardware layer (registers, DSR, rings, commands, WQE/CQE/EQE
+//!   formats, doorbells, bring-up and interrupts), from shared/reference/pvrdma.md.
 //!
 //! Three builds share this file (shared/reference/windows-build.md §4, pattern B):
 //! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
@@ -28,6 +32,8 @@ static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 pub mod ndis;
 pub mod ndk;
 pub mod ndkpi;
+pub mod os;
+pub mod pvrdma;
 
 /// Stand-ins for the Windows-target check without the WDK: that build is only ever checked,
 /// never linked into an image, so nothing here runs.

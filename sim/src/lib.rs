@@ -4,4 +4,43 @@
 //! Written from `shared/reference/pvrdma.md`, independently of the driver crate: the model
 //! never imports the driver's hardware types, so a misreading of the reference on either side
 //! shows up as a failing test instead of agreeing with itself.
+//!
+//! Module map (names mirror the hardware): [`dma`] host memory as bus addresses (the only
+//! module with `unsafe`), [`regs`] BAR1, [`uar`] doorbells, [`dsr`] DSR and caps, [`ring`] ring
+//! arithmetic, [`pdir`] page directories, [`cmd`] command layouts, [`wqe`] WQE/CQE/EQE layouts,
+//! objects [`pd`], [`cq`], [`mr`], [`qp`], [`srq`], [`intr`] interrupts, [`counters`],
+//! [`device`] (registers, command execution, queue engine, transport boundary); the network:
+//! [`wire`] RoCEv2 codecs, [`fabric`] frame delivery with fault injection, [`pcap`] capture,
+//! [`rng`] the seeded generator that makes runs replayable.
 #![deny(unsafe_code)]
+
+pub mod cmd;
+pub mod counters;
+pub mod cq;
+pub mod device;
+pub mod dma;
+pub mod dsr;
+pub mod fabric;
+pub mod intr;
+pub mod le;
+pub mod mr;
+pub mod pcap;
+pub mod pd;
+pub mod pdir;
+pub mod qp;
+pub mod regs;
+pub mod ring;
+pub mod rng;
+pub mod srq;
+pub mod uar;
+pub mod wire;
+pub mod wqe;
+
+#[cfg(feature = "test-utils")]
+pub mod testutil;
+
+pub use counters::Counters;
+pub use device::{Core, Device, GidEntry, MmioError};
+pub use dma::{DmaBuffer, DmaFault, DmaSpace};
+pub use dsr::{Caps, DeviceConfig};
+pub use intr::InterruptSink;

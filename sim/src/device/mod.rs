@@ -1,0 +1,655 @@
+//! The PVRDMA device: BAR1 registers, UAR doorbells, DSR loading and the execution loop
+//! (reference §2-5, §12, §13; M1-M9, M17, M20).
+//!
+//! [`Device`] is shared as `Arc` between a driver thread and (optionally) a device thread. All
+//! state lives in [`Core`] behind one mutex. Register writes do device work synchronously where
+//! the reference says so (DSR load, commands) but never call into the host: interrupts are latched
+//! and handed to the [`InterruptSink`] by [`Device::deliver_interrupts`] or the device thread.
+//! Doorbell work is queued and run by [`Device::process`] (deterministic mode) or the thread.
+#![deny(unsafe_code)]
+
+mod command;
+mod engine;
+pub mod table;
+pub mod transport;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::counters::Counters;
+use crate::cq::{Arm, Cq};
+use crate::dma::DmaSpace;
+use crate::dsr::{self, DeviceConfig};
+use crate::intr::{InterruptSink, IntrState};
+use crate::le::Le;
+use crate::mr::Mr;
+use crate::pd::Pd;
+use crate::pdir::{PagedMem, read_pdir};
+use crate::qp::Qp;
+use crate::regs::{self, ctl, off};
+use crate::ring::Ring;
+use crate::srq::Srq;
+use crate::uar::Doorbell;
+use table::Table;
+pub use transport::{QpInfo, RecvCompletion, RecvWork, SendWork, TakeError, Transport};
+
+/// An illegal MMIO access (M2). The access has no effect; `Counters::bad_mmio` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmioError {
+    /// Offset not 4-byte aligned or width not 4.
+    BadAccess,
+    /// Offset outside the BAR.
+    OutOfRange,
+    /// Write to a read-only register, or a REQUEST value other than 0.
+    ReadOnly,
+}
+
+/// A GID table entry (M38).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: [u8; 16],
+    /// `gid_type` byte as sent.
+    pub gid_type: u8,
+}
+
+/// A device-produced ring (async events or CQ notifications).
+#[derive(Clone, Debug)]
+pub(crate) struct DevRing {
+    mem: PagedMem,
+    ring: Ring,
+    elem: u64,
+    tail: u32,
+    abandoned: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slots {
+    cmd: u64,
+    resp: u64,
+}
+
+/// Queued doorbell work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    Sq(u32),
+    Rq(u32),
+    Srq(u32),
+}
+
+/// The device state, behind the [`Device`] lock. Public methods are the transport boundary
+/// (see [`transport`]); everything else is crate-private.
+pub struct Core {
+    pub(crate) dma: Arc<DmaSpace>,
+    pub(crate) cfg: DeviceConfig,
+    dsr_low: u32,
+    dsr_high: u32,
+    slots: Option<Slots>,
+    active: bool,
+    err: u32,
+    mac: [u8; 6],
+    link_up: bool,
+    pub(crate) intr: IntrState,
+    pub(crate) counters: Counters,
+    pub(crate) pds: Table<Pd>,
+    pub(crate) mrs: Table<Mr>,
+    pub(crate) cqs: Table<Cq>,
+    pub(crate) qps: Table<Qp>,
+    pub(crate) srqs: Table<Srq>,
+    pub(crate) gids: Vec<Option<GidEntry>>,
+    pub(crate) async_ring: Option<DevRing>,
+    pub(crate) cqne_ring: Option<DevRing>,
+    pub(crate) pending_events: VecDeque<(u32, u32)>,
+    pub(crate) pending_cqnes: VecDeque<u32>,
+    pub(crate) work: VecDeque<Work>,
+    pub(crate) transport: Option<Box<dyn Transport>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("active", &self.active)
+            .field("err", &self.err)
+            .field("qps", &self.qps.len())
+            .field("cqs", &self.cqs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One PVRDMA device model.
+pub struct Device {
+    core: Mutex<Core>,
+    cv: Condvar,
+    sink: Mutex<Option<Arc<dyn InterruptSink>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").finish_non_exhaustive()
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Device state stays usable after a panicking test thread; the panic itself fails the test.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Device {
+    /// A device in its power-on state (no DSR), reaching host memory through `dma`.
+    pub fn new(dma: Arc<DmaSpace>, cfg: DeviceConfig) -> Arc<Self> {
+        let mac = cfg.mac;
+        let gids = vec![None; cfg.caps.gid_tbl_len as usize];
+        Arc::new(Self {
+            core: Mutex::new(Core {
+                dma,
+                cfg,
+                dsr_low: 0,
+                dsr_high: 0,
+                slots: None,
+                active: false,
+                err: 0,
+                mac,
+                link_up: true,
+                intr: IntrState::default(),
+                counters: Counters::default(),
+                pds: Table::default(),
+                mrs: Table::default(),
+                cqs: Table::default(),
+                qps: Table::default(),
+                srqs: Table::default(),
+                gids,
+                async_ring: None,
+                cqne_ring: None,
+                pending_events: VecDeque::new(),
+                pending_cqnes: VecDeque::new(),
+                work: VecDeque::new(),
+                transport: None,
+            }),
+            cv: Condvar::new(),
+            sink: Mutex::new(None),
+            thread: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        relock(&self.core)
+    }
+
+    /// Runs `f` on the locked state (transport, harness inspection).
+    pub fn with_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Installs the network transport (see [`Transport`]).
+    pub fn set_transport(&self, t: Box<dyn Transport>) {
+        self.lock().transport = Some(t);
+        self.cv.notify_all();
+    }
+
+    /// Installs the receiver of MSI-X interrupts.
+    pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
+        *relock(&self.sink) = Some(sink);
+    }
+
+    /// The bus address space.
+    pub fn dma(&self) -> Arc<DmaSpace> {
+        self.lock().dma.clone()
+    }
+
+    /// Number of MSI-X vectors (M21).
+    pub fn msix_vectors(&self) -> u32 {
+        regs::MSIX_VECTORS
+    }
+
+    /// Snapshot of the statistics.
+    pub fn counters(&self) -> Counters {
+        self.lock().counters.clone()
+    }
+
+    /// A 32-bit BAR1 read; an illegal access reads 0xFFFF_FFFF and is counted (M2).
+    pub fn bar1_read32(&self, offset: u32) -> u32 {
+        self.bar1_read(offset, 4).unwrap_or(u32::MAX)
+    }
+
+    /// A BAR1 read of `width` bytes; only aligned 4-byte reads are legal (M2).
+    pub fn bar1_read(&self, offset: u32, width: u32) -> Result<u32, MmioError> {
+        let mut c = self.lock();
+        c.check_bar1(offset, width)?;
+        Ok(match offset {
+            off::VERSION => c.cfg.version,
+            off::ERR => c.err,
+            off::ICR => c.intr.read_icr(),
+            off::IMR => c.intr.imr,
+            off::MACL => regs::macl(c.mac),
+            off::MACH => regs::mach(c.mac),
+            _ => 0,
+        })
+    }
+
+    /// A 32-bit BAR1 write; an illegal access is ignored and counted (M2).
+    pub fn bar1_write32(&self, offset: u32, value: u32) {
+        let _ = self.bar1_write(offset, 4, value);
+    }
+
+    /// A BAR1 write of `width` bytes; only aligned 4-byte writes are legal (M2).
+    pub fn bar1_write(&self, offset: u32, width: u32, value: u32) -> Result<(), MmioError> {
+        let mut c = self.lock();
+        c.check_bar1(offset, width)?;
+        let r = match offset {
+            off::DSRLOW => {
+                c.dsr_low = value;
+                Ok(())
+            }
+            off::DSRHIGH => {
+                c.dsr_high = value;
+                c.load_dsr();
+                Ok(())
+            }
+            off::CTL => {
+                c.control(value);
+                Ok(())
+            }
+            off::REQUEST if value == 0 => {
+                c.execute_command();
+                Ok(())
+            }
+            off::IMR => {
+                c.intr.set_imr(value);
+                Ok(())
+            }
+            off::MACL => {
+                c.mac[..4].copy_from_slice(&value.to_le_bytes()[..]);
+                Ok(())
+            }
+            off::MACH => {
+                c.mac[4] = value as u8;
+                c.mac[5] = (value >> 8) as u8;
+                Ok(())
+            }
+            off::VERSION | off::ERR | off::ICR | off::REQUEST => Err(MmioError::ReadOnly),
+            // Undefined registers: writes have no effect.
+            _ => Ok(()),
+        };
+        if r.is_err() {
+            c.counters.bad_mmio += 1;
+        }
+        drop(c);
+        self.cv.notify_all();
+        r
+    }
+
+    /// A 32-bit UAR (BAR2) write: a doorbell (§12). Illegal accesses are ignored and counted.
+    pub fn uar_write32(&self, offset: u32, value: u32) {
+        let _ = self.uar_write(offset, 4, value);
+    }
+
+    /// A UAR write of `width` bytes; only aligned 4-byte writes are legal (M2).
+    pub fn uar_write(&self, offset: u32, width: u32, value: u32) -> Result<(), MmioError> {
+        let mut c = self.lock();
+        if width != 4 || !offset.is_multiple_of(4) {
+            c.counters.bad_mmio += 1;
+            return Err(MmioError::BadAccess);
+        }
+        if offset >= 4096 * c.cfg.caps.max_uar.max(1) {
+            c.counters.bad_mmio += 1;
+            return Err(MmioError::OutOfRange);
+        }
+        c.doorbell(Doorbell::decode(offset, value));
+        drop(c);
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    /// A UAR read: drivers never read the UAR; reads return all ones (M2).
+    pub fn uar_read32(&self, offset: u32) -> u32 {
+        let _ = offset;
+        u32::MAX
+    }
+
+    /// Runs queued doorbell work (and the transport) until idle; returns the work items run.
+    pub fn process(&self) -> usize {
+        self.lock().process()
+    }
+
+    /// Hands latched interrupts to the sink (no lock held during the calls); returns the
+    /// delivered vector set (bit i = vector i).
+    pub fn deliver_interrupts(&self) -> u32 {
+        let (bits, sink) = {
+            let mut c = self.lock();
+            let sink = relock(&self.sink).clone();
+            if sink.is_none() {
+                return 0;
+            }
+            let bits = c.intr.take();
+            for v in 0..3 {
+                if bits & (1 << v) != 0 {
+                    c.counters.interrupts[v] += 1;
+                }
+            }
+            (bits, sink)
+        };
+        if let Some(sink) = sink {
+            for v in 0..3 {
+                if bits & (1 << v) != 0 {
+                    sink.raise(v);
+                }
+            }
+        }
+        bits
+    }
+
+    /// `process` then `deliver_interrupts` until both are idle (deterministic mode).
+    pub fn run_until_idle(&self) {
+        for _ in 0..10_000 {
+            let n = self.process();
+            let d = self.deliver_interrupts();
+            if n == 0 && d == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Starts the device thread (threaded mode): it waits for doorbells, commands and
+    /// transport work and runs the same `process`/`deliver_interrupts` code.
+    pub fn start_thread(self: &Arc<Self>) {
+        let mut t = relock(&self.thread);
+        if t.is_some() {
+            return;
+        }
+        self.stop.store(false, Ordering::SeqCst);
+        let dev = Arc::clone(self);
+        *t = Some(std::thread::spawn(move || dev.thread_main()));
+    }
+
+    /// Stops and joins the device thread.
+    pub fn stop_thread(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cv.notify_all();
+        let handle = relock(&self.thread).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    fn thread_main(&self) {
+        while !self.stop.load(Ordering::SeqCst) {
+            {
+                let c = self.lock();
+                if c.work.is_empty() && c.intr.to_deliver == 0 {
+                    // Timeout: transport timers and rings waiting for space are polled too.
+                    let _ = self.cv.wait_timeout(c, Duration::from_millis(5));
+                }
+            }
+            self.process();
+            self.deliver_interrupts();
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Core {
+    fn check_bar1(&mut self, offset: u32, width: u32) -> Result<(), MmioError> {
+        if width != 4 || !offset.is_multiple_of(4) {
+            self.counters.bad_mmio += 1;
+            return Err(MmioError::BadAccess);
+        }
+        if offset >= regs::BAR1_SIZE {
+            self.counters.bad_mmio += 1;
+            return Err(MmioError::OutOfRange);
+        }
+        Ok(())
+    }
+
+    /// The configuration this device was built with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// The bus address space.
+    pub fn dma(&self) -> &Arc<DmaSpace> {
+        &self.dma
+    }
+
+    /// Current MAC (MACL/MACH may have changed it).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// True after a successful ACTIVATE.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Port link state (QUERY_PORT state 4 when up).
+    pub fn link_up(&self) -> bool {
+        self.link_up
+    }
+
+    /// Sets the link state and posts PORT_ACTIVE / PORT_ERR (info = port 1, M22).
+    pub fn set_link(&mut self, up: bool) {
+        if self.link_up != up {
+            self.link_up = up;
+            let ty = if up {
+                crate::wqe::event::PORT_ACTIVE
+            } else {
+                crate::wqe::event::PORT_ERR
+            };
+            self.post_event(ty, 1);
+        }
+    }
+
+    /// Statistics.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn fault(&mut self) {
+        self.counters.dma_faults += 1;
+    }
+
+    /// DSRHIGH written: load and check the DSR, fill caps (M4).
+    fn load_dsr(&mut self) {
+        self.slots = None;
+        self.async_ring = None;
+        self.cqne_ring = None;
+        self.active = false;
+        let addr = (u64::from(self.dsr_high) << 32) | u64::from(self.dsr_low);
+        let mut raw = [0u8; dsr::DSR_SIZE];
+        if self.dma.read(addr, &mut raw).is_err() {
+            self.fault();
+            return;
+        }
+        let v = Le(&raw[..]);
+        let cmd = v.u64(dsr::field::CMD_SLOT);
+        let resp = v.u64(dsr::field::RESP_SLOT);
+        let page_ok = |a: u64, dma: &DmaSpace| {
+            a != 0 && a.is_multiple_of(4096) && dma.read(a, &mut [0u8; 4096]).is_ok()
+        };
+        let slots_ok = page_ok(cmd, &self.dma) && page_ok(resp, &self.dma);
+        let async_ring = self.load_dev_ring(&v, dsr::field::ASYNC_RING, 8);
+        let cqne_ring = self.load_dev_ring(&v, dsr::field::CQ_RING, 4);
+        let caps = match (slots_ok, async_ring, cqne_ring) {
+            (true, Some(a), Some(c)) => {
+                self.slots = Some(Slots { cmd, resp });
+                self.async_ring = Some(a);
+                self.cqne_ring = Some(c);
+                self.cfg.caps.emit(self.cfg.mac)
+            }
+            _ => [0u8; dsr::CAPS_SIZE],
+        };
+        if self.dma.write(addr + dsr::CAPS_OFF as u64, &caps).is_err() {
+            self.fault();
+        }
+    }
+
+    fn load_dev_ring(&mut self, v: &Le<&[u8]>, at: usize, elem: u64) -> Option<DevRing> {
+        let num_pages = v.u32(at);
+        let pdir = v.u64(at + 8);
+        if !(2..=512).contains(&num_pages) {
+            return None;
+        }
+        let pages = read_pdir(&self.dma, pdir, num_pages).ok()?;
+        // Every page must be readable now; the ring is written later without a command to fail.
+        for &p in &pages {
+            if self.dma.read(p, &mut [0u8; 4096]).is_err() {
+                return None;
+            }
+        }
+        let n = u32::try_from(u64::from(num_pages - 1) * 4096 / elem).ok()?;
+        Some(DevRing {
+            mem: PagedMem::new(pages),
+            ring: Ring::new(n)?,
+            elem,
+            tail: 0,
+            abandoned: false,
+        })
+    }
+
+    fn control(&mut self, value: u32) {
+        match value {
+            ctl::ACTIVATE => {
+                self.active = self.slots.is_some();
+                self.err = u32::from(!self.active);
+            }
+            ctl::UNQUIESCE => self.err = 0,
+            ctl::RESET => {
+                self.reset();
+                self.err = 0;
+            }
+            _ => {
+                self.counters.bad_mmio += 1;
+                self.err = 1;
+            }
+        }
+    }
+
+    /// CTL = RESET (M7): destroy everything, stop DMA, drop interrupts, forget the DSR.
+    fn reset(&mut self) {
+        if let Some(mut t) = self.transport.take() {
+            t.reset(self);
+            self.transport = Some(t);
+        }
+        self.qps.clear();
+        self.srqs.clear();
+        self.cqs.clear();
+        self.mrs.clear();
+        self.pds.clear();
+        self.gids.iter_mut().for_each(|g| *g = None);
+        self.slots = None;
+        self.async_ring = None;
+        self.cqne_ring = None;
+        self.pending_events.clear();
+        self.pending_cqnes.clear();
+        self.work.clear();
+        self.intr.reset();
+        self.active = false;
+        self.dsr_low = 0;
+        self.dsr_high = 0;
+    }
+
+    fn doorbell(&mut self, db: Doorbell) {
+        match db {
+            Doorbell::Qp { handle, send, recv } => {
+                if send {
+                    self.counters.db_qp_send += 1;
+                }
+                if recv {
+                    self.counters.db_qp_recv += 1;
+                }
+                let Some(qp) = self.qps.get(handle) else {
+                    self.counters.db_ignored += 1;
+                    return;
+                };
+                if qp.state == crate::qp::QpState::Reset {
+                    self.counters.db_ignored += 1;
+                    return;
+                }
+                if recv && qp.srq.is_some() {
+                    self.counters.db_ignored += 1;
+                }
+                if send {
+                    self.work.push_back(Work::Sq(handle));
+                }
+                if recv && qp.srq.is_none() {
+                    self.work.push_back(Work::Rq(handle));
+                }
+            }
+            Doorbell::Cq {
+                handle,
+                arm,
+                arm_sol,
+                poll,
+            } => {
+                if poll {
+                    self.counters.db_cq_poll += 1;
+                }
+                if arm {
+                    self.counters.db_cq_arm += 1;
+                } else if arm_sol {
+                    self.counters.db_cq_arm_sol += 1;
+                }
+                let Some(cq) = self.cqs.get_mut(handle) else {
+                    self.counters.db_ignored += 1;
+                    return;
+                };
+                // ARM wins over ARM_SOL (M18), also across doorbells.
+                if arm {
+                    cq.arm = Arm::Any;
+                } else if arm_sol && cq.arm == Arm::None {
+                    cq.arm = Arm::Solicited;
+                }
+            }
+            Doorbell::Srq { handle, recv } => {
+                self.counters.db_srq += 1;
+                match self.srqs.get(handle) {
+                    Some(s) if recv && !s.error => self.work.push_back(Work::Srq(handle)),
+                    _ => self.counters.db_ignored += 1,
+                }
+            }
+            Doorbell::Unknown { .. } => {
+                self.counters.db_ignored += 1;
+                self.counters.bad_mmio += 1;
+            }
+        }
+    }
+
+    /// Runs queued work and the transport until idle.
+    pub(crate) fn process(&mut self) -> usize {
+        let mut n = 0;
+        for _ in 0..1_000_000 {
+            self.flush_pending_rings();
+            let mut progress = false;
+            if let Some(w) = self.work.pop_front() {
+                n += 1;
+                progress = true;
+                match w {
+                    Work::Sq(h) => self.kick_sq(h),
+                    Work::Rq(h) => self.kick_rq(h),
+                    Work::Srq(h) => self.kick_srq(h),
+                }
+            }
+            if let Some(mut t) = self.transport.take() {
+                if t.poll(self) {
+                    progress = true;
+                    n += 1;
+                }
+                self.transport = Some(t);
+            }
+            if !progress {
+                break;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,388 @@
+//! Host memory as the device sees it: a bus address space of registered regions.
+//!
+//! The device model reaches host (driver) memory only through [`DmaSpace`]. Host code registers a
+//! region and hands the returned *bus address* to the device (DSR, commands, page directories), as
+//! a real driver hands out DMA addresses. Bus addresses live in their own range (from
+//! [`BUS_BASE`]), never equal to host pointers, and keep the host pointer's offset within its
+//! 4 KiB page so page-aligned memory gets page-aligned bus addresses.
+//!
+//! Any access not entirely inside one registered region is a [`DmaFault`]: a driver bug shows up
+//! as a counted fault and a device-level error, never as undefined behaviour or a panic.
+//!
+//! Driver and device share this memory concurrently (ring indices, WQEs, CQEs), so every access
+//! is atomic: 32-bit indices with acquire/release ordering, bulk copies byte-wise relaxed with a
+//! fence. This is the only module of the crate with `unsafe` code.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering, fence};
+
+/// First bus address handed out; chosen far from typical user-space pointers.
+pub const BUS_BASE: u64 = 0x0000_7e00_0000_0000;
+const PAGE: u64 = 4096;
+
+/// A device access outside registered memory, or a misaligned index access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaFault {
+    /// Bus address of the faulting access.
+    pub bus: u64,
+    /// Length of the faulting access in bytes.
+    pub len: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    /// Host address with exposed provenance (see `register`).
+    host: usize,
+    len: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Keyed by bus start address.
+    regions: BTreeMap<u64, Region>,
+    next_page: u64,
+    bytes: usize,
+}
+
+/// The bus address space shared by a host and one or more device models.
+#[derive(Debug)]
+pub struct DmaSpace {
+    inner: Mutex<Inner>,
+}
+
+impl Default for DmaSpace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DmaSpace {
+    /// An empty address space.
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                regions: BTreeMap::new(),
+                next_page: BUS_BASE,
+                bytes: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves the map consistent (every update is a
+        // single insert/remove), so poisoning is ignored.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers `len` bytes at `ptr` and returns their bus address.
+    ///
+    /// The bus address has the same offset within a 4 KiB page as `ptr`. A guard page separates
+    /// consecutive regions so an overrun faults instead of landing in a neighbour.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` must be valid for reads and writes, and stay valid (not freed, not moved)
+    /// until [`DmaSpace::unregister`] returns for this bus address or the `DmaSpace` is dropped.
+    /// The memory may be accessed concurrently by other threads only through atomic or volatile
+    /// accesses (the device model uses atomics).
+    pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> u64 {
+        let mut inner = self.lock();
+        let host = ptr.expose_provenance();
+        let offset = (host as u64) & (PAGE - 1);
+        let bus = inner.next_page + offset;
+        let span_pages = (offset + len as u64).div_ceil(PAGE).max(1);
+        // One unmapped guard page after each region.
+        inner.next_page += (span_pages + 1) * PAGE;
+        inner.regions.insert(bus, Region { host, len });
+        inner.bytes += len;
+        bus
+    }
+
+    /// Forgets the region registered at `bus`; returns false if there is none.
+    pub fn unregister(&self, bus: u64) -> bool {
+        let mut inner = self.lock();
+        match inner.regions.remove(&bus) {
+            Some(r) => {
+                inner.bytes -= r.len;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of registered regions (leak checks).
+    pub fn region_count(&self) -> usize {
+        self.lock().regions.len()
+    }
+
+    /// Total bytes registered (leak checks).
+    pub fn bytes_registered(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// Host address for `[bus, bus + len)` if it lies entirely in one region.
+    fn resolve(inner: &Inner, bus: u64, len: usize) -> Result<usize, DmaFault> {
+        let fault = DmaFault { bus, len };
+        let (&start, region) = inner.regions.range(..=bus).next_back().ok_or(fault)?;
+        let off = bus - start;
+        let end = off.checked_add(len as u64).ok_or(fault)?;
+        if end > region.len as u64 {
+            return Err(fault);
+        }
+        Ok(region.host + off as usize)
+    }
+
+    /// Copies `out.len()` bytes from bus address `bus`.
+    pub fn read(&self, bus: u64, out: &mut [u8]) -> Result<(), DmaFault> {
+        let inner = self.lock();
+        let host = Self::resolve(&inner, bus, out.len())?;
+        for (i, b) in out.iter_mut().enumerate() {
+            let p = std::ptr::with_exposed_provenance_mut::<u8>(host + i);
+            // SAFETY: `p` lies inside a registered region (checked by `resolve` while the lock is
+            // held, so it cannot be unregistered meanwhile); the region is valid memory by the
+            // `register` contract, and u8 has no alignment requirement.
+            let cell = unsafe { AtomicU8::from_ptr(p) };
+            *b = cell.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        Ok(())
+    }
+
+    /// Copies `data` to bus address `bus`.
+    pub fn write(&self, bus: u64, data: &[u8]) -> Result<(), DmaFault> {
+        let inner = self.lock();
+        let host = Self::resolve(&inner, bus, data.len())?;
+        fence(Ordering::Release);
+        for (i, b) in data.iter().enumerate() {
+            let p = std::ptr::with_exposed_provenance_mut::<u8>(host + i);
+            // SAFETY: as in `read`: inside a registered, live region; u8 needs no alignment.
+            let cell = unsafe { AtomicU8::from_ptr(p) };
+            cell.store(*b, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn atomic_u32(&self, inner: &Inner, bus: u64) -> Result<usize, DmaFault> {
+        let host = Self::resolve(inner, bus, 4)?;
+        if !host.is_multiple_of(4) {
+            return Err(DmaFault { bus, len: 4 });
+        }
+        Ok(host)
+    }
+
+    /// Reads a shared 32-bit index with acquire ordering (later element reads see the data the
+    /// other side wrote before publishing the index).
+    pub fn read_u32(&self, bus: u64) -> Result<u32, DmaFault> {
+        let inner = self.lock();
+        let host = self.atomic_u32(&inner, bus)?;
+        let p = std::ptr::with_exposed_provenance_mut::<u32>(host);
+        // SAFETY: `p` is 4-byte aligned (checked) and its 4 bytes lie in a live registered region.
+        let cell = unsafe { AtomicU32::from_ptr(p) };
+        Ok(cell.load(Ordering::Acquire))
+    }
+
+    /// Writes a shared 32-bit index with release ordering (publishes earlier element writes).
+    pub fn write_u32(&self, bus: u64, value: u32) -> Result<(), DmaFault> {
+        let inner = self.lock();
+        let host = self.atomic_u32(&inner, bus)?;
+        let p = std::ptr::with_exposed_provenance_mut::<u32>(host);
+        // SAFETY: as in `read_u32`.
+        let cell = unsafe { AtomicU32::from_ptr(p) };
+        cell.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reads a little-endian u64 (page-directory entries; not shared concurrently).
+    pub fn read_u64(&self, bus: u64) -> Result<u64, DmaFault> {
+        let mut b = [0u8; 8];
+        self.read(bus, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// One 4 KiB page; `Box<[Page]>` gives page-aligned host memory without `unsafe` allocation.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+pub struct Page(pub [u8; 4096]);
+
+/// Page-aligned, zeroed host memory registered in a [`DmaSpace`] for its whole lifetime.
+///
+/// This is what a test (or the driver's host harness) uses as "DMA memory": the device sees it
+/// at [`DmaBuffer::bus`]; the host reads and writes it through the same atomic accessors.
+#[derive(Debug)]
+pub struct DmaBuffer {
+    space: std::sync::Arc<DmaSpace>,
+    host: *mut Page,
+    pages: usize,
+    bus: u64,
+}
+
+// SAFETY: the raw pointer is owned exclusively by this value (from `Box::into_raw`) and all
+// accesses go through `DmaSpace`'s atomic accessors, which are thread-safe.
+unsafe impl Send for DmaBuffer {}
+// SAFETY: as above; `&DmaBuffer` only allows atomic accesses through the `DmaSpace`.
+unsafe impl Sync for DmaBuffer {}
+
+impl DmaBuffer {
+    /// Allocates `pages` zeroed pages (at least one) and registers them.
+    pub fn new(space: &std::sync::Arc<DmaSpace>, pages: usize) -> Self {
+        let pages = pages.max(1);
+        let boxed: Box<[Page]> = vec![Page([0; 4096]); pages].into_boxed_slice();
+        let host = Box::into_raw(boxed).cast::<Page>();
+        // SAFETY: `host` came from `Box::into_raw` and is freed only in `Drop`, after
+        // `unregister`, so it stays valid while registered; it is accessed only atomically.
+        let bus = unsafe { space.register(host.cast::<u8>(), pages * 4096) };
+        Self {
+            space: space.clone(),
+            host,
+            pages,
+            bus,
+        }
+    }
+
+    /// Bus address of byte 0.
+    pub fn bus(&self) -> u64 {
+        self.bus
+    }
+
+    /// Bus address of page `i`.
+    pub fn page_bus(&self, i: usize) -> u64 {
+        self.bus + (i as u64) * 4096
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.pages * 4096
+    }
+
+    /// Always false (at least one page).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Number of pages.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    /// Reads `out.len()` bytes at `off`. Panics (test helper) if out of range.
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        self.space
+            .read(self.bus + off as u64, out)
+            .expect("DmaBuffer::read out of range");
+    }
+
+    /// Reads `len` bytes at `off` into a new vector.
+    pub fn read_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(off, &mut v);
+        v
+    }
+
+    /// Writes `data` at `off`. Panics (test helper) if out of range.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        self.space
+            .write(self.bus + off as u64, data)
+            .expect("DmaBuffer::write out of range");
+    }
+
+    /// Atomic acquire read of a u32 at `off`.
+    pub fn read_u32(&self, off: usize) -> u32 {
+        self.space
+            .read_u32(self.bus + off as u64)
+            .expect("DmaBuffer::read_u32 out of range")
+    }
+
+    /// Atomic release write of a u32 at `off`.
+    pub fn write_u32(&self, off: usize, v: u32) {
+        self.space
+            .write_u32(self.bus + off as u64, v)
+            .expect("DmaBuffer::write_u32 out of range");
+    }
+
+    /// Writes a little-endian u64 at `off`.
+    pub fn write_u64(&self, off: usize, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    /// Reads a little-endian u64 at `off`.
+    pub fn read_u64(&self, off: usize) -> u64 {
+        let mut b = [0; 8];
+        self.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        self.space.unregister(self.bus);
+        let slice = std::ptr::slice_from_raw_parts_mut(self.host, self.pages);
+        // SAFETY: `slice` is exactly the pointer and length produced by `Box::into_raw` in `new`;
+        // it is no longer registered, so no device access can reach it after this point.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn bus_addresses_are_distinct_page_aligned_and_not_host_pointers() {
+        let s = Arc::new(DmaSpace::new());
+        let a = DmaBuffer::new(&s, 2);
+        let b = DmaBuffer::new(&s, 1);
+        assert_eq!(a.bus() % 4096, 0);
+        assert_eq!(b.bus() % 4096, 0);
+        assert!(a.bus() >= BUS_BASE);
+        assert_ne!(a.bus(), a.host as u64);
+        // Guard page: b starts at least one page after a's end.
+        assert!(b.bus() >= a.bus() + 3 * 4096);
+        assert_eq!(s.region_count(), 2);
+        assert_eq!(s.bytes_registered(), 3 * 4096);
+        drop(a);
+        drop(b);
+        assert_eq!(s.region_count(), 0);
+        assert_eq!(s.bytes_registered(), 0);
+    }
+
+    #[test]
+    fn accesses_outside_regions_fault() {
+        let s = Arc::new(DmaSpace::new());
+        let a = DmaBuffer::new(&s, 1);
+        let mut buf = [0u8; 8];
+        assert!(s.read(a.bus() + 4092, &mut buf).is_err());
+        assert!(s.read(a.bus() + 4088, &mut buf).is_ok());
+        assert!(s.read(a.bus() + 4096, &mut buf[..1]).is_err());
+        assert!(s.read(0, &mut buf).is_err());
+        assert!(s.read(u64::MAX - 2, &mut buf).is_err());
+        assert_eq!(
+            s.read_u32(a.bus() + 2),
+            Err(DmaFault {
+                bus: a.bus() + 2,
+                len: 4
+            })
+        );
+        assert!(s.write_u32(a.bus() + 4096, 1).is_err());
+        let bus = a.bus();
+        drop(a);
+        assert!(s.read(bus, &mut buf).is_err());
+        assert!(!s.unregister(bus));
+    }
+
+    #[test]
+    fn round_trip_through_bus_and_host_views() {
+        let s = Arc::new(DmaSpace::new());
+        let a = DmaBuffer::new(&s, 1);
+        s.write(a.bus() + 10, &[1, 2, 3]).unwrap();
+        assert_eq!(a.read_vec(9, 5), vec![0, 1, 2, 3, 0]);
+        a.write_u32(16, 0xdead_beef);
+        assert_eq!(s.read_u32(a.bus() + 16), Ok(0xdead_beef));
+        assert_eq!(s.read_u64(a.bus() + 16), Ok(0xdead_beef));
+    }
+}

@@ -1,0 +1,476 @@
+//! Host (Linux, std) building blocks that need no device model: a DPC executor with one thread
+//! per simulated processor, timers, a clock, an allocation report, and [`HostPlatform`], which
+//! joins them to the device-specific parts supplied by a test harness (BAR1 accessor, DMA
+//! allocator, doorbell hook, interrupt injection).
+
+use std::boxed::Box;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+use super::clock::{Clock, Deadline};
+use super::dma::DmaAllocator;
+use super::dpc::{Dpc, DpcScheduler, Processor, Timer};
+use super::mmio::{DoorbellHook, RegisterIo, Uar};
+use super::{InterruptHandler, OsError, Platform};
+
+/// `std::time::Instant`-based monotonic clock.
+pub struct StdClock {
+    origin: Instant,
+}
+
+impl Default for StdClock {
+    fn default() -> Self {
+        StdClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for StdClock {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+std::thread_local! {
+    static CURRENT_PROCESSOR: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// The simulated processor the calling thread is, if it is an executor thread.
+pub fn current_processor() -> Option<u32> {
+    CURRENT_PROCESSOR.with(|c| c.get())
+}
+
+struct Shared {
+    queues: Vec<Mutex<VecDeque<Dpc>>>,
+    wake: Vec<Condvar>,
+    timers: Mutex<Vec<(Instant, Timer, u64)>>,
+    timer_wake: Condvar,
+    stop: std::sync::atomic::AtomicBool,
+    runs: Vec<std::sync::atomic::AtomicU64>,
+}
+
+/// DPC executor: `n` processor threads plus a timer thread. DPCs queued with
+/// [`Processor::Current`] from a non-executor thread (a simulated ISR) go to processor 0;
+/// indices beyond `n` wrap modulo `n`.
+pub struct HostExecutor {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl HostExecutor {
+    /// Starts `processors` (at least 1) DPC threads and a timer thread.
+    pub fn new(processors: u32) -> Arc<Self> {
+        let n = processors.max(1) as usize;
+        let shared = Arc::new(Shared {
+            queues: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
+            wake: (0..n).map(|_| Condvar::new()).collect(),
+            timers: Mutex::new(Vec::new()),
+            timer_wake: Condvar::new(),
+            stop: false.into(),
+            runs: (0..n).map(|_| 0.into()).collect(),
+        });
+        let mut threads = Vec::new();
+        for p in 0..n {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(std::format!("dpc-cpu{p}"))
+                    .spawn(move || processor_loop(&s, p))
+                    .expect("spawn DPC thread"),
+            );
+        }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("dpc-timer".into())
+                .spawn(move || timer_loop(&s))
+                .expect("spawn timer thread"),
+        );
+        Arc::new(HostExecutor {
+            shared,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// DPC routines run so far on processor `p`.
+    pub fn runs_on(&self, p: u32) -> u64 {
+        self.shared
+            .runs
+            .get(p as usize)
+            .map_or(0, |r| r.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Stops and joins the threads (queued DPCs that have not started are dropped).
+    pub fn shutdown(&self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Dropping what is still queued also breaks the Timer → Dpc → executor cycles.
+        for (q, w) in self.shared.queues.iter().zip(&self.shared.wake) {
+            q.lock().unwrap().clear();
+            w.notify_all();
+        }
+        {
+            self.shared.timers.lock().unwrap().clear();
+            self.shared.timer_wake.notify_all();
+        }
+        let threads: Vec<_> = self.threads.lock().unwrap().drain(..).collect();
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for HostExecutor {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn processor_loop(s: &Shared, p: usize) {
+    CURRENT_PROCESSOR.with(|c| c.set(Some(p as u32)));
+    let (Some(q), Some(w)) = (s.queues.get(p), s.wake.get(p)) else {
+        return;
+    };
+    loop {
+        let dpc = {
+            let mut g = q.lock().unwrap();
+            loop {
+                if s.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                if let Some(d) = g.pop_front() {
+                    break d;
+                }
+                g = w.wait(g).unwrap();
+            }
+        };
+        dpc.run();
+        if let Some(r) = s.runs.get(p) {
+            r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+fn timer_loop(s: &Shared) {
+    let mut g = s.timers.lock().unwrap();
+    loop {
+        if s.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let now = Instant::now();
+        let mut due = Vec::new();
+        g.retain(|(at, t, gen_)| {
+            if *at <= now {
+                due.push((t.clone(), *gen_));
+                false
+            } else {
+                true
+            }
+        });
+        if !due.is_empty() {
+            drop(g);
+            for (t, gen_) in due {
+                t.expire(gen_, Processor::Index(0));
+            }
+            g = s.timers.lock().unwrap();
+            continue;
+        }
+        let next = g.iter().map(|(at, _, _)| *at).min();
+        g = match next {
+            Some(at) => {
+                s.timer_wake
+                    .wait_timeout(g, at.saturating_duration_since(now))
+                    .unwrap()
+                    .0
+            }
+            None => s.timer_wake.wait(g).unwrap(),
+        };
+    }
+}
+
+impl DpcScheduler for HostExecutor {
+    fn enqueue(&self, dpc: Dpc, target: Processor) {
+        let n = self.shared.queues.len();
+        let p = match target {
+            Processor::Current => current_processor().unwrap_or(0) as usize,
+            Processor::Index(i) => i as usize,
+        } % n;
+        if let (Some(q), Some(w)) = (self.shared.queues.get(p), self.shared.wake.get(p)) {
+            q.lock().unwrap().push_back(dpc);
+            w.notify_one();
+        }
+    }
+
+    fn start_timer(&self, timer: Timer, generation: u64, delay_ns: u64) {
+        let at = Instant::now() + Duration::from_nanos(delay_ns);
+        self.shared
+            .timers
+            .lock()
+            .unwrap()
+            .push((at, timer, generation));
+        self.shared.timer_wake.notify_all();
+    }
+
+    fn processor_count(&self) -> u32 {
+        self.shared.queues.len() as u32
+    }
+}
+
+/// Pool and DMA allocations currently live (see [`super::alloc::stats`]).
+pub fn allocation_report() -> super::alloc::AllocStats {
+    super::alloc::stats()
+}
+
+/// The device-specific parts a test harness supplies to [`HostPlatform`].
+pub struct HostDevice {
+    /// BAR1 accessor (the device model's register file).
+    pub bar1: Arc<dyn RegisterIo>,
+    /// DMA allocator (memory registered with the model; logical = the model's bus address).
+    pub dma: Arc<dyn DmaAllocator>,
+    /// Called after each doorbell store with `(offset, value)`; forwards to the model.
+    pub doorbell: Option<DoorbellHook>,
+    /// The DSR `uar_pfn` value (bus address of BAR2 page 0 >> 12).
+    pub uar_pfn: u64,
+    /// Optional pump called by `wait_until` between checks (runs the model, if it needs a
+    /// thread to make progress).
+    pub pump: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// A [`Platform`] for host tests: [`HostExecutor`] DPCs and timers, [`StdClock`], a host
+/// memory page standing in for the UAR mapping, and the harness's [`HostDevice`] parts.
+/// The harness delivers device interrupts with [`HostPlatform::raise_interrupt`].
+pub struct HostPlatform {
+    dev: HostDevice,
+    executor: Arc<HostExecutor>,
+    scheduler: Arc<dyn DpcScheduler>,
+    clock: StdClock,
+    uar_page: Box<UarPage>,
+    irq: Mutex<Option<Arc<dyn InterruptHandler>>>,
+}
+
+#[repr(C, align(4096))]
+struct UarPage([u32; 1024]);
+
+impl HostPlatform {
+    /// A platform with `processors` DPC processors.
+    pub fn new(dev: HostDevice, processors: u32) -> Arc<Self> {
+        let executor = HostExecutor::new(processors);
+        let scheduler: Arc<dyn DpcScheduler> = executor.clone();
+        Arc::new(HostPlatform {
+            dev,
+            executor,
+            scheduler,
+            clock: StdClock::default(),
+            uar_page: Box::new(UarPage([0; 1024])),
+            irq: Mutex::new(None),
+        })
+    }
+
+    /// The executor (for `runs_on` and shutdown).
+    pub fn executor(&self) -> &Arc<HostExecutor> {
+        &self.executor
+    }
+
+    /// Delivers MSI-X `vector` to the connected handler (as the interrupt controller would).
+    /// Returns the handler's claim, or false when none is connected.
+    pub fn raise_interrupt(&self, vector: u32) -> bool {
+        let h = self.irq.lock().unwrap().clone();
+        h.is_some_and(|h| h.isr(vector))
+    }
+
+    /// The last value stored at `off` of the UAR stand-in page.
+    pub fn uar_word(&self, off: u32) -> u32 {
+        let p = self
+            .uar_page
+            .0
+            .as_ptr()
+            .wrapping_add(((off & 0xFFC) >> 2) as usize);
+        // SAFETY: `p` is inside the page (offset masked to < 4096); a volatile read races only
+        // with volatile doorbell stores of the same width, which tests do not overlap.
+        unsafe { core::ptr::read_volatile(p) }
+    }
+}
+
+impl Platform for HostPlatform {
+    fn dma(&self) -> &Arc<dyn DmaAllocator> {
+        &self.dev.dma
+    }
+    fn bar1(&self) -> &dyn RegisterIo {
+        &*self.dev.bar1
+    }
+    fn map_uar(&self) -> Result<Uar, OsError> {
+        let base = core::ptr::NonNull::from(&self.uar_page.0).cast::<u32>();
+        // SAFETY: the page is a 4 KiB, 4096-aligned heap allocation owned by `self`, which the
+        // device keeps alive (it holds the platform `Arc`) for as long as it uses the Uar.
+        let uar = unsafe { Uar::new(base) };
+        Ok(match &self.dev.doorbell {
+            Some(h) => uar.with_hook(h.clone()),
+            None => uar,
+        })
+    }
+    fn uar_pfn(&self) -> u64 {
+        self.dev.uar_pfn
+    }
+    fn scheduler(&self) -> &Arc<dyn DpcScheduler> {
+        &self.scheduler
+    }
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn connect_interrupt(&self, handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
+        let mut g = self.irq.lock().unwrap();
+        if g.is_some() {
+            return Err(OsError::Unavailable);
+        }
+        *g = Some(handler);
+        Ok(())
+    }
+    fn disconnect_interrupt(&self) {
+        *self.irq.lock().unwrap() = None;
+    }
+    fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
+        let deadline = Deadline::after(self.now_ns(), timeout_ns);
+        loop {
+            if cond() {
+                return true;
+            }
+            if deadline.expired(self.now_ns()) {
+                return cond();
+            }
+            match &self.dev.pump {
+                Some(p) => p(),
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::dpc::DpcHandler;
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    struct Rec {
+        hits: Mutex<Vec<Option<u32>>>,
+        n: AtomicU32,
+    }
+    impl DpcHandler for Rec {
+        fn run(&self) {
+            self.hits.lock().unwrap().push(current_processor());
+            self.n.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn wait(cond: impl Fn() -> bool) -> bool {
+        for _ in 0..20_000 {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        false
+    }
+
+    #[test]
+    fn executor_honours_target_processor_and_timers() {
+        let ex = HostExecutor::new(3);
+        let sched: Arc<dyn DpcScheduler> = ex.clone();
+        let rec = Arc::new(Rec {
+            hits: Mutex::new(Vec::new()),
+            n: 0.into(),
+        });
+        let dpc = Dpc::new(&sched, rec.clone()).unwrap();
+        assert!(dpc.queue(Processor::Index(2)));
+        assert!(wait(|| rec.n.load(Ordering::SeqCst) == 1));
+        assert!(dpc.queue(Processor::Current)); // from a non-executor thread: processor 0
+        assert!(wait(|| rec.n.load(Ordering::SeqCst) == 2));
+        assert_eq!(*rec.hits.lock().unwrap(), [Some(2), Some(0)]);
+        let t = Timer::new(&sched, rec.clone()).unwrap();
+        t.schedule_in(1_000_000);
+        assert!(wait(|| rec.n.load(Ordering::SeqCst) == 3));
+        t.schedule_in(3_600 * 1_000_000_000);
+        t.cancel();
+        assert_eq!(ex.processor_count(), 3);
+        ex.shutdown();
+        assert_eq!(rec.n.load(Ordering::SeqCst), 3);
+    }
+
+    struct Overlap {
+        in_flight: AtomicU32,
+        max_seen: AtomicU32,
+        runs: AtomicU32,
+    }
+    impl DpcHandler for Overlap {
+        fn run(&self) {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_seen.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn one_dpc_object_never_runs_twice_at_once() {
+        let ex = HostExecutor::new(4);
+        let sched: Arc<dyn DpcScheduler> = ex.clone();
+        let h = Arc::new(Overlap {
+            in_flight: 0.into(),
+            max_seen: 0.into(),
+            runs: 0.into(),
+        });
+        let dpc = Dpc::new(&sched, h.clone()).unwrap();
+        let mut queued = 0;
+        for i in 0..200u32 {
+            if dpc.queue(Processor::Index(i % 4)) {
+                queued += 1;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        assert!(wait(|| h.runs.load(Ordering::SeqCst) == queued));
+        assert_eq!(h.max_seen.load(Ordering::SeqCst), 1);
+        ex.shutdown();
+    }
+
+    #[test]
+    fn platform_uar_store_is_visible_and_hooked() {
+        struct NoRegs;
+        impl RegisterIo for NoRegs {
+            fn read32(&self, _: u32) -> u32 {
+                0
+            }
+            fn write32(&self, _: u32, _: u32) {}
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let p = HostPlatform::new(
+            HostDevice {
+                bar1: Arc::new(NoRegs),
+                dma: super::super::dma::test_alloc::TestDma::new_dyn(),
+                doorbell: Some(Arc::new(move |o, v| s2.lock().unwrap().push((o, v)))),
+                uar_pfn: 0x1234,
+                pump: None,
+            },
+            1,
+        );
+        let uar = p.map_uar().unwrap();
+        uar.write32(0x4, 0x4000_0007);
+        uar.write32(0x1008, 5); // masked into the page
+        assert_eq!(p.uar_word(4), 0x4000_0007);
+        assert_eq!(p.uar_word(8), 5);
+        assert_eq!(*seen.lock().unwrap(), [(4, 0x4000_0007), (8, 5)]);
+        assert!(p.wait_until(&|| true, 0));
+        assert!(!p.wait_until(&|| false, 1_000));
+        p.executor().shutdown();
+    }
+}

@@ -1,0 +1,78 @@
+//! Memory-mapped I/O: BAR1 registers as a trait object and the UAR doorbell page.
+
+use core::ptr::NonNull;
+
+#[cfg(not(target_os = "windows"))]
+use alloc::sync::Arc;
+
+/// 32-bit register access to BAR1 (PVRDMA reference §3: 32-bit LE accesses only).
+/// Windows: `READ_REGISTER_ULONG` / `WRITE_REGISTER_ULONG` on the mapped BAR; host tests: the
+/// device model (or the unit tests' fake device). Callable at any IRQL.
+pub trait RegisterIo: Send + Sync {
+    /// Reads the register at byte offset `off`.
+    fn read32(&self, off: u32) -> u32;
+    /// Writes `val` to the register at byte offset `off`.
+    fn write32(&self, off: u32, val: u32);
+}
+
+/// Host-only doorbell observer: called after the store with `(offset, value)`.
+#[cfg(not(target_os = "windows"))]
+pub type DoorbellHook = Arc<dyn Fn(u32, u32) + Send + Sync>;
+
+/// The mapped UAR page 0 of BAR2 (§12). A doorbell is one volatile 32-bit store to it: that is
+/// all the Windows build runs, and what instruction-count benchmarks measure.
+///
+/// On the Linux host build a `Uar` may also carry a hook, called after the store with
+/// `(offset, value)`, through which the test harness forwards doorbells to the device model.
+/// With the hook unset the host path is the bare store too.
+pub struct Uar {
+    // INVARIANT: points to a mapped, writable, 4-byte-aligned 4 KiB page that outlives `self`.
+    base: NonNull<u32>,
+    #[cfg(not(target_os = "windows"))]
+    hook: Option<DoorbellHook>,
+}
+
+// SAFETY: the UAR page is device memory written only with single volatile stores; stores from
+// several processors are what the device expects (one doorbell = one store).
+unsafe impl Send for Uar {}
+// SAFETY: as above; `&Uar` allows only volatile stores.
+unsafe impl Sync for Uar {}
+
+impl Uar {
+    /// Wraps a mapped UAR page.
+    ///
+    /// # Safety
+    ///
+    /// `base` must point to a 4-byte-aligned, writable 4 KiB mapping that stays valid for the
+    /// lifetime of the returned value.
+    pub unsafe fn new(base: NonNull<u32>) -> Self {
+        Uar {
+            base,
+            #[cfg(not(target_os = "windows"))]
+            hook: None,
+        }
+    }
+
+    /// Host only: adds the doorbell-forwarding hook.
+    #[cfg(not(target_os = "windows"))]
+    pub fn with_hook(mut self, hook: DoorbellHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Stores `val` at byte offset `off` of the page. The offset is reduced to an aligned
+    /// offset inside the page (`off & 0xFFC`), so no value can reach outside the mapping.
+    /// Callers use the typed doorbells of `pvrdma::uar`, never raw offsets.
+    #[inline]
+    pub fn write32(&self, off: u32, val: u32) {
+        let word = ((off & 0xFFC) >> 2) as usize;
+        // SAFETY: `word < 1024`, so the pointer stays inside the mapped page (type invariant).
+        let p = unsafe { self.base.as_ptr().add(word) };
+        // SAFETY: `p` is in bounds, aligned and writable (type invariant).
+        unsafe { core::ptr::write_volatile(p, val.to_le()) }
+        #[cfg(not(target_os = "windows"))]
+        if let Some(hook) = &self.hook {
+            hook(off & 0xFFC, val);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Locks and barriers (style.md §12, §15; `rust/kernel/sync/lock.rs`, rdma-core
+//! `util/udma_barrier.h`).
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicBool, Ordering, fence};
+
+/// The raw lock underneath [`SpinLock`]: acquiring returns the state the release needs.
+///
+/// Backend seam. The host build (and, for now, the Windows check build) uses
+/// [`AtomicBackend`], a test-and-set lock whose state is `()`. The Windows kernel backend
+/// (TODO, the wdk issue) belongs in the `cfg(all(target_os = "windows", feature = "wdk"))` arm
+/// of [`Backend`] below: a `KSPIN_LOCK` acquired with `KeAcquireSpinLockRaiseToDpc`, whose
+/// state is the old `KIRQL` handed back to `KeReleaseSpinLock`.
+pub trait RawLock {
+    /// What acquire hands to release (old IRQL on Windows).
+    type State;
+    /// An unlocked lock.
+    const INIT: Self;
+    /// Spins until acquired.
+    fn acquire(&self) -> Self::State;
+    /// Acquires if free.
+    fn try_acquire(&self) -> Option<Self::State>;
+    /// Releases.
+    fn release(&self, state: Self::State);
+}
+
+/// Test-and-set spin lock on an `AtomicBool`.
+pub struct AtomicBackend(AtomicBool);
+
+impl RawLock for AtomicBackend {
+    type State = ();
+    const INIT: Self = AtomicBackend(AtomicBool::new(false));
+    fn acquire(&self) {
+        loop {
+            if self.try_acquire().is_some() {
+                return;
+            }
+            while self.0.load(Ordering::Relaxed) {
+                core::hint::spin_loop();
+            }
+        }
+    }
+    fn try_acquire(&self) -> Option<()> {
+        self.0
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| ())
+    }
+    fn release(&self, (): ()) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The backend of this build.
+#[cfg(not(all(target_os = "windows", feature = "wdk")))]
+pub type Backend = AtomicBackend;
+/// The backend of this build. TODO(wdk): `KSPIN_LOCK` + `KeAcquireSpinLockRaiseToDpc`; until
+/// then the kernel build would spin without raising IRQL.
+#[cfg(all(target_os = "windows", feature = "wdk"))]
+pub type Backend = AtomicBackend;
+
+/// A spin lock that owns its data.
+///
+/// IRQL: may be acquired at IRQL <= DISPATCH_LEVEL (the kernel backend raises to
+/// DISPATCH_LEVEL and restores the old IRQL on release); holders must not block, wait or
+/// touch pageable memory. Never acquire it from an ISR (DIRQL).
+pub struct SpinLock<T: ?Sized> {
+    raw: Backend,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out at most one `&mut T` at a time, so it is Sync if T can be sent.
+unsafe impl<T: ?Sized + Send> Sync for SpinLock<T> {}
+// SAFETY: owning wrapper.
+unsafe impl<T: ?Sized + Send> Send for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// A new unlocked lock.
+    pub const fn new(data: T) -> Self {
+        SpinLock {
+            raw: Backend::INIT,
+            data: UnsafeCell::new(data),
+        }
+    }
+
+    /// Consumes the lock.
+    pub fn into_inner(self) -> T {
+        self.data.into_inner()
+    }
+}
+
+impl<T: ?Sized> SpinLock<T> {
+    /// Acquires the lock, spinning.
+    pub fn lock(&self) -> SpinLockGuard<'_, T> {
+        // The state is `()` with the host backend and the old KIRQL with the kernel one.
+        #[allow(clippy::let_unit_value)]
+        let state = self.raw.acquire();
+        SpinLockGuard {
+            lock: self,
+            state: Some(state),
+        }
+    }
+
+    /// Acquires the lock if it is free.
+    pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
+        self.raw.try_acquire().map(|state| SpinLockGuard {
+            lock: self,
+            state: Some(state),
+        })
+    }
+
+    /// Exclusive access without locking.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.get_mut()
+    }
+}
+
+/// Proof that the lock is held; releases it on drop.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct SpinLockGuard<'a, T: ?Sized> {
+    lock: &'a SpinLock<T>,
+    // INVARIANT: `Some` from construction until `drop`.
+    state: Option<<Backend as RawLock>::State>,
+}
+
+impl<T: ?Sized> Deref for SpinLockGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while the lock is held, so no `&mut` aliases this.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for SpinLockGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the lock is held and `&mut self` makes this the only access path.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.lock.raw.release(state);
+        }
+    }
+}
+
+/// Orders the CPU's writes to DMA memory (WQEs, command requests) before a later write that
+/// tells the device to look (a `prod_tail` update, REQUEST, a doorbell).
+#[inline]
+pub fn to_device_barrier() {
+    fence(Ordering::Release);
+}
+
+/// Orders a read of a device-written index (`prod_tail`) before the reads of the entries it
+/// publishes (CQEs, EQEs, CQNEs, the command response).
+#[inline]
+pub fn from_device_barrier() {
+    fence(Ordering::Acquire);
+}
+
+/// Full barrier between an MMIO write and a following MMIO read of its outcome (REQUEST then
+/// ERR, CTL then ERR, DSRHIGH then caps): Linux's `mb()` in `pvrdma_cmd_post` and probe.
+#[inline]
+pub fn mmio_flush() {
+    fence(Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn lock_excludes_and_try_lock_fails_while_held() {
+        let l = SpinLock::new(0u32);
+        let g = l.lock();
+        assert!(l.try_lock().is_none());
+        drop(g);
+        assert!(l.try_lock().is_some());
+        let l = Arc::new(SpinLock::new(0u64));
+        let threads: std::vec::Vec<_> = (0..4)
+            .map(|_| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        *l.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*l.lock(), 40_000);
+    }
+}
