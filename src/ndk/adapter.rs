@@ -17,8 +17,8 @@ use super::hw::{Hardware, HwCaps, pow2_floor};
 use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
 use super::pd::Pd;
 use super::srq::Srq;
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {

@@ -14,8 +14,8 @@ use super::error::{NdkError, NdkResult};
 use super::hw::pow2_ceil;
 use super::object::{Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// Effective arm type, ordered so that combining two arms is `max` (§5.4 table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

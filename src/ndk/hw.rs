@@ -69,6 +69,31 @@ impl HwCaps {
     };
 }
 
+impl HwCaps {
+    /// The fields the NDK layer uses from the device caps read at bring-up. The FRMR page
+    /// limit goes through `PVRDMA_GET_CAP` (128 unless VERSION ≥ 18, §4); `max_msg_sz` is the
+    /// port limit (M41), not a caps field.
+    pub fn from_caps(c: &crate::pvrdma::dsr::Caps, device_version: u32) -> HwCaps {
+        HwCaps {
+            vendor_id: c.vendor_id,
+            vendor_part_id: c.vendor_part_id,
+            max_mr_size: c.max_mr_size,
+            max_qp_wr: c.max_qp_wr,
+            max_sge: c.max_sge,
+            max_sge_rd: c.max_sge_rd,
+            max_cq: c.max_cq,
+            max_cqe: c.max_cqe,
+            max_qp_rd_atom: c.max_qp_rd_atom,
+            max_qp_init_rd_atom: c.max_qp_init_rd_atom,
+            max_srq: c.max_srq,
+            max_srq_wr: c.max_srq_wr,
+            max_srq_sge: c.max_srq_sge,
+            max_fast_reg_page_list_len: c.max_fast_reg_pages(device_version),
+            max_msg_sz: crate::pvrdma::device::MAX_MSG_SZ,
+        }
+    }
+}
+
 /// Kind of MR to create (pvrdma.md §1: CREATE_MR flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MrSpec {
@@ -307,4 +332,53 @@ pub const fn pow2_floor(n: u32) -> u32 {
 /// Smallest power of two ≥ `n` (1 for 0), `None` above 2^31.
 pub const fn pow2_ceil(n: u32) -> Option<u32> {
     n.checked_next_power_of_two()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pvrdma::dsr::Caps;
+
+    fn model_caps() -> Caps {
+        Caps {
+            vendor_id: 0x15AD,
+            vendor_part_id: 0x0820,
+            max_mr_size: 1 << 30,
+            max_qp_wr: 4096,
+            max_sge: 16,
+            max_sge_rd: 16,
+            max_cq: 1024,
+            max_cqe: 65536,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            max_srq: 1024,
+            max_srq_wr: 4096,
+            max_srq_sge: 16,
+            max_fast_reg_page_list_len: 512,
+            gid_types: 2,
+            mode: 0,
+            ..Caps::default()
+        }
+    }
+
+    #[test]
+    fn caps_conversion_matches_the_model_defaults() {
+        assert_eq!(HwCaps::from_caps(&model_caps(), 20), HwCaps::MODEL_DEFAULT);
+        // Before VERSION 18 the FRMR page limit field is not valid: PVRDMA_GET_CAP gives 128.
+        assert_eq!(
+            HwCaps::from_caps(&model_caps(), 17).max_fast_reg_page_list_len,
+            128
+        );
+    }
+
+    #[test]
+    fn powers_of_two() {
+        assert_eq!(pow2_floor(0), 0);
+        assert_eq!(pow2_floor(1), 1);
+        assert_eq!(pow2_floor(4095), 2048);
+        assert_eq!(pow2_floor(4096), 4096);
+        assert_eq!(pow2_ceil(0), Some(1));
+        assert_eq!(pow2_ceil(5), Some(8));
+        assert_eq!(pow2_ceil(0x8000_0001), None);
+    }
 }

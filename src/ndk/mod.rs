@@ -26,7 +26,6 @@ pub mod pd;
 pub mod qp;
 pub mod shared_endpoint;
 pub mod srq;
-mod sync;
 
 pub use adapter::{NdkDevice, negotiate_version};
 pub use error::{HwError, NdkError};

@@ -17,8 +17,8 @@ use super::error::{NdkError, NdkResult};
 use super::hw::{MrKeys, MrSpec, access};
 use super::object::{Lifetime, NdkObject, ObjRef, header};
 use super::pd::{Pd, take_successor};
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MrState {

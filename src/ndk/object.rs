@@ -27,8 +27,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::dispatch;
 use super::error::{NdkError, NdkResult};
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// State of one kind of provider object.
 pub trait NdkObject: Send + Sync + Sized {
@@ -69,24 +69,20 @@ unsafe impl<T: NdkObject> Send for ObjRef<T> {}
 // SAFETY: as for `Send`.
 unsafe impl<T: NdkObject> Sync for ObjRef<T> {}
 
-/// Fallible heap allocation (non-paged pool in the kernel).
-///
-/// Stand-in for `crate::os::alloc::try_box` (drv-hw) until that seam is merged: the switch
-/// adds accounting and failure injection.
+/// Fallible non-paged allocation through the OS seam (`crate::os::alloc::try_box`: failure
+/// injection included). The object's memory is then owned by its [`ObjRef`] counts, so it
+/// leaves the seam's live-allocation accounting.
 pub fn try_box<T>(value: T) -> NdkResult<Box<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(1)
-        .map_err(|_| NdkError::InsufficientResources)?;
-    v.push(value);
-    let slice = v.into_boxed_slice();
-    let raw = Box::into_raw(slice).cast::<T>();
-    // SAFETY: a one-element boxed slice has the layout of `T` and came from the global
-    // allocator, so it is a valid `Box<T>` allocation.
-    Ok(unsafe { Box::from_raw(raw) })
+    crate::os::alloc::try_box(value)
+        .map(crate::os::alloc::KBox::into_inner)
+        .map_err(|_| NdkError::InsufficientResources)
 }
 
 /// Fallible `Vec` with `n` elements made by `f`; used for per-slot records at create time.
 pub fn try_vec<T>(n: usize, mut f: impl FnMut() -> T) -> NdkResult<Box<[T]>> {
+    if crate::os::alloc::injected_failure() {
+        return Err(NdkError::InsufficientResources);
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| NdkError::InsufficientResources)?;
