@@ -55,6 +55,8 @@ struct FakeState {
     qps: Vec<QpSpec>,
     srqs: Vec<SrqSpec>,
     srq_queued: u32,
+    /// The device ring refuses WQEs (full or corrupt).
+    ring_full: bool,
 }
 
 struct Fake {
@@ -180,7 +182,10 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_srq(&self, srq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
     }
-    fn write_send_wqe(&self, qp: u32, index: u32, w: &SendWqe<'_>) {
+    fn write_send_wqe(&self, qp: u32, index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
+        if self.st.lock().unwrap().ring_full {
+            return Err(HwError::NoResources);
+        }
         self.st.lock().unwrap().wqes.push(Wqe {
             qp,
             index,
@@ -202,22 +207,25 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
                 )
             }),
         });
+        Ok(())
     }
     fn ring_send(&self, qp: u32) {
         self.st.lock().unwrap().log.push(Hw::RingSend(qp));
     }
-    fn write_recv_wqe(&self, qp: u32, index: u32, w: &RecvWqe<'_>) {
+    fn write_recv_wqe(&self, qp: u32, index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
         self.st
             .lock()
             .unwrap()
             .recvs
             .push((qp, index, w.wr_id, w.sges.len()));
+        Ok(())
     }
     fn ring_recv(&self, qp: u32) {
         self.st.lock().unwrap().log.push(Hw::RingRecv(qp));
     }
-    fn write_srq_wqe(&self, srq: u32, index: u32, w: &RecvWqe<'_>) {
+    fn write_srq_wqe(&self, srq: u32, index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
         self.st.lock().unwrap().srq_wqes.push((srq, index, w.wr_id));
+        Ok(())
     }
     fn ring_srq(&self, srq: u32) {
         self.st.lock().unwrap().log.push(Hw::RingSrq(srq));
@@ -992,6 +1000,20 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
     assert_eq!(e.fake.wqes().len(), 4, "the failed request wrote nothing");
     assert_eq!(e.fake.wqes()[3].send_flags, 2 | 1, "SIGNALED | FENCE");
+    // The hardware refusing the WQE is an inline failure too: deferred WQEs are rung first,
+    // and the slot is not consumed.
+    e.fake.clear_log();
+    assert_eq!(send(qp, 7, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
+    e.fake.st.lock().unwrap().ring_full = true;
+    assert_eq!(send(qp, 8, &s, 0), STATUS_INSUFFICIENT_RESOURCES);
+    e.fake.st.lock().unwrap().ring_full = false;
+    assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
+    assert_eq!(send(qp, 9, &s, 0), STATUS_SUCCESS);
+    assert_eq!(
+        e.fake.wqes().last().map(|w| w.index),
+        Some(5),
+        "the refused index 5 is used by the next post"
+    );
     // A failure with nothing deferred rings nothing.
     e.fake.clear_log();
     assert_eq!(send(qp, 6, &s, NDK_OP_FLAG_INLINE), STATUS_NOT_SUPPORTED);

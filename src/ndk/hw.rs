@@ -300,16 +300,17 @@ pub trait Hardware: Send + Sync {
     /// DESTROY_SRQ.
     fn destroy_srq(&self, srq: u32);
 
-    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell.
-    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>);
+    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell. Fails (and
+    /// publishes nothing) when the ring is full or corrupt.
+    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>) -> Result<(), HwError>;
     /// SQ doorbell (`qp_handle | 1<<30`).
     fn ring_send(&self, qp: u32);
     /// Writes RQ WQE `index` and publishes it; no doorbell.
-    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>);
+    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
     /// RQ doorbell (`qp_handle | 1<<31`).
     fn ring_recv(&self, qp: u32);
     /// Writes SRQ WQE `index` and publishes it; no doorbell.
-    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>);
+    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
     /// SRQ doorbell (`srq_handle | 1<<30`).
     fn ring_srq(&self, srq: u32);
     /// Takes the next CQE of `cq`, if any.

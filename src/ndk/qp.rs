@@ -364,7 +364,7 @@ impl Qp {
         let index = self.sq.reserve(&rec)?;
         wqe.wr_id = wr_id(tag::SQ, index);
         let hw = self.pd.adapter().hw();
-        hw.write_send_wqe(self.handle, index, &wqe);
+        hw.write_send_wqe(self.handle, index, &wqe)?;
         self.sq.commit(index);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
@@ -598,7 +598,7 @@ impl Qp {
                 wr_id: wr_id(tag::RQ, index),
                 sges,
             },
-        );
+        )?;
         rq.commit(index);
         hw.ring_recv(self.handle);
         rq.mark_rung();

@@ -191,20 +191,23 @@ impl Srq {
             }
         }
         let (id, rec) = found.ok_or(NdkError::InsufficientResources)?;
-        rec.context.store(ctx, Ordering::Relaxed);
-        rec.busy.store(true, Ordering::Release);
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
         let index = self.posted.load(Ordering::Relaxed);
         let hw = self.pd.adapter().hw();
-        hw.write_srq_wqe(
+        rec.context.store(ctx, Ordering::Relaxed);
+        rec.busy.store(true, Ordering::Release);
+        if let Err(e) = hw.write_srq_wqe(
             self.handle,
             index,
             &RecvWqe {
                 wr_id: wr_id(tag::SRQ, id),
                 sges,
             },
-        );
+        ) {
+            rec.busy.store(false, Ordering::Release);
+            return Err(e.into());
+        }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
         self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
         hw.ring_srq(self.handle);
         Ok(())
