@@ -1,0 +1,1034 @@
+//! The NDK hardware seam over the PVRDMA hardware layer (pvrdma.md §1 "NDK → PVRDMA mapping",
+//! §8–§13): object commands through the command channel, WQEs into the queue rings, CQEs out
+//! of the CQ rings, doorbells on UAR page 0, and device events forwarded to [`NdkDevice`].
+//!
+//! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
+//! never faked):
+//! - Object commands wait for their response ([`CmdChannel::execute`], PASSIVE_LEVEL), so
+//!   creates complete inline; NdkFlush uses the asynchronous submit (it may run at
+//!   DISPATCH_LEVEL).
+//! - NdkRegisterMr needs the MDL's page list in a page directory; the seam does not carry it
+//!   yet, so a normal MR is refused ([`HwError::Invalid`] → STATUS_INVALID_PARAMETER).
+//! - CQ notification DPCs run on the device's CQ vector DPC, not on the CQ's GROUP_AFFINITY.
+//! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
+#![deny(unsafe_code)]
+
+use alloc::sync::{Arc, Weak};
+
+use super::adapter::NdkDevice;
+use super::error::HwError;
+use super::hw::{
+    FastRegWqe, Hardware, HwCaps, HwCqe, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
+    WrOpcode,
+};
+use crate::ndkpi::NDK_SGE;
+use crate::os::SpinLock;
+use crate::os::alloc::try_arc;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::cmd::{
+    CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr, DestroyPd, DestroyQp,
+    DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType, SrqAttr, mr_flags,
+    srq_attr_mask,
+};
+use crate::pvrdma::cqe::{BadCqe, Cqe};
+use crate::pvrdma::device::{CqEvents, Device, SrqEvents};
+use crate::pvrdma::eqe::EqeType;
+use crate::pvrdma::pdir::PageDir;
+use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
+use crate::pvrdma::table::HandleTable;
+use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
+use crate::pvrdma::wqe::{self, AccessFlags, Ex, FastReg, SendFlags, SendWr, Sge, WrBody};
+
+/// SGEs one post can carry through the stack buffer that converts NDK SGEs to PVRDMA SGEs
+/// without allocating; the adapter never advertises more ([`HwCaps::max_sge`] is capped).
+pub const MAX_POST_SGE: usize = 32;
+
+/// The device's error as the seam reports it (M8 codes: 12 no resources, 22/95 invalid).
+pub fn hw_error(e: PvrdmaError) -> HwError {
+    match e {
+        PvrdmaError::NoMemory | PvrdmaError::QueueFull => HwError::NoResources,
+        PvrdmaError::CommandFailed { err: 12, .. } => HwError::NoResources,
+        PvrdmaError::CommandFailed { err: 22 | 95, .. }
+        | PvrdmaError::InvalidParameter
+        | PvrdmaError::NotSupported => HwError::Invalid,
+        _ => HwError::Failed,
+    }
+}
+
+/// Converts the NDK SGEs into `buf` (no allocation).
+///
+/// # Errors
+/// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs.
+pub fn convert_sges<'a>(
+    sges: &[NDK_SGE],
+    buf: &'a mut [Sge; MAX_POST_SGE],
+) -> Result<&'a [Sge], HwError> {
+    let out = buf.get_mut(..sges.len()).ok_or(HwError::Invalid)?;
+    for (o, s) in out.iter_mut().zip(sges) {
+        *o = Sge {
+            addr: super::dispatch::sge_address(s),
+            length: s.Length,
+            lkey: s.MemoryRegionToken,
+        };
+    }
+    Ok(out)
+}
+
+/// The PVRDMA send WR for an NDK WQE; `pl_pdir_dma` is the FRMR's page-list directory.
+pub fn send_wr<'a>(w: &SendWqe<'_>, sges: &'a [Sge], pl_pdir_dma: u64) -> SendWr<'a> {
+    let opcode = match w.opcode {
+        WrOpcode::RdmaWrite => wqe::WrOpcode::RdmaWrite,
+        WrOpcode::Send => wqe::WrOpcode::Send,
+        WrOpcode::RdmaRead => wqe::WrOpcode::RdmaRead,
+        WrOpcode::SendWithInv => wqe::WrOpcode::SendWithInv,
+        WrOpcode::LocalInv => wqe::WrOpcode::LocalInv,
+        WrOpcode::FastRegMr => wqe::WrOpcode::FastRegMr,
+    };
+    let ex = match w.opcode {
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => Ex::InvalidateRkey(w.invalidate_rkey),
+        _ => Ex::None,
+    };
+    let body = match (w.opcode, w.fast_reg) {
+        (WrOpcode::RdmaWrite | WrOpcode::RdmaRead, _) => WrBody::Rdma {
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+        },
+        (WrOpcode::FastRegMr, Some(f)) => WrBody::FastReg(FastReg {
+            iova_start: f.iova_start,
+            pl_pdir_dma,
+            page_shift: 12,
+            page_list_len: f.pages.len() as u32,
+            length: f.length,
+            access_flags: AccessFlags::from_bits_truncate(f.access),
+            rkey: f.key,
+        }),
+        _ => WrBody::None,
+    };
+    SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        flags: SendFlags::from_bits_truncate(w.send_flags),
+        ex,
+        body,
+        sges,
+    }
+}
+
+/// A polled CQE as the seam reports it. A CQE that failed validation keeps its `wr_id` and
+/// names no QP (`u32::MAX`), so the NDK layer drops and counts it.
+pub fn hw_cqe(r: &Result<Cqe, BadCqe>) -> HwCqe {
+    match r {
+        Ok(c) => HwCqe {
+            wr_id: c.wr_id,
+            qp: c.qp,
+            status: c.status as u32,
+            byte_len: c.byte_len,
+            invalidated_rkey: c.invalidated_rkey(),
+        },
+        Err(b) => HwCqe {
+            wr_id: b.wr_id,
+            qp: u32::MAX,
+            status: super::completion::wc::GENERAL_ERR,
+            byte_len: 0,
+            invalidated_rkey: None,
+        },
+    }
+}
+
+type Sink = Arc<SpinLock<Option<Weak<NdkDevice>>>>;
+
+fn sink_device(sink: &Sink) -> Option<Arc<NdkDevice>> {
+    sink.lock().as_ref().and_then(Weak::upgrade)
+}
+
+struct CqHook {
+    sink: Sink,
+    handle: u32,
+}
+
+impl CqEvents for CqHook {
+    fn completion(&self) {
+        if let Some(d) = sink_device(&self.sink) {
+            d.cq_notification(self.handle);
+        }
+    }
+    fn error(&self) {
+        // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
+        // NDK's overrun status is the one that fits.
+        if let Some(d) = sink_device(&self.sink) {
+            d.cq_error(self.handle, true);
+        }
+    }
+}
+
+struct SrqHook {
+    sink: Sink,
+    handle: u32,
+}
+
+impl SrqEvents for SrqHook {
+    fn event(&self, kind: EqeType) {
+        let Some(d) = sink_device(&self.sink) else {
+            return;
+        };
+        match kind {
+            EqeType::SrqLimitReached => d.srq_limit_reached(self.handle),
+            EqeType::SrqErr => d.srq_error(self.handle),
+            _ => {}
+        }
+    }
+}
+
+type Shared<T> = Arc<SpinLock<T>>;
+
+fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
+    // Handles are below `max_*` (M10), which M5 bounds by 65536.
+    HandleTable::new(bound.min(65536)).map_err(hw_error)
+}
+
+/// The PVRDMA device as the NDK layer's [`Hardware`].
+pub struct PvrdmaHardware {
+    dev: Arc<Device>,
+    caps: HwCaps,
+    cqs: SpinLock<HandleTable<Shared<CqRing>>>,
+    qps: SpinLock<HandleTable<Shared<QpQueues>>>,
+    srqs: SpinLock<HandleTable<Shared<SrqQueue>>>,
+    frmrs: SpinLock<HandleTable<Arc<PageDir>>>,
+    sink: Sink,
+}
+
+impl PvrdmaHardware {
+    /// Wraps a started device.
+    ///
+    /// # Errors
+    /// [`HwError::NoResources`] when the handle tables cannot be allocated.
+    pub fn new(dev: Arc<Device>) -> Result<Arc<PvrdmaHardware>, HwError> {
+        let c = *dev.caps();
+        let mut caps = HwCaps::from_caps(&c, dev.version());
+        caps.max_sge = caps.max_sge.min(MAX_POST_SGE as u32);
+        caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
+        caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
+        try_arc(PvrdmaHardware {
+            cqs: SpinLock::new(table(c.max_cq)?),
+            qps: SpinLock::new(table(c.max_qp)?),
+            srqs: SpinLock::new(table(c.max_srq)?),
+            frmrs: SpinLock::new(table(c.max_mr)?),
+            sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
+            dev,
+            caps,
+        })
+        .map_err(|_| HwError::NoResources)
+    }
+
+    /// Routes device events to `ndk` (called once, after [`NdkDevice::new`]).
+    pub fn attach(&self, ndk: &Arc<NdkDevice>) {
+        *self.sink.lock() = Some(Arc::downgrade(ndk));
+    }
+
+    fn exec<C: crate::pvrdma::cmd::Command>(&self, cmd: &C) -> Result<C::Resp, HwError> {
+        self.dev.cmd().execute(cmd).map_err(hw_error)
+    }
+
+    fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
+        self.cqs.lock().get(h).cloned()
+    }
+
+    fn qp(&self, h: u32) -> Option<Shared<QpQueues>> {
+        self.qps.lock().get(h).cloned()
+    }
+
+    fn srq(&self, h: u32) -> Option<Shared<SrqQueue>> {
+        self.srqs.lock().get(h).cloned()
+    }
+}
+
+const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+impl Hardware for PvrdmaHardware {
+    fn caps(&self) -> &HwCaps {
+        &self.caps
+    }
+
+    fn wait_until(&self, cond: &dyn Fn() -> bool) {
+        while !self.dev.platform().wait_until(cond, 1_000_000_000) {}
+    }
+
+    fn create_pd(&self) -> Result<u32, HwError> {
+        self.exec(&CreatePd { ctx_handle: 0 })
+    }
+
+    fn destroy_pd(&self, pd: u32) {
+        let _ = self.exec(&DestroyPd { pd_handle: pd });
+    }
+
+    fn create_cq(&self, entries: u32) -> Result<u32, HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let mut ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
+        let resp = self.exec(&CreateCq {
+            pdir_dma: ring.pdir_dma(),
+            ctx_handle: 0,
+            cqe: entries,
+            nchunks: ring.nchunks(),
+        })?;
+        let h = resp.cq_handle;
+        let ready = ring
+            .set_device_entries(resp.cqe)
+            .map_err(hw_error)
+            .and_then(|()| try_arc(SpinLock::new(ring)).map_err(|_| HwError::NoResources))
+            .and_then(|r| self.cqs.lock().insert(h, r).map_err(hw_error))
+            .and_then(|()| {
+                let hook = try_arc(CqHook {
+                    sink: self.sink.clone(),
+                    handle: h,
+                })
+                .map_err(|_| HwError::NoResources)?;
+                self.dev.register_cq(h, hook).map_err(hw_error)
+            });
+        if let Err(e) = ready {
+            let _ = self.exec(&DestroyCq { cq_handle: h });
+            // The ring is freed only after the device has let go of it.
+            let gone = self.cqs.lock().remove(h);
+            drop(gone);
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    fn destroy_cq(&self, cq: u32) {
+        drop(self.dev.unregister_cq(cq));
+        let _ = self.exec(&DestroyCq { cq_handle: cq });
+        let gone = self.cqs.lock().remove(cq);
+        drop(gone);
+    }
+
+    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError> {
+        let (flags, access, nchunks, pdir) = match *spec {
+            MrSpec::Dma => (mr_flags::DMA, AccessFlags::LOCAL_WRITE, 0, None),
+            MrSpec::FastReg { max_pages } => {
+                let dma = self.dev.platform().dma().clone();
+                let dir = PageDir::new(&dma, max_pages).map_err(hw_error)?;
+                let dir = try_arc(dir).map_err(|_| HwError::NoResources)?;
+                (mr_flags::FRMR, AccessFlags::empty(), max_pages, Some(dir))
+            }
+            // The MDL page list does not cross the seam yet (module docs).
+            MrSpec::Normal { .. } => return Err(HwError::Invalid),
+        };
+        let r = self.exec(&CreateMr {
+            start: 0,
+            length: 0,
+            pdir_dma: 0,
+            pd_handle: pd,
+            access_flags: access,
+            flags,
+            nchunks,
+        })?;
+        let filed = pdir.map(|dir| self.frmrs.lock().insert(r.mr_handle, dir));
+        if let Some(Err(e)) = filed {
+            {
+                let _ = self.exec(&DestroyMr {
+                    mr_handle: r.mr_handle,
+                });
+                return Err(hw_error(e));
+            }
+        }
+        Ok(MrKeys {
+            handle: r.mr_handle,
+            lkey: r.lkey,
+            rkey: r.rkey,
+        })
+    }
+
+    fn destroy_mr(&self, mr: u32) {
+        let _ = self.exec(&DestroyMr { mr_handle: mr });
+        let gone = self.frmrs.lock().remove(mr);
+        drop(gone);
+    }
+
+    fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
+        let recv = match spec.srq {
+            Some(_) => None,
+            None => Some((spec.max_recv_wr, spec.max_recv_sge)),
+        };
+        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let queues = QpQueues::alloc(&dma, &layout).map_err(hw_error)?;
+        let resp = self.exec(&CreateQp {
+            pdir_dma: queues.pdir_dma(),
+            pd_handle: spec.pd,
+            send_cq_handle: spec.send_cq,
+            recv_cq_handle: spec.recv_cq,
+            srq_handle: spec.srq.unwrap_or(0),
+            max_send_wr: spec.max_send_wr,
+            max_recv_wr: spec.max_recv_wr,
+            max_send_sge: spec.max_send_sge,
+            max_recv_sge: spec.max_recv_sge,
+            max_inline_data: 0,
+            lkey: 0,
+            access_flags: QP_ACCESS,
+            total_chunks: layout.total_chunks as u16,
+            send_chunks: layout.send_chunks as u16,
+            max_atomic_arg: 0,
+            sq_sig_all: 0,
+            qp_type: QpType::Rc,
+            is_srq: u8::from(spec.srq.is_some()),
+        })?;
+        let h = resp.qp_handle;
+        // RESET → INIT with remote access, so receives can be pre-posted (§5.3).
+        let init = self.exec(&ModifyQp {
+            qp_handle: h,
+            attr_mask: QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+            attr: QpAttr {
+                qp_state: QpState::Init as u32,
+                qp_access_flags: QP_ACCESS.bits(),
+                port_num: 1,
+                ..QpAttr::default()
+            },
+        });
+        let ready = init.and_then(|()| {
+            let q = try_arc(SpinLock::new(queues)).map_err(|_| HwError::NoResources)?;
+            self.qps.lock().insert(h, q).map_err(hw_error)
+        });
+        if let Err(e) = ready {
+            let _ = self.exec(&DestroyQp { qp_handle: h });
+            let gone = self.qps.lock().remove(h);
+            drop(gone);
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    fn destroy_qp(&self, qp: u32) {
+        let _ = self.exec(&DestroyQp { qp_handle: qp });
+        let gone = self.qps.lock().remove(qp);
+        drop(gone);
+    }
+
+    fn flush_qp(&self, qp: u32) {
+        // NdkFlush may run at DISPATCH_LEVEL: submit without waiting; the device writes the
+        // flush CQEs before its response (M32).
+        let _ = self.dev.cmd().submit(
+            &ModifyQp {
+                qp_handle: qp,
+                attr_mask: QpAttrMask::STATE,
+                attr: QpAttr {
+                    qp_state: QpState::Err as u32,
+                    ..QpAttr::default()
+                },
+            },
+            |_| {},
+        );
+    }
+
+    fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
+        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
+        let h = self.exec(&CreateSrq {
+            pdir_dma: q.pdir_dma(),
+            pd_handle: spec.pd,
+            nchunks: q.nchunks(),
+            attr: SrqAttr {
+                max_wr: spec.max_wr,
+                max_sge: spec.max_sge,
+                srq_limit: spec.limit,
+            },
+            srq_type: 0,
+        })?;
+        let ready = try_arc(SpinLock::new(q))
+            .map_err(|_| HwError::NoResources)
+            .and_then(|q| self.srqs.lock().insert(h, q).map_err(hw_error))
+            .and_then(|()| {
+                let hook = try_arc(SrqHook {
+                    sink: self.sink.clone(),
+                    handle: h,
+                })
+                .map_err(|_| HwError::NoResources)?;
+                self.dev.register_srq(h, hook).map_err(hw_error)
+            });
+        if let Err(e) = ready {
+            let _ = self.exec(&DestroySrq { srq_handle: h });
+            let gone = self.srqs.lock().remove(h);
+            drop(gone);
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError> {
+        self.exec(&ModifySrq {
+            srq_handle: srq,
+            attr_mask: srq_attr_mask::LIMIT,
+            attr: SrqAttr {
+                srq_limit: limit,
+                ..SrqAttr::default()
+            },
+        })
+    }
+
+    fn srq_queued(&self, srq: u32) -> u32 {
+        self.srq(srq)
+            .and_then(|q| q.lock().outstanding().ok())
+            .unwrap_or(0)
+    }
+
+    fn destroy_srq(&self, srq: u32) {
+        drop(self.dev.unregister_srq(srq));
+        let _ = self.exec(&DestroySrq { srq_handle: srq });
+        let gone = self.srqs.lock().remove(srq);
+        drop(gone);
+    }
+
+    fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
+        let q = self.qp(qp).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        let pl = match w.fast_reg {
+            Some(FastRegWqe {
+                mr_handle, pages, ..
+            }) => {
+                let dir = self
+                    .frmrs
+                    .lock()
+                    .get(mr_handle)
+                    .cloned()
+                    .ok_or(HwError::Invalid)?;
+                for (i, &p) in pages.iter().enumerate() {
+                    dir.set_page(i as u32, p as u64).map_err(hw_error)?;
+                }
+                dir.dma()
+            }
+            None => 0,
+        };
+        let wr = send_wr(w, sges, pl);
+        q.lock().sq.post(&wr).map(|_| ()).map_err(hw_error)
+    }
+
+    fn ring_send(&self, qp: u32) {
+        self.dev.ring(QpDoorbell::send(qp));
+    }
+
+    fn write_recv_wqe(&self, qp: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
+        let q = self.qp(qp).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        let mut g = q.lock();
+        let rq = g.rq.as_mut().ok_or(HwError::Invalid)?;
+        rq.post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+    }
+
+    fn ring_recv(&self, qp: u32) {
+        self.dev.ring(QpDoorbell::recv(qp));
+    }
+
+    fn write_srq_wqe(&self, srq: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
+        let q = self.srq(srq).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        q.lock().post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+    }
+
+    fn ring_srq(&self, srq: u32) {
+        self.dev.ring(SrqDoorbell::recv(srq));
+    }
+
+    fn poll_cq(&self, cq: u32) -> Option<HwCqe> {
+        let ring = self.cq(cq)?;
+        let limits = self.dev.cqe_limits();
+        let mut out = [Err(BadCqe {
+            wr_id: 0,
+            reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
+        })];
+        match ring.lock().poll(&mut out, &limits) {
+            Ok(1) => out.first().map(hw_cqe),
+            _ => None,
+        }
+    }
+
+    fn cq_has_entries(&self, cq: u32) -> bool {
+        self.cq(cq)
+            .is_some_and(|r| r.lock().pending().is_ok_and(|n| n > 0))
+    }
+
+    fn arm_cq(&self, cq: u32, solicited_only: bool) {
+        if solicited_only {
+            self.dev.ring(CqDoorbell::arm_solicited(cq));
+        } else {
+            self.dev.ring(CqDoorbell::arm(cq));
+        }
+    }
+}
+
+// The end-to-end test plays the NDK consumer, which calls through raw object pointers.
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use super::*;
+    use crate::pvrdma::cqe::{CqeError, WcFlags, WcOpcode, WcStatus};
+
+    fn ndk_sge(addr: u64, len: u32, key: u32) -> NDK_SGE {
+        NDK_SGE {
+            Anonymous: crate::ndkpi::NDK_SGE_0 {
+                LogicalAddress: addr as i64,
+            },
+            Length: len,
+            MemoryRegionToken: key,
+        }
+    }
+
+    #[test]
+    fn sges_convert_without_allocation_and_are_bounded() {
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let s = [
+            ndk_sge(0xFFFF_8000_1234_0000, 7, 0x301),
+            ndk_sge(0x10, 0, 0x402),
+        ];
+        let out = convert_sges(&s, &mut buf).expect("fits");
+        assert_eq!(
+            out,
+            &[
+                Sge {
+                    addr: 0xFFFF_8000_1234_0000,
+                    length: 7,
+                    lkey: 0x301
+                },
+                Sge {
+                    addr: 0x10,
+                    length: 0,
+                    lkey: 0x402
+                },
+            ]
+        );
+        let many = [ndk_sge(0, 1, 1); MAX_POST_SGE + 1];
+        assert_eq!(convert_sges(&many, &mut buf).err(), Some(HwError::Invalid));
+    }
+
+    #[test]
+    fn ndk_wqes_map_to_pvrdma_wrs() {
+        let base = SendWqe {
+            wr_id: 0x1_0000_0003,
+            opcode: WrOpcode::RdmaRead,
+            send_flags: 0b011,
+            sges: &[],
+            remote_addr: 0xAB_0000,
+            rkey: 0x1234,
+            invalidate_rkey: 0,
+            fast_reg: None,
+        };
+        let wr = send_wr(&base, &[], 0);
+        assert_eq!(wr.opcode, wqe::WrOpcode::RdmaRead);
+        assert_eq!(wr.flags, SendFlags::FENCE | SendFlags::SIGNALED);
+        assert_eq!(
+            wr.body,
+            WrBody::Rdma {
+                remote_addr: 0xAB_0000,
+                rkey: 0x1234
+            }
+        );
+        assert_eq!(wr.ex, Ex::None);
+        let inv = SendWqe {
+            opcode: WrOpcode::SendWithInv,
+            invalidate_rkey: 0x77,
+            ..base
+        };
+        let wr = send_wr(&inv, &[], 0);
+        assert_eq!(
+            (wr.opcode, wr.ex, wr.body),
+            (
+                wqe::WrOpcode::SendWithInv,
+                Ex::InvalidateRkey(0x77),
+                WrBody::None
+            )
+        );
+        let li = SendWqe {
+            opcode: WrOpcode::LocalInv,
+            invalidate_rkey: 0x78,
+            ..base
+        };
+        assert_eq!(send_wr(&li, &[], 0).opcode as u32, 10);
+        let pages = [0x1000i64, 0x5000];
+        let fr = SendWqe {
+            opcode: WrOpcode::FastRegMr,
+            fast_reg: Some(FastRegWqe {
+                mr_handle: 3,
+                iova_start: 0x7000_0010,
+                pages: &pages,
+                length: 0x1FF0,
+                access: 0b101,
+                key: 0x305,
+            }),
+            ..base
+        };
+        let wr = send_wr(&fr, &[], 0xD000);
+        assert_eq!(wr.opcode as u32, 11);
+        assert_eq!(
+            wr.body,
+            WrBody::FastReg(FastReg {
+                iova_start: 0x7000_0010,
+                pl_pdir_dma: 0xD000,
+                page_shift: 12,
+                page_list_len: 2,
+                length: 0x1FF0,
+                access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                rkey: 0x305,
+            })
+        );
+    }
+
+    #[test]
+    fn cqes_map_to_the_seam() {
+        let c = Cqe {
+            wr_id: 0x2_0000_0001,
+            qp: 5,
+            status: WcStatus::RemAccessErr,
+            opcode: Some(WcOpcode::Recv),
+            byte_len: 64,
+            ex: 0x1234_5601u32.to_le_bytes(),
+            src_qp: 0,
+            wc_flags: WcFlags::WITH_INVALIDATE,
+            vendor_err: 0,
+            pkey_index: 0,
+            port_num: 1,
+            smac: [0; 6],
+            network_hdr_type: None,
+        };
+        assert_eq!(
+            hw_cqe(&Ok(c)),
+            HwCqe {
+                wr_id: 0x2_0000_0001,
+                qp: 5,
+                status: 10,
+                byte_len: 64,
+                invalidated_rkey: Some(0x1234_5601)
+            }
+        );
+        let bad = BadCqe {
+            wr_id: 9,
+            reason: CqeError::Status(99),
+        };
+        assert_eq!(hw_cqe(&Err(bad)).qp, u32::MAX);
+    }
+
+    #[test]
+    fn device_errors_map_to_seam_errors() {
+        assert_eq!(hw_error(PvrdmaError::NoMemory), HwError::NoResources);
+        assert_eq!(hw_error(PvrdmaError::QueueFull), HwError::NoResources);
+        assert_eq!(
+            hw_error(PvrdmaError::CommandFailed { code: 9, err: 12 }),
+            HwError::NoResources
+        );
+        assert_eq!(
+            hw_error(PvrdmaError::CommandFailed { code: 9, err: 22 }),
+            HwError::Invalid
+        );
+        assert_eq!(hw_error(PvrdmaError::Timeout), HwError::Failed);
+    }
+
+    // ------------------------------------------------------------ end to end over the
+    // hardware layer, against its scripted fake device (testdev): commands, rings, doorbells,
+    // CQNE and async-event delivery.
+
+    use crate::ndk::completion::{tag, wr_id};
+    use crate::ndkpi::*;
+    use crate::os::Platform;
+    use crate::os::host::{HostDevice, HostPlatform};
+    use crate::pvrdma::cmd::code;
+    use crate::pvrdma::device::DeviceConfig;
+    use crate::pvrdma::testdev::FakeDevice;
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use std::vec::Vec;
+
+    static NOTIFY: AtomicU32 = AtomicU32::new(0);
+    static NOTIFY_STATUS: AtomicU32 = AtomicU32::new(0);
+    static SRQ_NOTIFY: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "system" fn cq_cb(_ctx: PVOID, st: NTSTATUS) {
+        NOTIFY_STATUS.store(st as u32, Ordering::SeqCst);
+        NOTIFY.fetch_add(1, Ordering::SeqCst);
+    }
+    unsafe extern "system" fn srq_cb(_ctx: PVOID, _st: NTSTATUS) {
+        SRQ_NOTIFY.fetch_add(1, Ordering::SeqCst);
+    }
+    unsafe extern "system" fn create_cb(_c: PVOID, _s: NTSTATUS, _o: *mut NDK_OBJECT_HEADER) {}
+    unsafe extern "system" fn close_cb(_c: PVOID) {}
+
+    fn wait_for(cond: impl Fn() -> bool) {
+        for _ in 0..20_000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        panic!("condition not reached");
+    }
+
+    fn requests(fake: &FakeDevice) -> Vec<[u8; crate::pvrdma::cmd::REQ_MAX]> {
+        fake.st.lock().unwrap().requests.clone()
+    }
+
+    fn u32_at(b: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+
+    fn u64_at(b: &[u8], o: usize) -> u64 {
+        u64::from(u32_at(b, o)) | (u64::from(u32_at(b, o + 4)) << 32)
+    }
+
+    /// Page `i` of the buffer behind page directory `pdir`.
+    fn page(fake: &FakeDevice, pdir: u64, i: u64) -> u64 {
+        let table = fake.read_u64(pdir + (i >> 9) * 8);
+        fake.read_u64(table + (i & 0x1FF) * 8)
+    }
+
+    #[test]
+    fn ndk_objects_over_the_hardware_layer() {
+        let fake = FakeDevice::new(20);
+        let platform = HostPlatform::new(
+            HostDevice {
+                bar1: fake.clone(),
+                dma: fake.dma.clone(),
+                doorbell: None,
+                uar_pfn: 0x1_2345,
+                pump: None,
+            },
+            2,
+        );
+        let w = Arc::downgrade(&platform);
+        *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
+            if let Some(p) = w.upgrade() {
+                p.raise_interrupt(v);
+            }
+        }));
+        let p: Arc<dyn Platform> = platform.clone();
+        let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
+        // Every command answers handle 7 @16 and 64 @20 (CQ entries, v20 qp_handle, lkey).
+        {
+            let mut st = fake.st.lock().unwrap();
+            st.resp_body[0..4].copy_from_slice(&7u32.to_le_bytes());
+            st.resp_body[4..8].copy_from_slice(&64u32.to_le_bytes());
+            st.resp_body[8..12].copy_from_slice(&0x700u32.to_le_bytes());
+        }
+        let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hw");
+        let ndk = NdkDevice::new(hw.clone()).expect("ndk");
+        hw.attach(&ndk);
+        let a = ndk
+            .open_adapter(NDK_VERSION { Major: 2, Minor: 0 })
+            .expect("open");
+        let before = requests(&fake).len();
+
+        // SAFETY: a live adapter this provider returned (and likewise for every object and
+        // pointer used below).
+        let ad = unsafe { (*a).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let ad = unsafe { &*ad };
+        let mut pd = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, core::ptr::null_mut(), &mut pd) };
+        assert_eq!(st, STATUS_SUCCESS);
+        let mut cq = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe {
+            (ad.NdkCreateCq)(
+                a,
+                50,
+                cq_cb,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                create_cb,
+                core::ptr::null_mut(),
+                &mut cq,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let reqs = requests(&fake);
+        let codes: Vec<u32> = reqs[before..].iter().map(|r| u32_at(r, 8)).collect();
+        assert_eq!(codes, [code::CREATE_PD, code::CREATE_MR, code::CREATE_CQ]);
+        let mr_req = &reqs[before + 1];
+        assert_eq!(
+            (u32_at(mr_req, 40), u32_at(mr_req, 48)),
+            (7, mr_flags::DMA),
+            "DMA MR of PD 7"
+        );
+        let cq_req = &reqs[before + 2];
+        assert_eq!(
+            (u32_at(cq_req, 28), u32_at(cq_req, 32)),
+            (64, 2),
+            "cqe 64, nchunks 2"
+        );
+        let cq_pdir = u64_at(cq_req, 16);
+        // SAFETY: as above.
+        let pdd = unsafe { (*pd).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let pdd = unsafe { &*pdd };
+        let mut tok = 0;
+        // SAFETY: as above.
+        unsafe { (pdd.NdkGetPrivilegedMemoryRegionToken)(pd, &mut tok) };
+        assert_eq!(tok, 64, "the DMA MR's lkey");
+
+        // A QP (handle 64 in the v20 response), connected by hand, posts a signalled send.
+        let mut qp = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe {
+            (pdd.NdkCreateQp)(
+                pd,
+                cq,
+                cq,
+                0x5A as PVOID,
+                4,
+                4,
+                1,
+                2,
+                0,
+                create_cb,
+                core::ptr::null_mut(),
+                &mut qp,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let reqs = requests(&fake);
+        let qp_req = reqs
+            .iter()
+            .rev()
+            .find(|r| u32_at(&r[..], 8) == code::CREATE_QP)
+            .expect("CREATE_QP");
+        assert_eq!(u32_at(qp_req, 28), 7, "send CQ handle");
+        assert_eq!(
+            u32_at(reqs.last().expect("MODIFY_QP"), 8),
+            code::MODIFY_QP,
+            "RESET → INIT"
+        );
+        let qp_pdir = u64_at(qp_req, 16);
+        // SAFETY: as above.
+        unsafe { crate::ndk::set_qp_connected(qp, true) };
+        let sge = NDK_SGE {
+            Anonymous: crate::ndkpi::NDK_SGE_0 {
+                LogicalAddress: 0x9000,
+            },
+            Length: 12,
+            MemoryRegionToken: 64,
+        };
+        // SAFETY: as above.
+        let qpd = unsafe { (*qp).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let qpd = unsafe { &*qpd };
+        // SAFETY: as above.
+        let st = unsafe {
+            (qpd.NdkSend)(
+                qp,
+                0x33 as PVOID,
+                &sge,
+                1,
+                NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(platform.uar_word(0), 64 | 1 << 30, "SQ doorbell");
+        // The WQE sits at byte 4096 of the QP buffer: wr_id, num_sge, opcode SEND, flags.
+        let wqe = page(&fake, qp_pdir, 1);
+        assert_eq!(fake.read_u64(wqe), wr_id(tag::SQ, 0));
+        assert_eq!(fake.read_u32(wqe + 8), 1);
+        assert_eq!(fake.read_u32(wqe + 16), 2, "PVRDMA_WR_SEND");
+        assert_eq!(fake.read_u32(wqe + 20), 0b110, "SIGNALED | SOLICITED");
+        assert_eq!(fake.read_u64(wqe + 80), 0x9000, "SGE addr");
+
+        // Arm, then the device writes the CQE and a CQNE: one callback.
+        // SAFETY: as above.
+        let cqd = unsafe { (*cq).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let cqd = unsafe { &*cqd };
+        // SAFETY: as above.
+        unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ANY) };
+        assert_eq!(platform.uar_word(4), 7 | 1 << 30, "CQ_ARM doorbell");
+        let cq_page0 = page(&fake, cq_pdir, 0);
+        let cq_page1 = page(&fake, cq_pdir, 1);
+        let mut cqe = [0u8; 64];
+        cqe[0..8].copy_from_slice(&wr_id(tag::SQ, 0).to_le_bytes());
+        cqe[8..16].copy_from_slice(&64u64.to_le_bytes());
+        cqe[24..28].copy_from_slice(&12u32.to_le_bytes());
+        fake.write(cq_page1, &cqe);
+        fake.write(cq_page0 + 8, &1u32.to_le_bytes());
+        fake.post_cqne(7);
+        wait_for(|| NOTIFY.load(Ordering::SeqCst) == 1);
+        assert_eq!(NOTIFY_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        // SAFETY: a zeroed result is a valid value.
+        let mut out = [unsafe { core::mem::zeroed::<NDK_RESULT_EX>() }; 2];
+        // SAFETY: as above.
+        let n = unsafe { (cqd.NdkGetCqResultsEx)(cq, out.as_mut_ptr(), 2) };
+        assert_eq!(n, 1);
+        assert_eq!(
+            (
+                out[0].Status,
+                out[0].RequestContext as usize,
+                out[0].QPContext as usize,
+                out[0].Type
+            ),
+            (STATUS_SUCCESS, 0x33, 0x5A, NdkOperationTypeSend)
+        );
+        assert_eq!(fake.read_u32(cq_page0 + 12), 1, "cons_head advanced");
+
+        // An SRQ's limit event arrives as an async EQE (SRQ_LIMIT_REACHED, info = handle).
+        let mut srq = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe {
+            (pdd.NdkCreateSrq)(
+                pd,
+                16,
+                1,
+                4,
+                Some(srq_cb),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                create_cb,
+                core::ptr::null_mut(),
+                &mut srq,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        fake.post_eqe(EqeType::SrqLimitReached as u32, 7);
+        wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 1);
+        // CQ_ERR for the CQ: reported at the next arm as an overrun.
+        fake.post_eqe(EqeType::CqErr as u32, 7);
+        wait_for(|| hw.dev.stats().events >= 2);
+        // SAFETY: as above.
+        unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ERRORS) };
+        wait_for(|| NOTIFY.load(Ordering::SeqCst) == 2);
+        assert_eq!(
+            NOTIFY_STATUS.load(Ordering::SeqCst),
+            STATUS_BUFFER_OVERFLOW as u32
+        );
+
+        // Teardown: DESTROY commands, then the adapter close does not wait.
+        for obj in [
+            qp.cast::<NDK_OBJECT_HEADER>(),
+            srq.cast(),
+            cq.cast(),
+            pd.cast(),
+        ] {
+            // SAFETY: every object's table starts with its close slot.
+            let d = unsafe { (*obj.cast::<NDK_PD>()).Dispatch };
+            // SAFETY: the provider's dispatch tables are statics.
+            let f = unsafe { (*d).NdkClosePd };
+            // SAFETY: as above.
+            let st = unsafe { f(obj, close_cb, core::ptr::null_mut()) };
+            assert_eq!(st, STATUS_SUCCESS);
+        }
+        // SAFETY: opened above, closed once.
+        unsafe { crate::ndk::dispatch::close_adapter(a) };
+        let codes: Vec<u32> = requests(&fake).iter().map(|r| u32_at(r, 8)).collect();
+        assert_eq!(
+            &codes[codes.len() - 5..],
+            [
+                code::DESTROY_QP,
+                code::DESTROY_SRQ,
+                code::DESTROY_CQ,
+                code::DESTROY_MR,
+                code::DESTROY_PD
+            ]
+        );
+        platform.executor().shutdown();
+    }
+}
