@@ -43,6 +43,19 @@ enum Hw {
     SrqLimit(u32, u32),
 }
 
+/// What CREATE_MR was asked for (an owned copy of `MrSpec`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MrRec {
+    Dma,
+    Normal {
+        start: u64,
+        length: u64,
+        access: u32,
+        pages: Vec<u64>,
+    },
+    FastReg(u32),
+}
+
 #[derive(Default)]
 struct FakeState {
     next: u32,
@@ -51,7 +64,7 @@ struct FakeState {
     recvs: Vec<(u32, u32, u64, usize)>,
     srq_wqes: Vec<(u32, u32, u64)>,
     cqes: HashMap<u32, VecDeque<HwCqe>>,
-    mrs: Vec<(u32, MrSpec)>,
+    mrs: Vec<(u32, MrRec)>,
     qps: Vec<QpSpec>,
     srqs: Vec<SrqSpec>,
     srq_queued: u32,
@@ -142,11 +155,26 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_cq(&self, cq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("cq", cq));
     }
-    fn create_mr(&self, _pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError> {
+    fn create_mr(&self, _pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
         let h = self.handle("mr");
-        self.st.lock().unwrap().mrs.push((h, *spec));
-        let remote = matches!(spec, MrSpec::Normal { access, .. } if access & 6 != 0)
-            || matches!(spec, MrSpec::FastReg { .. });
+        let rec = match *spec {
+            MrSpec::Dma => MrRec::Dma,
+            MrSpec::Normal {
+                start,
+                length,
+                access,
+                pages,
+            } => MrRec::Normal {
+                start,
+                length,
+                access,
+                pages: pages.to_vec(),
+            },
+            MrSpec::FastReg { max_pages } => MrRec::FastReg(max_pages),
+        };
+        let remote = matches!(rec, MrRec::Normal { access, .. } if access & 6 != 0)
+            || matches!(rec, MrRec::FastReg(_));
+        self.st.lock().unwrap().mrs.push((h, rec));
         Ok(MrKeys {
             handle: h,
             lkey: h << 8,
@@ -1244,91 +1272,92 @@ fn fast_register_rules_and_tokens() {
     e.close_adapter();
 }
 
+/// An MDL followed by its PFN array, as the memory manager lays it out.
+#[repr(C)]
+struct MdlPfn<const N: usize> {
+    mdl: MDL,
+    pfn: [usize; N],
+}
+
+impl<const N: usize> MdlPfn<N> {
+    fn new(start_va: usize, offset: u32, count: u32, pfn: [usize; N]) -> Self {
+        MdlPfn {
+            mdl: MDL {
+                Next: null_mut(),
+                Size: 0,
+                MdlFlags: MDL_PAGES_LOCKED,
+                AllocationProcessorNumber: 0,
+                Reserved: 0,
+                Process: null_mut(),
+                MappedSystemVa: null_mut(),
+                StartVa: start_va as PVOID,
+                ByteCount: count,
+                ByteOffset: offset,
+            },
+            pfn,
+        }
+    }
+    /// The MDL pointer, with provenance over the PFN array too.
+    fn ptr(&mut self) -> *mut MDL {
+        (self as *mut Self).cast()
+    }
+}
+
 #[test]
 fn register_mr_checks_the_mdl_chain_and_flags() {
     let e = env();
     let pd = e.pd();
     let mr = e.mr(pd, false);
-    let mut second = MDL {
-        Next: null_mut(),
-        Size: 0,
-        MdlFlags: 0,
-        AllocationProcessorNumber: 0,
-        Reserved: 0,
-        Process: null_mut(),
-        MappedSystemVa: null_mut(),
-        StartVa: 0x7000_2000 as PVOID,
-        ByteCount: 0x1000,
-        ByteOffset: 0,
-    };
-    let mut first = MDL {
-        Next: &mut second,
-        StartVa: 0x7000_0000 as PVOID,
-        ByteOffset: 0x800,
-        ByteCount: 0x1800,
-        ..second
-    };
+    let mut second = MdlPfn::new(0x7000_2000, 0, 0x1000, [0x777]);
+    let mut first = MdlPfn::new(0x7000_0000, 0x800, 0x1800, [0x100, 0x2A5]);
+    first.mdl.Next = second.ptr();
     let reg = |mdl: *mut MDL, len: usize, flags: u32| -> NTSTATUS {
-        // SAFETY: live MR, valid MDL chain.
+        // SAFETY: live MR, valid MDL chain with PFN arrays.
         unsafe { (NDK_MR::disp(mr).NdkRegisterMr)(mr, mdl, len, flags, request_cb, ctx(1)) }
     };
+    let f = first.ptr();
     assert_eq!(
-        reg(&mut first, 0x2800, 0x10),
+        reg(f, 0x2800, 0x10),
         STATUS_INVALID_PARAMETER,
         "unknown flag"
     );
     assert_eq!(
-        reg(&mut first, 0x2800, 0x4),
+        reg(f, 0x2800, 0x4),
         STATUS_INVALID_PARAMETER,
         "0x4 without local write"
     );
-    assert_eq!(reg(&mut first, 0, 0), STATUS_INVALID_PARAMETER);
+    assert_eq!(reg(f, 0, 0), STATUS_INVALID_PARAMETER);
     assert_eq!(
-        reg(&mut first, 0x2801, 0),
+        reg(f, 0x2801, 0),
         STATUS_INVALID_PARAMETER,
         "beyond the chain"
     );
-    let mut gap = MDL {
-        StartVa: 0x7000_3000 as PVOID,
-        ..second
-    };
-    let mut broken = MDL {
-        Next: &mut gap,
-        ..first
-    };
+    let mut gap = MdlPfn::new(0x7000_3000, 0, 0x1000, [0x778]);
+    let mut broken = MdlPfn::new(0x7000_0000, 0x800, 0x1800, [0x100, 0x2A5]);
+    broken.mdl.Next = gap.ptr();
     assert_eq!(
-        reg(&mut broken, 0x1801, 0),
+        reg(broken.ptr(), 0x1801, 0),
         STATUS_INVALID_PARAMETER,
         "not contiguous"
     );
-    assert_eq!(
-        reg(&mut broken, 0x1800, 0x10),
-        STATUS_INVALID_PARAMETER,
-        "flags checked too"
-    );
-    assert_eq!(
-        reg(
-            &mut first,
-            0x2800,
-            NDK_MR_FLAG_ALLOW_REMOTE_WRITE | NDK_MR_FLAG_ALLOW_REMOTE_READ
-        ),
-        STATUS_SUCCESS
-    );
+    let flags = NDK_MR_FLAG_ALLOW_REMOTE_WRITE | NDK_MR_FLAG_ALLOW_REMOTE_READ;
+    assert_eq!(reg(f, 0x2800, flags), STATUS_SUCCESS);
     let h = e.fake.last("mr");
-    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1);
+    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
     assert_eq!(
         spec,
-        Some(MrSpec::Normal {
+        Some(MrRec::Normal {
             start: 0x7000_0800,
             length: 0x2800,
-            access: 0b111
+            access: 0b111,
+            pages: vec![0x10_0000, 0x2A_5000, 0x77_7000],
         })
     );
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) };
     assert_eq!(got, h << 8);
     assert_eq!(
-        reg(&mut first, 0x100, 0),
+        reg(f, 0x100, 0),
         STATUS_INVALID_DEVICE_REQUEST,
         "already registered"
     );
@@ -1339,6 +1368,21 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkDeregisterMr)(mr, request_cb, ctx(2)) };
     assert_eq!(got, STATUS_INVALID_DEVICE_REQUEST);
+    // A shorter registration takes only the pages it spans (local read only: no rkey).
+    assert_eq!(reg(f, 0x800, 0), STATUS_SUCCESS);
+    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
+    assert_eq!(
+        spec,
+        Some(MrRec::Normal {
+            start: 0x7000_0800,
+            length: 0x800,
+            access: 0b001,
+            pages: vec![0x10_0000]
+        })
+    );
+    // SAFETY: live MR.
+    let got = unsafe { (NDK_MR::disp(mr).NdkGetRemoteTokenFromMr)(mr) };
+    assert_eq!(got, 0);
     // Privileged token: the PD's DMA MR lkey.
     let dma = e
         .fake
@@ -1347,7 +1391,7 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
         .unwrap()
         .mrs
         .iter()
-        .find(|m| m.1 == MrSpec::Dma)
+        .find(|m| m.1 == MrRec::Dma)
         .map(|m| m.0)
         .expect("dma mr");
     let mut tok = 0;
@@ -1362,70 +1406,56 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
 }
 
 #[test]
-fn build_lam_reports_the_size_it_needs() {
+fn build_lam_maps_pages_and_reports_the_size_it_needs() {
     let e = env();
-    let mut mdl = MDL {
-        Next: null_mut(),
-        Size: 0,
-        MdlFlags: 0,
-        AllocationProcessorNumber: 0,
-        Reserved: 0,
-        Process: null_mut(),
-        MappedSystemVa: null_mut(),
-        StartVa: 0x7000_0000 as PVOID,
-        ByteCount: 0x3000,
-        ByteOffset: 0x10,
+    let mut mdl = MdlPfn::new(0x7000_0000, 0x10, 0x3000, [0x11, 0x2F, 0x13, 0x99]);
+    let m = mdl.ptr();
+    let lam = |buf: *mut NDK_LOGICAL_ADDRESS_MAPPING, len: usize, size: &mut u32, fbo: &mut u32| {
+        // SAFETY: live adapter, valid MDL with PFNs, `buf` null or of `*size` bytes.
+        unsafe {
+            (NDK_ADAPTER::disp(e.a).NdkBuildLAM)(
+                e.a,
+                m,
+                len,
+                Some(request_cb),
+                ctx(1),
+                buf,
+                size,
+                fbo,
+            )
+        }
     };
-    let mut size = 0u32;
-    let mut fbo = 0u32;
-    // SAFETY: live adapter, valid MDL and out pointers.
-    let st = unsafe {
-        (NDK_ADAPTER::disp(e.a).NdkBuildLAM)(
-            e.a,
-            &mut mdl,
-            0x3000,
-            Some(request_cb),
-            ctx(1),
-            null_mut(),
-            &mut size,
-            &mut fbo,
-        )
-    };
-    assert_eq!((st, size), (STATUS_BUFFER_TOO_SMALL, 0x10 + 8 * 4));
-    let mut buf = [0u64; 8];
-    let mut size = 64u32;
-    // SAFETY: as above; `buf` has 64 bytes.
-    let st = unsafe {
-        (NDK_ADAPTER::disp(e.a).NdkBuildLAM)(
-            e.a,
-            &mut mdl,
-            0x3000,
-            Some(request_cb),
-            ctx(1),
-            buf.as_mut_ptr().cast(),
-            &mut size,
-            &mut fbo,
-        )
-    };
+    let (mut size, mut fbo) = (0u32, 0u32);
     assert_eq!(
-        st, STATUS_NOT_IMPLEMENTED,
-        "logical address mapping needs the DMA seam"
+        lam(null_mut(), 0x3000, &mut size, &mut fbo),
+        STATUS_BUFFER_TOO_SMALL
     );
-    // SAFETY: as above.
-    let st = unsafe {
-        (NDK_ADAPTER::disp(e.a).NdkBuildLAM)(
-            e.a,
-            &mut mdl,
-            0x3001,
-            Some(request_cb),
-            ctx(1),
-            null_mut(),
-            &mut size,
-            &mut fbo,
-        )
-    };
-    assert_eq!(st, STATUS_INVALID_PARAMETER, "MDL shorter than Length");
-    assert_eq!(events(), vec![]);
+    assert_eq!(size, 0x10 + 8 * 4, "4 pages: 0x10 into the first");
+    let mut buf = [0xEEEE_EEEE_EEEE_EEEEu64; 8];
+    let p = buf.as_mut_ptr().cast::<NDK_LOGICAL_ADDRESS_MAPPING>();
+    let mut size = 40u32;
+    assert_eq!(lam(p, 0x3000, &mut size, &mut fbo), STATUS_BUFFER_TOO_SMALL);
+    assert_eq!(size, 48);
+    let mut size = 64u32;
+    assert_eq!(lam(p, 0x3000, &mut size, &mut fbo), STATUS_SUCCESS);
+    assert_eq!((size, fbo), (48, 0x10));
+    assert_eq!(buf[0], 0, "AdapterContext");
+    assert_eq!(buf[1] as u32, 4, "AdapterPageCount");
+    assert_eq!(&buf[2..6], &[0x1_1000, 0x2_F000, 0x1_3000, 0x9_9000]);
+    assert_eq!(buf[6], 0xEEEE_EEEE_EEEE_EEEE, "nothing past the mapping");
+    // SAFETY: live adapter; the LAM built above.
+    unsafe { (NDK_ADAPTER::disp(e.a).NdkReleaseLAM)(e.a, p) };
+    // A shorter mapping takes fewer pages.
+    let mut size = 64u32;
+    assert_eq!(lam(p, 0xFF0, &mut size, &mut fbo), STATUS_SUCCESS);
+    assert_eq!((size, buf[1] as u32, buf[2]), (0x18, 1, 0x1_1000));
+    assert_eq!(
+        lam(p, 0x3001, &mut size, &mut fbo),
+        STATUS_INVALID_PARAMETER,
+        "MDL shorter than Length"
+    );
+    assert_eq!(lam(p, 0, &mut size, &mut fbo), STATUS_INVALID_PARAMETER);
+    assert_eq!(events(), vec![], "completed inline: no RequestCompletion");
     e.close_adapter();
 }
 

@@ -26,6 +26,7 @@ use super::adapter::{Adapter, adapter_info_bytes};
 use super::connector::Connector;
 use super::cq::{Cq, CqParams};
 use super::error::{NdkError, NdkResult};
+use super::hw::Hardware;
 use super::listener::Listener;
 use super::mr::{MdlSpan, Mr};
 use super::mw::Mw;
@@ -108,6 +109,80 @@ unsafe fn mdl_span(mdl: *const MDL, length: usize) -> MdlSpan {
         va,
         contiguous: covered,
     }
+}
+
+/// Fills `out[i]` with the adapter logical address of page `i` of the region that starts at
+/// `first.va` (pages counted from the page holding it), from the PFN arrays of the MDL chain.
+/// Pages an MDL shares with its predecessor (a chain link in mid-page) land on the same
+/// index.
+///
+/// # Errors
+/// STATUS_INVALID_PARAMETER if a PFN has no logical address or a page is left unfilled.
+///
+/// # Safety
+/// `mdl` is non-null and heads a valid chain of MDLs, each followed by its PFN array (locked
+/// pages, §5.7), for the call.
+unsafe fn mdl_pages(
+    mdl: *const MDL,
+    region_va: u64,
+    hw: &dyn Hardware,
+    out: &mut [u64],
+) -> NdkResult<()> {
+    let first_page = region_va & !(PAGE_SIZE as u64 - 1);
+    let mut filled = 0usize;
+    let mut m = mdl;
+    while !m.is_null() && filled < out.len() {
+        // SAFETY: caller contract: every link of the chain is a valid MDL.
+        let cur = unsafe { &*m };
+        let base = (MmGetMdlVirtualAddress(cur) as u64) & !(PAGE_SIZE as u64 - 1);
+        let pfns = MmGetMdlPfnArray(cur);
+        for k in 0..mdl_page_count(cur) as usize {
+            let page_va = base.wrapping_add((k as u64) << PAGE_SHIFT);
+            let Some(idx) = page_va
+                .checked_sub(first_page)
+                .map(|d| (d >> PAGE_SHIFT) as usize)
+            else {
+                continue;
+            };
+            let Some(slot) = out.get_mut(idx) else {
+                break;
+            };
+            // SAFETY: the PFN array of `cur` holds `mdl_page_count(cur)` entries (contract).
+            let pfn = unsafe { pfns.wrapping_add(k).read() };
+            *slot = hw
+                .page_address(pfn as u64)
+                .ok_or(NdkError::InvalidParameter)?;
+            filled = filled.max(idx + 1);
+        }
+        m = cur.Next;
+    }
+    if filled < out.len() {
+        return Err(NdkError::InvalidParameter);
+    }
+    Ok(())
+}
+
+/// The page list of `length` bytes from the start of the MDL chain (RegisterMr; allocates,
+/// so only on the registration path).
+///
+/// # Safety
+/// As [`mdl_pages`].
+unsafe fn mdl_page_list(
+    mdl: *const MDL,
+    span: &MdlSpan,
+    length: usize,
+    hw: &dyn Hardware,
+) -> NdkResult<alloc::vec::Vec<u64>> {
+    let n = super::mr::span_pages(span.va, length as u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or(NdkError::InvalidParameter)?;
+    let mut v = alloc::vec::Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| NdkError::InsufficientResources)?;
+    v.resize(n, 0);
+    // SAFETY: forwarded contract.
+    unsafe { mdl_pages(mdl, span.va, hw, &mut v) }?;
+    Ok(v)
 }
 
 // ---------------------------------------------------------------- common slots
@@ -275,8 +350,9 @@ unsafe extern "system" fn create_listener(
     status(Listener::create())
 }
 
-/// NdkBuildLam: parameters and buffer size are checked; the mapping itself needs the OS
-/// seam's DMA translation and is not implemented yet (STATUS_NOT_IMPLEMENTED).
+/// NdkBuildLam (§5.7): maps the MDL's pages to adapter logical addresses
+/// ([`Hardware::page_address`]) and completes inline. The mapping holds no resources, so
+/// `AdapterContext` is null and NdkReleaseLam has nothing to undo.
 ///
 /// # Safety
 /// See the module contract.
@@ -291,7 +367,7 @@ unsafe extern "system" fn build_lam(
     pFBO: *mut ULONG,
 ) -> NTSTATUS {
     // SAFETY: module contract.
-    let Some(_a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
+    let Some(a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     if Mdl.is_null() || pLAMSize.is_null() || pFBO.is_null() || Length == 0 {
@@ -316,10 +392,47 @@ unsafe extern "system" fn build_lam(
         unsafe { pLAMSize.write(required) };
         return STATUS_BUFFER_TOO_SMALL;
     }
-    STATUS_NOT_IMPLEMENTED
+    // CAST: the array starts at its field offset; `size` ≥ `required` covers all entries.
+    let array = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterPageArray
+        ))
+        .cast::<u64>();
+    // SAFETY: the consumer's buffer holds `required` bytes: `pages` entries after the header,
+    // 8-byte aligned like the structure (contract).
+    let out = unsafe { core::slice::from_raw_parts_mut(array, pages as usize) };
+    // SAFETY: non-null MDL chain, valid by contract.
+    if let Err(e) = unsafe { mdl_pages(Mdl, span.va, a.hw(), out) } {
+        return e.to_ntstatus();
+    }
+    let context = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterContext
+        ))
+        .cast::<PVOID>();
+    let count = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterPageCount
+        ))
+        .cast::<ULONG>();
+    // SAFETY: non-null LAM of `required` bytes (checked above), fields at their offsets.
+    unsafe { context.write(core::ptr::null_mut()) };
+    // SAFETY: as above.
+    unsafe { count.write(pages) };
+    // SAFETY: non-null in/out parameters (checked above).
+    unsafe { pLAMSize.write(required) };
+    // SAFETY: as above.
+    unsafe { pFBO.write(BYTE_OFFSET(span.va as usize)) };
+    STATUS_SUCCESS
 }
 
-/// NdkReleaseLam: no LAM is ever built yet, so there is nothing to release.
+/// NdkReleaseLam: a LAM holds no provider resources (see [`build_lam`]).
 ///
 /// # Safety
 /// See the module contract (nothing is dereferenced).
@@ -689,7 +802,12 @@ unsafe extern "system" fn register_mr(
     }
     // SAFETY: non-null MDL chain, valid by contract.
     let span = unsafe { mdl_span(Mdl, Length) };
-    status(mr.register(span, Length, Flags))
+    let hw = mr.pd().adapter().hw();
+    status(mr.register(span, Length, Flags, || {
+        // SAFETY: non-null MDL chain with PFN arrays, valid by contract; called only after
+        // `register` checked that the chain covers `Length` bytes.
+        unsafe { mdl_page_list(Mdl, &span, Length, hw) }
+    }))
 }
 
 /// # Safety

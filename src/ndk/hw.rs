@@ -96,11 +96,11 @@ impl HwCaps {
 
 /// Kind of MR to create (pvrdma.md §1: CREATE_MR flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MrSpec {
+pub enum MrSpec<'a> {
     /// The PD's privileged-token MR: CREATE_MR flags DMA, LOCAL_WRITE only (M11, pitfall 13).
     Dma,
     /// NdkRegisterMr: flags 0 over `[start, start + length)` with `access` bits (IB order:
-    /// bit 0 LOCAL_WRITE, bit 1 REMOTE_WRITE, bit 2 REMOTE_READ). `pfns` are the MDL's pages.
+    /// bit 0 LOCAL_WRITE, bit 1 REMOTE_WRITE, bit 2 REMOTE_READ).
     Normal {
         /// MDL virtual address (an index, never dereferenced, §5.7).
         start: u64,
@@ -108,6 +108,9 @@ pub enum MrSpec {
         length: u64,
         /// IB access bits.
         access: u32,
+        /// Adapter logical address of each page spanned, the first holding `start`
+        /// (the MR's page directory, §9).
+        pages: &'a [u64],
     },
     /// NdkInitializeFastRegisterMr: flags FRMR with a page-list capacity.
     FastReg {
@@ -282,7 +285,14 @@ pub trait Hardware: Send + Sync {
     /// DESTROY_CQ.
     fn destroy_cq(&self, cq: u32);
     /// CREATE_MR.
-    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError>;
+    fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError>;
+    /// Adapter logical address of the locked page `pfn` (an MDL PFN), for NdkRegisterMr and
+    /// NdkBuildLam. The default is the physical address, which is what PVRDMA DMA uses when
+    /// no IOMMU remaps the guest; the Windows build must route this through the DMA adapter
+    /// of the OS seam (not written yet) when DMA remapping is on.
+    fn page_address(&self, pfn: u64) -> Option<u64> {
+        pfn.checked_mul(crate::ndkpi::PAGE_SIZE as u64)
+    }
     /// DESTROY_MR.
     fn destroy_mr(&self, mr: u32);
     /// CREATE_QP (RC) followed by RESET → INIT.

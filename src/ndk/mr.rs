@@ -79,6 +79,15 @@ pub struct FastRegTicket {
     pub new_key: u32,
 }
 
+/// Pages spanned by `length` bytes at `va` (`ADDRESS_AND_SIZE_TO_SPAN_PAGES` in 64 bits).
+pub fn span_pages(va: u64, length: u64) -> Option<u64> {
+    let page = PAGE_SIZE as u64;
+    (va & (page - 1))
+        .checked_add(length)?
+        .checked_add(page - 1)
+        .map(|b| b / page)
+}
+
 const MR_FLAGS_ALL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE
     | NDK_MR_FLAG_ALLOW_REMOTE_READ
     | NDK_MR_FLAG_ALLOW_REMOTE_WRITE
@@ -116,8 +125,14 @@ impl Mr {
     /// STATUS_INVALID_DEVICE_REQUEST on a fast-register MR or one already registered;
     /// STATUS_INVALID_PARAMETER for unknown flags, REMOTE_WRITE without LOCAL_WRITE (0x4),
     /// length 0 or above MaxRegistrationSize, an MDL chain not virtually contiguous for
-    /// `length` bytes, or a zero-based VA.
-    pub fn register(&self, span: MdlSpan, length: usize, flags: u32) -> NdkResult<()> {
+    /// `length` bytes, a zero-based VA, or a page list that does not span the region.
+    pub fn register(
+        &self,
+        span: MdlSpan,
+        length: usize,
+        flags: u32,
+        pages: impl FnOnce() -> NdkResult<alloc::vec::Vec<u64>>,
+    ) -> NdkResult<()> {
         if self.fast {
             return Err(NdkError::InvalidDeviceRequest);
         }
@@ -132,12 +147,21 @@ impl Mr {
         span.va
             .checked_add(length)
             .ok_or(NdkError::InvalidParameter)?;
+
         let mut access = access::LOCAL_WRITE;
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
             access |= access::REMOTE_READ;
         }
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_WRITE == NDK_MR_FLAG_ALLOW_REMOTE_WRITE {
             access |= access::REMOTE_WRITE;
+        }
+        if *self.state.lock() != MrState::Idle {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        // Read the MDL's page list only once the request is known to be valid.
+        let pages = pages()?;
+        if Some(pages.len() as u64) != span_pages(span.va, length) {
+            return Err(NdkError::InvalidParameter);
         }
         let mut st = self.state.lock();
         if *st != MrState::Idle {
@@ -149,6 +173,7 @@ impl Mr {
                 start: span.va,
                 length,
                 access,
+                pages: &pages,
             },
         )?;
         *st = MrState::Registered(keys);

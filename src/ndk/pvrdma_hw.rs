@@ -7,8 +7,6 @@
 //! - Object commands wait for their response ([`CmdChannel::execute`], PASSIVE_LEVEL), so
 //!   creates complete inline; NdkFlush uses the asynchronous submit (it may run at
 //!   DISPATCH_LEVEL).
-//! - NdkRegisterMr needs the MDL's page list in a page directory; the seam does not carry it
-//!   yet, so a normal MR is refused ([`HwError::Invalid`] → STATUS_INVALID_PARAMETER).
 //! - CQ notification DPCs run on the device's CQ vector DPC, not on the CQ's GROUP_AFFINITY.
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
@@ -193,7 +191,7 @@ pub struct PvrdmaHardware {
     cqs: SpinLock<HandleTable<Shared<CqRing>>>,
     qps: SpinLock<HandleTable<Shared<QpQueues>>>,
     srqs: SpinLock<HandleTable<Shared<SrqQueue>>>,
-    frmrs: SpinLock<HandleTable<Arc<PageDir>>>,
+    mr_dirs: SpinLock<HandleTable<Arc<PageDir>>>,
     sink: Sink,
 }
 
@@ -212,7 +210,7 @@ impl PvrdmaHardware {
             cqs: SpinLock::new(table(c.max_cq)?),
             qps: SpinLock::new(table(c.max_qp)?),
             srqs: SpinLock::new(table(c.max_srq)?),
-            frmrs: SpinLock::new(table(c.max_mr)?),
+            mr_dirs: SpinLock::new(table(c.max_mr)?),
             sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
             dev,
             caps,
@@ -303,28 +301,68 @@ impl Hardware for PvrdmaHardware {
         drop(gone);
     }
 
-    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError> {
-        let (flags, access, nchunks, pdir) = match *spec {
-            MrSpec::Dma => (mr_flags::DMA, AccessFlags::LOCAL_WRITE, 0, None),
-            MrSpec::FastReg { max_pages } => {
-                let dma = self.dev.platform().dma().clone();
-                let dir = PageDir::new(&dma, max_pages).map_err(hw_error)?;
-                let dir = try_arc(dir).map_err(|_| HwError::NoResources)?;
-                (mr_flags::FRMR, AccessFlags::empty(), max_pages, Some(dir))
-            }
-            // The MDL page list does not cross the seam yet (module docs).
-            MrSpec::Normal { .. } => return Err(HwError::Invalid),
+    fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let dir = |n: u32| -> Result<Arc<PageDir>, HwError> {
+            let d = PageDir::new(&dma, n).map_err(hw_error)?;
+            try_arc(d).map_err(|_| HwError::NoResources)
         };
-        let r = self.exec(&CreateMr {
-            start: 0,
-            length: 0,
-            pdir_dma: 0,
-            pd_handle: pd,
-            access_flags: access,
-            flags,
-            nchunks,
-        })?;
-        let filed = pdir.map(|dir| self.frmrs.lock().insert(r.mr_handle, dir));
+        let (cmd, pdir) = match *spec {
+            MrSpec::Dma => (
+                CreateMr {
+                    start: 0,
+                    length: 0,
+                    pdir_dma: 0,
+                    pd_handle: pd,
+                    access_flags: AccessFlags::LOCAL_WRITE,
+                    flags: mr_flags::DMA,
+                    nchunks: 0,
+                },
+                None,
+            ),
+            MrSpec::FastReg { max_pages } => {
+                // The directory the fast-register WQEs rewrite (§9 MRs).
+                let d = dir(max_pages)?;
+                (
+                    CreateMr {
+                        start: 0,
+                        length: 0,
+                        pdir_dma: 0,
+                        pd_handle: pd,
+                        access_flags: AccessFlags::empty(),
+                        flags: mr_flags::FRMR,
+                        nchunks: max_pages,
+                    },
+                    Some(d),
+                )
+            }
+            MrSpec::Normal {
+                start,
+                length,
+                access,
+                pages,
+            } => {
+                let n = u32::try_from(pages.len()).map_err(|_| HwError::Invalid)?;
+                let d = dir(n)?;
+                for (i, &p) in pages.iter().enumerate() {
+                    d.set_page(i as u32, p).map_err(hw_error)?;
+                }
+                (
+                    CreateMr {
+                        start,
+                        length,
+                        pdir_dma: d.dma(),
+                        pd_handle: pd,
+                        access_flags: AccessFlags::from_bits_truncate(access),
+                        flags: mr_flags::NORMAL,
+                        nchunks: n,
+                    },
+                    Some(d),
+                )
+            }
+        };
+        let r = self.exec(&cmd)?;
+        let filed = pdir.map(|dir| self.mr_dirs.lock().insert(r.mr_handle, dir));
         if let Some(Err(e)) = filed {
             {
                 let _ = self.exec(&DestroyMr {
@@ -342,7 +380,7 @@ impl Hardware for PvrdmaHardware {
 
     fn destroy_mr(&self, mr: u32) {
         let _ = self.exec(&DestroyMr { mr_handle: mr });
-        let gone = self.frmrs.lock().remove(mr);
+        let gone = self.mr_dirs.lock().remove(mr);
         drop(gone);
     }
 
@@ -492,7 +530,7 @@ impl Hardware for PvrdmaHardware {
                 mr_handle, pages, ..
             }) => {
                 let dir = self
-                    .frmrs
+                    .mr_dirs
                     .lock()
                     .get(mr_handle)
                     .cloned()
