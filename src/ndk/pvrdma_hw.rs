@@ -793,6 +793,7 @@ mod tests {
     }
     unsafe extern "system" fn create_cb(_c: PVOID, _s: NTSTATUS, _o: *mut NDK_OBJECT_HEADER) {}
     unsafe extern "system" fn close_cb(_c: PVOID) {}
+    unsafe extern "system" fn request_cb(_c: PVOID, _s: NTSTATUS) {}
 
     fn wait_for(cond: impl Fn() -> bool) {
         for _ in 0..20_000 {
@@ -1039,9 +1040,122 @@ mod tests {
             STATUS_BUFFER_OVERFLOW as u32
         );
 
+        // NdkRegisterMr: the MDL's pages become the MR's page directory (CREATE_MR flags 0).
+        #[repr(C)]
+        struct MdlPfn {
+            mdl: MDL,
+            pfn: [usize; 2],
+        }
+        let mut m = MdlPfn {
+            mdl: MDL {
+                Next: core::ptr::null_mut(),
+                Size: 0,
+                MdlFlags: MDL_PAGES_LOCKED,
+                AllocationProcessorNumber: 0,
+                Reserved: 0,
+                Process: core::ptr::null_mut(),
+                MappedSystemVa: core::ptr::null_mut(),
+                StartVa: 0x4000_0000 as PVOID,
+                ByteCount: 0x1800,
+                ByteOffset: 0x100,
+            },
+            pfn: [0x51, 0x73],
+        };
+        let mut mr = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 0, create_cb, core::ptr::null_mut(), &mut mr) };
+        assert_eq!(st, STATUS_SUCCESS);
+        // SAFETY: as above.
+        let mrd = unsafe { (*mr).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let mrd = unsafe { &*mrd };
+        let mdl = (&raw mut m).cast::<MDL>();
+        // SAFETY: as above; the MDL is followed by its PFN array.
+        let st = unsafe {
+            (mrd.NdkRegisterMr)(
+                mr,
+                mdl,
+                0x1800,
+                NDK_MR_FLAG_ALLOW_REMOTE_READ,
+                request_cb,
+                core::ptr::null_mut(),
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let reqs = requests(&fake);
+        let r = reqs.last().expect("CREATE_MR");
+        assert_eq!(u32_at(r, 8), code::CREATE_MR);
+        assert_eq!((u64_at(r, 16), u64_at(r, 24)), (0x4000_0100, 0x1800));
+        assert_eq!(
+            (u32_at(r, 44), u32_at(r, 48), u32_at(r, 52)),
+            (0b101, mr_flags::NORMAL, 2)
+        );
+        let dir = u64_at(r, 32);
+        assert_eq!(
+            (page(&fake, dir, 0), page(&fake, dir, 1)),
+            (0x5_1000, 0x7_3000)
+        );
+
+        // A fast-register MR (handle 8) and an NdkFastRegister that fills its page list.
+        fake.st.lock().unwrap().resp_body[0..4].copy_from_slice(&8u32.to_le_bytes());
+        let mut fr = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 1, create_cb, core::ptr::null_mut(), &mut fr) };
+        assert_eq!(st, STATUS_SUCCESS);
+        // SAFETY: as above.
+        let st = unsafe {
+            (mrd.NdkInitializeFastRegisterMr)(fr, 4, 1, request_cb, core::ptr::null_mut())
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let reqs = requests(&fake);
+        let r = reqs.last().expect("CREATE_MR");
+        assert_eq!((u32_at(r, 48), u32_at(r, 52)), (mr_flags::FRMR, 4));
+        let pages = [0x6_0000i64, 0x8_1000];
+        // SAFETY: as above.
+        let st = unsafe {
+            (qpd.NdkFastRegister)(
+                qp,
+                0x44 as PVOID,
+                fr,
+                2,
+                pages.as_ptr(),
+                0,
+                0x2000,
+                0x9000_0000usize as PVOID,
+                NDK_OP_FLAG_ALLOW_REMOTE_WRITE,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let wqe = page(&fake, qp_pdir, 1) + 128; // SQ stride for 2 SGEs: roundup_pow2(80 + 32)
+        assert_eq!(fake.read_u32(wqe + 16), 11, "FAST_REG_MR");
+        assert_eq!(fake.read_u64(wqe + 32), 0x9000_0000, "iova_start");
+        let pl = fake.read_u64(wqe + 40);
+        assert_eq!(
+            (
+                fake.read_u32(wqe + 48),
+                fake.read_u32(wqe + 52),
+                fake.read_u32(wqe + 56)
+            ),
+            (12, 2, 0x2000)
+        );
+        assert_eq!(fake.read_u32(wqe + 60), 0b011, "LOCAL_WRITE | REMOTE_WRITE");
+        assert_eq!(
+            (page(&fake, pl, 0), page(&fake, pl, 1)),
+            (0x6_0000, 0x8_1000)
+        );
+        // SAFETY: as above.
+        let key = unsafe { (mrd.NdkGetRemoteTokenFromMr)(fr) };
+        assert_eq!(
+            fake.read_u32(wqe + 64),
+            key,
+            "the new key is the MR's token"
+        );
+
         // Teardown: DESTROY commands, then the adapter close does not wait.
         for obj in [
-            qp.cast::<NDK_OBJECT_HEADER>(),
+            mr.cast::<NDK_OBJECT_HEADER>(),
+            fr.cast(),
+            qp.cast(),
             srq.cast(),
             cq.cast(),
             pd.cast(),
