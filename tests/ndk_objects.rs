@@ -149,7 +149,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_pd(&self, pd: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("pd", pd));
     }
-    fn create_cq(&self, _entries: u32) -> Result<u32, HwError> {
+    fn create_cq(&self, _entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
         Ok(self.handle("cq"))
     }
     fn destroy_cq(&self, cq: u32) {

@@ -227,7 +227,7 @@ impl Cq {
 
     fn create_inner(adapter: &ObjRef<Adapter>, p: CqParams, entries: u32) -> NdkResult<ObjRef<Cq>> {
         let hw = adapter.hw();
-        let handle = hw.create_cq(entries)?;
+        let handle = hw.create_cq(entries, p.affinity)?;
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
             Dispatch: &dispatch::CQ_DISPATCH,

@@ -10,7 +10,7 @@
 #![deny(unsafe_code)]
 
 use super::error::HwError;
-use crate::ndkpi::{NDK_LOGICAL_ADDRESS, NDK_SGE};
+use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS, NDK_SGE};
 
 /// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
 /// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
@@ -280,8 +280,9 @@ pub trait Hardware: Send + Sync {
     fn create_pd(&self) -> Result<u32, HwError>;
     /// DESTROY_PD.
     fn destroy_pd(&self, pd: u32);
-    /// CREATE_CQ with `entries` (a power of two).
-    fn create_cq(&self, entries: u32) -> Result<u32, HwError>;
+    /// CREATE_CQ with `entries` (a power of two). Notifications for it are delivered on a
+    /// processor of `affinity` when one is given (NdkCreateCq's GROUP_AFFINITY, §5.4).
+    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError>;
     /// DESTROY_CQ.
     fn destroy_cq(&self, cq: u32);
     /// CREATE_MR.

@@ -7,7 +7,6 @@
 //! - Object commands wait for their response ([`CmdChannel::execute`], PASSIVE_LEVEL), so
 //!   creates complete inline; NdkFlush uses the asynchronous submit (it may run at
 //!   DISPATCH_LEVEL).
-//! - CQ notification DPCs run on the device's CQ vector DPC, not on the CQ's GROUP_AFFINITY.
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
@@ -19,9 +18,9 @@ use super::hw::{
     FastRegWqe, Hardware, HwCaps, HwCqe, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
     WrOpcode,
 };
-use crate::ndkpi::NDK_SGE;
-use crate::os::SpinLock;
+use crate::ndkpi::{GROUP_AFFINITY, NDK_SGE};
 use crate::os::alloc::try_arc;
+use crate::os::{Dpc, DpcHandler, Processor, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr, DestroyPd, DestroyQp,
@@ -139,15 +138,36 @@ fn sink_device(sink: &Sink) -> Option<Arc<NdkDevice>> {
     sink.lock().as_ref().and_then(Weak::upgrade)
 }
 
-struct CqHook {
+/// Delivers a CQ's notification (a DPC routine when the CQ has an affinity).
+struct CqNotify {
     sink: Sink,
     handle: u32,
 }
 
-impl CqEvents for CqHook {
-    fn completion(&self) {
+impl DpcHandler for CqNotify {
+    fn run(&self) {
         if let Some(d) = sink_device(&self.sink) {
             d.cq_notification(self.handle);
+        }
+    }
+}
+
+struct CqHook {
+    sink: Sink,
+    handle: u32,
+    notify: Arc<CqNotify>,
+    /// The CQ's own DPC, targeted at the first processor of its GROUP_AFFINITY.
+    dpc: Option<(Dpc, Processor)>,
+}
+
+impl CqEvents for CqHook {
+    fn completion(&self) {
+        match &self.dpc {
+            // A DPC already queued covers this CQNE too; one notification per arm anyway.
+            Some((dpc, target)) => {
+                dpc.queue(*target);
+            }
+            None => self.notify.run(),
         }
     }
     fn error(&self) {
@@ -261,7 +281,7 @@ impl Hardware for PvrdmaHardware {
         let _ = self.exec(&DestroyPd { pd_handle: pd });
     }
 
-    fn create_cq(&self, entries: u32) -> Result<u32, HwError> {
+    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
         let dma = self.dev.platform().dma().clone();
         let mut ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
         let resp = self.exec(&CreateCq {
@@ -277,9 +297,25 @@ impl Hardware for PvrdmaHardware {
             .and_then(|()| try_arc(SpinLock::new(ring)).map_err(|_| HwError::NoResources))
             .and_then(|r| self.cqs.lock().insert(h, r).map_err(hw_error))
             .and_then(|()| {
+                let notify = try_arc(CqNotify {
+                    sink: self.sink.clone(),
+                    handle: h,
+                })
+                .map_err(|_| HwError::NoResources)?;
+                let dpc = match affinity.filter(|a| a.Mask != 0) {
+                    Some(a) => {
+                        let handler: Arc<dyn DpcHandler> = notify.clone();
+                        let dpc = Dpc::new(self.dev.platform().scheduler(), handler)
+                            .map_err(|_| HwError::NoResources)?;
+                        Some((dpc, Processor::from_affinity(a.Group, a.Mask as u64)))
+                    }
+                    None => None,
+                };
                 let hook = try_arc(CqHook {
                     sink: self.sink.clone(),
                     handle: h,
+                    notify,
+                    dpc,
                 })
                 .map_err(|_| HwError::NoResources)?;
                 self.dev.register_cq(h, hook).map_err(hw_error)
@@ -784,7 +820,13 @@ mod tests {
     static NOTIFY_STATUS: AtomicU32 = AtomicU32::new(0);
     static SRQ_NOTIFY: AtomicU32 = AtomicU32::new(0);
 
+    static NOTIFY_CPU: AtomicU32 = AtomicU32::new(u32::MAX);
+
     unsafe extern "system" fn cq_cb(_ctx: PVOID, st: NTSTATUS) {
+        NOTIFY_CPU.store(
+            crate::os::host::current_processor().unwrap_or(u32::MAX - 1),
+            Ordering::SeqCst,
+        );
         NOTIFY_STATUS.store(st as u32, Ordering::SeqCst);
         NOTIFY.fetch_add(1, Ordering::SeqCst);
     }
@@ -869,6 +911,11 @@ mod tests {
         let st = unsafe { (ad.NdkCreatePd)(a, create_cb, core::ptr::null_mut(), &mut pd) };
         assert_eq!(st, STATUS_SUCCESS);
         let mut cq = core::ptr::null_mut();
+        let mut affinity = GROUP_AFFINITY {
+            Mask: 0b10,
+            Group: 0,
+            Reserved: [0; 3],
+        };
         // SAFETY: as above.
         let st = unsafe {
             (ad.NdkCreateCq)(
@@ -876,7 +923,7 @@ mod tests {
                 50,
                 cq_cb,
                 core::ptr::null_mut(),
-                core::ptr::null_mut(),
+                &mut affinity,
                 create_cb,
                 core::ptr::null_mut(),
                 &mut cq,
@@ -993,6 +1040,11 @@ mod tests {
         fake.post_cqne(7);
         wait_for(|| NOTIFY.load(Ordering::SeqCst) == 1);
         assert_eq!(NOTIFY_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        assert_eq!(
+            NOTIFY_CPU.load(Ordering::SeqCst),
+            1,
+            "delivered by the CQ's DPC on its affinity processor (the CQNE DPC runs on 0)"
+        );
         // SAFETY: a zeroed result is a valid value.
         let mut out = [unsafe { core::mem::zeroed::<NDK_RESULT_EX>() }; 2];
         // SAFETY: as above.
