@@ -30,7 +30,7 @@ use super::hw::Hardware;
 use super::listener::Listener;
 use super::mr::{MdlSpan, Mr};
 use super::mw::Mw;
-use super::object::{NdkObject, ObjRef};
+use super::object::{CreateHandoff, NdkObject, ObjRef};
 use super::pd::Pd;
 use super::qp::{Qp, QpParams};
 use super::shared_endpoint::SharedEndpoint;
@@ -297,8 +297,8 @@ unsafe extern "system" fn create_cq(
 /// See the module contract.
 unsafe extern "system" fn create_pd(
     pNdkAdapter: *mut NDK_ADAPTER,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkPd: *mut *mut NDK_PD,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -308,9 +308,19 @@ unsafe extern "system" fn create_pd(
     if ppNdkPd.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
-    let r = a.create_pd();
-    // SAFETY: `ppNdkPd` checked non-null.
-    unsafe { publish(r, ppNdkPd) }
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    if let Err(e) = Pd::create_async(&a, handoff.clone()) {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkPd` checked non-null; written only for an inline result (§5.1: the
+        // provider must not touch it after returning STATUS_PENDING).
+        Some(r) => unsafe { publish(r, ppNdkPd) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety
@@ -1392,6 +1402,18 @@ pub(crate) fn call_close_completion(cb: NDK_FN_CLOSE_COMPLETION, ctx: usize) {
     // SAFETY: `cb` is the consumer's callback for this close, callable at ≤ DISPATCH_LEVEL
     // with the context it supplied (§2.12); the provider calls it exactly once.
     unsafe { cb(ctx as PVOID) }
+}
+
+/// Calls a consumer's NdkCreateCompletion.
+pub(crate) fn call_create_completion(
+    cb: NDK_FN_CREATE_COMPLETION,
+    ctx: usize,
+    st: NTSTATUS,
+    obj: *mut NDK_OBJECT_HEADER,
+) {
+    // SAFETY: the consumer's callback for a create that returned STATUS_PENDING, callable at
+    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
+    unsafe { cb(ctx as PVOID, st, obj) }
 }
 
 /// Calls a consumer's NdkCqNotificationCallback.

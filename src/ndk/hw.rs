@@ -265,6 +265,10 @@ pub struct HwCqe {
     pub invalidated_rkey: Option<u32>,
 }
 
+/// Completion of an object command issued asynchronously; runs exactly once, possibly before
+/// the issuing call returns, at IRQL ≤ DISPATCH_LEVEL.
+pub type HwDone<T> = alloc::boxed::Box<dyn FnOnce(Result<T, HwError>) + Send>;
+
 /// The PVRDMA device as the NDK objects use it.
 ///
 /// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
@@ -278,6 +282,17 @@ pub trait Hardware: Send + Sync {
 
     /// CREATE_PD.
     fn create_pd(&self) -> Result<u32, HwError>;
+    /// CREATE_PD then the PD's DMA MR (the privileged token), completing through `done`
+    /// (a DMA MR failure destroys the PD). The default runs the synchronous commands and
+    /// completes before returning.
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
+        let r = self.create_pd().and_then(|pd| {
+            self.create_mr(pd, &MrSpec::Dma)
+                .map(|k| (pd, k))
+                .inspect_err(|_| self.destroy_pd(pd))
+        });
+        done(r);
+    }
     /// DESTROY_PD.
     fn destroy_pd(&self, pd: u32);
     /// CREATE_CQ with `entries` (a power of two). Notifications for it are delivered on a

@@ -227,6 +227,79 @@ impl<T: NdkObject> PartialEq for ObjRef<T> {
     }
 }
 
+/// Hand-off between a create function and the hardware's completion of it (§5.1).
+///
+/// The completion may run before the create function returns (the hardware answered inline)
+/// or later (from the command-completion DPC). In the first case the create function returns
+/// the object inline (STATUS_SUCCESS, no callback); in the second it returns STATUS_PENDING
+/// and the completion calls CreateCompletion exactly once. The lock decides which, so the
+/// consumer never sees both.
+pub struct CreateHandoff<T: NdkObject> {
+    state: SpinLock<Handoff<T>>,
+    completion: NDK_FN_CREATE_COMPLETION,
+    context: usize,
+}
+
+enum Handoff<T: NdkObject> {
+    InCall,
+    Inline(NdkResult<ObjRef<T>>),
+    Returned,
+    Done,
+}
+
+impl<T: NdkObject> CreateHandoff<T> {
+    /// A hand-off for one create call.
+    pub fn new(
+        completion: NDK_FN_CREATE_COMPLETION,
+        context: usize,
+    ) -> NdkResult<alloc::sync::Arc<Self>> {
+        crate::os::alloc::try_arc(CreateHandoff {
+            state: SpinLock::new(Handoff::InCall),
+            completion,
+            context,
+        })
+        .map_err(|_| NdkError::InsufficientResources)
+    }
+
+    /// The hardware finished the create (successfully or not).
+    pub fn complete(&self, r: NdkResult<ObjRef<T>>) {
+        let deliver = {
+            let mut g = self.state.lock();
+            match core::mem::replace(&mut *g, Handoff::Done) {
+                Handoff::InCall => {
+                    *g = Handoff::Inline(r);
+                    return;
+                }
+                Handoff::Returned => r,
+                // A second completion would break "exactly once"; drop it.
+                other => {
+                    *g = other;
+                    return;
+                }
+            }
+        };
+        let (status, header) = match deliver {
+            Ok(obj) => (STATUS_SUCCESS, obj.publish().cast::<NDK_OBJECT_HEADER>()),
+            Err(e) => (e.to_ntstatus(), core::ptr::null_mut()),
+        };
+        dispatch::call_create_completion(self.completion, self.context, status, header);
+    }
+
+    /// The create function is returning: `Some(result)` if the hardware already completed
+    /// (return it inline), `None` if the completion will call CreateCompletion (return
+    /// STATUS_PENDING).
+    pub fn finish_call(&self) -> Option<NdkResult<ObjRef<T>>> {
+        let mut g = self.state.lock();
+        match core::mem::replace(&mut *g, Handoff::Done) {
+            Handoff::Inline(r) => Some(r),
+            _ => {
+                *g = Handoff::Returned;
+                None
+            }
+        }
+    }
+}
+
 /// Result of [`Lifetime::close`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseOutcome {

@@ -7,9 +7,11 @@
 
 use super::adapter::Adapter;
 use super::dispatch;
+use super::error::HwError;
 use super::error::{NdkError, NdkResult};
+use super::hw::HwDone;
 use super::hw::{MrKeys, MrSpec};
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A protection domain.
@@ -72,6 +74,63 @@ impl Pd {
             },
         )
         .inspect_err(|_| {
+            hw.destroy_mr(dma.handle);
+            hw.destroy_pd(handle);
+        })
+    }
+
+    /// NdkCreatePd with the device commands possibly completing later: the result goes to
+    /// `handoff` (inline or through CreateCompletion).
+    ///
+    /// # Errors
+    /// Inline failures before any command was issued.
+    pub fn create_async(
+        adapter: &ObjRef<Adapter>,
+        handoff: alloc::sync::Arc<CreateHandoff<Pd>>,
+    ) -> NdkResult<()> {
+        take_successor(adapter)?;
+        let a = adapter.clone();
+        let done = move |r: Result<(u32, MrKeys), HwError>| {
+            let made = match r {
+                Ok((handle, dma)) => Self::wrap(&a, handle, dma),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                a.put();
+            }
+            handoff.complete(made);
+        };
+        let done = crate::os::alloc::try_box(done)
+            .map(|b| b.map_box(|b| b as HwDone<(u32, MrKeys)>).into_inner())
+            .map_err(|_| NdkError::InsufficientResources);
+        match done {
+            Ok(d) => {
+                adapter.hw().create_pd_async(d);
+                Ok(())
+            }
+            Err(e) => {
+                adapter.put();
+                Err(e)
+            }
+        }
+    }
+
+    fn wrap(adapter: &ObjRef<Adapter>, handle: u32, dma: MrKeys) -> NdkResult<ObjRef<Pd>> {
+        let ndk = NDK_PD {
+            Header: header(adapter.version(), NdkObjectTypePd),
+            Dispatch: &dispatch::PD_DISPATCH,
+        };
+        ObjRef::try_new(
+            ndk,
+            Pd {
+                life: Lifetime::new(),
+                adapter: adapter.clone(),
+                handle,
+                dma,
+            },
+        )
+        .inspect_err(|_| {
+            let hw = adapter.hw();
             hw.destroy_mr(dma.handle);
             hw.destroy_pd(handle);
         })

@@ -4,9 +4,10 @@
 //!
 //! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
 //! never faked):
-//! - Object commands wait for their response ([`CmdChannel::execute`], PASSIVE_LEVEL), so
-//!   creates complete inline; NdkFlush uses the asynchronous submit (it may run at
-//!   DISPATCH_LEVEL).
+//! - NdkCreatePd completes asynchronously (STATUS_PENDING, CreateCompletion from the
+//!   command-completion DPC) and NdkFlush submits without waiting; every other object command
+//!   still waits for its response ([`CmdChannel::execute`], PASSIVE_LEVEL) and completes
+//!   inline.
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
@@ -15,7 +16,7 @@ use alloc::sync::{Arc, Weak};
 use super::adapter::NdkDevice;
 use super::error::HwError;
 use super::hw::{
-    FastRegWqe, Hardware, HwCaps, HwCqe, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
+    FastRegWqe, Hardware, HwCaps, HwCqe, HwDone, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
     WrOpcode,
 };
 use crate::ndkpi::{GROUP_AFFINITY, NDK_SGE};
@@ -23,9 +24,9 @@ use crate::os::alloc::try_arc;
 use crate::os::{Dpc, DpcHandler, Processor, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
-    CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr, DestroyPd, DestroyQp,
-    DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType, SrqAttr, mr_flags,
-    srq_attr_mask,
+    CmdChannel, Command, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr,
+    DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
+    SrqAttr, mr_flags, srq_attr_mask,
 };
 use crate::pvrdma::cqe::{BadCqe, Cqe};
 use crate::pvrdma::device::{CqEvents, Device, SrqEvents};
@@ -199,6 +200,46 @@ impl SrqEvents for SrqHook {
 
 type Shared<T> = Arc<SpinLock<T>>;
 
+/// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
+/// DPC, or right away when the submit itself fails.
+fn submit_then<C, F>(ch: &Arc<CmdChannel>, c: &C, next: F)
+where
+    C: Command,
+    C::Resp: Send + 'static,
+    F: FnOnce(Result<C::Resp, HwError>) + Send + 'static,
+{
+    let cell: Shared<Option<F>> = match try_arc(SpinLock::new(None)) {
+        Ok(cell) => cell,
+        Err(_) => return next(Err(HwError::NoResources)),
+    };
+    *cell.lock() = Some(next);
+    let in_dpc = cell.clone();
+    let submitted = ch.submit(c, move |r| {
+        let f = in_dpc.lock().take();
+        if let Some(f) = f {
+            f(r.map_err(hw_error));
+        }
+    });
+    if let Err(e) = submitted {
+        let f = cell.lock().take();
+        if let Some(f) = f {
+            f(Err(hw_error(e)));
+        }
+    }
+}
+
+fn dma_mr(pd: u32) -> CreateMr {
+    CreateMr {
+        start: 0,
+        length: 0,
+        pdir_dma: 0,
+        pd_handle: pd,
+        access_flags: AccessFlags::LOCAL_WRITE,
+        flags: mr_flags::DMA,
+        nchunks: 0,
+    }
+}
+
 fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
     // Handles are below `max_*` (M10), which M5 bounds by 65536.
     HandleTable::new(bound.min(65536)).map_err(hw_error)
@@ -277,6 +318,27 @@ impl Hardware for PvrdmaHardware {
         self.exec(&CreatePd { ctx_handle: 0 })
     }
 
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
+        let ch = self.dev.cmd().clone();
+        submit_then(&ch.clone(), &CreatePd { ctx_handle: 0 }, move |r| match r {
+            Err(e) => done(Err(e)),
+            Ok(pd) => submit_then(&ch.clone(), &dma_mr(pd), move |r| match r {
+                Ok(k) => done(Ok((
+                    pd,
+                    MrKeys {
+                        handle: k.mr_handle,
+                        lkey: k.lkey,
+                        rkey: k.rkey,
+                    },
+                ))),
+                Err(e) => {
+                    submit_then(&ch, &DestroyPd { pd_handle: pd }, |_| {});
+                    done(Err(e));
+                }
+            }),
+        });
+    }
+
     fn destroy_pd(&self, pd: u32) {
         let _ = self.exec(&DestroyPd { pd_handle: pd });
     }
@@ -344,18 +406,7 @@ impl Hardware for PvrdmaHardware {
             try_arc(d).map_err(|_| HwError::NoResources)
         };
         let (cmd, pdir) = match *spec {
-            MrSpec::Dma => (
-                CreateMr {
-                    start: 0,
-                    length: 0,
-                    pdir_dma: 0,
-                    pd_handle: pd,
-                    access_flags: AccessFlags::LOCAL_WRITE,
-                    flags: mr_flags::DMA,
-                    nchunks: 0,
-                },
-                None,
-            ),
+            MrSpec::Dma => (dma_mr(pd), None),
             MrSpec::FastReg { max_pages } => {
                 // The directory the fast-register WQEs rewrite (§9 MRs).
                 let d = dir(max_pages)?;
@@ -812,7 +863,7 @@ mod tests {
     use crate::os::host::{HostDevice, HostPlatform};
     use crate::pvrdma::cmd::code;
     use crate::pvrdma::device::DeviceConfig;
-    use crate::pvrdma::testdev::FakeDevice;
+    use crate::pvrdma::testdev::{FakeDevice, Mode};
     use core::sync::atomic::{AtomicU32, Ordering};
     use std::vec::Vec;
 
@@ -833,7 +884,16 @@ mod tests {
     unsafe extern "system" fn srq_cb(_ctx: PVOID, _st: NTSTATUS) {
         SRQ_NOTIFY.fetch_add(1, Ordering::SeqCst);
     }
-    unsafe extern "system" fn create_cb(_c: PVOID, _s: NTSTATUS, _o: *mut NDK_OBJECT_HEADER) {}
+    static CREATED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    static CREATES: AtomicU32 = AtomicU32::new(0);
+
+    static CREATE_STATUS: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "system" fn create_cb(c: PVOID, s: NTSTATUS, o: *mut NDK_OBJECT_HEADER) {
+        CREATE_STATUS.store(s as u32 ^ c as u32, Ordering::SeqCst);
+        CREATED.store(o as usize, Ordering::SeqCst);
+        CREATES.fetch_add(1, Ordering::SeqCst);
+    }
     unsafe extern "system" fn close_cb(_c: PVOID) {}
     unsafe extern "system" fn request_cb(_c: PVOID, _s: NTSTATUS) {}
 
@@ -908,8 +968,27 @@ mod tests {
         let ad = unsafe { &*ad };
         let mut pd = core::ptr::null_mut();
         // SAFETY: as above.
-        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, core::ptr::null_mut(), &mut pd) };
-        assert_eq!(st, STATUS_SUCCESS);
+        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC1 as PVOID, &mut pd) };
+        // The commands complete in the vector-0 DPC: STATUS_PENDING, then CreateCompletion.
+        assert_eq!(st, STATUS_PENDING);
+        assert!(
+            pd.is_null(),
+            "the out pointer is not touched after STATUS_PENDING"
+        );
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 1);
+        assert_eq!(
+            CREATE_STATUS.load(Ordering::SeqCst),
+            0xC1,
+            "STATUS_SUCCESS, our context"
+        );
+        let pd = CREATED.load(Ordering::SeqCst) as *mut NDK_PD;
+        assert!(!pd.is_null());
+        // SAFETY: the PD delivered by CreateCompletion.
+        let h = unsafe { (*pd).Header };
+        assert_eq!(
+            (h.ObjectType, h.Version),
+            (NdkObjectTypePd, NDK_VERSION { Major: 2, Minor: 1 })
+        );
         let mut cq = core::ptr::null_mut();
         let mut affinity = GROUP_AFFINITY {
             Mask: 0b10,
@@ -1202,6 +1281,29 @@ mod tests {
             key,
             "the new key is the MR's token"
         );
+
+        // An asynchronous create that fails: the DMA MR is refused (err 12), so the PD is
+        // destroyed and CreateCompletion reports STATUS_INSUFFICIENT_RESOURCES with no object.
+        fake.st
+            .lock()
+            .unwrap()
+            .modes
+            .extend([Mode::Respond, Mode::HdrErr(12)]);
+        let mut pd2 = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC2 as PVOID, &mut pd2) };
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 2);
+        assert_eq!(
+            CREATE_STATUS.load(Ordering::SeqCst),
+            STATUS_INSUFFICIENT_RESOURCES as u32 ^ 0xC2
+        );
+        assert_eq!(CREATED.load(Ordering::SeqCst), 0);
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_PD)
+        });
 
         // Teardown: DESTROY commands, then the adapter close does not wait.
         for obj in [
