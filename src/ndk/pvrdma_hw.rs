@@ -5,9 +5,13 @@
 //! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
 //! never faked):
 //! - NdkCreatePd completes asynchronously (STATUS_PENDING, CreateCompletion from the
-//!   command-completion DPC) and NdkFlush submits without waiting; every other object command
-//!   still waits for its response ([`CmdChannel::execute`], PASSIVE_LEVEL) and completes
-//!   inline.
+//!   command-completion DPC); DESTROY commands (object close) and NdkFlush's MODIFY_QP are
+//!   submitted without waiting, and queue memory is released from the DESTROY response (the
+//!   device lets go of it only then, style.md §6). Creating CQs, QPs and SRQs and
+//!   registering MRs still wait for the response ([`CmdChannel::execute`], PASSIVE_LEVEL)
+//!   and complete inline; NDK allows them at DISPATCH_LEVEL, so they must move to the
+//!   pattern NdkCreatePd uses, together with an OS-seam DMA allocation that works at
+//!   DISPATCH_LEVEL (NdisMAllocateSharedMemoryAsyncEx).
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
@@ -228,6 +232,10 @@ where
     }
 }
 
+fn shared<T>(v: T) -> Result<Shared<T>, HwError> {
+    try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
+}
+
 fn dma_mr(pd: u32) -> CreateMr {
     CreateMr {
         start: 0,
@@ -249,10 +257,10 @@ fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
 pub struct PvrdmaHardware {
     dev: Arc<Device>,
     caps: HwCaps,
-    cqs: SpinLock<HandleTable<Shared<CqRing>>>,
-    qps: SpinLock<HandleTable<Shared<QpQueues>>>,
-    srqs: SpinLock<HandleTable<Shared<SrqQueue>>>,
-    mr_dirs: SpinLock<HandleTable<Arc<PageDir>>>,
+    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    qps: Shared<HandleTable<Shared<QpQueues>>>,
+    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    mr_dirs: Shared<HandleTable<Arc<PageDir>>>,
     sink: Sink,
 }
 
@@ -268,10 +276,10 @@ impl PvrdmaHardware {
         caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
         caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
         try_arc(PvrdmaHardware {
-            cqs: SpinLock::new(table(c.max_cq)?),
-            qps: SpinLock::new(table(c.max_qp)?),
-            srqs: SpinLock::new(table(c.max_srq)?),
-            mr_dirs: SpinLock::new(table(c.max_mr)?),
+            cqs: shared(table(c.max_cq)?)?,
+            qps: shared(table(c.max_qp)?)?,
+            srqs: shared(table(c.max_srq)?)?,
+            mr_dirs: shared(table(c.max_mr)?)?,
             sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
             dev,
             caps,
@@ -340,7 +348,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn destroy_pd(&self, pd: u32) {
-        let _ = self.exec(&DestroyPd { pd_handle: pd });
+        submit_then(self.dev.cmd(), &DestroyPd { pd_handle: pd }, |_| {});
     }
 
     fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
@@ -394,9 +402,11 @@ impl Hardware for PvrdmaHardware {
 
     fn destroy_cq(&self, cq: u32) {
         drop(self.dev.unregister_cq(cq));
-        let _ = self.exec(&DestroyCq { cq_handle: cq });
-        let gone = self.cqs.lock().remove(cq);
-        drop(gone);
+        let t = self.cqs.clone();
+        submit_then(self.dev.cmd(), &DestroyCq { cq_handle: cq }, move |_| {
+            let gone = t.lock().remove(cq);
+            drop(gone);
+        });
     }
 
     fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
@@ -466,9 +476,11 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn destroy_mr(&self, mr: u32) {
-        let _ = self.exec(&DestroyMr { mr_handle: mr });
-        let gone = self.mr_dirs.lock().remove(mr);
-        drop(gone);
+        let t = self.mr_dirs.clone();
+        submit_then(self.dev.cmd(), &DestroyMr { mr_handle: mr }, move |_| {
+            let gone = t.lock().remove(mr);
+            drop(gone);
+        });
     }
 
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
@@ -528,9 +540,11 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn destroy_qp(&self, qp: u32) {
-        let _ = self.exec(&DestroyQp { qp_handle: qp });
-        let gone = self.qps.lock().remove(qp);
-        drop(gone);
+        let t = self.qps.clone();
+        submit_then(self.dev.cmd(), &DestroyQp { qp_handle: qp }, move |_| {
+            let gone = t.lock().remove(qp);
+            drop(gone);
+        });
     }
 
     fn flush_qp(&self, qp: u32) {
@@ -603,9 +617,11 @@ impl Hardware for PvrdmaHardware {
 
     fn destroy_srq(&self, srq: u32) {
         drop(self.dev.unregister_srq(srq));
-        let _ = self.exec(&DestroySrq { srq_handle: srq });
-        let gone = self.srqs.lock().remove(srq);
-        drop(gone);
+        let t = self.srqs.clone();
+        submit_then(self.dev.cmd(), &DestroySrq { srq_handle: srq }, move |_| {
+            let gone = t.lock().remove(srq);
+            drop(gone);
+        });
     }
 
     fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
@@ -1324,17 +1340,21 @@ mod tests {
         }
         // SAFETY: opened above, closed once.
         unsafe { crate::ndk::dispatch::close_adapter(a) };
+        // DESTROYs are submitted without waiting; they reach the device in order.
+        let want = [
+            code::DESTROY_QP,
+            code::DESTROY_SRQ,
+            code::DESTROY_CQ,
+            code::DESTROY_MR,
+            code::DESTROY_PD,
+        ];
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_PD)
+        });
         let codes: Vec<u32> = requests(&fake).iter().map(|r| u32_at(r, 8)).collect();
-        assert_eq!(
-            &codes[codes.len() - 5..],
-            [
-                code::DESTROY_QP,
-                code::DESTROY_SRQ,
-                code::DESTROY_CQ,
-                code::DESTROY_MR,
-                code::DESTROY_PD
-            ]
-        );
+        assert_eq!(&codes[codes.len() - 5..], want);
         platform.executor().shutdown();
     }
 }
