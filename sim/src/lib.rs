@@ -32,8 +32,10 @@ pub mod regs;
 pub mod ring;
 pub mod rng;
 pub mod srq;
+pub mod transport;
 pub mod uar;
 pub mod wire;
+pub mod world;
 pub mod wqe;
 
 #[cfg(feature = "test-utils")]
