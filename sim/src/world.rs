@@ -278,6 +278,11 @@ impl World {
         self.fabric.clear_faults();
     }
 
+    /// Test option (M36): node `i` holds its READ responses for `ns` virtual nanoseconds.
+    pub fn set_read_response_delay(&self, i: usize, ns: u64) {
+        self.nodes[i].link.set_read_response_delay(ns);
+    }
+
     /// Counters of node `i`.
     pub fn counters(&self, i: usize) -> NodeCounters {
         let n = &self.nodes[i];

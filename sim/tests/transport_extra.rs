@@ -196,3 +196,43 @@ fn srq_feeds_two_rc_qps_and_completions_name_the_taking_qp() {
     assert_eq!(srq_buf.data.read_u32(12), 3);
     assert_eq!(cqa.poll().len(), 3);
 }
+
+/// READ then SEND from A; B delays its READ responses (M36). Returns whether A's READ data
+/// had landed when B's receive CQE appeared.
+fn read_landed_before_send(fence: bool) -> bool {
+    let (world, mut a, mut b) = rc_pair(55, |_| {});
+    world.set_read_response_delay(1, 200_000);
+    let data = pattern(55, 512);
+    b.write(0x5000, &data);
+    b.recv_at(1, 0x100, 64);
+    a.post_send(&rdma(
+        send_wqe(&a, 10, wr::RDMA_READ, SIGNALED, 0x2000, 512),
+        b.va(0x5000),
+        b.rkey(),
+    ));
+    let flags = SIGNALED | if fence { FENCE } else { 0 };
+    a.post_send(&send_wqe(&a, 11, wr::SEND, flags, 0, 4));
+    let landed = loop {
+        if !b.recv_cqes().is_empty() {
+            break a.read(0x2000, 512) == data;
+        }
+        assert!(world.step(), "no receive completion");
+    };
+    world.run_until_idle();
+    let s: Vec<(u64, u32)> = a.send_cqes().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(s, vec![(10, 0), (11, 0)], "CQEs stay in posting order");
+    assert_eq!(a.read(0x2000, 512), data);
+    landed
+}
+
+#[test]
+fn delayed_read_responses_expose_a_missing_fence() {
+    assert!(
+        !read_landed_before_send(false),
+        "without FENCE the SEND overtakes the READ data"
+    );
+    assert!(
+        read_landed_before_send(true),
+        "FENCE holds the SEND until the READ completed"
+    );
+}

@@ -19,6 +19,7 @@ mod responder;
 mod ud;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::device::{Core, Device, Transport};
@@ -92,6 +93,7 @@ pub struct PortLink {
     inbox: Mutex<VecDeque<Input>>,
     counters: Mutex<TransportCounters>,
     device: Mutex<Weak<Device>>,
+    read_delay_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for PortLink {
@@ -116,6 +118,7 @@ impl PortLink {
             inbox: Mutex::new(VecDeque::new()),
             counters: Mutex::new(TransportCounters::default()),
             device: Mutex::new(Weak::new()),
+            read_delay_ns: AtomicU64::new(0),
         })
     }
 
@@ -127,6 +130,16 @@ impl PortLink {
     /// Snapshot of the transport counters.
     pub fn counters(&self) -> TransportCounters {
         *relock(&self.counters)
+    }
+
+    /// Test option (M36): hold every READ response this device sends for `ns` virtual
+    /// nanoseconds, so later ACKs overtake it and a missing FENCE shows. 0 = off.
+    pub fn set_read_response_delay(&self, ns: u64) {
+        self.read_delay_ns.store(ns, Ordering::Relaxed);
+    }
+
+    fn read_delay(&self) -> u64 {
+        self.read_delay_ns.load(Ordering::Relaxed)
     }
 
     fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
@@ -202,6 +215,8 @@ pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink
 /// Timer token: QP handle in bits 63:32, kind in 31:30, generation in 29:0.
 const TIMER_RETRY: u64 = 0;
 const TIMER_RNR: u64 = 1;
+/// Delayed READ responses (M36 test option); QP bits unused.
+const TIMER_DELAYED: u64 = 2;
 
 fn timer_token(qp: u32, kind: u64, generation: u64) -> u64 {
     (u64::from(qp) << 32) | (kind << 30) | (generation & 0x3FFF_FFFF)
@@ -221,6 +236,8 @@ pub struct RoceTransport {
     qps: BTreeMap<u32, QpTransport>,
     pump: BTreeSet<u32>,
     generation: u64,
+    /// Frames held by the READ response delay, by timer generation.
+    delayed: BTreeMap<u64, Vec<Vec<u8>>>,
 }
 
 /// Path MTU enum (1..5) in bytes; out-of-range values clamp.
@@ -247,6 +264,7 @@ impl RoceTransport {
             qps: BTreeMap::new(),
             pump: BTreeSet::new(),
             generation: 0,
+            delayed: BTreeMap::new(),
         }
     }
 
@@ -257,6 +275,20 @@ impl RoceTransport {
 
     /// Builds and transmits one frame; counts a build failure.
     fn send_frame(&self, core: &Core, route: &Route, bth: BthRepr, ext: ExtRepr, payload: &[u8]) {
+        if let Some(f) = self.build_frame(core, route, bth, ext, payload) {
+            self.link.transmit(f);
+        }
+    }
+
+    /// Emits a frame; `None` (counted) if it cannot be built.
+    fn build_frame(
+        &self,
+        core: &Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        payload: &[u8],
+    ) -> Option<Vec<u8>> {
         let p = RocePacket {
             src_mac: core.mac(),
             dst_mac: route.dmac,
@@ -273,8 +305,11 @@ impl RoceTransport {
             payload,
         };
         match p.emit() {
-            Ok(f) => self.link.transmit(f),
-            Err(_) => self.link.count(|c| c.tx_errors += 1),
+            Ok(f) => Some(f),
+            Err(_) => {
+                self.link.count(|c| c.tx_errors += 1);
+                None
+            }
         }
     }
 
@@ -395,6 +430,11 @@ impl RoceTransport {
         match kind {
             TIMER_RETRY => self.req_timeout(core, qp, generation),
             TIMER_RNR => self.req_rnr_expired(core, qp, generation),
+            TIMER_DELAYED => {
+                for f in self.delayed.remove(&generation).unwrap_or_default() {
+                    self.link.transmit(f);
+                }
+            }
             _ => {}
         }
         self.sync_qp(core, qp);
@@ -465,6 +505,7 @@ impl Transport for RoceTransport {
             }
         }
         self.pump.clear();
+        self.delayed.clear();
         relock(&self.link.inbox).retain(|i| matches!(i, Input::Link(_)));
     }
 }

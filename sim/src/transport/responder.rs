@@ -3,7 +3,7 @@
 //! execution in PSN order, receive CQEs, and the exact NAK / QP error / async event per class.
 #![deny(unsafe_code)]
 
-use super::{RoceTransport, mtu_bytes};
+use super::{RoceTransport, TIMER_DELAYED, mtu_bytes, timer_token};
 use crate::device::{Core, QpInfo, RecvCompletion};
 use crate::mr::access;
 use crate::qp::QpState;
@@ -471,7 +471,7 @@ impl RoceTransport {
     /// Sends the READ responses for `reth` starting at `psn`. False if the memory could not
     /// be read.
     fn read_respond(
-        &self,
+        &mut self,
         core: &mut Core,
         qp: u32,
         info: &QpInfo,
@@ -487,6 +487,8 @@ impl RoceTransport {
         let len = reth.dma_len as usize;
         let n = len.div_ceil(mtu).max(1);
         let mut buf = vec![0u8; mtu.min(len)];
+        let delay = self.link.read_delay();
+        let mut held = Vec::new();
         for k in 0..n {
             let lo = k * mtu;
             let chunk = (len - lo).min(mtu);
@@ -510,7 +512,18 @@ impl RoceTransport {
                 });
             }
             let bth = Self::bth(opcode, info.attr.dest_qp_num, psn.add(k as u32));
-            self.send_frame(core, &route, bth, ext, data);
+            if delay == 0 {
+                self.send_frame(core, &route, bth, ext, data);
+            } else if let Some(f) = self.build_frame(core, &route, bth, ext, data) {
+                held.push(f);
+            }
+        }
+        if !held.is_empty() {
+            let generation = self.next_gen();
+            let at = self.link.now().saturating_add(delay);
+            self.delayed.insert(generation, held);
+            self.link
+                .schedule(at, timer_token(0, TIMER_DELAYED, generation));
         }
         true
     }
