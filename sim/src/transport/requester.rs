@@ -547,3 +547,38 @@ impl RoceTransport {
         self.put_req(core, qp, req);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rnr_timer_follows_the_ib_encoding() {
+        assert_eq!(rnr_ns(0), 655_360_000);
+        assert_eq!(rnr_ns(1), 10_000);
+        assert_eq!(rnr_ns(12), 640_000);
+        assert_eq!(rnr_ns(31), 491_520_000);
+    }
+
+    #[test]
+    fn timeout_is_4096_ns_times_two_to_the_timeout_and_zero_is_infinite() {
+        assert_eq!(timeout_ns(0), None);
+        assert_eq!(timeout_ns(1), Some(8_192));
+        assert_eq!(timeout_ns(14), Some(67_108_864));
+        assert_eq!(timeout_ns(31), Some(4_096 << 31));
+    }
+
+    #[test]
+    fn nak_codes_map_to_the_requester_statuses() {
+        assert_eq!(nak_status(NakCode::InvalidRequest), status::REM_INV_REQ_ERR);
+        assert_eq!(
+            nak_status(NakCode::RemoteAccessError),
+            status::REM_ACCESS_ERR
+        );
+        assert_eq!(
+            nak_status(NakCode::RemoteOperationalError),
+            status::REM_OP_ERR
+        );
+        assert_eq!(nak_status(NakCode::InvalidRdRequest), status::REM_OP_ERR);
+    }
+}
