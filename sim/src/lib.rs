@@ -11,7 +11,9 @@
 //! objects [`pd`], [`cq`], [`mr`], [`qp`], [`srq`], [`intr`] interrupts, [`counters`],
 //! [`device`] (registers, command execution, queue engine, transport boundary); the network:
 //! [`wire`] RoCEv2 codecs, [`fabric`] frame delivery with fault injection, [`pcap`] capture,
-//! [`rng`] the seeded generator that makes runs replayable.
+//! [`rng`] the seeded generator that makes runs replayable, [`transport`] the RoCEv2 RC/UD
+//! transport joining a device to the fabric, and [`world`] the host-facing API (N devices on
+//! one fabric, deterministic or threaded).
 #![deny(unsafe_code)]
 
 pub mod cmd;
@@ -32,8 +34,10 @@ pub mod regs;
 pub mod ring;
 pub mod rng;
 pub mod srq;
+pub mod transport;
 pub mod uar;
 pub mod wire;
+pub mod world;
 pub mod wqe;
 
 #[cfg(feature = "test-utils")]

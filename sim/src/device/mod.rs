@@ -192,6 +192,12 @@ impl Device {
         self.cv.notify_all();
     }
 
+    /// Wakes the device thread (threaded mode) so it delivers interrupts latched by work another
+    /// thread ran, e.g. the fabric delivery thread handing a frame to the transport.
+    pub fn wake(&self) {
+        self.cv.notify_all();
+    }
+
     /// Installs the receiver of MSI-X interrupts.
     pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
         *relock(&self.sink) = Some(sink);
