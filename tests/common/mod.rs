@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod memory;
+pub mod objects;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
