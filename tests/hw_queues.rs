@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use common::memory::ConsumerMem;
 use common::objects::*;
 use common::{Harness, Mode};
+use pvrdma_ndk::os::Processor;
 use pvrdma_ndk::os::host::current_processor;
 use pvrdma_ndk::pvrdma::cmd::{
     CreateMr, DestroyMr, QpAttrMask, QpState, QpType, QueryQp, mr_flags,
@@ -457,5 +458,54 @@ fn corrupted_sq_index_raises_qp_fatal() {
     let dummy = create_dummy(&h, &s);
     let qp = std::mem::replace(&mut s.qp, dummy);
     assert_eq!(destroy_qp(dev, qp), 1);
+    teardown(h, s);
+}
+
+#[test]
+fn cq_notification_runs_on_the_cq_target_processor() {
+    let h = Harness::new(Mode::Deterministic, 4, DeviceConfig::default());
+    let mut s = setup(&h, 64);
+    let k = s.k();
+    let dev = h.dev();
+    let second = create_cq(dev, 16).unwrap();
+    let (on3, here) = (Arc::new(CqRec::default()), Arc::new(CqRec::default()));
+    dev.register_cq_on(s.cq.handle, on3.clone(), Processor::Index(3))
+        .unwrap();
+    dev.register_cq_on(second.handle, here.clone(), Processor::Current)
+        .unwrap();
+    for round in 1..=3u64 {
+        dev.ring(CqDoorbell::arm(s.cq.handle));
+        post(
+            dev,
+            &mut s.qp,
+            &fast_reg(round, k, round as u8, SendFlags::SIGNALED),
+        );
+        post(
+            dev,
+            &mut s.qp,
+            &local_inv(round + 10, k, round as u8, SendFlags::SIGNALED),
+        );
+        h.settle();
+        assert_eq!(poll(dev, &mut s.cq).len(), 2);
+    }
+    assert_eq!(
+        *on3.on.lock().unwrap(),
+        [Some(3); 3],
+        "one upcall per arm, on processor 3"
+    );
+    // An untargeted CQ is called inline from the vector-2 DPC, which the ISR queued to its
+    // own processor (a simulated ISR on a non-executor thread → processor 0).
+    let qp2 = create_qp(dev, &QpSpec::rc(s.pd, second.handle)).unwrap();
+    to_rts(dev, qp2.handle(), QpType::Rc, 1).unwrap();
+    let mut qp2 = qp2;
+    dev.ring(CqDoorbell::arm(second.handle));
+    post(dev, &mut qp2, &fast_reg(99, k, 9, SendFlags::SIGNALED));
+    h.settle();
+    assert_eq!(*here.on.lock().unwrap(), [Some(0)]);
+    assert_eq!(dev.stats().cq_notifications, 4);
+    dev.unregister_cq(s.cq.handle);
+    dev.unregister_cq(second.handle);
+    destroy_qp(dev, qp2);
+    destroy_cq(dev, second);
     teardown(h, s);
 }
