@@ -509,3 +509,86 @@ fn cq_notification_runs_on_the_cq_target_processor() {
     destroy_cq(dev, second);
     teardown(h, s);
 }
+
+#[derive(Default)]
+struct PortRec(Mutex<Vec<(EqeType, u32)>>);
+
+impl pvrdma_ndk::pvrdma::device::DeviceEvents for PortRec {
+    fn port_event(&self, kind: EqeType, port: u32) {
+        self.0.lock().unwrap().push((kind, port));
+    }
+    fn device_fatal(&self) {
+        panic!("unexpected DEVICE_FATAL");
+    }
+}
+
+/// The async ring with 4 pages has N = 1536 (non-power-of-two, §7): 3000 events in bursts
+/// larger than its 512 usable slots wrap the indices several times; the model holds what does
+/// not fit (M12) and both sides must agree on every index.
+#[test]
+fn async_ring_wraps_in_order() {
+    let h = Harness::deterministic();
+    let rec = Arc::new(PortRec::default());
+    h.dev().set_device_events(Some(rec.clone()));
+    let mut want = Vec::new();
+    for burst in 0..5 {
+        for _ in 0..600 {
+            let up = h.rig.model.with_core(|c| {
+                let up = !c.link_up();
+                c.set_link(up);
+                up
+            });
+            want.push((
+                if up {
+                    EqeType::PortActive
+                } else {
+                    EqeType::PortErr
+                },
+                1,
+            ));
+        }
+        h.settle();
+        assert_eq!(rec.0.lock().unwrap().len(), want.len(), "burst {burst}");
+    }
+    assert_eq!(*rec.0.lock().unwrap(), want);
+    let st = h.dev().stats();
+    assert_eq!((st.events, st.dropped_events), (3000, 0));
+    assert!(!st.async_ring_broken);
+    let mc = h.rig.model.counters();
+    assert_eq!((mc.events, mc.rings_abandoned, mc.bad_indices), (3000, 0, 0));
+    h.dev().set_device_events(None);
+    h.finish();
+}
+
+/// The CQ-notification ring (N = 3072, 1024 usable) through more than two index cycles.
+#[test]
+fn cq_notification_ring_wraps() {
+    let h = Harness::deterministic();
+    let mut s = setup(&h, 64);
+    let k = s.k();
+    let dev = h.dev();
+    let rec = Arc::new(CqRec::default());
+    dev.register_cq(s.cq.handle, rec.clone()).unwrap();
+    const ROUNDS: u32 = 2 * 2048 + 100;
+    for i in 0..ROUNDS {
+        dev.ring(CqDoorbell::arm(s.cq.handle));
+        let key = (i / 2) as u8;
+        let wr = if i % 2 == 0 {
+            fast_reg(u64::from(i), k, key, SendFlags::SIGNALED)
+        } else {
+            local_inv(u64::from(i), k, key, SendFlags::SIGNALED)
+        };
+        post(dev, &mut s.qp, &wr);
+        h.settle();
+        let c = poll(dev, &mut s.cq);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].unwrap().wr_id, u64::from(i));
+    }
+    assert_eq!(rec.completions.load(Ordering::SeqCst), ROUNDS);
+    let st = dev.stats();
+    assert_eq!(st.cq_notifications, u64::from(ROUNDS));
+    assert!(!st.cq_ring_broken);
+    assert_eq!(h.rig.model.counters().rings_abandoned, 0);
+    dev.unregister_cq(s.cq.handle);
+    teardown(h, s);
+}
