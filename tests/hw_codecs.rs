@@ -84,8 +84,21 @@ macro_rules! same_fields {
 
 fn same_ah(d: &dc::AhAttr, s: &pvrdma_sim::qp::AhAttr) {
     same_fields!(
-        d, s, dgid, flow_label, sgid_index, hop_limit, traffic_class, dlid, vlan_id, sl,
-        src_path_bits, static_rate, ah_flags, port_num, dmac
+        d,
+        s,
+        dgid,
+        flow_label,
+        sgid_index,
+        hop_limit,
+        traffic_class,
+        dlid,
+        vlan_id,
+        sl,
+        src_path_bits,
+        static_rate,
+        ah_flags,
+        port_num,
+        dmac
     );
 }
 
@@ -427,10 +440,7 @@ fn send_wqes_read_back_by_the_model() {
     )
     .unwrap();
     let w = sw::SqWqe::parse(&slot, 1);
-    assert_eq!(
-        (w.opcode, w.invalidate_rkey()),
-        (sw::wr::LOCAL_INV, 0x742)
-    );
+    assert_eq!((w.opcode, w.invalidate_rkey()), (sw::wr::LOCAL_INV, 0x742));
 
     let av = Av {
         port_pd: Av::port_pd(0x33, 1),

@@ -555,7 +555,10 @@ fn async_ring_wraps_in_order() {
     assert_eq!((st.events, st.dropped_events), (3000, 0));
     assert!(!st.async_ring_broken);
     let mc = h.rig.model.counters();
-    assert_eq!((mc.events, mc.rings_abandoned, mc.bad_indices), (3000, 0, 0));
+    assert_eq!(
+        (mc.events, mc.rings_abandoned, mc.bad_indices),
+        (3000, 0, 0)
+    );
     h.dev().set_device_events(None);
     h.finish();
 }
@@ -591,4 +594,135 @@ fn cq_notification_ring_wraps() {
     assert_eq!(h.rig.model.counters().rings_abandoned, 0);
     dev.unregister_cq(s.cq.handle);
     teardown(h, s);
+}
+
+/// RQ WQEs where the driver puts them (§9: after the SQ pages) are where the model reads
+/// them: flushing on ERR reports their `wr_id`s in order (M32).
+#[test]
+fn receive_queue_doorbell_and_flush_in_order() {
+    let h = Harness::deterministic();
+    let mut s = setup(&h, 64);
+    let dev = h.dev();
+    let qh = s.qp.handle();
+    let page = s.mem.bus(0);
+    let rq = s.qp.q.rq.as_mut().unwrap();
+    for id in [0x51u64, 0x52, 0x53] {
+        let sge = pvrdma_ndk::pvrdma::wqe::Sge {
+            addr: page,
+            length: 64,
+            lkey: 0,
+        };
+        rq.post(id, &[sge]).unwrap();
+    }
+    dev.ring(QpDoorbell::recv(qh));
+    h.settle();
+    let mc = h.rig.model.counters();
+    assert_eq!((mc.db_qp_recv, mc.db_ignored, mc.bad_indices), (1, 0, 0));
+    assert!(
+        poll(dev, &mut s.cq).is_empty(),
+        "no transport: nothing received"
+    );
+    modify(dev, qh, QpState::Err, QpAttrMask::empty(), rts_attrs(0)).unwrap();
+    h.settle();
+    let c: Vec<_> = poll(dev, &mut s.cq)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.qp))
+            .collect::<Vec<_>>(),
+        [0x51, 0x52, 0x53].map(|id| (id, Some(WcOpcode::Recv), WcStatus::WrFlushErr, qh))
+    );
+    assert_eq!(s.qp.q.rq.as_ref().unwrap().outstanding(), Ok(0));
+    teardown(h, s);
+}
+
+/// M33: RESET drops posted WQEs without CQEs and zeroes the device's indices; the driver
+/// zeroes its own, and the QP works again from index 0.
+#[test]
+fn reset_drops_waiting_wqes_and_restarts_at_zero() {
+    let h = Harness::deterministic();
+    let mut s = setup(&h, 64);
+    let k = s.k();
+    let dev = h.dev();
+    let qh = s.qp.handle();
+    modify(dev, qh, QpState::Reset, QpAttrMask::empty(), rts_attrs(0)).unwrap();
+    s.qp.q.sq.reset_indices();
+    let a = rts_attrs(0x77);
+    modify(
+        dev,
+        qh,
+        QpState::Init,
+        QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+        a,
+    )
+    .unwrap();
+    // Posted in INIT: they wait for RTS (M17) ...
+    post(dev, &mut s.qp, &fast_reg(1, k, 1, SendFlags::SIGNALED));
+    post(dev, &mut s.qp, &local_inv(2, k, 1, SendFlags::SIGNALED));
+    h.settle();
+    assert!(poll(dev, &mut s.cq).is_empty());
+    assert_eq!(s.qp.q.sq.outstanding(), Ok(2));
+    // ... and RESET drops them silently.
+    modify(dev, qh, QpState::Reset, QpAttrMask::empty(), a).unwrap();
+    h.settle();
+    assert_eq!(s.qp.q.sq.raw_cons_head(), 0);
+    s.qp.q.sq.reset_indices();
+    to_rts(dev, qh, QpType::Rc, 0x77).unwrap();
+    post(dev, &mut s.qp, &fast_reg(3, k, 2, SendFlags::SIGNALED));
+    h.settle();
+    let c: Vec<_> = poll(dev, &mut s.cq)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3]);
+    assert_eq!(s.qp.q.sq.prod_tail(), 1);
+    assert_eq!(h.rig.model.counters().cqes, 1);
+    teardown(h, s);
+}
+
+#[derive(Default)]
+struct SrqRec(Mutex<Vec<EqeType>>);
+
+impl pvrdma_ndk::pvrdma::device::SrqEvents for SrqRec {
+    fn event(&self, kind: EqeType) {
+        self.0.lock().unwrap().push(kind);
+    }
+}
+
+/// SRQ doorbell decode (UAR 0x8) and SRQ_ERR on a corrupted SRQ index (M47).
+#[test]
+fn srq_doorbell_and_srq_err() {
+    let h = Harness::deterministic();
+    let dev = h.dev();
+    let pd = create_pd(dev);
+    let mut srq = create_srq(dev, pd, 16, 1, 0).unwrap();
+    let rec = Arc::new(SrqRec::default());
+    dev.register_srq(srq.handle, rec.clone()).unwrap();
+    for id in 0..3 {
+        srq.q.post(id, &[]).unwrap();
+    }
+    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    h.settle();
+    let mc = h.rig.model.counters();
+    assert_eq!((mc.db_srq, mc.db_ignored, mc.bad_indices), (1, 0, 0));
+    assert!(rec.0.lock().unwrap().is_empty());
+    // SRQ prod_tail lives at @8 of page 0 (§7).
+    let space = &h.rig.space;
+    let table = space.read_u64(srq.q.pdir_dma()).unwrap();
+    let page0 = space.read_u64(table).unwrap();
+    assert_eq!(space.read_u32(page0 + 8), Ok(3));
+    space.write_u32(page0 + 8, 40).unwrap(); // beyond 2·N
+    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    h.settle();
+    assert_eq!(*rec.0.lock().unwrap(), [EqeType::SrqErr]);
+    // An SRQ in error ignores its doorbell (M17).
+    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    h.settle();
+    assert_eq!(h.rig.model.counters().db_ignored, 1);
+    dev.unregister_srq(srq.handle);
+    destroy_srq(dev, srq);
+    destroy_pd(dev, pd);
+    h.finish();
 }
