@@ -422,7 +422,10 @@ mod tests {
         let t = Timer::new(&sched, rec.clone()).unwrap();
         t.schedule_in(1_000_000);
         assert!(wait(|| rec.n.load(Ordering::SeqCst) == 3));
+        // Idle only once the routine has returned; a pending timer does not count.
+        assert!(wait(|| ex.is_idle()));
         t.schedule_in(3_600 * 1_000_000_000);
+        assert_eq!(ex.inflight(), 0);
         t.cancel();
         assert_eq!(ex.processor_count(), 3);
         ex.shutdown();
@@ -463,6 +466,23 @@ mod tests {
         }
         assert!(wait(|| h.runs.load(Ordering::SeqCst) == queued));
         assert_eq!(h.max_seen.load(Ordering::SeqCst), 1);
+        assert!(wait(|| ex.is_idle()));
+        // A queued, not yet finished DPC keeps the executor busy.
+        struct Gate(std::sync::atomic::AtomicBool);
+        impl DpcHandler for Gate {
+            fn run(&self) {
+                while !self.0.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let gate = Arc::new(Gate(false.into()));
+        let held = Dpc::new(&sched, gate.clone()).unwrap();
+        assert!(held.queue(Processor::Index(1)));
+        assert_eq!(ex.inflight(), 1);
+        assert!(!ex.is_idle());
+        gate.0.store(true, Ordering::SeqCst);
+        assert!(wait(|| ex.is_idle()));
         ex.shutdown();
     }
 
