@@ -250,7 +250,10 @@ impl Rig {
                     std::thread::yield_now();
                 }))
             }
-            Mode::Threaded => None,
+            // The model thread does the work; waiting threads only yield. Without a pump,
+            // `HostPlatform::wait_until` sleeps 50 µs per check, which the kernel rounds up
+            // to a scheduler tick here (~4 ms per command).
+            Mode::Threaded => Some(Arc::new(std::thread::yield_now)),
         };
         let platform = HostPlatform::new(
             HostDevice {
