@@ -97,10 +97,8 @@ fn non_contiguous_chain_is_refused() {
     let b = mem.mdl(0x2000, 0x1000); // skips page 1
     a.set_next(Some(&b));
     // SAFETY: live MDLs with their PFN arrays.
-    assert_eq!(
-        unsafe { mdl::span(a.as_ptr()) },
-        Err(MdlError::NotContiguous)
-    );
+    let span = unsafe { mdl::span(a.as_ptr()) };
+    assert_eq!(span, Err(MdlError::NotContiguous));
     drop((a, b, mem));
     h.finish();
 }
