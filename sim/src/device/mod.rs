@@ -47,6 +47,21 @@ pub enum MmioError {
     ReadOnly,
 }
 
+/// Live device objects per type ([`Core::object_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+}
+
 /// A GID table entry (M38).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GidEntry {
@@ -458,6 +473,23 @@ impl Core {
     /// Statistics.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Live objects per type, for leak checks: a driver that destroyed everything it created
+    /// leaves all of them at 0 (GID bindings are not objects and are not counted).
+    pub fn object_counts(&self) -> ObjectCounts {
+        ObjectCounts {
+            pds: self.pds.len(),
+            mrs: self.mrs.len(),
+            cqs: self.cqs.len(),
+            qps: self.qps.len(),
+            srqs: self.srqs.len(),
+        }
+    }
+
+    /// Number of bound GIDs.
+    pub fn bound_gids(&self) -> usize {
+        self.gids.iter().filter(|g| g.is_some()).count()
     }
 
     fn fault(&mut self) {
