@@ -362,16 +362,22 @@ impl Platform for HostPlatform {
         *self.irq.lock().unwrap() = None;
     }
     fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
-        let deadline = Deadline::after(self.now_ns(), timeout_ns);
+        let start = self.now_ns();
+        let deadline = Deadline::after(start, timeout_ns);
         loop {
             if cond() {
                 return true;
             }
-            if deadline.expired(self.now_ns()) {
+            let now = self.now_ns();
+            if deadline.expired(now) {
                 return cond();
             }
             match &self.dev.pump {
                 Some(p) => p(),
+                // Commands complete within microseconds on the model's thread; a sleep costs a
+                // whole scheduler tick (~4 ms here), so yield for the first millisecond and only
+                // then back off to sleeping.
+                None if now.saturating_sub(start) < 1_000_000 => std::thread::yield_now(),
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
