@@ -11,7 +11,9 @@
 //! objects [`pd`], [`cq`], [`mr`], [`qp`], [`srq`], [`intr`] interrupts, [`counters`],
 //! [`device`] (registers, command execution, queue engine, transport boundary); the network:
 //! [`wire`] RoCEv2 codecs, [`fabric`] frame delivery with fault injection, [`pcap`] capture,
-//! [`rng`] the seeded generator that makes runs replayable.
+//! [`rng`] the seeded generator that makes runs replayable, [`transport`] the RoCEv2 RC/UD
+//! transport joining a device to the fabric, and [`world`] the host-facing API (N devices on
+//! one fabric, deterministic or threaded).
 #![deny(unsafe_code)]
 
 pub mod cmd;
@@ -32,15 +34,17 @@ pub mod regs;
 pub mod ring;
 pub mod rng;
 pub mod srq;
+pub mod transport;
 pub mod uar;
 pub mod wire;
+pub mod world;
 pub mod wqe;
 
 #[cfg(feature = "test-utils")]
 pub mod testutil;
 
 pub use counters::Counters;
-pub use device::{Core, Device, GidEntry, MmioError};
+pub use device::{Core, Device, GidEntry, MmioError, ObjectCounts};
 pub use dma::{DmaBuffer, DmaFault, DmaSpace};
 pub use dsr::{Caps, DeviceConfig};
 pub use intr::InterruptSink;

@@ -189,6 +189,12 @@ impl Host {
     pub fn load(cfg: DeviceConfig) -> Self {
         let dma = Arc::new(DmaSpace::new());
         let dev = Device::new(dma.clone(), cfg);
+        Self::load_on(dev)
+    }
+
+    /// [`Host::load`] for an existing device (e.g. a `World` node), using its memory.
+    pub fn load_on(dev: Arc<Device>) -> Self {
+        let dma = dev.dma();
         let irqs = Arc::new(IrqLog::default());
         dev.set_interrupt_sink(irqs.clone());
         let dsr = DmaBuffer::new(&dma, 1);
@@ -226,6 +232,94 @@ impl Host {
         h.dev.bar1_write32(0x0C, 0);
         assert_eq!(h.dev.bar1_read32(0x14), 0, "ACTIVATE failed");
         h
+    }
+
+    /// Full bring-up of an existing device (e.g. a `World` node).
+    pub fn on(dev: Arc<Device>) -> Self {
+        let h = Self::load_on(dev);
+        h.dev.bar1_write32(0x1C, 0);
+        h.dev.bar1_write32(0x0C, 0);
+        assert_eq!(h.dev.bar1_read32(0x14), 0, "ACTIVATE failed");
+        h
+    }
+
+    /// CREATE_BIND of `gid` at `index` (mtu @16, vlan @20, index @24, gid @28, gid_type @44).
+    pub fn bind_gid(&self, index: u32, gid: [u8; 16]) {
+        self.cmd_ok(
+            &Req::new(15)
+                .u32(16, 3)
+                .u32(24, index)
+                .bytes(28, &gid)
+                .u8(44, 2),
+        );
+    }
+
+    /// SQ doorbell (UAR 0x0, `handle | 1 << 30`).
+    pub fn ring_sq(&self, qp: u32) {
+        self.dev.uar_write32(0, qp | (1 << 30));
+    }
+
+    /// RQ doorbell (UAR 0x0, `handle | 1 << 31`).
+    pub fn ring_rq(&self, qp: u32) {
+        self.dev.uar_write32(0, qp | (1 << 31));
+    }
+
+    /// CQ arm doorbell (UAR 0x4, `handle | 1 << 30`; `solicited` → `1 << 29`).
+    pub fn arm_cq(&self, cq: u32, solicited: bool) {
+        let bit = if solicited { 1 << 29 } else { 1 << 30 };
+        self.dev.uar_write32(4, cq | bit);
+    }
+
+    /// Drives an RC QP RESET → INIT → RTR → RTS with the attributes of `p`.
+    pub fn rc_connect(&self, qp: u32, p: &RcPath) {
+        let r = self.modify_qp(qp, 1 | (1 << 3) | (1 << 4) | (1 << 5), |q| {
+            q.u32(24, 1).u32(24 + 32, p.access).u8(24 + 45, 1)
+        });
+        assert_eq!(r.err(), 0, "RESET->INIT");
+        // AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+        let m = 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15);
+        let r = self.modify_qp(qp, m, |q| {
+            q.u32(24, 2)
+                .u32(24 + 8, p.path_mtu)
+                .u32(24 + 28, p.dest_qpn)
+                .u32(24 + 20, p.rq_psn)
+                .u8(24 + 43, p.max_dest_rd_atomic)
+                .u8(24 + 44, p.min_rnr_timer)
+                .bytes(24 + 80, &p.dgid)
+                .u8(24 + 80 + 20, p.sgid_index)
+                .u8(24 + 80 + 21, 64)
+                .u8(24 + 80 + 31, 1)
+                .u8(24 + 80 + 32, 1)
+                .bytes(24 + 80 + 33, &p.dmac)
+        });
+        assert_eq!(r.err(), 0, "INIT->RTR");
+        self.dev.run_until_idle();
+        // TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC
+        let m = 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13);
+        let r = self.modify_qp(qp, m, |q| {
+            q.u32(24, 3)
+                .u8(24 + 46, p.timeout)
+                .u8(24 + 47, p.retry_cnt)
+                .u8(24 + 48, p.rnr_retry)
+                .u32(24 + 24, p.sq_psn)
+                .u8(24 + 42, p.max_rd_atomic)
+        });
+        assert_eq!(r.err(), 0, "RTR->RTS");
+    }
+
+    /// Drives a UD (or GSI, `gsi`) QP RESET → INIT → RTR → RTS with Q_Key `qkey`.
+    pub fn ud_to_rts(&self, qp: u32, qkey: u32, gsi: bool) {
+        let m = if gsi {
+            1 | (1 << 4) | (1 << 6)
+        } else {
+            1 | (1 << 4) | (1 << 5) | (1 << 6)
+        };
+        let r = self.modify_qp(qp, m, |q| q.u32(24, 1).u32(24 + 16, qkey).u8(24 + 45, 1));
+        assert_eq!(r.err(), 0, "RESET->INIT");
+        let r = self.modify_qp(qp, 1, |q| q.u32(24, 2));
+        assert_eq!(r.err(), 0, "INIT->RTR");
+        let r = self.modify_qp(qp, 1 | (1 << 16), |q| q.u32(24, 3).u32(24 + 24, 7));
+        assert_eq!(r.err(), 0, "RTR->RTS");
     }
 
     /// Default configuration.
@@ -421,6 +515,49 @@ impl Host {
             rkey: r.u32(24),
             start: 0,
             buf: None,
+        }
+    }
+}
+
+/// RC connection attributes for [`Host::rc_connect`] (offsets of `pvrdma_qp_attr`, §8).
+#[derive(Clone, Copy, Debug)]
+pub struct RcPath {
+    pub dest_qpn: u32,
+    pub dgid: [u8; 16],
+    pub dmac: [u8; 6],
+    pub sgid_index: u8,
+    pub path_mtu: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub access: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+}
+
+impl RcPath {
+    /// MTU 1024, PSNs just below the 24-bit wrap, timeout 14 (67 ms), 7 retries, infinite
+    /// RNR retry, RNR timer 1 (10 µs), 4 READs each way, LOCAL_WRITE | REMOTE_WRITE |
+    /// REMOTE_READ.
+    pub fn new(dest_qpn: u32, dgid: [u8; 16], dmac: [u8; 6]) -> Self {
+        Self {
+            dest_qpn,
+            dgid,
+            dmac,
+            sgid_index: 0,
+            path_mtu: 3,
+            rq_psn: 0xFF_FFF0,
+            sq_psn: 0xFF_FFF0,
+            access: 7,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            max_dest_rd_atomic: 4,
         }
     }
 }

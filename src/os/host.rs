@@ -52,6 +52,8 @@ struct Shared {
     timer_wake: Condvar,
     stop: std::sync::atomic::AtomicBool,
     runs: Vec<std::sync::atomic::AtomicU64>,
+    /// DPCs queued or running (a harness's "everything done" point needs it).
+    inflight: std::sync::atomic::AtomicU64,
 }
 
 /// DPC executor: `n` processor threads plus a timer thread. DPCs queued with
@@ -73,6 +75,7 @@ impl HostExecutor {
             timer_wake: Condvar::new(),
             stop: false.into(),
             runs: (0..n).map(|_| 0.into()).collect(),
+            inflight: 0.into(),
         });
         let mut threads = Vec::new();
         for p in 0..n {
@@ -105,6 +108,18 @@ impl HostExecutor {
             .map_or(0, |r| r.load(std::sync::atomic::Ordering::SeqCst))
     }
 
+    /// DPCs queued or running on any processor right now.
+    pub fn inflight(&self) -> u64 {
+        self.shared
+            .inflight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// True when no DPC is queued or running (timers pending do not count).
+    pub fn is_idle(&self) -> bool {
+        self.inflight() == 0
+    }
+
     /// Stops and joins the threads (queued DPCs that have not started are dropped).
     pub fn shutdown(&self) {
         self.shared
@@ -112,7 +127,11 @@ impl HostExecutor {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         // Dropping what is still queued also breaks the Timer → Dpc → executor cycles.
         for (q, w) in self.shared.queues.iter().zip(&self.shared.wake) {
-            q.lock().unwrap().clear();
+            let mut g = q.lock().unwrap();
+            self.shared
+                .inflight
+                .fetch_sub(g.len() as u64, std::sync::atomic::Ordering::SeqCst);
+            g.clear();
             w.notify_all();
         }
         {
@@ -157,6 +176,8 @@ fn processor_loop(s: &Shared, p: usize) {
         if let Some(r) = s.runs.get(p) {
             r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
+        // After the routine (and anything it queued) so "idle" means really done.
+        s.inflight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -205,6 +226,9 @@ impl DpcScheduler for HostExecutor {
             Processor::Index(i) => i as usize,
         } % n;
         if let (Some(q), Some(w)) = (self.shared.queues.get(p), self.shared.wake.get(p)) {
+            self.shared
+                .inflight
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             q.lock().unwrap().push_back(dpc);
             w.notify_one();
         }
@@ -338,16 +362,22 @@ impl Platform for HostPlatform {
         *self.irq.lock().unwrap() = None;
     }
     fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
-        let deadline = Deadline::after(self.now_ns(), timeout_ns);
+        let start = self.now_ns();
+        let deadline = Deadline::after(start, timeout_ns);
         loop {
             if cond() {
                 return true;
             }
-            if deadline.expired(self.now_ns()) {
+            let now = self.now_ns();
+            if deadline.expired(now) {
                 return cond();
             }
             match &self.dev.pump {
                 Some(p) => p(),
+                // Commands complete within microseconds on the model's thread; a sleep costs a
+                // whole scheduler tick (~4 ms here), so yield for the first millisecond and only
+                // then back off to sleeping.
+                None if now.saturating_sub(start) < 1_000_000 => std::thread::yield_now(),
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
@@ -398,7 +428,10 @@ mod tests {
         let t = Timer::new(&sched, rec.clone()).unwrap();
         t.schedule_in(1_000_000);
         assert!(wait(|| rec.n.load(Ordering::SeqCst) == 3));
+        // Idle only once the routine has returned; a pending timer does not count.
+        assert!(wait(|| ex.is_idle()));
         t.schedule_in(3_600 * 1_000_000_000);
+        assert_eq!(ex.inflight(), 0);
         t.cancel();
         assert_eq!(ex.processor_count(), 3);
         ex.shutdown();
@@ -439,6 +472,23 @@ mod tests {
         }
         assert!(wait(|| h.runs.load(Ordering::SeqCst) == queued));
         assert_eq!(h.max_seen.load(Ordering::SeqCst), 1);
+        assert!(wait(|| ex.is_idle()));
+        // A queued, not yet finished DPC keeps the executor busy.
+        struct Gate(std::sync::atomic::AtomicBool);
+        impl DpcHandler for Gate {
+            fn run(&self) {
+                while !self.0.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let gate = Arc::new(Gate(false.into()));
+        let held = Dpc::new(&sched, gate.clone()).unwrap();
+        assert!(held.queue(Processor::Index(1)));
+        assert_eq!(ex.inflight(), 1);
+        assert!(!ex.is_idle());
+        gate.0.store(true, Ordering::SeqCst);
+        assert!(wait(|| ex.is_idle()));
         ex.shutdown();
     }
 

@@ -4,6 +4,7 @@
 //! What the Windows kernel implementation (over NDIS / wdk-sys, a later issue) must provide:
 //! - [`alloc`]: non-paged pool allocation (the global allocator already is `ExAllocatePool2`
 //!   under `wdk-alloc`; this module adds fallibility and accounting).
+//! - [`mdl`]: MDL chain walking (the structures are the OS's; nothing to implement).
 //! - [`dma::DmaAllocator`]: `NdisMAllocateSharedMemory` / `NdisMFreeSharedMemory`.
 //! - [`mmio::RegisterIo`]: BAR1 accessors (`READ_REGISTER_ULONG` / `WRITE_REGISTER_ULONG`).
 //! - [`mmio::Uar`]: the mapped UAR page 0 of BAR2 (`NdisMMapIoSpace`), written with one
@@ -22,6 +23,7 @@ pub mod alloc;
 pub mod clock;
 pub mod dma;
 pub mod dpc;
+pub mod mdl;
 pub mod mmio;
 pub mod sync;
 

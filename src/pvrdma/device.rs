@@ -184,7 +184,7 @@ struct Shared {
     cmd: Arc<CmdChannel>,
     async_ring: DeviceRing,
     cq_ring: DeviceRing,
-    cqs: SpinLock<HandleTable<Arc<dyn CqEvents>>>,
+    cqs: SpinLock<HandleTable<CqEntry>>,
     qps: SpinLock<HandleTable<Arc<dyn QpEvents>>>,
     srqs: SpinLock<HandleTable<Arc<dyn SrqEvents>>>,
     device_events: SpinLock<Option<Arc<dyn DeviceEvents>>>,
@@ -193,6 +193,22 @@ struct Shared {
     interrupts: [AtomicU64; 3],
     // Dropped last (declared last): the device has been RESET by then.
     _dsr: SharedDma,
+}
+
+/// A registered CQ: its handler and, when the CQ has a target processor, the DPC that runs
+/// the completion handler there (NDK CreateCq `Affinity`).
+struct CqEntry {
+    handler: Arc<dyn CqEvents>,
+    targeted: Option<(Dpc, Processor)>,
+}
+
+/// DPC routine of a targeted CQ: the completion upcall on the CQ's processor.
+struct CqNotifyDpc(Arc<dyn CqEvents>);
+
+impl DpcHandler for CqNotifyDpc {
+    fn run(&self) {
+        self.0.completion();
+    }
 }
 
 struct VectorDpc {
@@ -279,7 +295,7 @@ impl Shared {
             Err(_) => false,
             Ok(e) => match e.target() {
                 EventTarget::Cq(h) => {
-                    let handler = self.cqs.lock().get(h).cloned();
+                    let handler = self.cqs.lock().get(h).map(|e| e.handler.clone());
                     handler.map(|c| c.error()).is_some()
                 }
                 EventTarget::Qp(h) => {
@@ -333,8 +349,24 @@ impl Shared {
             }
             budget -= 1;
             let handle = u32::from_le_bytes(raw);
-            let handler = self.cqs.lock().get(handle).cloned();
-            let delivered = handler.map(|c| c.completion()).is_some();
+            let entry = self
+                .cqs
+                .lock()
+                .get(handle)
+                .map(|e| (e.handler.clone(), e.targeted.clone()));
+            let delivered = match entry {
+                // Coalesces like KeInsertQueueDpc: CQNEs arriving before the CQ's DPC runs
+                // get one upcall (each arm yields at most one CQNE, M18).
+                Some((_, Some((dpc, target)))) => {
+                    dpc.queue(target);
+                    true
+                }
+                Some((handler, None)) => {
+                    handler.completion();
+                    true
+                }
+                None => false,
+            };
             let mut st = self.stats.lock();
             if delivered {
                 st.cq_notifications = st.cq_notifications.wrapping_add(1);
@@ -553,11 +585,46 @@ impl Device {
     ///
     /// [`PvrdmaError::InvalidParameter`] if the handle is out of range or taken.
     pub fn register_cq(&self, handle: u32, h: Arc<dyn CqEvents>) -> Result<(), PvrdmaError> {
-        self.shared.cqs.lock().insert(handle, h)
+        self.shared.cqs.lock().insert(
+            handle,
+            CqEntry {
+                handler: h,
+                targeted: None,
+            },
+        )
     }
-    /// Unregisters a CQ (before DESTROY_CQ); returns its handler.
+    /// Registers the handler for CQ `handle` with a target processor: completion upcalls run
+    /// in a DPC of this CQ queued to `target` (errors stay on the vector-1 DPC).
+    /// [`Processor::Current`] is [`Device::register_cq`]. PASSIVE_LEVEL (allocates the DPC).
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::register_cq`], or [`PvrdmaError::NoMemory`].
+    pub fn register_cq_on(
+        &self,
+        handle: u32,
+        h: Arc<dyn CqEvents>,
+        target: Processor,
+    ) -> Result<(), PvrdmaError> {
+        let targeted = match target {
+            Processor::Current => None,
+            t => {
+                let routine: Arc<dyn DpcHandler> = try_arc(CqNotifyDpc(h.clone()))?;
+                Some((Dpc::new(self.shared.platform.scheduler(), routine)?, t))
+            }
+        };
+        self.shared.cqs.lock().insert(
+            handle,
+            CqEntry {
+                handler: h,
+                targeted,
+            },
+        )
+    }
+    /// Unregisters a CQ (before DESTROY_CQ); returns its handler. A completion upcall already
+    /// queued on the CQ's processor may still run once.
     pub fn unregister_cq(&self, handle: u32) -> Option<Arc<dyn CqEvents>> {
-        self.shared.cqs.lock().remove(handle)
+        self.shared.cqs.lock().remove(handle).map(|e| e.handler)
     }
     /// Registers the handler for QP `handle` (`qp_handle`, or `qpn` before v20).
     ///

@@ -47,6 +47,21 @@ pub enum MmioError {
     ReadOnly,
 }
 
+/// Live device objects per type ([`Core::object_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+}
+
 /// A GID table entry (M38).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GidEntry {
@@ -189,6 +204,12 @@ impl Device {
     /// Installs the network transport (see [`Transport`]).
     pub fn set_transport(&self, t: Box<dyn Transport>) {
         self.lock().transport = Some(t);
+        self.cv.notify_all();
+    }
+
+    /// Wakes the device thread (threaded mode) so it delivers interrupts latched by work another
+    /// thread ran, e.g. the fabric delivery thread handing a frame to the transport.
+    pub fn wake(&self) {
         self.cv.notify_all();
     }
 
@@ -452,6 +473,23 @@ impl Core {
     /// Statistics.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Live objects per type, for leak checks: a driver that destroyed everything it created
+    /// leaves all of them at 0 (GID bindings are not objects and are not counted).
+    pub fn object_counts(&self) -> ObjectCounts {
+        ObjectCounts {
+            pds: self.pds.len(),
+            mrs: self.mrs.len(),
+            cqs: self.cqs.len(),
+            qps: self.qps.len(),
+            srqs: self.srqs.len(),
+        }
+    }
+
+    /// Number of bound GIDs.
+    pub fn bound_gids(&self) -> usize {
+        self.gids.iter().filter(|g| g.is_some()).count()
     }
 
     fn fault(&mut self) {

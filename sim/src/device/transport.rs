@@ -440,6 +440,38 @@ impl Core {
         }))
     }
 
+    /// The receive WQE [`Core::take_recv`] would take next, read without taking it (UD drops a
+    /// message whose buffer is too small without consuming the WQE, §14). `None` when the
+    /// queue is empty or its index or memory cannot be read (the take then reports it).
+    pub fn peek_recv(&mut self, qp: u32) -> Option<RecvWqe> {
+        let q = self.qps.get(qp)?;
+        if let Some(sh) = q.srq {
+            let s = self.srqs.get(sh)?;
+            if s.error {
+                return None;
+            }
+            let tail = s.mem.read_u32(&self.dma, srq::PROD_TAIL).ok()?;
+            if s.ring.check(tail, s.head).is_err() || s.head == tail {
+                return None;
+            }
+            let mut buf = vec![0u8; s.stride as usize];
+            let off = 4096 + u64::from(s.ring.slot(s.head)) * u64::from(s.stride);
+            s.mem.read(&self.dma, off, &mut buf).ok()?;
+            return Some(RecvWqe::parse(&buf, s.max_sge));
+        }
+        let rq = q.rq?;
+        let t = q
+            .mem
+            .read_u32(&self.dma, crate::qp::ring_off::RQ_PROD)
+            .ok()?;
+        if rq.ring.check(t, q.rq_head).is_err() || q.rq_next == t {
+            return None;
+        }
+        let mut buf = vec![0u8; rq.stride as usize];
+        q.mem.read(&self.dma, rq.offset(q.rq_next), &mut buf).ok()?;
+        Some(RecvWqe::parse(&buf, rq.max_sge))
+    }
+
     /// Scatters receive data at byte `offset` of a taken WQE's SGEs (LOCAL_WRITE, QP's PD).
     /// `Err(LOC_PROT_ERR)` or `Err(LOC_LEN_ERR)` (beyond the SGEs) on failure.
     pub fn recv_scatter(

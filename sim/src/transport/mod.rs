@@ -1,0 +1,511 @@
+//! RoCEv2 transport of the device model: RC requester and responder, UD/GSI, timers and the
+//! fabric port (reference §14; M22, M23, M28, M30, M31, M34-M37, M42, M46; frames per cm.md §7).
+//!
+//! A [`RoceTransport`] is installed in a [`Device`] with `Device::set_transport` and a
+//! [`DevicePort`] is attached to the [`crate::fabric::Fabric`] with the device's MAC. Both share
+//! one [`PortLink`]: the port queues what the fabric delivers (frames, timer expiries, link
+//! changes) and then runs the device (`Device::process`) on the calling thread, which polls
+//! the transport; the transport answers through the fabric handle. So frames are handled in
+//! fabric event order in both the deterministic and the threaded mode.
+//!
+//! Addressing: RC frames go to the QP's `ah_attr.dmac` / `dgid`, from GID table entry
+//! `sgid_index`; UD/GSI frames to the AV's `dmac` / `dgid` / `remote_qpn` from entry
+//! `gid_index` (M37). IPv4-mapped GIDs select IPv4 framing, others IPv6. Received frames must
+//! parse (ICRC included) and name one of the device's bound GIDs (M38), else they are dropped.
+#![deny(unsafe_code)]
+
+mod requester;
+mod responder;
+mod ud;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use crate::device::{Core, Device, Transport};
+use crate::fabric::{FabricHandle, FabricPort, PortId, TimerId};
+use crate::qp::{QpState, QpType};
+use crate::wire::opcode as op;
+use crate::wire::roce::{Gid, RocePacket};
+use crate::wire::{BthRepr, ExtRepr, Psn};
+
+use requester::Requester;
+use responder::Responder;
+
+/// Transport statistics of one device (all counts since creation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    /// Frames handed to the fabric.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames received and parsed.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames that did not parse (bad ICRC, truncated, unknown opcode).
+    pub rx_malformed: u64,
+    /// Frames for an unbound GID, unknown QP, wrong QP type or a QP not accepting packets (M34).
+    pub rx_dropped: u64,
+    /// Request packets sent again (timeouts, sequence NAKs, RNR retries).
+    pub retransmits: u64,
+    /// Retries consumed from `retry_cnt` (timeouts + sequence NAKs).
+    pub retries: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// RNR retries (after the RNR timer).
+    pub rnr_retries: u64,
+    /// ACKs sent (responder).
+    pub acks_sent: u64,
+    /// ACKs received (requester).
+    pub acks_received: u64,
+    /// NAKs sent other than RNR (responder), sequence NAKs included.
+    pub naks_sent: u64,
+    /// Of those, PSN sequence error NAKs.
+    pub seq_naks_sent: u64,
+    /// NAKs received other than RNR (requester).
+    pub naks_received: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Duplicate requests seen by the responder (re-ACKed or READs re-executed).
+    pub duplicates: u64,
+    /// UD/GSI messages dropped silently (empty RQ, small buffer, Q_Key mismatch).
+    pub ud_dropped: u64,
+    /// Frames that could not be built (no GID at the source index, mixed address families).
+    pub tx_errors: u64,
+}
+
+/// What the fabric hands to the transport.
+#[derive(Debug)]
+enum Input {
+    Frame(Vec<u8>),
+    Timer(u64),
+    Link(bool),
+}
+
+/// State shared between a device's [`RoceTransport`] and its [`DevicePort`].
+pub struct PortLink {
+    mac: [u8; 6],
+    fabric: FabricHandle,
+    port: PortId,
+    inbox: Mutex<VecDeque<Input>>,
+    counters: Mutex<TransportCounters>,
+    device: Mutex<Weak<Device>>,
+    read_delay_ns: AtomicU64,
+}
+
+impl std::fmt::Debug for PortLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortLink")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PortLink {
+    /// A link for the port `port` of the fabric behind `fabric`, with the device's MAC.
+    pub fn new(mac: [u8; 6], port: PortId, fabric: FabricHandle) -> Arc<Self> {
+        Arc::new(Self {
+            mac,
+            fabric,
+            port,
+            inbox: Mutex::new(VecDeque::new()),
+            counters: Mutex::new(TransportCounters::default()),
+            device: Mutex::new(Weak::new()),
+            read_delay_ns: AtomicU64::new(0),
+        })
+    }
+
+    /// The fabric port id.
+    pub fn port(&self) -> PortId {
+        self.port
+    }
+
+    /// Snapshot of the transport counters.
+    pub fn counters(&self) -> TransportCounters {
+        *relock(&self.counters)
+    }
+
+    /// Test option (M36): hold every READ response this device sends for `ns` virtual
+    /// nanoseconds, so later ACKs overtake it and a missing FENCE shows. 0 = off.
+    pub fn set_read_response_delay(&self, ns: u64) {
+        self.read_delay_ns.store(ns, Ordering::Relaxed);
+    }
+
+    fn read_delay(&self) -> u64 {
+        self.read_delay_ns.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
+        f(&mut relock(&self.counters));
+    }
+
+    fn push(&self, i: Input) {
+        relock(&self.inbox).push_back(i);
+        let dev = relock(&self.device).upgrade();
+        if let Some(d) = dev {
+            d.process();
+            d.wake();
+        }
+    }
+
+    fn transmit(&self, frame: Vec<u8>) {
+        self.count(|c| {
+            c.tx_packets += 1;
+            c.tx_bytes += frame.len() as u64;
+        });
+        self.fabric.transmit(self.port, frame);
+    }
+
+    fn now(&self) -> u64 {
+        self.fabric.now_ns()
+    }
+
+    fn schedule(&self, at_ns: u64, token: u64) -> TimerId {
+        self.fabric.schedule_timer(self.port, at_ns, token)
+    }
+
+    fn cancel(&self, id: TimerId) {
+        self.fabric.cancel_timer(id);
+    }
+}
+
+/// The device's Ethernet port on the fabric.
+#[derive(Debug)]
+pub struct DevicePort {
+    link: Arc<PortLink>,
+}
+
+impl FabricPort for DevicePort {
+    fn mac(&self) -> [u8; 6] {
+        self.link.mac
+    }
+    fn receive(&self, frame: &[u8], _now_ns: u64) {
+        self.link.push(Input::Frame(frame.to_vec()));
+    }
+    fn on_timer(&self, token: u64, _now_ns: u64) {
+        self.link.push(Input::Timer(token));
+    }
+    fn link_changed(&self, up: bool) {
+        self.link.push(Input::Link(up));
+    }
+}
+
+/// Attaches `dev` to `fabric`: installs a [`RoceTransport`] in the device and a [`DevicePort`]
+/// with the device's configured MAC on the fabric. Returns the shared link (port id, counters).
+pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink> {
+    let mac = dev.with_core(|c| c.mac());
+    let (_, port) = fabric.attach_with(|id, handle| {
+        Arc::new(DevicePort {
+            link: PortLink::new(mac, id, handle),
+        })
+    });
+    let link = port.link.clone();
+    *relock(&link.device) = Arc::downgrade(dev);
+    dev.set_transport(Box::new(RoceTransport::new(link.clone())));
+    link
+}
+
+/// Timer token: QP handle in bits 63:32, kind in 31:30, generation in 29:0.
+const TIMER_RETRY: u64 = 0;
+const TIMER_RNR: u64 = 1;
+/// Delayed READ responses (M36 test option); QP bits unused.
+const TIMER_DELAYED: u64 = 2;
+
+fn timer_token(qp: u32, kind: u64, generation: u64) -> u64 {
+    (u64::from(qp) << 32) | (kind << 30) | (generation & 0x3FFF_FFFF)
+}
+
+/// Per-QP transport state.
+#[derive(Debug, Default)]
+struct QpTransport {
+    req: Option<Requester>,
+    resp: Option<Responder>,
+}
+
+/// The RoCEv2 transport of one device (see the module docs).
+#[derive(Debug)]
+pub struct RoceTransport {
+    link: Arc<PortLink>,
+    qps: BTreeMap<u32, QpTransport>,
+    pump: BTreeSet<u32>,
+    generation: u64,
+    /// Frames held by the READ response delay, by timer generation.
+    delayed: BTreeMap<u64, Vec<Vec<u8>>>,
+}
+
+/// Path MTU enum (1..5) in bytes; out-of-range values clamp.
+fn mtu_bytes(path_mtu: u32) -> usize {
+    256usize << (path_mtu.clamp(1, 5) - 1)
+}
+
+/// Addressing of outgoing frames.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    dmac: [u8; 6],
+    sgid: Gid,
+    dgid: Gid,
+    traffic_class: u8,
+    hop_limit: u8,
+    udp_src: u16,
+}
+
+impl RoceTransport {
+    /// A transport using `link` (see [`attach`]).
+    pub fn new(link: Arc<PortLink>) -> Self {
+        Self {
+            link,
+            qps: BTreeMap::new(),
+            pump: BTreeSet::new(),
+            generation: 0,
+            delayed: BTreeMap::new(),
+        }
+    }
+
+    fn next_gen(&mut self) -> u64 {
+        self.generation = self.generation.wrapping_add(1) & 0x3FFF_FFFF;
+        self.generation
+    }
+
+    /// Builds and transmits one frame; counts a build failure.
+    fn send_frame(&self, core: &Core, route: &Route, bth: BthRepr, ext: ExtRepr, payload: &[u8]) {
+        if let Some(f) = self.build_frame(core, route, bth, ext, payload) {
+            self.link.transmit(f);
+        }
+    }
+
+    /// Emits a frame; `None` (counted) if it cannot be built.
+    fn build_frame(
+        &self,
+        core: &Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        payload: &[u8],
+    ) -> Option<Vec<u8>> {
+        let p = RocePacket {
+            src_mac: core.mac(),
+            dst_mac: route.dmac,
+            vlan: None,
+            src_gid: route.sgid,
+            dst_gid: route.dgid,
+            traffic_class: route.traffic_class,
+            hop_limit: route.hop_limit,
+            flow_label: 0,
+            ip_ident: 0,
+            udp_src_port: route.udp_src,
+            bth,
+            ext,
+            payload,
+        };
+        match p.emit() {
+            Ok(f) => Some(f),
+            Err(_) => {
+                self.link.count(|c| c.tx_errors += 1);
+                None
+            }
+        }
+    }
+
+    /// The RC route of a QP from its `ah_attr`; `None` if the source GID is not bound.
+    fn rc_route(core: &Core, qp: u32) -> Option<Route> {
+        let i = core.qp_info(qp)?;
+        let ah = i.attr.ah_attr;
+        let sgid = core.gid(u32::from(ah.sgid_index))?.gid;
+        Some(Route {
+            dmac: ah.dmac,
+            sgid,
+            dgid: ah.dgid,
+            traffic_class: ah.traffic_class,
+            hop_limit: if ah.hop_limit == 0 { 64 } else { ah.hop_limit },
+            udp_src: 0xC000 | (i.qpn & 0x3FFF) as u16,
+        })
+    }
+
+    fn bth(opcode: u8, dest_qp: u32, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    /// Drops transport state of QPs that left the states the transport serves.
+    fn sync_qp(&mut self, core: &mut Core, qp: u32) {
+        let st = core.qp_info(qp).map(|i| i.state);
+        let keep_req = st == Some(QpState::Rts);
+        let keep_resp = matches!(st, Some(QpState::Rtr | QpState::Rts));
+        if let Some(t) = self.qps.get_mut(&qp) {
+            if !keep_req && let Some(r) = t.req.take() {
+                r.cancel_timers(&self.link);
+            }
+            if !keep_resp {
+                t.resp = None;
+            }
+            if t.req.is_none() && t.resp.is_none() && st.is_none_or(|s| s != QpState::Rtr) {
+                self.qps.remove(&qp);
+            }
+        }
+    }
+
+    fn sync_all(&mut self, core: &mut Core) {
+        let handles: Vec<u32> = self.qps.keys().copied().collect();
+        for h in handles {
+            self.sync_qp(core, h);
+        }
+    }
+
+    fn handle_frame(&mut self, core: &mut Core, frame: &[u8]) {
+        let pkt = match RocePacket::parse(frame) {
+            Ok(p) => p,
+            Err(_) => {
+                self.link.count(|c| c.rx_malformed += 1);
+                return;
+            }
+        };
+        self.link.count(|c| {
+            c.rx_packets += 1;
+            c.rx_bytes += frame.len() as u64;
+        });
+        if !core.gids().iter().any(|(_, g)| g.gid == pkt.dst_gid) {
+            self.link.count(|c| c.rx_dropped += 1);
+            return;
+        }
+        let opcode = pkt.bth.opcode;
+        let Some(qp) = core.qp_by_qpn(pkt.bth.dest_qp) else {
+            self.link.count(|c| c.rx_dropped += 1);
+            return;
+        };
+        let Some(info) = core.qp_info(qp) else {
+            return;
+        };
+        let is_ud = matches!(info.ty, QpType::Ud | QpType::Gsi);
+        let ud_opcode = matches!(opcode, op::UD_SEND_ONLY | op::UD_SEND_ONLY_WITH_IMMEDIATE);
+        // M34: RESET, INIT and ERR drop everything.
+        if is_ud != ud_opcode || !matches!(info.state, QpState::Rtr | QpState::Rts) {
+            self.link.count(|c| c.rx_dropped += 1);
+            return;
+        }
+        if is_ud {
+            self.ud_receive(core, qp, &pkt, frame);
+            return;
+        }
+        let is_response = matches!(
+            opcode,
+            op::RC_ACKNOWLEDGE
+                | op::RC_RDMA_READ_RESPONSE_FIRST
+                | op::RC_RDMA_READ_RESPONSE_MIDDLE
+                | op::RC_RDMA_READ_RESPONSE_LAST
+                | op::RC_RDMA_READ_RESPONSE_ONLY
+        );
+        if is_response {
+            if info.state != QpState::Rts {
+                self.link.count(|c| c.rx_dropped += 1);
+                return;
+            }
+            self.req_response(core, qp, &pkt);
+        } else {
+            self.resp_request(core, qp, &pkt);
+        }
+        self.sync_qp(core, qp);
+    }
+
+    fn handle_timer(&mut self, core: &mut Core, token: u64) {
+        let qp = (token >> 32) as u32;
+        let kind = (token >> 30) & 3;
+        let generation = token & 0x3FFF_FFFF;
+        match kind {
+            TIMER_RETRY => self.req_timeout(core, qp, generation),
+            TIMER_RNR => self.req_rnr_expired(core, qp, generation),
+            TIMER_DELAYED => {
+                for f in self.delayed.remove(&generation).unwrap_or_default() {
+                    self.link.transmit(f);
+                }
+            }
+            _ => {}
+        }
+        self.sync_qp(core, qp);
+    }
+}
+
+impl Transport for RoceTransport {
+    fn poll(&mut self, core: &mut Core) -> bool {
+        let mut progress = false;
+        loop {
+            let next = relock(&self.link.inbox).pop_front();
+            let Some(input) = next else { break };
+            progress = true;
+            match input {
+                Input::Frame(f) => self.handle_frame(core, &f),
+                Input::Timer(t) => self.handle_timer(core, t),
+                Input::Link(up) => core.set_link(up),
+            }
+        }
+        while let Some(qp) = self.pump.pop_first() {
+            if self.req_pump(core, qp) {
+                progress = true;
+            }
+            self.sync_qp(core, qp);
+        }
+        if progress {
+            self.sync_all(core);
+        }
+        progress
+    }
+
+    fn sq_kick(&mut self, core: &mut Core, qp: u32) {
+        let _ = core;
+        self.pump.insert(qp);
+    }
+
+    fn qp_state_changed(&mut self, core: &mut Core, qp: u32, state: QpState) {
+        match state {
+            QpState::Rts => {
+                self.pump.insert(qp);
+            }
+            QpState::Reset => {
+                if let Some(t) = self.qps.remove(&qp)
+                    && let Some(r) = t.req
+                {
+                    r.cancel_timers(&self.link);
+                }
+            }
+            _ => self.sync_qp(core, qp),
+        }
+    }
+
+    fn qp_destroyed(&mut self, core: &mut Core, qp: u32) {
+        let _ = core;
+        if let Some(t) = self.qps.remove(&qp)
+            && let Some(r) = t.req
+        {
+            r.cancel_timers(&self.link);
+        }
+        self.pump.remove(&qp);
+    }
+
+    fn reset(&mut self, core: &mut Core) {
+        let _ = core;
+        for (_, t) in std::mem::take(&mut self.qps) {
+            if let Some(r) = t.req {
+                r.cancel_timers(&self.link);
+            }
+        }
+        self.pump.clear();
+        self.delayed.clear();
+        relock(&self.link.inbox).retain(|i| matches!(i, Input::Link(_)));
+    }
+}

@@ -1,0 +1,266 @@
+//! Creating device objects through the driver's typed commands and queue types, the way the
+//! NDK layer will: PDs, CQs, QPs (with the RC/UD/GSI state walk), SRQs, MRs.
+
+use pvrdma_ndk::pvrdma::PvrdmaError;
+use pvrdma_ndk::pvrdma::cmd::{
+    AhAttr, CreateCq, CreatePd, CreateQp, CreateQpResp, CreateSrq, DestroyCq, DestroyPd, DestroyQp,
+    DestroySrq, ModifyQp, QpAttr, QpAttrMask, QpState, QpType, SrqAttr,
+};
+use pvrdma_ndk::pvrdma::device::Device;
+use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
+use pvrdma_ndk::pvrdma::wqe::AccessFlags;
+
+/// The error a device error code surfaces as: the model answers every failed command through
+/// ERR right after REQUEST (M8), which the channel reports as `CommandRejected`.
+pub fn dev_err(code: u32, err: u32) -> PvrdmaError {
+    PvrdmaError::CommandRejected { code, err }
+}
+
+/// CREATE_PD.
+pub fn create_pd(dev: &Device) -> u32 {
+    dev.cmd()
+        .execute(&CreatePd { ctx_handle: 0 })
+        .expect("CREATE_PD")
+}
+
+/// DESTROY_PD.
+pub fn destroy_pd(dev: &Device, pd: u32) {
+    dev.cmd()
+        .execute(&DestroyPd { pd_handle: pd })
+        .expect("DESTROY_PD");
+}
+
+/// A CQ: ring plus handle.
+pub struct Cq {
+    /// The ring (poll it).
+    pub ring: CqRing,
+    /// Device handle.
+    pub handle: u32,
+}
+
+/// CqRing + CREATE_CQ; adopts the response's `cqe`.
+pub fn create_cq(dev: &Device, entries: u32) -> Result<Cq, PvrdmaError> {
+    let mut ring = CqRing::alloc(dev.platform().dma(), entries)?;
+    let r = dev.cmd().execute(&CreateCq {
+        pdir_dma: ring.pdir_dma(),
+        ctx_handle: 0,
+        cqe: entries,
+        nchunks: ring.nchunks(),
+    })?;
+    assert_eq!(r.cqe, entries, "response cqe = request (M11)");
+    ring.set_device_entries(r.cqe)?;
+    Ok(Cq {
+        ring,
+        handle: r.cq_handle,
+    })
+}
+
+/// DESTROY_CQ (then the ring is freed).
+pub fn destroy_cq(dev: &Device, cq: Cq) {
+    dev.cmd()
+        .execute(&DestroyCq {
+            cq_handle: cq.handle,
+        })
+        .expect("DESTROY_CQ");
+}
+
+/// A QP: queues plus the CREATE_QP answer.
+pub struct Qp {
+    /// SQ/RQ.
+    pub q: QpQueues,
+    /// The response.
+    pub resp: CreateQpResp,
+    /// Type.
+    pub ty: QpType,
+}
+
+impl Qp {
+    /// Handle (doorbells, CQE `qp`, events).
+    pub fn handle(&self) -> u32 {
+        self.resp.qp_handle
+    }
+}
+
+/// Sizes of a QP to create.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSpec {
+    /// Type.
+    pub ty: QpType,
+    /// PD.
+    pub pd: u32,
+    /// Send CQ.
+    pub send_cq: u32,
+    /// Receive CQ.
+    pub recv_cq: u32,
+    /// (max_send_wr, max_send_sge).
+    pub sq: (u32, u32),
+    /// (max_recv_wr, max_recv_sge), or `None` with an SRQ.
+    pub rq: Option<(u32, u32)>,
+    /// SRQ handle.
+    pub srq: Option<u32>,
+}
+
+impl QpSpec {
+    /// RC with an 8×1 SQ and 8×1 RQ on one CQ.
+    pub fn rc(pd: u32, cq: u32) -> Self {
+        QpSpec {
+            ty: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            sq: (8, 1),
+            rq: Some((8, 1)),
+            srq: None,
+        }
+    }
+}
+
+/// QpQueues + CREATE_QP.
+pub fn create_qp(dev: &Device, s: &QpSpec) -> Result<Qp, PvrdmaError> {
+    let layout = QpLayout::new(s.sq.0, s.sq.1, s.rq)?;
+    let q = QpQueues::alloc(dev.platform().dma(), &layout)?;
+    let (rwr, rsge) = s.rq.unwrap_or((0, 0));
+    let resp = dev.cmd().execute(&CreateQp {
+        pdir_dma: q.pdir_dma(),
+        pd_handle: s.pd,
+        send_cq_handle: s.send_cq,
+        recv_cq_handle: s.recv_cq,
+        srq_handle: s.srq.unwrap_or(0),
+        max_send_wr: s.sq.0,
+        max_recv_wr: rwr,
+        max_send_sge: s.sq.1,
+        max_recv_sge: rsge,
+        max_inline_data: 0,
+        lkey: 0,
+        access_flags: AccessFlags::empty(),
+        total_chunks: layout.total_chunks as u16,
+        send_chunks: layout.send_chunks as u16,
+        max_atomic_arg: 0,
+        sq_sig_all: 0,
+        qp_type: s.ty,
+        is_srq: u8::from(s.srq.is_some()),
+    })?;
+    Ok(Qp { q, resp, ty: s.ty })
+}
+
+/// DESTROY_QP; returns `events_reported`.
+pub fn destroy_qp(dev: &Device, qp: Qp) -> u32 {
+    dev.cmd()
+        .execute(&DestroyQp {
+            qp_handle: qp.handle(),
+        })
+        .expect("DESTROY_QP")
+}
+
+/// MODIFY_QP to `state` with `mask` (STATE added).
+pub fn modify(
+    dev: &Device,
+    qp: u32,
+    state: QpState,
+    mask: QpAttrMask,
+    attr: QpAttr,
+) -> Result<(), PvrdmaError> {
+    dev.cmd().execute(&ModifyQp {
+        qp_handle: qp,
+        attr_mask: mask | QpAttrMask::STATE,
+        attr: QpAttr {
+            qp_state: state as u32,
+            ..attr
+        },
+    })
+}
+
+/// The attributes `to_rts` uses (distinct values, checked by QUERY_QP tests).
+pub fn rts_attrs(dest_qpn: u32) -> QpAttr {
+    QpAttr {
+        qkey: 0x1111_2222,
+        rq_psn: 0x00AB_CDEF,
+        sq_psn: 0x0012_3456,
+        dest_qp_num: dest_qpn,
+        qp_access_flags: (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).bits(),
+        path_mtu: 3,
+        pkey_index: 0,
+        port_num: 1,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 5,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 6,
+        ah_attr: AhAttr {
+            dgid: [
+                0xFE, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x50, 0x56, 0xFF, 0xFE, 0, 0, 2,
+            ],
+            hop_limit: 64,
+            ah_flags: 1,
+            port_num: 1,
+            dmac: [0, 0x50, 0x56, 0, 0, 2],
+            ..AhAttr::default()
+        },
+        ..QpAttr::default()
+    }
+}
+
+/// RESET → INIT → RTR → RTS with the masks IB requires per type (pvrdma.md §14 table).
+pub fn to_rts(dev: &Device, qp: u32, ty: QpType, dest_qpn: u32) -> Result<(), PvrdmaError> {
+    let a = rts_attrs(dest_qpn);
+    type M = QpAttrMask;
+    let (init, rtr, rts) = match ty {
+        QpType::Rc => (
+            M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER,
+            M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
+        ),
+        QpType::Ud => (M::PKEY_INDEX | M::PORT | M::QKEY, M::empty(), M::SQ_PSN),
+        QpType::Gsi => (M::PKEY_INDEX | M::QKEY, M::empty(), M::SQ_PSN),
+    };
+    modify(dev, qp, QpState::Init, init, a)?;
+    modify(dev, qp, QpState::Rtr, rtr, a)?;
+    modify(dev, qp, QpState::Rts, rts, a)
+}
+
+/// An SRQ: ring plus handle.
+pub struct Srq {
+    /// The ring.
+    pub q: SrqQueue,
+    /// Handle.
+    pub handle: u32,
+}
+
+/// SrqQueue + CREATE_SRQ.
+pub fn create_srq(
+    dev: &Device,
+    pd: u32,
+    max_wr: u32,
+    max_sge: u32,
+    limit: u32,
+) -> Result<Srq, PvrdmaError> {
+    let layout = SrqLayout::new(max_wr, max_sge)?;
+    let q = SrqQueue::alloc(dev.platform().dma(), &layout)?;
+    let handle = dev.cmd().execute(&CreateSrq {
+        pdir_dma: q.pdir_dma(),
+        pd_handle: pd,
+        nchunks: q.nchunks(),
+        attr: SrqAttr {
+            max_wr,
+            max_sge,
+            srq_limit: limit,
+        },
+        srq_type: 0,
+    })?;
+    Ok(Srq { q, handle })
+}
+
+/// DESTROY_SRQ.
+pub fn destroy_srq(dev: &Device, srq: Srq) {
+    dev.cmd()
+        .execute(&DestroySrq {
+            srq_handle: srq.handle,
+        })
+        .expect("DESTROY_SRQ");
+}
