@@ -54,7 +54,7 @@ fn flush_over_the_device_model_cancels_pre_posted_receives() {
     let dev = Arc::new(rig.probe(&DrvConfig::default()).expect("probe"));
     let hw = PvrdmaHardware::new(dev).expect("hw");
     let ndk = NdkDevice::new(hw.clone()).expect("ndk");
-    hw.attach(&ndk);
+    hw.attach(&ndk).expect("attach");
     let a = ndk
         .open_adapter(NDK_VERSION { Major: 1, Minor: 0 })
         .expect("open");
@@ -250,7 +250,7 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
     );
     let hw = PvrdmaHardware::new(dev.clone()).expect("hw");
     let ndk = NdkDevice::new(hw.clone()).expect("ndk");
-    hw.attach(&ndk);
+    hw.attach(&ndk).expect("attach");
     let a = ndk
         .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
         .expect("open");

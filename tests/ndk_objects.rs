@@ -1888,3 +1888,47 @@ fn srq_unsupported_without_device_srqs() {
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
     e.close_adapter();
 }
+
+#[test]
+fn device_fatal_fails_every_cq_and_srq_once() {
+    let e = env();
+    let pd = e.pd();
+    let cq1 = e.cq(1);
+    let cq2 = e.cq(2);
+    let mut srq = null_mut();
+    // SAFETY: live PD, valid out pointer.
+    let st = unsafe {
+        (NDK_PD::disp(pd).NdkCreateSrq)(
+            pd,
+            16,
+            1,
+            0,
+            Some(srq_cb),
+            ctx(3),
+            null_mut(),
+            create_cb,
+            ctx(1),
+            &mut srq,
+        )
+    };
+    assert_eq!(st, STATUS_SUCCESS);
+    arm(cq1, NDK_CQ_NOTIFY_ERRORS);
+    e.dev.device_fatal();
+    // The armed CQ and the SRQ at once; the unarmed CQ at its next arm.
+    assert_eq!(
+        events(),
+        vec![
+            Ev::Cq(1, STATUS_INTERNAL_ERROR),
+            Ev::Srq(3, STATUS_INTERNAL_ERROR)
+        ]
+    );
+    arm(cq2, NDK_CQ_NOTIFY_SOLICITED);
+    assert_eq!(events(), vec![Ev::Cq(2, STATUS_INTERNAL_ERROR)]);
+    e.dev.device_fatal();
+    arm(cq1, NDK_CQ_NOTIFY_ANY);
+    assert_eq!(events(), vec![], "reported once");
+    for p in [hdr(srq), hdr(cq1), hdr(cq2), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}

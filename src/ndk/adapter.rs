@@ -145,6 +145,30 @@ impl<T: NdkObject> HandleTable<T> {
             .and_then(Option::take)
     }
 
+    /// Every registered object (cloned under the lock; an allocation, so only for rare
+    /// device-wide events at DISPATCH_LEVEL: the clones are handed back one at a time).
+    fn for_each(&self, mut f: impl FnMut(&ObjRef<T>)) {
+        let mut i = 0usize;
+        loop {
+            let next = {
+                let t = self.slots.lock();
+                let mut found = None;
+                while let Some(slot) = t.get(i) {
+                    i += 1;
+                    if let Some(o) = slot {
+                        found = Some(o.clone());
+                        break;
+                    }
+                }
+                found
+            };
+            match next {
+                Some(o) => f(&o),
+                None => return,
+            }
+        }
+    }
+
     fn get(&self, handle: u32) -> Option<ObjRef<T>> {
         self.slots
             .lock()
@@ -253,6 +277,14 @@ impl NdkDevice {
             };
             cq.event(CqEvent::Error(st));
         }
+    }
+
+    /// DEVICE_FATAL: every CQ reports STATUS_INTERNAL_ERROR (at its next arm, or now if
+    /// armed) and every SRQ with a notification callback STATUS_INTERNAL_ERROR (§5.4, §5.9).
+    pub fn device_fatal(&self) {
+        self.cqs
+            .for_each(|cq| cq.event(CqEvent::Error(STATUS_INTERNAL_ERROR)));
+        self.srqs.for_each(|srq| srq.error_event());
     }
 
     /// SRQ_LIMIT_REACHED for `srq` (M45).

@@ -33,7 +33,7 @@ use crate::pvrdma::cmd::{
     SrqAttr, mr_flags, srq_attr_mask,
 };
 use crate::pvrdma::cqe::{BadCqe, Cqe};
-use crate::pvrdma::device::{CqEvents, Device, SrqEvents};
+use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
@@ -202,6 +202,20 @@ impl SrqEvents for SrqHook {
     }
 }
 
+/// Device-wide events: DEVICE_FATAL fails every CQ and SRQ of the NDK device.
+struct DeviceHook {
+    sink: Sink,
+}
+
+impl DeviceEvents for DeviceHook {
+    fn port_event(&self, _kind: EqeType, _port: u32) {}
+    fn device_fatal(&self) {
+        if let Some(d) = sink_device(&self.sink) {
+            d.device_fatal();
+        }
+    }
+}
+
 type Shared<T> = Arc<SpinLock<T>>;
 
 /// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
@@ -288,8 +302,17 @@ impl PvrdmaHardware {
     }
 
     /// Routes device events to `ndk` (called once, after [`NdkDevice::new`]).
-    pub fn attach(&self, ndk: &Arc<NdkDevice>) {
+    ///
+    /// # Errors
+    /// [`HwError::NoResources`] when the device-event hook cannot be allocated.
+    pub fn attach(&self, ndk: &Arc<NdkDevice>) -> Result<(), HwError> {
         *self.sink.lock() = Some(Arc::downgrade(ndk));
+        let hook = try_arc(DeviceHook {
+            sink: self.sink.clone(),
+        })
+        .map_err(|_| HwError::NoResources)?;
+        self.dev.set_device_events(Some(hook));
+        Ok(())
     }
 
     fn exec<C: crate::pvrdma::cmd::Command>(&self, cmd: &C) -> Result<C::Resp, HwError> {
@@ -897,7 +920,10 @@ mod tests {
         NOTIFY_STATUS.store(st as u32, Ordering::SeqCst);
         NOTIFY.fetch_add(1, Ordering::SeqCst);
     }
-    unsafe extern "system" fn srq_cb(_ctx: PVOID, _st: NTSTATUS) {
+    static SRQ_STATUS: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "system" fn srq_cb(_ctx: PVOID, st: NTSTATUS) {
+        SRQ_STATUS.store(st as u32, Ordering::SeqCst);
         SRQ_NOTIFY.fetch_add(1, Ordering::SeqCst);
     }
     static CREATED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
@@ -971,7 +997,7 @@ mod tests {
         }
         let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hw");
         let ndk = NdkDevice::new(hw.clone()).expect("ndk");
-        hw.attach(&ndk);
+        hw.attach(&ndk).expect("attach");
         let a = ndk
             .open_adapter(NDK_VERSION { Major: 2, Minor: 0 })
             .expect("open");
@@ -1185,6 +1211,14 @@ mod tests {
         assert_eq!(
             NOTIFY_STATUS.load(Ordering::SeqCst),
             STATUS_BUFFER_OVERFLOW as u32
+        );
+        // DEVICE_FATAL: the SRQ reports STATUS_INTERNAL_ERROR (the CQ already reported its
+        // error and reports only one).
+        fake.post_eqe(EqeType::DeviceFatal as u32, 0);
+        wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 2);
+        assert_eq!(
+            SRQ_STATUS.load(Ordering::SeqCst),
+            STATUS_INTERNAL_ERROR as u32
         );
 
         // NdkRegisterMr: the MDL's pages become the MR's page directory (CREATE_MR flags 0).
