@@ -82,6 +82,7 @@ fn flush_over_the_device_model_cancels_pre_posted_receives() {
     assert_ne!(token, 0);
 
     let mut cq = null_mut();
+    CREATED.store(0, Ordering::SeqCst);
     // SAFETY: live adapter, valid pointers.
     let st = unsafe {
         (ad.NdkCreateCq)(
@@ -95,7 +96,10 @@ fn flush_over_the_device_model_cancels_pre_posted_receives() {
             &mut cq,
         )
     };
-    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(st, STATUS_PENDING);
+    rig.wait_for("the CQ", || CREATED.load(Ordering::SeqCst) != 0);
+    assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+    let cq = CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
     let mut qp = null_mut();
     // SAFETY: live objects, valid pointers.
     let st = unsafe {
@@ -269,6 +273,7 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
     // SAFETY: statics.
     let pdd = unsafe { &*pdd };
     let mut cq = null_mut();
+    LB_CREATED.store(0, Ordering::SeqCst);
     // SAFETY: live adapter, valid pointers.
     let st = unsafe {
         (ad.NdkCreateCq)(
@@ -282,7 +287,9 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
             &mut cq,
         )
     };
-    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(st, STATUS_PENDING);
+    rig.wait_for("the CQ", || LB_CREATED.load(Ordering::SeqCst) != 0);
+    let cq = LB_CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
     let mut qps = [null_mut(); 2];
     for (i, q) in qps.iter_mut().enumerate() {
         // SAFETY: live objects, valid pointers.

@@ -10,12 +10,11 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::cq::{Cq, CqEvent, CqParams};
+use super::cq::{Cq, CqEvent};
 use super::dispatch;
 use super::error::{NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
 use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
-use super::pd::Pd;
 use super::srq::Srq;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -341,16 +340,6 @@ impl Adapter {
 }
 
 impl ObjRef<Adapter> {
-    /// NdkCreatePd (completes inline).
-    pub fn create_pd(&self) -> NdkResult<ObjRef<Pd>> {
-        Pd::create(self)
-    }
-
-    /// NdkCreateCq (completes inline).
-    pub fn create_cq(&self, p: CqParams) -> NdkResult<ObjRef<Cq>> {
-        Cq::create(self, p)
-    }
-
     /// CloseNDKAdapterHandler: blocks (PASSIVE_LEVEL) until every descendant has closed and
     /// every callback on them has returned (§5.2).
     pub fn close_blocking(&self) {

@@ -10,9 +10,10 @@ use alloc::vec::Vec;
 
 use super::adapter::Adapter;
 use super::dispatch;
+use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::pow2_ceil;
-use super::object::{Lifetime, NdkObject, ObjRef};
+use super::hw::{HwDone, pow2_ceil};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -208,8 +209,17 @@ pub struct CqParams {
 }
 
 impl Cq {
-    /// NdkCreateCq: `depth` ≤ MaxCqDepth, else STATUS_INVALID_PARAMETER (§5.4).
-    pub fn create(adapter: &ObjRef<Adapter>, p: CqParams) -> NdkResult<ObjRef<Cq>> {
+    /// NdkCreateCq: `depth` ≤ MaxCqDepth, else STATUS_INVALID_PARAMETER (§5.4). The device
+    /// command may complete later; the result goes to `handoff` (inline or through
+    /// CreateCompletion).
+    ///
+    /// # Errors
+    /// Inline failures before any command was issued.
+    pub fn create_async(
+        adapter: &ObjRef<Adapter>,
+        p: CqParams,
+        handoff: alloc::sync::Arc<CreateHandoff<Cq>>,
+    ) -> NdkResult<()> {
         let max = adapter.info().MaxCqDepth;
         if p.depth == 0 || p.depth > max {
             return Err(NdkError::InvalidParameter);
@@ -218,16 +228,33 @@ impl Cq {
         if !adapter.lifetime().try_get() {
             return Err(NdkError::InvalidDeviceRequest);
         }
-        let made = Self::create_inner(adapter, p, entries);
-        if made.is_err() {
-            adapter.put();
+        let affinity = p.affinity;
+        let a = adapter.clone();
+        let done = move |r: Result<u32, HwError>| {
+            let made = match r {
+                Ok(handle) => Self::wrap(&a, handle, p),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                a.put();
+            }
+            handoff.complete(made);
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
+                adapter.hw().create_cq_async(entries, affinity, d);
+                Ok(())
+            }
+            Err(_) => {
+                adapter.put();
+                Err(NdkError::InsufficientResources)
+            }
         }
-        made
     }
 
-    fn create_inner(adapter: &ObjRef<Adapter>, p: CqParams, entries: u32) -> NdkResult<ObjRef<Cq>> {
+    fn wrap(adapter: &ObjRef<Adapter>, handle: u32, p: CqParams) -> NdkResult<ObjRef<Cq>> {
         let hw = adapter.hw();
-        let handle = hw.create_cq(entries, p.affinity)?;
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
             Dispatch: &dispatch::CQ_DISPATCH,

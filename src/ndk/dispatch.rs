@@ -266,8 +266,8 @@ unsafe extern "system" fn create_cq(
     CqNotification: NDK_FN_CQ_NOTIFICATION_CALLBACK,
     CqNotificationContext: PVOID,
     Affinity: *mut GROUP_AFFINITY,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkCq: *mut *mut NDK_CQ,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -283,14 +283,24 @@ unsafe extern "system" fn create_cq(
         // SAFETY: non-null optional input, valid by contract.
         Some(unsafe { Affinity.read() })
     };
-    let r = a.create_cq(CqParams {
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let params = CqParams {
         depth: CqDepth,
         notify: CqNotification,
         notify_context: CqNotificationContext as usize,
         affinity,
-    });
-    // SAFETY: `ppNdkCq` checked non-null.
-    unsafe { publish(r, ppNdkCq) }
+    };
+    if let Err(e) = Cq::create_async(&a, params, handoff.clone()) {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkCq` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkCq) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety

@@ -298,6 +298,11 @@ pub trait Hardware: Send + Sync {
     /// CREATE_CQ with `entries` (a power of two). Notifications for it are delivered on a
     /// processor of `affinity` when one is given (NdkCreateCq's GROUP_AFFINITY, §5.4).
     fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError>;
+    /// [`Hardware::create_cq`] completing through `done`; the default completes before
+    /// returning.
+    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+        done(self.create_cq(entries, affinity));
+    }
     /// DESTROY_CQ.
     fn destroy_cq(&self, cq: u32);
     /// CREATE_MR.

@@ -10,7 +10,7 @@ use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::HwDone;
-use super::hw::{MrKeys, MrSpec};
+use super::hw::MrKeys;
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
@@ -38,47 +38,6 @@ impl NdkObject for Pd {
 }
 
 impl Pd {
-    /// NdkCreatePd.
-    pub fn create(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Pd>> {
-        if !adapter.lifetime().try_get() {
-            return Err(NdkError::InvalidDeviceRequest);
-        }
-        let made = Self::create_inner(adapter);
-        if made.is_err() {
-            adapter.put();
-        }
-        made
-    }
-
-    fn create_inner(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Pd>> {
-        let hw = adapter.hw();
-        let handle = hw.create_pd()?;
-        let dma = match hw.create_mr(handle, &MrSpec::Dma) {
-            Ok(k) => k,
-            Err(e) => {
-                hw.destroy_pd(handle);
-                return Err(e.into());
-            }
-        };
-        let ndk = NDK_PD {
-            Header: header(adapter.version(), NdkObjectTypePd),
-            Dispatch: &dispatch::PD_DISPATCH,
-        };
-        ObjRef::try_new(
-            ndk,
-            Pd {
-                life: Lifetime::new(),
-                adapter: adapter.clone(),
-                handle,
-                dma,
-            },
-        )
-        .inspect_err(|_| {
-            hw.destroy_mr(dma.handle);
-            hw.destroy_pd(handle);
-        })
-    }
-
     /// NdkCreatePd with the device commands possibly completing later: the result goes to
     /// `handoff` (inline or through CreateCompletion).
     ///

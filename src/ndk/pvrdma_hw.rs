@@ -4,14 +4,14 @@
 //!
 //! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
 //! never faked):
-//! - NdkCreatePd completes asynchronously (STATUS_PENDING, CreateCompletion from the
-//!   command-completion DPC); DESTROY commands (object close) and NdkFlush's MODIFY_QP are
-//!   submitted without waiting, and queue memory is released from the DESTROY response (the
-//!   device lets go of it only then, style.md §6). Creating CQs, QPs and SRQs and
-//!   registering MRs still wait for the response ([`CmdChannel::execute`], PASSIVE_LEVEL)
-//!   and complete inline; NDK allows them at DISPATCH_LEVEL, so they must move to the
-//!   pattern NdkCreatePd uses, together with an OS-seam DMA allocation that works at
-//!   DISPATCH_LEVEL (NdisMAllocateSharedMemoryAsyncEx).
+//! - NdkCreatePd and NdkCreateCq complete asynchronously (STATUS_PENDING, CreateCompletion
+//!   from the command-completion DPC); DESTROY commands (object close) and NdkFlush's
+//!   MODIFY_QP are submitted without waiting, and queue memory is released from the DESTROY
+//!   response (the device lets go of it only then, style.md §6). Creating QPs and SRQs and
+//!   registering or initializing MRs still wait for the response ([`CmdChannel::execute`],
+//!   PASSIVE_LEVEL) and complete inline; NDK allows them at DISPATCH_LEVEL, so they must
+//!   move to the same pattern, together with an OS-seam DMA allocation that works at
+//!   DISPATCH_LEVEL (NdisMAllocateSharedMemoryAsyncEx; the seam's allocator is PASSIVE).
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
@@ -202,6 +202,70 @@ impl SrqEvents for SrqHook {
     }
 }
 
+/// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
+struct CqInstall {
+    dev: Arc<Device>,
+    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    sink: Sink,
+}
+
+impl CqInstall {
+    /// Adopts the device's entry count, files the ring under its handle and registers the
+    /// event hook. On failure the CQ is destroyed, and its ring freed only after the device's
+    /// DESTROY response.
+    fn install(
+        &self,
+        ring: Shared<CqRing>,
+        resp: crate::pvrdma::cmd::CreateCqResp,
+        affinity: Option<GROUP_AFFINITY>,
+    ) -> Result<(), HwError> {
+        let h = resp.cq_handle;
+        let r = ring
+            .lock()
+            .set_device_entries(resp.cqe)
+            .map_err(hw_error)
+            .and_then(|()| self.cqs.lock().insert(h, ring.clone()).map_err(hw_error))
+            .and_then(|()| self.register(h, affinity));
+        if let Err(e) = r {
+            let cqs = self.cqs.clone();
+            submit_then(self.dev.cmd(), &DestroyCq { cq_handle: h }, move |_| {
+                let mut t = cqs.lock();
+                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &ring));
+                let gone = if ours { t.remove(h) } else { None };
+                drop(t);
+                drop((gone, ring));
+            });
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn register(&self, h: u32, affinity: Option<GROUP_AFFINITY>) -> Result<(), HwError> {
+        let notify = try_arc(CqNotify {
+            sink: self.sink.clone(),
+            handle: h,
+        })
+        .map_err(|_| HwError::NoResources)?;
+        let dpc = match affinity.filter(|a| a.Mask != 0) {
+            Some(a) => {
+                let handler: Arc<dyn DpcHandler> = notify.clone();
+                let dpc = Dpc::new(self.dev.platform().scheduler(), handler)
+                    .map_err(|_| HwError::NoResources)?;
+                Some((dpc, Processor::from_affinity(a.Group, a.Mask as u64)))
+            }
+            None => None,
+        };
+        let hook = try_arc(CqHook {
+            sink: self.sink.clone(),
+            handle: h,
+            notify,
+            dpc,
+        })
+        .map_err(|_| HwError::NoResources)?;
+        self.dev.register_cq(h, hook).map_err(hw_error)
+    }
+}
+
 /// Device-wide events: DEVICE_FATAL fails every CQ and SRQ of the NDK device.
 struct DeviceHook {
     sink: Sink,
@@ -319,6 +383,28 @@ impl PvrdmaHardware {
         self.dev.cmd().execute(cmd).map_err(hw_error)
     }
 
+    /// Allocates a CQ ring (shared, so it can be filed before the device answers) and the
+    /// CREATE_CQ for it.
+    fn prepare_cq(&self, entries: u32) -> Result<(Shared<CqRing>, CreateCq), HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
+        let cmd = CreateCq {
+            pdir_dma: ring.pdir_dma(),
+            ctx_handle: 0,
+            cqe: entries,
+            nchunks: ring.nchunks(),
+        };
+        Ok((shared(ring)?, cmd))
+    }
+
+    fn cq_ctx(&self) -> CqInstall {
+        CqInstall {
+            dev: self.dev.clone(),
+            cqs: self.cqs.clone(),
+            sink: self.sink.clone(),
+        }
+    }
+
     fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
         self.cqs.lock().get(h).cloned()
     }
@@ -375,52 +461,26 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
-        let dma = self.dev.platform().dma().clone();
-        let mut ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
-        let resp = self.exec(&CreateCq {
-            pdir_dma: ring.pdir_dma(),
-            ctx_handle: 0,
-            cqe: entries,
-            nchunks: ring.nchunks(),
-        })?;
-        let h = resp.cq_handle;
-        let ready = ring
-            .set_device_entries(resp.cqe)
-            .map_err(hw_error)
-            .and_then(|()| try_arc(SpinLock::new(ring)).map_err(|_| HwError::NoResources))
-            .and_then(|r| self.cqs.lock().insert(h, r).map_err(hw_error))
-            .and_then(|()| {
-                let notify = try_arc(CqNotify {
-                    sink: self.sink.clone(),
-                    handle: h,
-                })
-                .map_err(|_| HwError::NoResources)?;
-                let dpc = match affinity.filter(|a| a.Mask != 0) {
-                    Some(a) => {
-                        let handler: Arc<dyn DpcHandler> = notify.clone();
-                        let dpc = Dpc::new(self.dev.platform().scheduler(), handler)
-                            .map_err(|_| HwError::NoResources)?;
-                        Some((dpc, Processor::from_affinity(a.Group, a.Mask as u64)))
-                    }
-                    None => None,
-                };
-                let hook = try_arc(CqHook {
-                    sink: self.sink.clone(),
-                    handle: h,
-                    notify,
-                    dpc,
-                })
-                .map_err(|_| HwError::NoResources)?;
-                self.dev.register_cq(h, hook).map_err(hw_error)
-            });
-        if let Err(e) = ready {
-            let _ = self.exec(&DestroyCq { cq_handle: h });
-            // The ring is freed only after the device has let go of it.
-            let gone = self.cqs.lock().remove(h);
-            drop(gone);
-            return Err(e);
+        let (ring, cmd) = self.prepare_cq(entries)?;
+        let resp = self.exec(&cmd);
+        let ctx = self.cq_ctx();
+        match resp {
+            Ok(resp) => ctx.install(ring, resp, affinity).map(|()| resp.cq_handle),
+            Err(e) => Err(e),
         }
-        Ok(h)
+    }
+
+    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+        let (ring, cmd) = match self.prepare_cq(entries) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ctx = self.cq_ctx();
+        // The ring travels with the command: dropped unused if the device refuses it.
+        submit_then(self.dev.cmd(), &cmd, move |r| match r {
+            Ok(resp) => done(ctx.install(ring, resp, affinity).map(|()| resp.cq_handle)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn destroy_cq(&self, cq: u32) {
@@ -1046,11 +1106,15 @@ mod tests {
                 core::ptr::null_mut(),
                 &mut affinity,
                 create_cb,
-                core::ptr::null_mut(),
+                0xC3 as PVOID,
                 &mut cq,
             )
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(st, STATUS_PENDING, "CREATE_CQ completes in the command DPC");
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 2);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC3);
+        assert!(cq.is_null());
+        let cq = CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
         let reqs = requests(&fake);
         let codes: Vec<u32> = reqs[before..].iter().map(|r| u32_at(r, 8)).collect();
         assert_eq!(codes, [code::CREATE_PD, code::CREATE_MR, code::CREATE_CQ]);
@@ -1343,7 +1407,7 @@ mod tests {
         // SAFETY: as above.
         let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC2 as PVOID, &mut pd2) };
         assert_eq!(st, STATUS_PENDING);
-        wait_for(|| CREATES.load(Ordering::SeqCst) == 2);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 3);
         assert_eq!(
             CREATE_STATUS.load(Ordering::SeqCst),
             STATUS_INSUFFICIENT_RESOURCES as u32 ^ 0xC2
