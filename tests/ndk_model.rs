@@ -101,6 +101,7 @@ fn flush_over_the_device_model_cancels_pre_posted_receives() {
     assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
     let cq = CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
     let mut qp = null_mut();
+    CREATED.store(0, Ordering::SeqCst);
     // SAFETY: live objects, valid pointers.
     let st = unsafe {
         (pdd.NdkCreateQp)(
@@ -118,7 +119,9 @@ fn flush_over_the_device_model_cancels_pre_posted_receives() {
             &mut qp,
         )
     };
-    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(st, STATUS_PENDING);
+    rig.wait_for("the QP", || CREATED.load(Ordering::SeqCst) != 0);
+    let qp = CREATED.load(Ordering::SeqCst) as *mut NDK_QP;
     assert_eq!(
         rig.model_objects(),
         ObjectCounts {
@@ -292,6 +295,8 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
     let cq = LB_CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
     let mut qps = [null_mut(); 2];
     for (i, q) in qps.iter_mut().enumerate() {
+        let mut out = null_mut();
+        LB_CREATED.store(0, Ordering::SeqCst);
         // SAFETY: live objects, valid pointers.
         let st = unsafe {
             (pdd.NdkCreateQp)(
@@ -306,10 +311,12 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
                 0,
                 lb_create_cb,
                 null_mut(),
-                q,
+                &mut out,
             )
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(st, STATUS_PENDING);
+        rig.wait_for("a QP", || LB_CREATED.load(Ordering::SeqCst) != 0);
+        *q = LB_CREATED.load(Ordering::SeqCst) as *mut NDK_QP;
     }
     let [qa, qb] = qps;
     // The connection manager is a later issue: connect the two device QPs by hand (handles

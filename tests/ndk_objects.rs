@@ -70,6 +70,8 @@ struct FakeState {
     srq_queued: u32,
     /// The device ring refuses WQEs (full or corrupt).
     ring_full: bool,
+    /// CREATE_QP answers "no resources".
+    fail_qp: bool,
 }
 
 struct Fake {
@@ -185,6 +187,9 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         self.st.lock().unwrap().log.push(Hw::Destroy("mr", mr));
     }
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
+        if self.st.lock().unwrap().fail_qp {
+            return Err(HwError::NoResources);
+        }
         let h = self.handle("qp");
         self.st.lock().unwrap().qps.push(*spec);
         Ok(h)
@@ -1931,4 +1936,21 @@ fn device_fatal_fails_every_cq_and_srq_once() {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
     e.close_adapter();
+}
+
+#[test]
+fn failed_qp_create_releases_its_antecedents() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    e.fake.st.lock().unwrap().fail_qp = true;
+    let (st, qp) = e.qp_status(pd, cq, cq, 4, 4, 1, 1, 0);
+    assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES);
+    assert!(qp.is_null());
+    // No successor count is left behind: both close inline.
+    assert_eq!(close(cq, 1), STATUS_SUCCESS);
+    assert_eq!(close(pd, 2), STATUS_SUCCESS);
+    assert_eq!(events(), vec![], "inline failure: no CreateCompletion");
+    e.close_adapter();
+    assert_eq!(*e.fake.waits.lock().unwrap(), Vec::<bool>::new());
 }

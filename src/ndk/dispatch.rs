@@ -580,6 +580,8 @@ unsafe fn create_qp_common(
     MaxReceiveRequestSge: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -605,7 +607,11 @@ unsafe fn create_qp_common(
     if ppNdkQp.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
-    let r = Qp::create(
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let r = Qp::create_async(
         &pd,
         QpParams {
             receive_cq: rcq,
@@ -618,9 +624,16 @@ unsafe fn create_qp_common(
             max_initiator_sge: MaxInitiatorRequestSge,
             inline_data: InlineDataSize,
         },
+        handoff.clone(),
     );
-    // SAFETY: `ppNdkQp` checked non-null.
-    unsafe { publish(r, ppNdkQp) }
+    if let Err(e) = r {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkQp` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkQp) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety
@@ -635,8 +648,8 @@ unsafe extern "system" fn create_qp(
     MaxReceiveRequestSge: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
@@ -652,6 +665,8 @@ unsafe extern "system" fn create_qp(
             MaxReceiveRequestSge,
             MaxInitiatorRequestSge,
             InlineDataSize,
+            CreateCompletion,
+            RequestContext,
             ppNdkQp,
         )
     }
@@ -668,8 +683,8 @@ unsafe extern "system" fn create_qp_with_srq(
     InitiatorQueueDepth: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
@@ -685,6 +700,8 @@ unsafe extern "system" fn create_qp_with_srq(
             0,
             MaxInitiatorRequestSge,
             InlineDataSize,
+            CreateCompletion,
+            RequestContext,
             ppNdkQp,
         )
     }

@@ -318,6 +318,11 @@ pub trait Hardware: Send + Sync {
     fn destroy_mr(&self, mr: u32);
     /// CREATE_QP (RC) followed by RESET → INIT.
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError>;
+    /// [`Hardware::create_qp`] completing through `done`; the default completes before
+    /// returning.
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        done(self.create_qp(spec));
+    }
     /// DESTROY_QP.
     fn destroy_qp(&self, qp: u32);
     /// MODIFY_QP → ERR: the device flushes every outstanding WQE (M32).

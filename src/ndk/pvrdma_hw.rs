@@ -4,11 +4,11 @@
 //!
 //! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
 //! never faked):
-//! - NdkCreatePd and NdkCreateCq complete asynchronously (STATUS_PENDING, CreateCompletion
-//!   from the command-completion DPC); DESTROY commands (object close) and NdkFlush's
-//!   MODIFY_QP are submitted without waiting, and queue memory is released from the DESTROY
-//!   response (the device lets go of it only then, style.md §6). Creating QPs and SRQs and
-//!   registering or initializing MRs still wait for the response ([`CmdChannel::execute`],
+//! - NdkCreatePd, NdkCreateCq and NdkCreateQp(WithSrq) complete asynchronously
+//!   (STATUS_PENDING, CreateCompletion from the command-completion DPC); DESTROY commands
+//!   (object close) and NdkFlush's MODIFY_QP are submitted without waiting, and queue memory
+//!   is released from the DESTROY response (the device lets go of it only then, style.md
+//!   §6). Creating SRQs and registering or initializing MRs still wait for the response ([`CmdChannel::execute`],
 //!   PASSIVE_LEVEL) and complete inline; NDK allows them at DISPATCH_LEVEL, so they must
 //!   move to the same pattern, together with an OS-seam DMA allocation that works at
 //!   DISPATCH_LEVEL (NdisMAllocateSharedMemoryAsyncEx; the seam's allocator is PASSIVE).
@@ -200,6 +200,41 @@ impl SrqEvents for SrqHook {
             _ => {}
         }
     }
+}
+
+/// RESET → INIT with remote access, so receives can be pre-posted (§5.3).
+fn init_qp(h: u32) -> ModifyQp {
+    ModifyQp {
+        qp_handle: h,
+        attr_mask: QpAttrMask::STATE
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::PORT
+            | QpAttrMask::ACCESS_FLAGS,
+        attr: QpAttr {
+            qp_state: QpState::Init as u32,
+            qp_access_flags: QP_ACCESS.bits(),
+            port_num: 1,
+            ..QpAttr::default()
+        },
+    }
+}
+
+/// Destroys a QP whose setup failed after CREATE_QP; its queues are freed after the
+/// device's response (and removed from the table if they were filed).
+fn abandon_qp(
+    ch: &Arc<CmdChannel>,
+    qps: &Shared<HandleTable<Shared<QpQueues>>>,
+    h: u32,
+    q: Shared<QpQueues>,
+) {
+    let qps = qps.clone();
+    submit_then(ch, &DestroyQp { qp_handle: h }, move |_| {
+        let mut t = qps.lock();
+        let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
+        let gone = if ours { t.remove(h) } else { None };
+        drop(t);
+        drop((gone, q));
+    });
 }
 
 /// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
@@ -405,6 +440,39 @@ impl PvrdmaHardware {
         }
     }
 
+    /// Allocates a QP's queues (shared, so they can be filed once the handle is known) and
+    /// the CREATE_QP for them.
+    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp), HwError> {
+        let recv = match spec.srq {
+            Some(_) => None,
+            None => Some((spec.max_recv_wr, spec.max_recv_sge)),
+        };
+        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let queues = QpQueues::alloc(&dma, &layout).map_err(hw_error)?;
+        let cmd = CreateQp {
+            pdir_dma: queues.pdir_dma(),
+            pd_handle: spec.pd,
+            send_cq_handle: spec.send_cq,
+            recv_cq_handle: spec.recv_cq,
+            srq_handle: spec.srq.unwrap_or(0),
+            max_send_wr: spec.max_send_wr,
+            max_recv_wr: spec.max_recv_wr,
+            max_send_sge: spec.max_send_sge,
+            max_recv_sge: spec.max_recv_sge,
+            max_inline_data: 0,
+            lkey: 0,
+            access_flags: QP_ACCESS,
+            total_chunks: layout.total_chunks as u16,
+            send_chunks: layout.send_chunks as u16,
+            max_atomic_arg: 0,
+            sq_sig_all: 0,
+            qp_type: QpType::Rc,
+            is_srq: u8::from(spec.srq.is_some()),
+        };
+        Ok((shared(queues)?, cmd))
+    }
+
     fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
         self.cqs.lock().get(h).cloned()
     }
@@ -567,59 +635,40 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
-        let recv = match spec.srq {
-            Some(_) => None,
-            None => Some((spec.max_recv_wr, spec.max_recv_sge)),
-        };
-        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv).map_err(hw_error)?;
-        let dma = self.dev.platform().dma().clone();
-        let queues = QpQueues::alloc(&dma, &layout).map_err(hw_error)?;
-        let resp = self.exec(&CreateQp {
-            pdir_dma: queues.pdir_dma(),
-            pd_handle: spec.pd,
-            send_cq_handle: spec.send_cq,
-            recv_cq_handle: spec.recv_cq,
-            srq_handle: spec.srq.unwrap_or(0),
-            max_send_wr: spec.max_send_wr,
-            max_recv_wr: spec.max_recv_wr,
-            max_send_sge: spec.max_send_sge,
-            max_recv_sge: spec.max_recv_sge,
-            max_inline_data: 0,
-            lkey: 0,
-            access_flags: QP_ACCESS,
-            total_chunks: layout.total_chunks as u16,
-            send_chunks: layout.send_chunks as u16,
-            max_atomic_arg: 0,
-            sq_sig_all: 0,
-            qp_type: QpType::Rc,
-            is_srq: u8::from(spec.srq.is_some()),
-        })?;
-        let h = resp.qp_handle;
-        // RESET → INIT with remote access, so receives can be pre-posted (§5.3).
-        let init = self.exec(&ModifyQp {
-            qp_handle: h,
-            attr_mask: QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-            attr: QpAttr {
-                qp_state: QpState::Init as u32,
-                qp_access_flags: QP_ACCESS.bits(),
-                port_num: 1,
-                ..QpAttr::default()
-            },
-        });
-        let ready = init.and_then(|()| {
-            let q = try_arc(SpinLock::new(queues)).map_err(|_| HwError::NoResources)?;
-            self.qps.lock().insert(h, q).map_err(hw_error)
-        });
-        if let Err(e) = ready {
-            let _ = self.exec(&DestroyQp { qp_handle: h });
-            let gone = self.qps.lock().remove(h);
-            drop(gone);
+        let (q, cmd) = self.prepare_qp(spec)?;
+        let h = self.exec(&cmd)?.qp_handle;
+        let filed = self.qps.lock().insert(h, q.clone()).map_err(hw_error);
+        if let Err(e) = filed.and_then(|()| self.exec(&init_qp(h))) {
+            abandon_qp(self.dev.cmd(), &self.qps, h, q);
             return Err(e);
         }
         Ok(h)
+    }
+
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        let (q, cmd) = match self.prepare_qp(spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ch = self.dev.cmd().clone();
+        let qps = self.qps.clone();
+        submit_then(&ch.clone(), &cmd, move |r| {
+            let h = match r {
+                Ok(resp) => resp.qp_handle,
+                Err(e) => return done(Err(e)),
+            };
+            if let Err(e) = qps.lock().insert(h, q.clone()).map_err(hw_error) {
+                abandon_qp(&ch, &qps, h, q);
+                return done(Err(e));
+            }
+            submit_then(&ch.clone(), &init_qp(h), move |r| match r {
+                Ok(()) => done(Ok(h)),
+                Err(e) => {
+                    abandon_qp(&ch, &qps, h, q);
+                    done(Err(e));
+                }
+            });
+        });
     }
 
     fn destroy_qp(&self, qp: u32) {
@@ -1155,11 +1204,17 @@ mod tests {
                 2,
                 0,
                 create_cb,
-                core::ptr::null_mut(),
+                0xC4 as PVOID,
                 &mut qp,
             )
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(
+            st, STATUS_PENDING,
+            "CREATE_QP + MODIFY_QP(INIT) complete in the DPC"
+        );
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 3);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC4);
+        let qp = CREATED.load(Ordering::SeqCst) as *mut NDK_QP;
         let reqs = requests(&fake);
         let qp_req = reqs
             .iter()
@@ -1407,7 +1462,7 @@ mod tests {
         // SAFETY: as above.
         let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC2 as PVOID, &mut pd2) };
         assert_eq!(st, STATUS_PENDING);
-        wait_for(|| CREATES.load(Ordering::SeqCst) == 3);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 4);
         assert_eq!(
             CREATE_STATUS.load(Ordering::SeqCst),
             STATUS_INSUFFICIENT_RESOURCES as u32 ^ 0xC2
