@@ -532,8 +532,8 @@ unsafe extern "system" fn create_srq(
     SrqNotification: Option<NDK_FN_SRQ_NOTIFICATION_CALLBACK>,
     SrqNotificationContext: PVOID,
     Affinity: *mut GROUP_AFFINITY,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkSrq: *mut *mut NDK_SRQ,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -549,7 +549,11 @@ unsafe extern "system" fn create_srq(
         // SAFETY: non-null optional input, valid by contract.
         Some(unsafe { Affinity.read() })
     };
-    let r = Srq::create(
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let r = Srq::create_async(
         &pd,
         SrqParams {
             depth: SrqDepth,
@@ -559,9 +563,16 @@ unsafe extern "system" fn create_srq(
             notify_context: SrqNotificationContext as usize,
             affinity,
         },
+        handoff.clone(),
     );
-    // SAFETY: `ppNdkSrq` checked non-null.
-    unsafe { publish(r, ppNdkSrq) }
+    if let Err(e) = r {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkSrq` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkSrq) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// Shared by both QP creates.

@@ -329,6 +329,11 @@ pub trait Hardware: Send + Sync {
     fn flush_qp(&self, qp: u32);
     /// CREATE_SRQ.
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError>;
+    /// [`Hardware::create_srq`] completing through `done`; the default completes before
+    /// returning.
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
+        done(self.create_srq(spec));
+    }
     /// MODIFY_SRQ `attr_mask` = LIMIT.
     fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError>;
     /// WQEs posted to the SRQ and not yet taken by a QP (`prod_tail − cons_head`, M45).

@@ -4,14 +4,17 @@
 //!
 //! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
 //! never faked):
-//! - NdkCreatePd, NdkCreateCq and NdkCreateQp(WithSrq) complete asynchronously
-//!   (STATUS_PENDING, CreateCompletion from the command-completion DPC); DESTROY commands
-//!   (object close) and NdkFlush's MODIFY_QP are submitted without waiting, and queue memory
-//!   is released from the DESTROY response (the device lets go of it only then, style.md
-//!   §6). Creating SRQs and registering or initializing MRs still wait for the response ([`CmdChannel::execute`],
-//!   PASSIVE_LEVEL) and complete inline; NDK allows them at DISPATCH_LEVEL, so they must
-//!   move to the same pattern, together with an OS-seam DMA allocation that works at
-//!   DISPATCH_LEVEL (NdisMAllocateSharedMemoryAsyncEx; the seam's allocator is PASSIVE).
+//! - NdkCreatePd, NdkCreateCq, NdkCreateQp(WithSrq) and NdkCreateSrq complete
+//!   asynchronously (STATUS_PENDING, CreateCompletion from the command-completion DPC);
+//!   DESTROY commands (object close) and NdkFlush's MODIFY_QP are submitted without
+//!   waiting, and queue memory is released from the DESTROY response (the device lets go of
+//!   it only then, style.md §6). NdkRegisterMr, NdkDeregisterMr,
+//!   NdkInitializeFastRegisterMr and NdkModifySrq still wait for the response
+//!   ([`CmdChannel::execute`], PASSIVE_LEVEL) and complete inline; NDK allows them at
+//!   DISPATCH_LEVEL, so they must move to the same pattern (RequestCompletion). Queue memory
+//!   is allocated in the calling thread through the OS seam's DMA allocator, which is
+//!   PASSIVE_LEVEL; creates at DISPATCH_LEVEL need an asynchronous allocation there
+//!   (NdisMAllocateSharedMemoryAsyncEx).
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
@@ -235,6 +238,45 @@ fn abandon_qp(
         drop(t);
         drop((gone, q));
     });
+}
+
+/// What finishing a CREATE_SRQ needs (owned, so it can run in the command DPC).
+struct SrqInstall {
+    dev: Arc<Device>,
+    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    sink: Sink,
+}
+
+impl SrqInstall {
+    /// Files the ring under its handle and registers the event hook; on failure destroys the
+    /// SRQ and frees the ring after the device's response.
+    fn install(&self, h: u32, q: Shared<SrqQueue>) -> Result<(), HwError> {
+        let r = self
+            .srqs
+            .lock()
+            .insert(h, q.clone())
+            .map_err(hw_error)
+            .and_then(|()| {
+                let hook = try_arc(SrqHook {
+                    sink: self.sink.clone(),
+                    handle: h,
+                })
+                .map_err(|_| HwError::NoResources)?;
+                self.dev.register_srq(h, hook).map_err(hw_error)
+            });
+        if let Err(e) = r {
+            let srqs = self.srqs.clone();
+            submit_then(self.dev.cmd(), &DestroySrq { srq_handle: h }, move |_| {
+                let mut t = srqs.lock();
+                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
+                let gone = if ours { t.remove(h) } else { None };
+                drop(t);
+                drop((gone, q));
+            });
+            return Err(e);
+        }
+        Ok(())
+    }
 }
 
 /// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
@@ -473,6 +515,33 @@ impl PvrdmaHardware {
         Ok((shared(queues)?, cmd))
     }
 
+    /// Allocates an SRQ ring and the CREATE_SRQ for it.
+    fn prepare_srq(&self, spec: &SrqSpec) -> Result<(Shared<SrqQueue>, CreateSrq), HwError> {
+        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
+        let cmd = CreateSrq {
+            pdir_dma: q.pdir_dma(),
+            pd_handle: spec.pd,
+            nchunks: q.nchunks(),
+            attr: SrqAttr {
+                max_wr: spec.max_wr,
+                max_sge: spec.max_sge,
+                srq_limit: spec.limit,
+            },
+            srq_type: 0,
+        };
+        Ok((shared(q)?, cmd))
+    }
+
+    fn srq_ctx(&self) -> SrqInstall {
+        SrqInstall {
+            dev: self.dev.clone(),
+            srqs: self.srqs.clone(),
+            sink: self.sink.clone(),
+        }
+    }
+
     fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
         self.cqs.lock().get(h).cloned()
     }
@@ -696,38 +765,21 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
-        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
-        let dma = self.dev.platform().dma().clone();
-        let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
-        let h = self.exec(&CreateSrq {
-            pdir_dma: q.pdir_dma(),
-            pd_handle: spec.pd,
-            nchunks: q.nchunks(),
-            attr: SrqAttr {
-                max_wr: spec.max_wr,
-                max_sge: spec.max_sge,
-                srq_limit: spec.limit,
-            },
-            srq_type: 0,
-        })?;
-        let ready = try_arc(SpinLock::new(q))
-            .map_err(|_| HwError::NoResources)
-            .and_then(|q| self.srqs.lock().insert(h, q).map_err(hw_error))
-            .and_then(|()| {
-                let hook = try_arc(SrqHook {
-                    sink: self.sink.clone(),
-                    handle: h,
-                })
-                .map_err(|_| HwError::NoResources)?;
-                self.dev.register_srq(h, hook).map_err(hw_error)
-            });
-        if let Err(e) = ready {
-            let _ = self.exec(&DestroySrq { srq_handle: h });
-            let gone = self.srqs.lock().remove(h);
-            drop(gone);
-            return Err(e);
-        }
-        Ok(h)
+        let (q, cmd) = self.prepare_srq(spec)?;
+        let h = self.exec(&cmd)?;
+        self.srq_ctx().install(h, q).map(|()| h)
+    }
+
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
+        let (q, cmd) = match self.prepare_srq(spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ctx = self.srq_ctx();
+        submit_then(self.dev.cmd(), &cmd, move |r| match r {
+            Ok(h) => done(ctx.install(h, q).map(|()| h)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError> {
@@ -1314,11 +1366,14 @@ mod tests {
                 core::ptr::null_mut(),
                 core::ptr::null_mut(),
                 create_cb,
-                core::ptr::null_mut(),
+                0xC5 as PVOID,
                 &mut srq,
             )
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 4);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC5);
+        let srq = CREATED.load(Ordering::SeqCst) as *mut NDK_SRQ;
         fake.post_eqe(EqeType::SrqLimitReached as u32, 7);
         wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 1);
         // CQ_ERR for the CQ: reported at the next arm as an overrun.
@@ -1462,7 +1517,7 @@ mod tests {
         // SAFETY: as above.
         let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC2 as PVOID, &mut pd2) };
         assert_eq!(st, STATUS_PENDING);
-        wait_for(|| CREATES.load(Ordering::SeqCst) == 4);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 5);
         assert_eq!(
             CREATE_STATUS.load(Ordering::SeqCst),
             STATUS_INSUFFICIENT_RESOURCES as u32 ^ 0xC2

@@ -9,9 +9,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::completion::{SlotRecord, tag, wr_id};
 use super::dispatch;
-use super::error::{NdkError, NdkResult};
-use super::hw::{RecvWqe, SrqSpec, pow2_ceil};
-use super::object::{Lifetime, NdkObject, ObjRef, header, try_vec};
+use super::error::{HwError, NdkError, NdkResult};
+use super::hw::{HwDone, RecvWqe, SrqSpec, pow2_ceil};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 
@@ -71,12 +71,17 @@ impl NdkObject for Srq {
 }
 
 impl Srq {
-    /// NdkCreateSrq (completes inline).
+    /// NdkCreateSrq; the device command may complete later, and the result goes to
+    /// `handoff` (inline or through CreateCompletion).
     ///
     /// # Errors
     /// STATUS_NOT_SUPPORTED without device SRQs (MaxSrqDepth 0); STATUS_INVALID_PARAMETER
     /// for a depth of 0 or above MaxSrqDepth, or SGEs above MaxReceiveRequestSge.
-    pub fn create(pd: &ObjRef<Pd>, p: SrqParams) -> NdkResult<ObjRef<Srq>> {
+    pub fn create_async(
+        pd: &ObjRef<Pd>,
+        p: SrqParams,
+        handoff: alloc::sync::Arc<CreateHandoff<Srq>>,
+    ) -> NdkResult<()> {
         let adapter = pd.adapter();
         let info = adapter.info();
         if info.MaxSrqDepth == 0 {
@@ -90,20 +95,46 @@ impl Srq {
             busy: AtomicBool::new(false),
             context: AtomicUsize::new(0),
         })?;
-        take_successor(pd)?;
-        let hw = adapter.hw();
-        let handle = match hw.create_srq(&SrqSpec {
+        let spec = SrqSpec {
             pd: pd.handle(),
             max_wr: ring,
             max_sge: p.max_sge.max(1),
             limit: p.threshold.min(ring),
-        }) {
-            Ok(h) => h,
-            Err(e) => {
-                pd.put();
-                return Err(e.into());
-            }
         };
+        take_successor(pd)?;
+        let owner = pd.clone();
+        let done = move |r: Result<u32, HwError>| {
+            let made = match r {
+                Ok(handle) => Self::wrap(&owner, handle, ring, records, p),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                owner.put();
+            }
+            handoff.complete(made);
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
+                adapter.hw().create_srq_async(&spec, d);
+                Ok(())
+            }
+            Err(_) => {
+                pd.put();
+                Err(NdkError::InsufficientResources)
+            }
+        }
+    }
+
+    fn wrap(
+        pd: &ObjRef<Pd>,
+        handle: u32,
+        ring: u32,
+        records: alloc::boxed::Box<[Record]>,
+        p: SrqParams,
+    ) -> NdkResult<ObjRef<Srq>> {
+        let adapter = pd.adapter();
+        let hw = adapter.hw();
         let ndk = NDK_SRQ {
             Header: header(adapter.version(), NdkObjectTypeSrq),
             Dispatch: &dispatch::SRQ_DISPATCH,
@@ -132,14 +163,12 @@ impl Srq {
             Ok(s) => s,
             Err(e) => {
                 hw.destroy_srq(handle);
-                pd.put();
                 return Err(e);
             }
         };
         if let Err(e) = adapter.device().register_srq(&srq) {
             drop(srq);
             hw.destroy_srq(handle);
-            pd.put();
             return Err(e);
         }
         Ok(srq)
