@@ -237,7 +237,13 @@ unsafe extern "system" fn lb_create_cb(_c: PVOID, st: NTSTATUS, o: *mut NDK_OBJE
     LB_CREATED.store(o as usize, Ordering::SeqCst);
 }
 unsafe extern "system" fn lb_cq_cb(_c: PVOID, _st: NTSTATUS) {}
-unsafe extern "system" fn lb_request_cb(_c: PVOID, _st: NTSTATUS) {}
+static LB_REQUESTS: AtomicU32 = AtomicU32::new(0);
+static LB_WANT: AtomicU32 = AtomicU32::new(0);
+
+unsafe extern "system" fn lb_request_cb(_c: PVOID, st: NTSTATUS) {
+    assert_eq!(st, STATUS_SUCCESS);
+    LB_REQUESTS.fetch_add(1, Ordering::SeqCst);
+}
 
 #[test]
 fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
@@ -366,7 +372,11 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
             null_mut(),
         )
     };
-    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(st, STATUS_PENDING);
+    let n = LB_WANT.fetch_add(1, Ordering::SeqCst) + 1;
+    rig.wait_for("RequestCompletion", || {
+        LB_REQUESTS.load(Ordering::SeqCst) == n
+    });
     let flags = NDK_MR_FLAG_ALLOW_REMOTE_WRITE;
     // SAFETY: as above.
     let st = unsafe {
@@ -379,7 +389,11 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
             null_mut(),
         )
     };
-    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(st, STATUS_PENDING);
+    let n = LB_WANT.fetch_add(1, Ordering::SeqCst) + 1;
+    rig.wait_for("RequestCompletion", || {
+        LB_REQUESTS.load(Ordering::SeqCst) == n
+    });
     // SAFETY: live MR.
     let src_l = unsafe { (mrd.NdkGetLocalTokenFromMr)(mr_src) };
     // SAFETY: live MR.

@@ -30,7 +30,7 @@ use super::hw::Hardware;
 use super::listener::Listener;
 use super::mr::{MdlSpan, Mr};
 use super::mw::Mw;
-use super::object::{CreateHandoff, NdkObject, ObjRef};
+use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use super::pd::Pd;
 use super::qp::{Qp, QpParams};
 use super::shared_endpoint::SharedEndpoint;
@@ -838,8 +838,8 @@ unsafe extern "system" fn register_mr(
     Mdl: *mut MDL,
     Length: SIZE_T,
     Flags: ULONG,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(mr) = (unsafe { ObjRef::<Mr>::borrow(pNdkMr) }) else {
@@ -851,11 +851,25 @@ unsafe extern "system" fn register_mr(
     // SAFETY: non-null MDL chain, valid by contract.
     let span = unsafe { mdl_span(Mdl, Length) };
     let hw = mr.pd().adapter().hw();
-    status(mr.register(span, Length, Flags, || {
-        // SAFETY: non-null MDL chain with PFN arrays, valid by contract; called only after
-        // `register` checked that the chain covers `Length` bytes.
-        unsafe { mdl_page_list(Mdl, &span, Length, hw) }
-    }))
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let issued = mr.register(
+        span,
+        Length,
+        Flags,
+        || {
+            // SAFETY: non-null MDL chain with PFN arrays, valid by contract; called only after
+            // `register` checked that the chain covers `Length` bytes.
+            unsafe { mdl_page_list(Mdl, &span, Length, hw) }
+        },
+        req.clone(),
+    );
+    match issued {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety
@@ -878,14 +892,21 @@ unsafe extern "system" fn initialize_fast_register_mr(
     pNdkMr: *mut NDK_MR,
     AdapterPageCount: ULONG,
     RemoteAccess: BOOLEAN,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(mr) = (unsafe { ObjRef::<Mr>::borrow(pNdkMr) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    status(mr.initialize_fast_register(AdapterPageCount, RemoteAccess != 0))
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    match mr.initialize_fast_register(AdapterPageCount, RemoteAccess != 0, req.clone()) {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety
@@ -1440,6 +1461,13 @@ pub(crate) fn call_close_completion(cb: NDK_FN_CLOSE_COMPLETION, ctx: usize) {
     // SAFETY: `cb` is the consumer's callback for this close, callable at ≤ DISPATCH_LEVEL
     // with the context it supplied (§2.12); the provider calls it exactly once.
     unsafe { cb(ctx as PVOID) }
+}
+
+/// Calls a consumer's NdkRequestCompletion.
+pub(crate) fn call_request_completion(cb: NDK_FN_REQUEST_COMPLETION, ctx: usize, st: NTSTATUS) {
+    // SAFETY: the consumer's callback for a request that returned STATUS_PENDING, callable at
+    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
+    unsafe { cb(ctx as PVOID, st) }
 }
 
 /// Calls a consumer's NdkCreateCompletion.

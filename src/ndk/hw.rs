@@ -314,6 +314,11 @@ pub trait Hardware: Send + Sync {
     fn page_address(&self, pfn: u64) -> Option<u64> {
         pfn.checked_mul(crate::ndkpi::PAGE_SIZE as u64)
     }
+    /// [`Hardware::create_mr`] completing through `done` (the spec's page list is consumed
+    /// before this returns); the default completes before returning.
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
+        done(self.create_mr(pd, spec));
+    }
     /// DESTROY_MR.
     fn destroy_mr(&self, mr: u32);
     /// CREATE_QP (RC) followed by RESET → INIT.

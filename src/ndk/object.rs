@@ -300,6 +300,76 @@ impl<T: NdkObject> CreateHandoff<T> {
     }
 }
 
+/// Hand-off between a request function (NdkRegisterMr, NdkInitializeFastRegisterMr, …) and
+/// the hardware's completion of it: the same inline-or-pending decision as
+/// [`CreateHandoff`], ending in RequestCompletion exactly once when the call returned
+/// STATUS_PENDING (§5.1).
+pub struct RequestHandoff {
+    state: SpinLock<Request>,
+    completion: NDK_FN_REQUEST_COMPLETION,
+    context: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Request {
+    InCall,
+    Inline(NTSTATUS),
+    Returned,
+    Done,
+}
+
+impl RequestHandoff {
+    /// A hand-off for one request.
+    pub fn new(
+        completion: NDK_FN_REQUEST_COMPLETION,
+        context: usize,
+    ) -> NdkResult<alloc::sync::Arc<Self>> {
+        crate::os::alloc::try_arc(RequestHandoff {
+            state: SpinLock::new(Request::InCall),
+            completion,
+            context,
+        })
+        .map_err(|_| NdkError::InsufficientResources)
+    }
+
+    /// The request finished with `status`.
+    pub fn complete(&self, status: NTSTATUS) {
+        let deliver = {
+            let mut g = self.state.lock();
+            match *g {
+                Request::InCall => {
+                    *g = Request::Inline(status);
+                    false
+                }
+                Request::Returned => {
+                    *g = Request::Done;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if deliver {
+            dispatch::call_request_completion(self.completion, self.context, status);
+        }
+    }
+
+    /// The request function is returning: the inline status, or STATUS_PENDING when the
+    /// completion will call RequestCompletion.
+    pub fn finish_call(&self) -> NTSTATUS {
+        let mut g = self.state.lock();
+        match *g {
+            Request::Inline(st) => {
+                *g = Request::Done;
+                st
+            }
+            _ => {
+                *g = Request::Returned;
+                STATUS_PENDING
+            }
+        }
+    }
+}
+
 /// Result of [`Lifetime::close`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseOutcome {

@@ -205,6 +205,27 @@ impl SrqEvents for SrqHook {
     }
 }
 
+/// Files an MR's page directory under its handle; on failure destroys the MR and frees the
+/// directory after the device's response.
+fn file_mr(
+    ch: &Arc<CmdChannel>,
+    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    r: crate::pvrdma::cmd::CreateMrResp,
+    dir: Option<Arc<PageDir>>,
+) -> Result<MrKeys, HwError> {
+    let h = r.mr_handle;
+    let filed = dir.map(|d| (dirs.lock().insert(h, d.clone()), d));
+    if let Some((Err(e), d)) = filed {
+        submit_then(ch, &DestroyMr { mr_handle: h }, move |_| drop(d));
+        return Err(hw_error(e));
+    }
+    Ok(MrKeys {
+        handle: h,
+        lkey: r.lkey,
+        rkey: r.rkey,
+    })
+}
+
 /// RESET → INIT with remote access, so receives can be pre-posted (§5.3).
 fn init_qp(h: u32) -> ModifyQp {
     ModifyQp {
@@ -515,6 +536,59 @@ impl PvrdmaHardware {
         Ok((shared(queues)?, cmd))
     }
 
+    /// The CREATE_MR for `spec` and the page directory it names (filled for a normal MR,
+    /// empty for an FRMR, whose fast-register WQEs rewrite it, §9 MRs).
+    fn prepare_mr(
+        &self,
+        pd: u32,
+        spec: &MrSpec<'_>,
+    ) -> Result<(CreateMr, Option<Arc<PageDir>>), HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let dir = |n: u32| -> Result<Arc<PageDir>, HwError> {
+            let d = PageDir::new(&dma, n).map_err(hw_error)?;
+            try_arc(d).map_err(|_| HwError::NoResources)
+        };
+        Ok(match *spec {
+            MrSpec::Dma => (dma_mr(pd), None),
+            MrSpec::FastReg { max_pages } => (
+                CreateMr {
+                    start: 0,
+                    length: 0,
+                    pdir_dma: 0,
+                    pd_handle: pd,
+                    access_flags: AccessFlags::empty(),
+                    flags: mr_flags::FRMR,
+                    nchunks: max_pages,
+                },
+                Some(dir(max_pages)?),
+            ),
+            MrSpec::Normal {
+                start,
+                length,
+                access,
+                pages,
+            } => {
+                let n = u32::try_from(pages.len()).map_err(|_| HwError::Invalid)?;
+                let d = dir(n)?;
+                for (i, &p) in pages.iter().enumerate() {
+                    d.set_page(i as u32, p).map_err(hw_error)?;
+                }
+                (
+                    CreateMr {
+                        start,
+                        length,
+                        pdir_dma: d.dma(),
+                        pd_handle: pd,
+                        access_flags: AccessFlags::from_bits_truncate(access),
+                        flags: mr_flags::NORMAL,
+                        nchunks: n,
+                    },
+                    Some(d),
+                )
+            }
+        })
+    }
+
     /// Allocates an SRQ ring and the CREATE_SRQ for it.
     fn prepare_srq(&self, spec: &SrqSpec) -> Result<(Shared<SrqQueue>, CreateSrq), HwError> {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
@@ -630,69 +704,22 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
-        let dma = self.dev.platform().dma().clone();
-        let dir = |n: u32| -> Result<Arc<PageDir>, HwError> {
-            let d = PageDir::new(&dma, n).map_err(hw_error)?;
-            try_arc(d).map_err(|_| HwError::NoResources)
-        };
-        let (cmd, pdir) = match *spec {
-            MrSpec::Dma => (dma_mr(pd), None),
-            MrSpec::FastReg { max_pages } => {
-                // The directory the fast-register WQEs rewrite (§9 MRs).
-                let d = dir(max_pages)?;
-                (
-                    CreateMr {
-                        start: 0,
-                        length: 0,
-                        pdir_dma: 0,
-                        pd_handle: pd,
-                        access_flags: AccessFlags::empty(),
-                        flags: mr_flags::FRMR,
-                        nchunks: max_pages,
-                    },
-                    Some(d),
-                )
-            }
-            MrSpec::Normal {
-                start,
-                length,
-                access,
-                pages,
-            } => {
-                let n = u32::try_from(pages.len()).map_err(|_| HwError::Invalid)?;
-                let d = dir(n)?;
-                for (i, &p) in pages.iter().enumerate() {
-                    d.set_page(i as u32, p).map_err(hw_error)?;
-                }
-                (
-                    CreateMr {
-                        start,
-                        length,
-                        pdir_dma: d.dma(),
-                        pd_handle: pd,
-                        access_flags: AccessFlags::from_bits_truncate(access),
-                        flags: mr_flags::NORMAL,
-                        nchunks: n,
-                    },
-                    Some(d),
-                )
-            }
-        };
+        let (cmd, dir) = self.prepare_mr(pd, spec)?;
         let r = self.exec(&cmd)?;
-        let filed = pdir.map(|dir| self.mr_dirs.lock().insert(r.mr_handle, dir));
-        if let Some(Err(e)) = filed {
-            {
-                let _ = self.exec(&DestroyMr {
-                    mr_handle: r.mr_handle,
-                });
-                return Err(hw_error(e));
-            }
-        }
-        Ok(MrKeys {
-            handle: r.mr_handle,
-            lkey: r.lkey,
-            rkey: r.rkey,
-        })
+        file_mr(self.dev.cmd(), &self.mr_dirs, r, dir)
+    }
+
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
+        let (cmd, dir) = match self.prepare_mr(pd, spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ch = self.dev.cmd().clone();
+        let dirs = self.mr_dirs.clone();
+        submit_then(&ch.clone(), &cmd, move |r| match r {
+            Ok(r) => done(file_mr(&ch, &dirs, r, dir)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn destroy_mr(&self, mr: u32) {
@@ -1098,7 +1125,14 @@ mod tests {
         CREATES.fetch_add(1, Ordering::SeqCst);
     }
     unsafe extern "system" fn close_cb(_c: PVOID) {}
-    unsafe extern "system" fn request_cb(_c: PVOID, _s: NTSTATUS) {}
+    static REQUESTS: AtomicU32 = AtomicU32::new(0);
+    static REQ_WAIT: AtomicU32 = AtomicU32::new(0);
+    static REQ_STATUS: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    unsafe extern "system" fn request_cb(_c: PVOID, s: NTSTATUS) {
+        REQ_STATUS.store(s as u32, Ordering::SeqCst);
+        REQUESTS.fetch_add(1, Ordering::SeqCst);
+    }
 
     fn wait_for(cond: impl Fn() -> bool) {
         for _ in 0..20_000 {
@@ -1436,7 +1470,10 @@ mod tests {
                 core::ptr::null_mut(),
             )
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
         let reqs = requests(&fake);
         let r = reqs.last().expect("CREATE_MR");
         assert_eq!(u32_at(r, 8), code::CREATE_MR);
@@ -1461,7 +1498,10 @@ mod tests {
         let st = unsafe {
             (mrd.NdkInitializeFastRegisterMr)(fr, 4, 1, request_cb, core::ptr::null_mut())
         };
-        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
         let reqs = requests(&fake);
         let r = reqs.last().expect("CREATE_MR");
         assert_eq!((u32_at(r, 48), u32_at(r, 52)), (mr_flags::FRMR, 4));
