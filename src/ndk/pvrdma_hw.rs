@@ -1124,12 +1124,19 @@ mod tests {
         CREATED.store(o as usize, Ordering::SeqCst);
         CREATES.fetch_add(1, Ordering::SeqCst);
     }
-    unsafe extern "system" fn close_cb(_c: PVOID) {}
+    static ORDER: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+    unsafe extern "system" fn close_cb(c: PVOID) {
+        ORDER.lock().unwrap().push(c as u32);
+    }
     static REQUESTS: AtomicU32 = AtomicU32::new(0);
     static REQ_WAIT: AtomicU32 = AtomicU32::new(0);
     static REQ_STATUS: AtomicU32 = AtomicU32::new(u32::MAX);
 
-    unsafe extern "system" fn request_cb(_c: PVOID, s: NTSTATUS) {
+    unsafe extern "system" fn request_cb(c: PVOID, s: NTSTATUS) {
+        if !c.is_null() {
+            ORDER.lock().unwrap().push(c as u32);
+        }
         REQ_STATUS.store(s as u32, Ordering::SeqCst);
         REQUESTS.fetch_add(1, Ordering::SeqCst);
     }
@@ -1567,6 +1574,30 @@ mod tests {
             requests(&fake)
                 .last()
                 .is_some_and(|r| u32_at(r, 8) == code::DESTROY_PD)
+        });
+
+        // A close while a registration is in flight pends; RequestCompletion comes first,
+        // CloseCompletion last (§5.1, §5.2).
+        let mut late = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 0, create_cb, core::ptr::null_mut(), &mut late) };
+        assert_eq!(st, STATUS_SUCCESS);
+        fake.st.lock().unwrap().modes.push_back(Mode::Defer);
+        // SAFETY: as above; the MDL is followed by its PFN array.
+        let st = unsafe { (mrd.NdkRegisterMr)(late, mdl, 0x1800, 0, request_cb, 0x51 as PVOID) };
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| !fake.st.lock().unwrap().deferred.is_empty());
+        // SAFETY: live MR; its table starts with the close slot.
+        let st = unsafe { (mrd.NdkCloseMr)(late.cast(), close_cb, 0x52 as PVOID) };
+        assert_eq!(st, STATUS_PENDING, "the registration is still in flight");
+        assert!(ORDER.lock().unwrap().is_empty());
+        fake.release();
+        wait_for(|| ORDER.lock().unwrap().len() == 2);
+        assert_eq!(*ORDER.lock().unwrap(), [0x51, 0x52]);
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_MR)
         });
 
         // Teardown: DESTROY commands, then the adapter close does not wait.
