@@ -1209,14 +1209,21 @@ unsafe extern "system" fn modify_srq(
     pNdkSrq: *mut NDK_SRQ,
     SrqDepth: ULONG,
     NotifyThreshold: ULONG,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(srq) = (unsafe { ObjRef::<Srq>::borrow(pNdkSrq) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    status(srq.modify(SrqDepth, NotifyThreshold))
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    match srq.modify(SrqDepth, NotifyThreshold, req.clone()) {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety

@@ -334,6 +334,11 @@ pub trait Hardware: Send + Sync {
     fn flush_qp(&self, qp: u32);
     /// CREATE_SRQ.
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError>;
+    /// [`Hardware::modify_srq_limit`] completing through `done`; the default completes
+    /// before returning.
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
+        done(self.modify_srq_limit(srq, limit));
+    }
     /// [`Hardware::create_srq`] completing through `done`; the default completes before
     /// returning.
     fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {

@@ -8,10 +8,9 @@
 //!   asynchronously (STATUS_PENDING, CreateCompletion from the command-completion DPC);
 //!   DESTROY commands (object close) and NdkFlush's MODIFY_QP are submitted without
 //!   waiting, and queue memory is released from the DESTROY response (the device lets go of
-//!   it only then, style.md §6). NdkRegisterMr, NdkDeregisterMr,
-//!   NdkInitializeFastRegisterMr and NdkModifySrq still wait for the response
-//!   ([`CmdChannel::execute`], PASSIVE_LEVEL) and complete inline; NDK allows them at
-//!   DISPATCH_LEVEL, so they must move to the same pattern (RequestCompletion). Queue memory
+//!   it only then, style.md §6). NdkRegisterMr,
+//!   NdkInitializeFastRegisterMr and NdkModifySrq complete the same way through
+//!   RequestCompletion; NdkDeregisterMr completes inline (its DESTROY_MR is not waited for). Queue memory
 //!   is allocated in the calling thread through the OS seam's DMA allocator, which is
 //!   PASSIVE_LEVEL; creates at DISPATCH_LEVEL need an asynchronous allocation there
 //!   (NdisMAllocateSharedMemoryAsyncEx).
@@ -820,6 +819,18 @@ impl Hardware for PvrdmaHardware {
         })
     }
 
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
+        let cmd = ModifySrq {
+            srq_handle: srq,
+            attr_mask: srq_attr_mask::LIMIT,
+            attr: SrqAttr {
+                srq_limit: limit,
+                ..SrqAttr::default()
+            },
+        };
+        submit_then(self.dev.cmd(), &cmd, done);
+    }
+
     fn srq_queued(&self, srq: u32) -> u32 {
         self.srq(srq)
             .and_then(|q| q.lock().outstanding().ok())
@@ -1435,6 +1446,26 @@ mod tests {
             SRQ_STATUS.load(Ordering::SeqCst),
             STATUS_INTERNAL_ERROR as u32
         );
+        // NdkModifySrq: MODIFY_SRQ (LIMIT) through the command DPC, then the arm-time check
+        // finds 0 queued < 2 and notifies at once (M45).
+        // SAFETY: live SRQ.
+        let srqd = unsafe { (*srq).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let srqd = unsafe { &*srqd };
+        // SAFETY: as above.
+        let st = unsafe { (srqd.NdkModifySrq)(srq, 0, 2, request_cb, core::ptr::null_mut()) };
+        assert_eq!(st, STATUS_PENDING);
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        let r = requests(&fake);
+        let m = r.last().expect("MODIFY_SRQ");
+        assert_eq!(
+            (u32_at(m, 8), u32_at(m, 16), u32_at(m, 20)),
+            (code::MODIFY_SRQ, 7, srq_attr_mask::LIMIT)
+        );
+        assert_eq!(SRQ_NOTIFY.load(Ordering::SeqCst), 3);
+        assert_eq!(SRQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
 
         // NdkRegisterMr: the MDL's pages become the MR's page directory (CREATE_MR flags 0).
         #[repr(C)]

@@ -11,7 +11,7 @@ use super::completion::{SlotRecord, tag, wr_id};
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, RecvWqe, SrqSpec, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header, try_vec};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 
@@ -264,7 +264,15 @@ impl ObjRef<Srq> {
     /// # Errors
     /// STATUS_INVALID_PARAMETER above MaxSrqDepth; STATUS_NOT_SUPPORTED for a depth above
     /// the ring chosen at creation (the device cannot resize an SRQ).
-    pub fn modify(&self, depth: u32, threshold: u32) -> NdkResult<()> {
+    ///
+    /// A non-zero threshold sends MODIFY_SRQ, which may complete later: its status goes to
+    /// `req` (inline or through RequestCompletion) and the request holds a close count.
+    pub fn modify(
+        &self,
+        depth: u32,
+        threshold: u32,
+        req: alloc::sync::Arc<RequestHandoff>,
+    ) -> NdkResult<()> {
         let max = self.pd.adapter().info().MaxSrqDepth;
         if depth > max {
             return Err(NdkError::InvalidParameter);
@@ -272,20 +280,51 @@ impl ObjRef<Srq> {
         if depth > self.ring {
             return Err(NdkError::NotSupported);
         }
-        if threshold > 0 {
-            let hw = self.pd.adapter().hw();
-            hw.modify_srq_limit(self.handle, threshold.min(self.ring))?;
-            self.armed.store(true, Ordering::Release);
-            // NDK wants a notification at once when the count is already below; the device
-            // never raises the event at arm time (M44), so the driver checks (M45).
-            if hw.srq_queued(self.handle) < threshold && self.armed.swap(false, Ordering::AcqRel) {
-                self.deliver(STATUS_SUCCESS);
-            }
-        }
         if depth != 0 {
             self.cap.store(depth, Ordering::Relaxed);
         }
-        Ok(())
+        if threshold == 0 {
+            // Keeps the threshold and the arm state: nothing to send (M45).
+            req.complete(STATUS_SUCCESS);
+            return Ok(());
+        }
+        if !self.life.try_get() {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        let me = self.clone();
+        let done = move |r: Result<(), HwError>| {
+            let status = match r {
+                Ok(()) => {
+                    me.armed.store(true, Ordering::Release);
+                    // NDK wants a notification at once when the count is already below; the
+                    // device never raises the event at arm time (M44), so the driver checks
+                    // (M45).
+                    let queued = me.pd.adapter().hw().srq_queued(me.handle);
+                    if queued < threshold && me.armed.swap(false, Ordering::AcqRel) {
+                        me.deliver(STATUS_SUCCESS);
+                    }
+                    STATUS_SUCCESS
+                }
+                Err(e) => NdkError::from(e).to_ntstatus(),
+            };
+            req.complete(status);
+            me.put();
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<()> = b.map_box(|b| b as HwDone<()>).into_inner();
+                let limit = threshold.min(self.ring);
+                self.pd
+                    .adapter()
+                    .hw()
+                    .modify_srq_limit_async(self.handle, limit, d);
+                Ok(())
+            }
+            Err(_) => {
+                self.put();
+                Err(NdkError::InsufficientResources)
+            }
+        }
     }
 
     /// SRQ_LIMIT_REACHED: one notification per arm (M45).
