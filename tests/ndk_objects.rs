@@ -1954,3 +1954,149 @@ fn failed_qp_create_releases_its_antecedents() {
     e.close_adapter();
     assert_eq!(*e.fake.waits.lock().unwrap(), Vec::<bool>::new());
 }
+
+/// Events of the racing test, in one global order (callbacks run on another thread).
+static RACE: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+unsafe extern "system" fn race_cq_cb(_ctx: PVOID, _st: NTSTATUS) {
+    RACE.lock().unwrap().push("notify");
+    // Long enough for the close to land while the callback runs.
+    std::thread::yield_now();
+    RACE.lock().unwrap().push("notify-returned");
+}
+
+unsafe extern "system" fn race_close_cb(_ctx: PVOID) {
+    RACE.lock().unwrap().push("close-completion");
+}
+
+#[test]
+fn cq_close_racing_device_notifications_ends_with_one_close_completion() {
+    for round in 0..200 {
+        RACE.lock().unwrap().clear();
+        let e = env();
+        let mut cq = null_mut();
+        // SAFETY: live adapter, valid pointers.
+        let st = unsafe {
+            (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
+                e.a,
+                16,
+                race_cq_cb,
+                null_mut(),
+                null_mut(),
+                create_cb,
+                null_mut(),
+                &mut cq,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let h = e.fake.last("cq");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dev = e.dev.clone();
+        let s2 = stop.clone();
+        // The device side: CQNEs keep arriving from a DPC on another processor.
+        let notifier = std::thread::spawn(move || {
+            while !s2.load(std::sync::atomic::Ordering::SeqCst) {
+                dev.cq_notification(h);
+            }
+        });
+        // The consumer: a few arms, then the close (never concurrent with its own calls).
+        for _ in 0..(round % 7) {
+            arm(cq, NDK_CQ_NOTIFY_ANY);
+        }
+        // SAFETY: live CQ; slot 0 is the close.
+        let st = unsafe { (NDK_CQ::disp(cq).NdkCloseCq)(hdr(cq), race_close_cb, null_mut()) };
+        if st == STATUS_SUCCESS {
+            RACE.lock().unwrap().push("closed-inline");
+        } else {
+            assert_eq!(st, STATUS_PENDING);
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        notifier.join().expect("notifier");
+        // The close is final on this thread: a pending close has completed by now (the
+        // callback in flight has returned), an inline one had nothing in flight.
+        let ev = RACE.lock().unwrap().clone();
+        let ends = ev
+            .iter()
+            .filter(|x| **x == "close-completion" || **x == "closed-inline")
+            .count();
+        assert_eq!(ends, 1, "round {round}: {ev:?}");
+        let last = ev.last().copied();
+        assert!(
+            last == Some("close-completion") || last == Some("closed-inline"),
+            "round {round}: the close is the last event: {ev:?}"
+        );
+        let notifies = ev.iter().filter(|x| **x == "notify").count();
+        let arms = round % 7;
+        assert!(notifies <= arms, "at most one callback per arm: {ev:?}");
+        let returned = ev.iter().filter(|x| **x == "notify-returned").count();
+        assert_eq!(
+            notifies, returned,
+            "every callback returned before the close ended"
+        );
+        e.close_adapter();
+    }
+}
+
+static IN_CB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RELEASE_CB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static XLOG: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+unsafe extern "system" fn held_cq_cb(_ctx: PVOID, _st: NTSTATUS) {
+    XLOG.lock().unwrap().push("notify");
+    IN_CB.store(true, std::sync::atomic::Ordering::SeqCst);
+    while !RELEASE_CB.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    XLOG.lock().unwrap().push("notify-returned");
+}
+
+unsafe extern "system" fn held_close_cb(_ctx: PVOID) {
+    XLOG.lock().unwrap().push("close-completion");
+}
+
+#[test]
+fn cq_close_from_another_thread_waits_for_the_running_callback() {
+    let e = env();
+    let mut cq = null_mut();
+    // SAFETY: live adapter, valid pointers.
+    let st = unsafe {
+        (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
+            e.a,
+            16,
+            held_cq_cb,
+            null_mut(),
+            null_mut(),
+            create_cb,
+            null_mut(),
+            &mut cq,
+        )
+    };
+    assert_eq!(st, STATUS_SUCCESS);
+    let h = e.fake.last("cq");
+    arm(cq, NDK_CQ_NOTIFY_ANY);
+    let dev = e.dev.clone();
+    // The CQNE DPC runs the callback on another processor and is held inside it.
+    let dpc = std::thread::spawn(move || dev.cq_notification(h));
+    while !IN_CB.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    // SAFETY: live CQ; slot 0 is the close.
+    let st = unsafe { (NDK_CQ::disp(cq).NdkCloseCq)(hdr(cq), held_close_cb, null_mut()) };
+    assert_eq!(st, STATUS_PENDING, "a callback is in progress");
+    assert_eq!(*XLOG.lock().unwrap(), ["notify"]);
+    assert_eq!(
+        e.fake.count(&Hw::Destroy("cq", h)),
+        0,
+        "not torn down under the callback"
+    );
+    // Later CQNEs deliver nothing: the close has started.
+    e.dev.cq_notification(h);
+    RELEASE_CB.store(true, std::sync::atomic::Ordering::SeqCst);
+    dpc.join().expect("dpc");
+    assert_eq!(
+        *XLOG.lock().unwrap(),
+        ["notify", "notify-returned", "close-completion"]
+    );
+    assert_eq!(e.fake.count(&Hw::Destroy("cq", h)), 1);
+    e.close_adapter();
+}
