@@ -2100,3 +2100,30 @@ fn cq_close_from_another_thread_waits_for_the_running_callback() {
     assert_eq!(e.fake.count(&Hw::Destroy("cq", h)), 1);
     e.close_adapter();
 }
+
+#[test]
+fn small_result_arrays_lose_no_completion() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let qp = e.qp(pd, cq, cq);
+    connect(qp);
+    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let s = [sge(0x1000, 8, 0x100)];
+    for c in 1..=3 {
+        assert_eq!(send(qp, c, &s, 0), STATUS_SUCCESS);
+        e.fake
+            .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, c as u32 - 1), wc::SUCCESS));
+    }
+    // One result at a time: the poll never takes more CQEs than results wanted.
+    for c in 1..=3 {
+        let r = results_ex(cq, 1);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].RequestContext as usize, c);
+    }
+    assert_eq!(results_ex(cq, 1).len(), 0);
+    for p in [hdr(qp), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}

@@ -12,7 +12,7 @@ use super::adapter::Adapter;
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwDone, pow2_ceil};
+use super::hw::{HwCqe, HwDone, pow2_ceil};
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use crate::ndkpi::*;
@@ -327,51 +327,59 @@ impl Cq {
             .cloned()
     }
 
-    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation; the only lock
-    /// is the attachment list's, shared with QP create/close.
+    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation: CQEs are
+    /// taken in batches (one ring lock and one `cons_head` update per batch, never more
+    /// CQEs than results still wanted, so none is lost), and the QP of the previous CQE is
+    /// reused before the attachment list is consulted.
     pub fn get_results_ex(&self, out: &mut [NDK_RESULT_EX]) -> usize {
-        let mut n = 0;
-        for slot in out.iter_mut() {
-            match self.next_result() {
-                Some(r) => {
-                    *slot = r;
-                    n += 1;
-                }
-                None => break,
+        self.fill(out.len(), |i, r| {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = r;
             }
-        }
-        n
+        })
     }
 
     /// NdkGetCqResults: the same results without Type and the other Ex fields.
     pub fn get_results(&self, out: &mut [NDK_RESULT]) -> usize {
+        self.fill(out.len(), |i, r| {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = super::completion::to_result(&r);
+            }
+        })
+    }
+
+    fn fill(&self, wanted: usize, mut put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
+        const BATCH: usize = 16;
+        let hw = self.adapter.hw();
+        let mut buf = [HwCqe::EMPTY; BATCH];
+        let mut last: Option<ObjRef<Qp>> = None;
         let mut n = 0;
-        for slot in out.iter_mut() {
-            match self.next_result() {
-                Some(r) => {
-                    *slot = super::completion::to_result(&r);
+        while n < wanted {
+            let want = (wanted - n).min(BATCH);
+            let Some(batch) = buf.get_mut(..want) else {
+                break;
+            };
+            let got = hw.poll_cq_batch(self.handle, batch).min(want);
+            if got == 0 {
+                break;
+            }
+            for cqe in buf.iter().take(got) {
+                if last.as_ref().is_none_or(|q| q.handle() != cqe.qp) {
+                    last = self.find_qp(cqe.qp);
+                }
+                // A CQE naming no QP of this CQ, or a slot that is not outstanding, is
+                // dropped (and counted) rather than trusted (style.md §10).
+                let Some(qp) = &last else {
+                    self.adapter.device().count_bad_cqe();
+                    continue;
+                };
+                if let Some(r) = qp.complete(cqe) {
+                    put(n, r);
                     n += 1;
                 }
-                None => break,
             }
         }
         n
-    }
-
-    fn next_result(&self) -> Option<NDK_RESULT_EX> {
-        let hw = self.adapter.hw();
-        loop {
-            let cqe = hw.poll_cq(self.handle)?;
-            // A CQE naming no QP of this CQ, or a slot that is not outstanding, is dropped
-            // (counted by the QP) rather than trusted (style.md §10).
-            let Some(qp) = self.find_qp(cqe.qp) else {
-                self.adapter.device().count_bad_cqe();
-                continue;
-            };
-            if let Some(r) = qp.complete(&cqe) {
-                return Some(r);
-            }
-        }
     }
 }
 

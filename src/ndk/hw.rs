@@ -269,6 +269,17 @@ pub struct HwCqe {
 /// the issuing call returns, at IRQL ≤ DISPATCH_LEVEL.
 pub type HwDone<T> = alloc::boxed::Box<dyn FnOnce(Result<T, HwError>) + Send>;
 
+impl HwCqe {
+    /// A placeholder for poll buffers.
+    pub const EMPTY: HwCqe = HwCqe {
+        wr_id: 0,
+        qp: u32::MAX,
+        status: 0,
+        byte_len: 0,
+        invalidated_rkey: None,
+    };
+}
+
 /// The PVRDMA device as the NDK objects use it.
 ///
 /// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
@@ -366,6 +377,22 @@ pub trait Hardware: Send + Sync {
     fn ring_srq(&self, srq: u32);
     /// Takes the next CQE of `cq`, if any.
     fn poll_cq(&self, cq: u32) -> Option<HwCqe>;
+    /// Takes up to `out.len()` CQEs of `cq` into `out`; returns how many. The default polls
+    /// one at a time; the hardware binding reads them under one ring lock and advances
+    /// `cons_head` once.
+    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
+        let mut n = 0;
+        for o in out.iter_mut() {
+            match self.poll_cq(cq) {
+                Some(c) => {
+                    *o = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
     /// True if `cq` holds an unpolled CQE (the re-check after arming, pitfall 11).
     fn cq_has_entries(&self, cq: u32) -> bool;
     /// Arm doorbell: `CQ_ARM_SOL` if `solicited_only`, else `CQ_ARM`.

@@ -912,6 +912,30 @@ impl Hardware for PvrdmaHardware {
         }
     }
 
+    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
+        const BATCH: usize = 16;
+        let Some(ring) = self.cq(cq) else {
+            return 0;
+        };
+        let limits = self.dev.cqe_limits();
+        let mut raw: [Result<Cqe, BadCqe>; BATCH] = core::array::from_fn(|_| {
+            Err(BadCqe {
+                wr_id: 0,
+                reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
+            })
+        });
+        let want = out.len().min(BATCH);
+        let Some(raw) = raw.get_mut(..want) else {
+            return 0;
+        };
+        // One lock, one cons_head update for the batch.
+        let n = ring.lock().poll(raw, &limits).unwrap_or(0);
+        for (o, r) in out.iter_mut().zip(raw.iter().take(n)) {
+            *o = hw_cqe(r);
+        }
+        n.min(want)
+    }
+
     fn cq_has_entries(&self, cq: u32) -> bool {
         self.cq(cq)
             .is_some_and(|r| r.lock().pending().is_ok_and(|n| n > 0))
