@@ -1067,10 +1067,15 @@ unsafe extern "system" fn invalidate(
     if pNdkMrOrMw.is_null() {
         return status(qp.fail_initiator(NdkError::InvalidParameter));
     }
+    // Only `ObjectType` is read, through a raw pointer: the consumer owns `NdkReserved` and
+    // may write it concurrently, so no reference to the whole header is formed.
+    let ty_ptr = pNdkMrOrMw
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(NDK_OBJECT_HEADER, ObjectType))
+        .cast::<NDK_OBJECT_TYPE>();
     // SAFETY: a live object header of this provider (contract); `ObjectType` is written only
     // by the provider, at creation.
-    let header = unsafe { &*pNdkMrOrMw };
-    let ty = header.ObjectType;
+    let ty = unsafe { ty_ptr.read() };
     if ty != NdkObjectTypeMr {
         // No MW can exist (NdkCreateMw is not supported); anything else is not a target.
         return status(qp.fail_initiator(NdkError::InvalidParameter));
