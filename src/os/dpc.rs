@@ -85,7 +85,7 @@ impl Dpc {
     /// Queues the DPC to `target`. Returns false (and does nothing) if it is already queued.
     /// Any IRQL (ISRs use it).
     pub fn queue(&self, target: Processor) -> bool {
-        if self.inner.queued.swap(true, Ordering::AcqRel) {
+        if self.inner.queued.swap(true, Ordering::SeqCst) {
             return false;
         }
         self.inner.scheduler.enqueue(self.clone(), target);
@@ -101,7 +101,12 @@ impl Dpc {
     /// thunk), never by driver code.
     pub fn run(&self) {
         let _serial = self.inner.running.lock();
-        self.inner.queued.store(false, Ordering::Release);
+        self.inner.queued.store(false, Ordering::SeqCst);
+        // StoreLoad: the routine's first reads (a ring's producer index) must not be satisfied
+        // before the cleared flag is visible. Otherwise an ISR that publishes new work in that
+        // window sees `queued` still set, coalesces, and the routine misses the work: a lost
+        // interrupt (seen as a hung async-ring test under load before this fence).
+        core::sync::atomic::fence(Ordering::SeqCst);
         self.inner.handler.run();
     }
 

@@ -97,13 +97,17 @@ impl Rig {
 }
 
 fn wait_for(cond: impl Fn() -> bool) {
-    for _ in 0..20_000 {
+    // A deadline, not an iteration count: on a loaded 2-core machine each short sleep can cost
+    // a scheduler tick, and DPC threads may not run for a while.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if cond() {
             return;
         }
+        std::thread::yield_now();
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
-    panic!("condition not reached");
+    panic!("condition not reached within 30 s");
 }
 
 const VERSION_R: u32 = 0x00;
