@@ -16,6 +16,20 @@
 //! `cargo test` (std is linked for its panic handler and allocator), and the Windows-target
 //! check without the WDK (fallback panic handler and allocator; never linked into a driver).
 #![no_std]
+// Kernel discipline, enforced: a panic is a bugcheck, so the driver's own code may not index,
+// unwrap or panic on any path a consumer or the device can reach. (Tests may.)
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 #[cfg(not(target_os = "windows"))]
 extern crate std;

@@ -263,11 +263,12 @@ impl OrderedQueue {
     }
 
     fn slot(&self, index: u32) -> &Slot {
-        // PANIC: `mask` = len − 1 with len a power of two, so the index is in bounds; `get`
-        // keeps that visible to the reader and the fallback is unreachable.
+        // PANIC: `mask` = len − 1 with len a power of two (so len ≥ 1, checked in `new`): the
+        // masked index is in bounds and the fallback to slot 0 exists, so neither panics.
         let i = (index & self.mask) as usize;
         match self.slots.get(i) {
             Some(s) => s,
+            #[allow(clippy::indexing_slicing)]
             None => &self.slots[0],
         }
     }
