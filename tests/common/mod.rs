@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod memory;
+pub mod ndk;
 pub mod objects;
 
 use std::collections::HashMap;
@@ -132,6 +133,15 @@ pub struct SimBar1 {
 }
 
 impl SimBar1 {
+    /// BAR1 of `dev`.
+    pub fn new(dev: Arc<pvrdma_sim::Device>) -> Arc<Self> {
+        Arc::new(SimBar1 {
+            dev,
+            dsr: Mutex::new((0, 0)),
+            writes: AtomicU64::new(0),
+        })
+    }
+
     /// The last DSRHIGH:DSRLOW written.
     pub fn dsr_address(&self) -> u64 {
         let (lo, hi) = *self.dsr.lock().unwrap();
@@ -178,7 +188,8 @@ impl InterruptSink for PlatformSink {
 /// Serializes harness users in one test binary: allocation counters are global.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> MutexGuard<'static, ()> {
+/// Takes the harness lock (the allocation counters are process-global).
+pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -1,0 +1,1543 @@
+//! The NDK-consumer test kit: N hosts on one `pvrdma_sim::world::World` (RoCEv2 between
+//! device models), each with the driver probed against its node, the NDK layer over it and
+//! one open NDK_ADAPTER, and thin consumer wrappers that make every call through the
+//! objects' dispatch tables (ndkpi.md §2) with `extern "system"` callbacks recording into
+//! per-call context objects passed as RequestContext (no statics: tests run in parallel
+//! threads; only the leak baseline is serialized by the harness lock).
+//!
+//! - Creates and requests wait for their completion when the provider pends (§5.1) and
+//!   return the final status; `*_raw` variants return the inline status and the pending
+//!   context for tests of the PENDING path itself.
+//! - Closes are explicit (`close(self)`, no `Drop`), so tests control ordering; a close that
+//!   pends waits for CloseCompletion and asserts it came exactly once; an inline close
+//!   asserts none came.
+//! - [`connect`] is test wiring (MODIFY_QP RTR/RTS with the peer's QPN, GID and MAC through
+//!   the hardware layer, then `set_qp_connected`) until connection management lands.
+//! - [`Cluster::finish`] closes the adapters and checks the leak invariants.
+#![allow(dead_code, clippy::too_many_arguments)]
+
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pvrdma_ndk::ndk::dispatch::close_adapter;
+use pvrdma_ndk::ndk::object::ObjRef;
+use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
+use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
+use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::Platform;
+use pvrdma_ndk::os::alloc::{AllocStats, stats};
+use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_ndk::pvrdma::cmd::{QpAttrMask, QpState};
+use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_sim::ObjectCounts;
+use pvrdma_sim::world::{NodeConfig, World};
+
+use super::memory::{BuiltMdl, ConsumerMem};
+use super::objects::{modify, rts_attrs};
+use super::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
+
+/// Bound on every wait: a hang, not a timing assertion.
+const HANG: Duration = Duration::from_secs(20);
+
+// ------------------------------------------------------------------------------- waiting
+
+/// What waits need: the world to pump (deterministic mode) and the hosts' DPC executors.
+pub struct Pump {
+    world: Arc<World>,
+    mode: Mode,
+    platforms: Mutex<Vec<Arc<HostPlatform>>>,
+}
+
+impl Pump {
+    /// Waits until `cond` holds, pumping the world in deterministic mode. Panics after 20 s.
+    pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + HANG;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            if self.mode == Mode::Deterministic {
+                self.world.run_until_idle();
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn executors_idle(&self) -> bool {
+        self.platforms
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|p| p.executor().is_idle())
+    }
+
+    /// Deterministic: runs devices, fabric and DPCs until an iteration finds nothing to do.
+    /// Threaded: until every DPC executor is idle and the fabric has no event queued, over a
+    /// short window.
+    pub fn settle(&self) {
+        let deadline = Instant::now() + HANG;
+        loop {
+            assert!(Instant::now() < deadline, "cluster did not settle");
+            let ran = match self.mode {
+                Mode::Deterministic => {
+                    let d = self.world.run_devices();
+                    let f = self.world.run_until_idle();
+                    d || f != 0
+                }
+                Mode::Threaded => false,
+            };
+            let mut waited = false;
+            while !self.executors_idle() {
+                waited = true;
+                assert!(Instant::now() < deadline, "DPCs did not drain");
+                std::thread::yield_now();
+            }
+            if self.mode == Mode::Threaded {
+                std::thread::sleep(Duration::from_millis(2));
+                waited |= !self.executors_idle();
+                waited |= self.world.fabric().next_event_time().is_some();
+            }
+            if !ran && !waited {
+                return;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- callbacks
+
+/// Context of one create call: the CreateCompletion's status and object, and how many
+/// times it was called.
+#[derive(Default)]
+pub struct CreateCtx {
+    calls: AtomicU32,
+    result: Mutex<Option<(NTSTATUS, usize)>>,
+}
+
+impl CreateCtx {
+    /// CreateCompletion calls so far.
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+    /// The completion's (status, object), once called.
+    pub fn result(&self) -> Option<(NTSTATUS, *mut NDK_OBJECT_HEADER)> {
+        (*self.result.lock().unwrap()).map(|(s, o)| (s, o as *mut NDK_OBJECT_HEADER))
+    }
+}
+
+/// The consumer's CreateCompletion: records into the [`CreateCtx`] its context points at.
+pub unsafe extern "system" fn on_create(ctx: PVOID, st: NTSTATUS, obj: *mut NDK_OBJECT_HEADER) {
+    // SAFETY: the context is an `Arc<CreateCtx>` pointer its `Creation` keeps alive.
+    let c = unsafe { &*(ctx as *const CreateCtx) };
+    *c.result.lock().unwrap() = Some((st, obj as usize));
+    c.calls.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Context of one request (RequestCompletion): status and call count.
+#[derive(Default)]
+pub struct RequestCtx {
+    calls: AtomicU32,
+    status: Mutex<Option<NTSTATUS>>,
+}
+
+impl RequestCtx {
+    /// RequestCompletion calls so far.
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+    /// The completion's status, once called.
+    pub fn status(&self) -> Option<NTSTATUS> {
+        *self.status.lock().unwrap()
+    }
+}
+
+/// The consumer's RequestCompletion.
+pub unsafe extern "system" fn on_request(ctx: PVOID, st: NTSTATUS) {
+    // SAFETY: the context is an `Arc<RequestCtx>` pointer its `Request` keeps alive.
+    let c = unsafe { &*(ctx as *const RequestCtx) };
+    *c.status.lock().unwrap() = Some(st);
+    c.calls.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Statuses of every notification callback (CQ or SRQ) of one object, in order.
+#[derive(Default)]
+pub struct Notes(Mutex<Vec<NTSTATUS>>);
+
+impl Notes {
+    /// The statuses so far.
+    pub fn get(&self) -> Vec<NTSTATUS> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// The consumer's CQ / SRQ notification callback.
+pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
+    // SAFETY: the context is an `Arc<Notes>` its object wrapper keeps alive past close.
+    let n = unsafe { &*(ctx as *const Notes) };
+    n.0.lock().unwrap().push(st);
+}
+
+#[derive(Default)]
+struct CloseCtx(AtomicU32);
+
+unsafe extern "system" fn on_close(ctx: PVOID) {
+    // SAFETY: the context is an `Arc<CloseCtx>` `close_object` keeps alive until it returns.
+    let c = unsafe { &*(ctx as *const CloseCtx) };
+    c.0.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A create call as the provider answered it.
+pub struct Creation {
+    /// Inline status (STATUS_PENDING when the object comes through CreateCompletion).
+    pub inline: NTSTATUS,
+    /// What the provider stored through the out pointer.
+    pub out: *mut NDK_OBJECT_HEADER,
+    /// The completion context.
+    pub ctx: Arc<CreateCtx>,
+    pump: Arc<Pump>,
+}
+
+impl Creation {
+    /// The final status and object: the inline ones, or (PENDING) the CreateCompletion's,
+    /// after waiting for it. Asserts the completion comes exactly once when pended, never
+    /// otherwise.
+    pub fn wait(&self) -> (NTSTATUS, *mut NDK_OBJECT_HEADER) {
+        if self.inline != STATUS_PENDING {
+            assert_eq!(
+                self.ctx.calls(),
+                0,
+                "CreateCompletion after an inline return"
+            );
+            return (self.inline, self.out);
+        }
+        self.pump
+            .wait_for("CreateCompletion", || self.ctx.calls() != 0);
+        assert_eq!(self.ctx.calls(), 1, "one CreateCompletion");
+        self.ctx.result().unwrap()
+    }
+}
+
+/// A request with a RequestCompletion (register, deregister, modify SRQ, ...).
+pub struct Request {
+    /// Inline status.
+    pub inline: NTSTATUS,
+    /// The completion context.
+    pub ctx: Arc<RequestCtx>,
+    pump: Arc<Pump>,
+}
+
+impl Request {
+    /// The final status (inline, or the RequestCompletion's after waiting for it).
+    pub fn wait(&self) -> NTSTATUS {
+        if self.inline != STATUS_PENDING {
+            assert_eq!(
+                self.ctx.calls(),
+                0,
+                "RequestCompletion after an inline return"
+            );
+            return self.inline;
+        }
+        self.pump
+            .wait_for("RequestCompletion", || self.ctx.calls() != 0);
+        assert_eq!(self.ctx.calls(), 1, "one RequestCompletion");
+        self.ctx.status().unwrap()
+    }
+
+    /// Whether the provider pended.
+    pub fn pended(&self) -> bool {
+        self.inline == STATUS_PENDING
+    }
+}
+
+fn ptr_of<T>(a: &Arc<T>) -> PVOID {
+    Arc::as_ptr(a) as PVOID
+}
+
+/// Closes `obj` through `slot`; waits for CloseCompletion if pended (exactly once) and
+/// checks none came for an inline close. Returns the inline status.
+fn close_object(pump: &Pump, obj: *mut NDK_OBJECT_HEADER, slot: NDK_FN_CLOSE_OBJECT) -> NTSTATUS {
+    let ctx = Arc::new(CloseCtx::default());
+    // SAFETY: a live object of the provider, closed once; the context outlives the call and
+    // its completion (waited for below).
+    let st = unsafe { slot(obj, on_close, ptr_of(&ctx)) };
+    if st == STATUS_PENDING {
+        pump.wait_for("CloseCompletion", || ctx.0.load(Ordering::SeqCst) != 0);
+        pump.settle();
+        assert_eq!(ctx.0.load(Ordering::SeqCst), 1, "one CloseCompletion");
+    } else {
+        assert_eq!(st, STATUS_SUCCESS, "close returns SUCCESS or PENDING");
+        assert_eq!(ctx.0.load(Ordering::SeqCst), 0, "no CloseCompletion inline");
+    }
+    st
+}
+
+fn table<'a, D>(d: *const D) -> &'a D {
+    // SAFETY: the provider's dispatch tables are statics.
+    unsafe { &*d }
+}
+
+// ------------------------------------------------------------------------------- cluster
+
+/// Cluster options.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Model mode.
+    pub mode: Mode,
+    /// Hosts (≤ 254).
+    pub hosts: u8,
+    /// IPv6 GIDs `fd00::<i+1>` instead of `::ffff:10.0.0.<i+1>`.
+    pub ipv6: bool,
+    /// Version requested at OpenNDKAdapter.
+    pub version: NDK_VERSION,
+    /// DPC processors per host.
+    pub processors: u32,
+    /// Fault-roll seed of the fabric.
+    pub seed: u64,
+    /// Per-node adjustment of the node config (caps, ...).
+    pub tweak: Option<fn(usize, &mut NodeConfig)>,
+}
+
+impl ClusterConfig {
+    /// IPv4, NDKPI 2.1, 2 processors.
+    pub fn new(mode: Mode, hosts: u8) -> Self {
+        ClusterConfig {
+            mode,
+            hosts,
+            ipv6: false,
+            version: NDK_VERSION { Major: 2, Minor: 1 },
+            processors: 2,
+            seed: 0x5EED,
+            tweak: None,
+        }
+    }
+}
+
+/// One simulated host.
+pub struct Host {
+    /// Index in the world.
+    pub index: usize,
+    /// OS seam.
+    pub platform: Arc<HostPlatform>,
+    /// The driver's DMA allocator.
+    pub dma: Arc<SimDma>,
+    /// The host memory the device model sees.
+    pub space: Arc<pvrdma_sim::DmaSpace>,
+    /// The device model.
+    pub model: Arc<pvrdma_sim::Device>,
+    /// The probed driver device.
+    pub dev: Arc<DrvDevice>,
+    /// Hardware seam.
+    pub hw: Arc<PvrdmaHardware>,
+    /// NDK device.
+    pub ndk: Arc<NdkDevice>,
+    /// The open adapter.
+    pub adapter: Adapter,
+    /// Bound GID (index 0).
+    pub gid: [u8; 16],
+    /// Port MAC.
+    pub mac: [u8; 6],
+}
+
+impl Host {
+    /// `pages` zeroed pages of consumer memory at consumer VA `va` in this host's memory.
+    pub fn mem(&self, pages: usize, va: u64) -> ConsumerMem {
+        ConsumerMem::new(&self.space, pages, va)
+    }
+
+    /// The model's live objects.
+    pub fn model_objects(&self) -> ObjectCounts {
+        self.model.with_core(|c| c.object_counts())
+    }
+}
+
+/// Hosts on one fabric (see the module docs).
+pub struct Cluster {
+    /// The fabric and models.
+    pub world: Arc<World>,
+    /// The hosts.
+    pub hosts: Vec<Host>,
+    /// Mode.
+    pub mode: Mode,
+    pump: Arc<Pump>,
+    baseline: AllocStats,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// `hosts` IPv4 hosts in `mode` with NDKPI 2.1 adapters.
+    pub fn new(mode: Mode, hosts: u8) -> Cluster {
+        Self::with(ClusterConfig::new(mode, hosts))
+    }
+
+    /// With full control.
+    pub fn with(cfg: ClusterConfig) -> Cluster {
+        let guard = serial();
+        let baseline = stats();
+        let mut w = World::new(cfg.seed);
+        for i in 0..cfg.hosts {
+            let mut n = if cfg.ipv6 {
+                NodeConfig::ipv6(i)
+            } else {
+                NodeConfig::ipv4(i)
+            };
+            if let Some(t) = cfg.tweak {
+                t(usize::from(i), &mut n);
+            }
+            w.add_node(n);
+        }
+        if cfg.mode == Mode::Threaded {
+            w.start_threads();
+        }
+        let world = Arc::new(w);
+        let pump = Arc::new(Pump {
+            world: world.clone(),
+            mode: cfg.mode,
+            platforms: Mutex::new(Vec::new()),
+        });
+        let mut hosts = Vec::new();
+        for i in 0..usize::from(cfg.hosts) {
+            let node = world.node(i);
+            let model = node.device().clone();
+            let space = node.dma().clone();
+            let dma = SimDma::new(space.clone());
+            let m = model.clone();
+            let pumpfn: Arc<dyn Fn() + Send + Sync> = match cfg.mode {
+                Mode::Deterministic => {
+                    // Weak: the world must not outlive the cluster through a platform.
+                    let w = Arc::downgrade(&world);
+                    Arc::new(move || {
+                        if let Some(w) = w.upgrade() {
+                            w.run_until_idle();
+                        }
+                        std::thread::yield_now();
+                    })
+                }
+                Mode::Threaded => Arc::new(std::thread::yield_now),
+            };
+            let platform = HostPlatform::new(
+                HostDevice {
+                    bar1: SimBar1::new(model.clone()),
+                    dma: dma.clone(),
+                    doorbell: Some(Arc::new(move |off, val| m.uar_write32(off, val))),
+                    uar_pfn: DEFAULT_UAR_PFN,
+                    pump: Some(pumpfn),
+                },
+                cfg.processors,
+            );
+            world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
+            pump.platforms.lock().unwrap().push(platform.clone());
+            let gid = node.gid();
+            let p: Arc<dyn Platform> = platform.clone();
+            let gids = [gid];
+            let dev = Arc::new(
+                DrvDevice::probe(
+                    p,
+                    &DrvConfig {
+                        gids: &gids,
+                        ..DrvConfig::default()
+                    },
+                )
+                .expect("probe against the world node"),
+            );
+            let hw = PvrdmaHardware::new(dev.clone()).expect("hardware seam");
+            let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
+            hw.attach(&ndk).expect("attach");
+            let a = ndk.open_adapter(cfg.version).expect("open adapter");
+            hosts.push(Host {
+                index: i,
+                platform,
+                dma,
+                space,
+                model,
+                dev,
+                hw,
+                ndk,
+                adapter: Adapter {
+                    ptr: a,
+                    pump: pump.clone(),
+                    host: i,
+                },
+                gid,
+                mac: node.mac(),
+            });
+        }
+        Cluster {
+            world,
+            hosts,
+            mode: cfg.mode,
+            pump,
+            baseline,
+            _serial: guard,
+        }
+    }
+
+    /// Host `i`.
+    pub fn host(&self, i: usize) -> &Host {
+        &self.hosts[i]
+    }
+
+    /// Adapter of host `i`.
+    pub fn adapter(&self, i: usize) -> &Adapter {
+        &self.hosts[i].adapter
+    }
+
+    /// The waiter shared by every wrapper.
+    pub fn pump(&self) -> &Arc<Pump> {
+        &self.pump
+    }
+
+    /// See [`Pump::settle`].
+    pub fn settle(&self) {
+        self.pump.settle();
+    }
+
+    /// See [`Pump::wait_for`].
+    pub fn wait_for(&self, what: &str, cond: impl FnMut() -> bool) {
+        self.pump.wait_for(what, cond);
+    }
+
+    /// Test wiring: RTR/RTS on both QPs with each other's QPN, GID and MAC, then marks both
+    /// connected. See [`connect`].
+    pub fn connect(&self, a: &Qp, b: &Qp) {
+        connect(self, a, b);
+    }
+
+    /// Closes every adapter (the test closed its objects), waits for the model to hold no
+    /// object, drops the driver (RESET), stops the world's threads and checks: no DMA region
+    /// left (driver or consumer memory: drop `ConsumerMem`s first), every SimDma region
+    /// freed, allocation stats back at their value before the cluster was built.
+    pub fn finish(mut self) {
+        let hosts = std::mem::take(&mut self.hosts);
+        let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
+        pump.settle();
+        for h in &hosts {
+            // SAFETY: opened by `Cluster::with`, closed once here.
+            unsafe { close_adapter(h.adapter.ptr) };
+        }
+        pump.wait_for("the models to hold no object", || {
+            hosts
+                .iter()
+                .all(|h| h.model_objects() == ObjectCounts::default())
+        });
+        pump.settle();
+        let mut keep = Vec::new();
+        for h in hosts {
+            let Host {
+                platform,
+                dma,
+                space,
+                model,
+                dev,
+                hw,
+                ndk,
+                ..
+            } = h;
+            drop(ndk);
+            drop(hw);
+            assert_eq!(Arc::strong_count(&dev), 1, "driver device still referenced");
+            drop(dev);
+            assert!(!model.with_core(|c| c.is_active()), "RESET on drop");
+            keep.push((platform, dma, space));
+        }
+        for n in 0..world.len() {
+            world.device(n).stop_thread();
+        }
+        world.fabric().stop();
+        for (platform, dma, space) in &keep {
+            let ex = platform.executor().clone();
+            let deadline = Instant::now() + HANG;
+            while !ex.is_idle() {
+                assert!(Instant::now() < deadline, "DPCs did not drain at teardown");
+                std::thread::yield_now();
+            }
+            ex.shutdown();
+            assert_eq!(dma.live(), 0, "DMA regions leaked");
+            assert_eq!(dma.allocs(), dma.frees());
+            assert_eq!(space.region_count(), 0, "regions left in the DmaSpace");
+            assert_eq!(space.bytes_registered(), 0);
+        }
+        pump.platforms.lock().unwrap().clear();
+        drop(keep);
+        assert_eq!(
+            stats(),
+            baseline,
+            "pool/DMA accounting not back at baseline"
+        );
+        // The harness lock is released last, with `self`.
+        drop(self);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Also on a failing test: stop the DPC threads (the world stops its own on drop).
+        for h in &self.hosts {
+            h.platform.executor().shutdown();
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- adapter
+
+/// An open NDK_ADAPTER (closed by [`Cluster::finish`]).
+pub struct Adapter {
+    /// The adapter.
+    pub ptr: *mut NDK_ADAPTER,
+    pump: Arc<Pump>,
+    host: usize,
+}
+
+/// A logical address mapping from NdkBuildLAM.
+pub struct Lam {
+    words: Box<[u64]>,
+    /// LAM size the provider reported.
+    pub size: u32,
+    /// First byte offset.
+    pub fbo: u32,
+}
+
+impl Lam {
+    /// The mapping.
+    pub fn as_ptr(&self) -> *const NDK_LOGICAL_ADDRESS_MAPPING {
+        self.words.as_ptr().cast()
+    }
+
+    /// The adapter pages.
+    pub fn pages(&self) -> Vec<u64> {
+        let p = self.as_ptr();
+        // SAFETY: the buffer holds a LAM header the provider filled.
+        let n = unsafe { (*p).AdapterPageCount } as usize;
+        // SAFETY: the provider wrote `n` entries, which fit the buffer (it checked the size).
+        let arr = unsafe { std::ptr::addr_of!((*p).AdapterPageArray).cast::<u64>() };
+        // SAFETY: `n` entries in bounds (above).
+        unsafe { std::slice::from_raw_parts(arr, n) }.to_vec()
+    }
+}
+
+impl Adapter {
+    fn d(&self) -> &'static NDK_ADAPTER_DISPATCH {
+        // SAFETY: a live adapter.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    /// Host index.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+
+    /// NdkQueryAdapterInfo with a full-size buffer.
+    pub fn query_info(&self) -> Result<NDK_ADAPTER_INFO, NTSTATUS> {
+        // SAFETY: NDK_ADAPTER_INFO is plain data; zero is a valid value.
+        let mut info: NDK_ADAPTER_INFO = unsafe { std::mem::zeroed() };
+        let mut size = std::mem::size_of::<NDK_ADAPTER_INFO>() as u32;
+        // SAFETY: live adapter; `info` holds `size` bytes.
+        let st = unsafe { (self.d().NdkQueryAdapterInfo)(self.ptr, &mut info, &mut size) };
+        if st == STATUS_SUCCESS {
+            Ok(info)
+        } else {
+            Err(st)
+        }
+    }
+
+    /// NdkCreateCq, raw.
+    pub fn create_cq_raw(
+        &self,
+        depth: u32,
+        affinity: Option<&mut GROUP_AFFINITY>,
+    ) -> (Creation, Arc<Notes>) {
+        let ctx = Arc::new(CreateCtx::default());
+        let notes = Arc::new(Notes::default());
+        let mut out: *mut NDK_CQ = null_mut();
+        let aff = affinity.map_or(null_mut(), |a| a as *mut GROUP_AFFINITY);
+        // SAFETY: live adapter; contexts live in the returned wrappers.
+        let st = unsafe {
+            (self.d().NdkCreateCq)(
+                self.ptr,
+                depth,
+                on_notify,
+                ptr_of(&notes),
+                aff,
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        let c = Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        };
+        (c, notes)
+    }
+
+    /// NdkCreateCq, waiting for CreateCompletion.
+    pub fn create_cq(
+        &self,
+        depth: u32,
+        affinity: Option<&mut GROUP_AFFINITY>,
+    ) -> Result<Cq, NTSTATUS> {
+        let (c, notes) = self.create_cq_raw(depth, affinity);
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Cq {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            notes,
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
+    /// NdkCreatePd, raw.
+    pub fn create_pd_raw(&self) -> Creation {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_PD = null_mut();
+        // SAFETY: live adapter; context kept by the Creation.
+        let st = unsafe { (self.d().NdkCreatePd)(self.ptr, on_create, ptr_of(&ctx), &mut out) };
+        Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    /// NdkCreatePd, waiting for CreateCompletion.
+    pub fn create_pd(&self) -> Result<Pd, NTSTATUS> {
+        let c = self.create_pd_raw();
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Pd {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
+    /// NdkBuildLAM for `len` bytes of `mdl` (buffer sized for every page the MDL spans),
+    /// waiting for the completion when pended.
+    pub fn build_lam(&self, mdl: &BuiltMdl, len: usize) -> Result<Lam, NTSTATUS> {
+        let pages = (len + 4096 * 2).div_ceil(4096) as u32;
+        let size = ndk_lam_size(pages).expect("LAM size");
+        let mut words = vec![0u64; (size as usize).div_ceil(8)].into_boxed_slice();
+        let mut lam_size = size;
+        let mut fbo = 0;
+        let ctx = Arc::new(RequestCtx::default());
+        // SAFETY: live adapter; the MDL and the LAM buffer (`lam_size` bytes) outlive the
+        // request (waited for below).
+        let st = unsafe {
+            (self.d().NdkBuildLAM)(
+                self.ptr,
+                mdl.as_ptr().cast_mut(),
+                len,
+                Some(on_request),
+                ptr_of(&ctx),
+                words.as_mut_ptr().cast(),
+                &mut lam_size,
+                &mut fbo,
+            )
+        };
+        let r = Request {
+            inline: st,
+            ctx,
+            pump: self.pump.clone(),
+        };
+        match r.wait() {
+            STATUS_SUCCESS => Ok(Lam {
+                words,
+                size: lam_size,
+                fbo,
+            }),
+            e => Err(e),
+        }
+    }
+
+    /// NdkReleaseLAM.
+    pub fn release_lam(&self, mut lam: Lam) {
+        // SAFETY: a LAM this adapter built, released once.
+        unsafe { (self.d().NdkReleaseLAM)(self.ptr, lam.words.as_mut_ptr().cast()) };
+    }
+}
+
+// ------------------------------------------------------------------------------- PD
+
+/// An NDK_PD.
+pub struct Pd {
+    /// The PD.
+    pub ptr: *mut NDK_PD,
+    /// Whether its creation pended.
+    pub pended: bool,
+    pump: Arc<Pump>,
+    host: usize,
+}
+
+/// NdkCreateQp sizes and context.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSpec {
+    /// QPContext (reported in every result).
+    pub context: usize,
+    /// ReceiveQueueDepth (ignored with an SRQ).
+    pub receive_depth: u32,
+    /// InitiatorQueueDepth.
+    pub initiator_depth: u32,
+    /// MaxReceiveRequestSge (ignored with an SRQ).
+    pub receive_sge: u32,
+    /// MaxInitiatorRequestSge.
+    pub initiator_sge: u32,
+    /// InlineDataSize.
+    pub inline_data: u32,
+}
+
+impl QpSpec {
+    /// 16 deep both ways, 2 SGEs, no inline data.
+    pub fn new(context: usize) -> Self {
+        QpSpec {
+            context,
+            receive_depth: 16,
+            initiator_depth: 16,
+            receive_sge: 2,
+            initiator_sge: 2,
+            inline_data: 0,
+        }
+    }
+}
+
+impl Pd {
+    fn d(&self) -> &'static NDK_PD_DISPATCH {
+        // SAFETY: a live PD.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    /// NdkGetPrivilegedMemoryRegionToken.
+    pub fn privileged_token(&self) -> u32 {
+        let mut t = 0;
+        // SAFETY: live PD.
+        unsafe { (self.d().NdkGetPrivilegedMemoryRegionToken)(self.ptr, &mut t) };
+        t
+    }
+
+    /// NdkCreateQp, raw.
+    pub fn create_qp_raw(&self, rcq: &Cq, icq: &Cq, s: QpSpec) -> Creation {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_QP = null_mut();
+        // SAFETY: live PD and CQs; context kept by the Creation.
+        let st = unsafe {
+            (self.d().NdkCreateQp)(
+                self.ptr,
+                rcq.ptr,
+                icq.ptr,
+                s.context as PVOID,
+                s.receive_depth,
+                s.initiator_depth,
+                s.receive_sge,
+                s.initiator_sge,
+                s.inline_data,
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    fn qp_from(&self, c: &Creation, s: &QpSpec) -> Result<Qp, NTSTATUS> {
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Qp {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            context: s.context,
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
+    /// NdkCreateQp, waiting for CreateCompletion.
+    pub fn create_qp(&self, rcq: &Cq, icq: &Cq, s: QpSpec) -> Result<Qp, NTSTATUS> {
+        let c = self.create_qp_raw(rcq, icq, s);
+        self.qp_from(&c, &s)
+    }
+
+    /// NdkCreateQpWithSrq, raw.
+    pub fn create_qp_with_srq_raw(&self, rcq: &Cq, icq: &Cq, srq: &Srq, s: QpSpec) -> Creation {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_QP = null_mut();
+        // SAFETY: live PD, CQs and SRQ; context kept by the Creation.
+        let st = unsafe {
+            (self.d().NdkCreateQpWithSrq)(
+                self.ptr,
+                rcq.ptr,
+                icq.ptr,
+                srq.ptr,
+                s.context as PVOID,
+                s.initiator_depth,
+                s.initiator_sge,
+                s.inline_data,
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    /// NdkCreateQpWithSrq, waiting for CreateCompletion.
+    pub fn create_qp_with_srq(
+        &self,
+        rcq: &Cq,
+        icq: &Cq,
+        srq: &Srq,
+        s: QpSpec,
+    ) -> Result<Qp, NTSTATUS> {
+        let c = self.create_qp_with_srq_raw(rcq, icq, srq, s);
+        self.qp_from(&c, &s)
+    }
+
+    /// NdkCreateSrq, raw.
+    pub fn create_srq_raw(&self, depth: u32, sge: u32, threshold: u32) -> (Creation, Arc<Notes>) {
+        let ctx = Arc::new(CreateCtx::default());
+        let notes = Arc::new(Notes::default());
+        let mut out: *mut NDK_SRQ = null_mut();
+        // SAFETY: live PD; contexts kept by the returned values.
+        let st = unsafe {
+            (self.d().NdkCreateSrq)(
+                self.ptr,
+                depth,
+                sge,
+                threshold,
+                Some(on_notify),
+                ptr_of(&notes),
+                null_mut(),
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        let c = Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        };
+        (c, notes)
+    }
+
+    /// NdkCreateSrq (notification threshold `threshold`), waiting for CreateCompletion.
+    pub fn create_srq(&self, depth: u32, sge: u32, threshold: u32) -> Result<Srq, NTSTATUS> {
+        let (c, notes) = self.create_srq_raw(depth, sge, threshold);
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Srq {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            notes,
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
+    /// NdkCreateMr, raw.
+    pub fn create_mr_raw(&self, fast_register: bool) -> Creation {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_MR = null_mut();
+        // SAFETY: live PD; context kept by the Creation.
+        let st = unsafe {
+            (self.d().NdkCreateMr)(
+                self.ptr,
+                u8::from(fast_register),
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    /// NdkCreateMr, waiting for CreateCompletion if pended.
+    pub fn create_mr(&self, fast_register: bool) -> Result<Mr, NTSTATUS> {
+        let c = self.create_mr_raw(fast_register);
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Mr {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            pump: self.pump.clone(),
+        })
+    }
+
+    /// NdkClosePd; see the module docs.
+    pub fn close(self) -> NTSTATUS {
+        close_object(&self.pump, self.ptr.cast(), self.d().NdkClosePd)
+    }
+}
+
+// ------------------------------------------------------------------------------- MR
+
+/// An NDK_MR.
+pub struct Mr {
+    /// The MR.
+    pub ptr: *mut NDK_MR,
+    /// Whether its creation pended.
+    pub pended: bool,
+    pump: Arc<Pump>,
+}
+
+impl Mr {
+    fn d(&self) -> &'static NDK_MR_DISPATCH {
+        // SAFETY: a live MR.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    fn request(&self, inline: NTSTATUS, ctx: Arc<RequestCtx>) -> Request {
+        Request {
+            inline,
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    /// NdkRegisterMr, raw (the MDL must outlive the request's completion).
+    pub fn register_raw(&self, mdl: &BuiltMdl, len: usize, flags: u32) -> Request {
+        let ctx = Arc::new(RequestCtx::default());
+        // SAFETY: live MR; MDL with its PFN array; context kept by the Request.
+        let st = unsafe {
+            (self.d().NdkRegisterMr)(
+                self.ptr,
+                mdl.as_ptr().cast_mut(),
+                len,
+                flags,
+                on_request,
+                ptr_of(&ctx),
+            )
+        };
+        self.request(st, ctx)
+    }
+
+    /// NdkRegisterMr (`NDK_MR_FLAG_*`), final status.
+    pub fn register(&self, mdl: &BuiltMdl, len: usize, flags: u32) -> NTSTATUS {
+        self.register_raw(mdl, len, flags).wait()
+    }
+
+    /// NdkDeregisterMr, raw.
+    pub fn deregister_raw(&self) -> Request {
+        let ctx = Arc::new(RequestCtx::default());
+        // SAFETY: live MR; context kept by the Request.
+        let st = unsafe { (self.d().NdkDeregisterMr)(self.ptr, on_request, ptr_of(&ctx)) };
+        self.request(st, ctx)
+    }
+
+    /// NdkDeregisterMr, final status.
+    pub fn deregister(&self) -> NTSTATUS {
+        self.deregister_raw().wait()
+    }
+
+    /// NdkInitializeFastRegisterMr, raw.
+    pub fn initialize_fast_register_raw(&self, pages: u32, remote: bool) -> Request {
+        let ctx = Arc::new(RequestCtx::default());
+        // SAFETY: live MR; context kept by the Request.
+        let st = unsafe {
+            (self.d().NdkInitializeFastRegisterMr)(
+                self.ptr,
+                pages,
+                u8::from(remote),
+                on_request,
+                ptr_of(&ctx),
+            )
+        };
+        self.request(st, ctx)
+    }
+
+    /// NdkInitializeFastRegisterMr, final status.
+    pub fn initialize_fast_register(&self, pages: u32, remote: bool) -> NTSTATUS {
+        self.initialize_fast_register_raw(pages, remote).wait()
+    }
+
+    /// NdkGetRemoteTokenFromMr.
+    pub fn remote_token(&self) -> u32 {
+        // SAFETY: live MR.
+        unsafe { (self.d().NdkGetRemoteTokenFromMr)(self.ptr) }
+    }
+
+    /// NdkGetLocalTokenFromMr.
+    pub fn local_token(&self) -> u32 {
+        // SAFETY: live MR.
+        unsafe { (self.d().NdkGetLocalTokenFromMr)(self.ptr) }
+    }
+
+    /// NdkCloseMr; see the module docs.
+    pub fn close(self) -> NTSTATUS {
+        close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseMr)
+    }
+}
+
+// ------------------------------------------------------------------------------- CQ
+
+/// An NDK_CQ.
+pub struct Cq {
+    /// The CQ.
+    pub ptr: *mut NDK_CQ,
+    /// Whether its creation pended.
+    pub pended: bool,
+    notes: Arc<Notes>,
+    pump: Arc<Pump>,
+    host: usize,
+}
+
+fn zero_result() -> NDK_RESULT {
+    NDK_RESULT {
+        Status: 0,
+        BytesTransferred: 0,
+        QPContext: null_mut(),
+        RequestContext: null_mut(),
+    }
+}
+
+fn zero_result_ex() -> NDK_RESULT_EX {
+    // SAFETY: plain data; zero is a valid value of every field.
+    unsafe { std::mem::zeroed() }
+}
+
+impl Cq {
+    fn d(&self) -> &'static NDK_CQ_DISPATCH {
+        // SAFETY: a live CQ.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    /// NdkArmCq (`NDK_CQ_NOTIFY_*`).
+    pub fn arm(&self, ty: u32) {
+        // SAFETY: live CQ.
+        unsafe { (self.d().NdkArmCq)(self.ptr, ty) };
+    }
+
+    /// NdkGetCqResults for at most `n` results.
+    pub fn results(&self, n: usize) -> Vec<NDK_RESULT> {
+        let mut v = vec![zero_result(); n];
+        // SAFETY: live CQ; `n` entries.
+        let got = unsafe { (self.d().NdkGetCqResults)(self.ptr, v.as_mut_ptr(), n as u32) };
+        assert!(got as usize <= n, "more results than asked for");
+        v.truncate(got as usize);
+        v
+    }
+
+    /// NdkGetCqResultsEx for at most `n` results.
+    pub fn results_ex(&self, n: usize) -> Vec<NDK_RESULT_EX> {
+        let mut v = vec![zero_result_ex(); n];
+        // SAFETY: live CQ; `n` entries.
+        let got = unsafe { (self.d().NdkGetCqResultsEx)(self.ptr, v.as_mut_ptr(), n as u32) };
+        assert!(got as usize <= n, "more results than asked for");
+        v.truncate(got as usize);
+        v
+    }
+
+    /// Polls (NdkGetCqResults) until exactly `n` results came, then checks no more follow
+    /// after a settle.
+    pub fn wait_results(&self, n: usize) -> Vec<NDK_RESULT> {
+        let mut all = Vec::new();
+        self.pump.wait_for("CQ results", || {
+            all.extend(self.results(n.saturating_sub(all.len()).max(1)));
+            all.len() >= n
+        });
+        self.pump.settle();
+        all.extend(self.results(4));
+        assert_eq!(all.len(), n, "exactly {n} results");
+        all
+    }
+
+    /// Like [`Cq::wait_results`] with NdkGetCqResultsEx.
+    pub fn wait_results_ex(&self, n: usize) -> Vec<NDK_RESULT_EX> {
+        let mut all = Vec::new();
+        self.pump.wait_for("CQ results", || {
+            all.extend(self.results_ex(n.saturating_sub(all.len()).max(1)));
+            all.len() >= n
+        });
+        self.pump.settle();
+        all.extend(self.results_ex(4));
+        assert_eq!(all.len(), n, "exactly {n} results");
+        all
+    }
+
+    /// Statuses of the NdkCqNotificationCallback calls so far.
+    pub fn notifications(&self) -> Vec<NTSTATUS> {
+        self.notes.get()
+    }
+
+    /// NdkCloseCq; see the module docs.
+    pub fn close(self) -> NTSTATUS {
+        close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseCq)
+    }
+}
+
+// ------------------------------------------------------------------------------- SRQ
+
+/// An NDK_SRQ.
+pub struct Srq {
+    /// The SRQ.
+    pub ptr: *mut NDK_SRQ,
+    /// Whether its creation pended.
+    pub pended: bool,
+    notes: Arc<Notes>,
+    pump: Arc<Pump>,
+    host: usize,
+}
+
+impl Srq {
+    fn d(&self) -> &'static NDK_SRQ_DISPATCH {
+        // SAFETY: a live SRQ.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    /// NdkSrqReceive; inline status.
+    pub fn receive(&self, ctx: usize, sgl: &[NDK_SGE]) -> NTSTATUS {
+        // SAFETY: live SRQ; `sgl` has `len` entries.
+        unsafe { (self.d().NdkSrqReceive)(self.ptr, ctx as PVOID, sgl.as_ptr(), sgl.len() as u32) }
+    }
+
+    /// NdkModifySrq, raw.
+    pub fn modify_raw(&self, depth: u32, threshold: u32) -> Request {
+        let ctx = Arc::new(RequestCtx::default());
+        // SAFETY: live SRQ; context kept by the Request.
+        let st = unsafe {
+            (self.d().NdkModifySrq)(self.ptr, depth, threshold, on_request, ptr_of(&ctx))
+        };
+        Request {
+            inline: st,
+            ctx,
+            pump: self.pump.clone(),
+        }
+    }
+
+    /// NdkModifySrq, final status.
+    pub fn modify(&self, depth: u32, threshold: u32) -> NTSTATUS {
+        self.modify_raw(depth, threshold).wait()
+    }
+
+    /// Statuses of the SRQ notification callback calls so far.
+    pub fn notifications(&self) -> Vec<NTSTATUS> {
+        self.notes.get()
+    }
+
+    /// NdkCloseSrq; see the module docs.
+    pub fn close(self) -> NTSTATUS {
+        close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseSrq)
+    }
+}
+
+// ------------------------------------------------------------------------------- QP
+
+/// An NDK_QP.
+pub struct Qp {
+    /// The QP.
+    pub ptr: *mut NDK_QP,
+    /// Whether its creation pended.
+    pub pended: bool,
+    /// Its QPContext.
+    pub context: usize,
+    pump: Arc<Pump>,
+    host: usize,
+}
+
+impl Qp {
+    fn d(&self) -> &'static NDK_QP_DISPATCH {
+        // SAFETY: a live QP.
+        table(unsafe { (*self.ptr).Dispatch })
+    }
+
+    /// Host index.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+
+    /// The device QP handle (through the provider object).
+    pub fn handle(&self) -> u32 {
+        // SAFETY: a live QP of this provider.
+        let q = unsafe { ObjRef::<pvrdma_ndk::ndk::Qp>::borrow(self.ptr) }.expect("live QP");
+        q.handle()
+    }
+
+    /// NdkSend.
+    pub fn send(&self, ctx: usize, sgl: &[NDK_SGE], flags: u32) -> NTSTATUS {
+        // SAFETY: live QP; `sgl` has `len` entries.
+        unsafe {
+            (self.d().NdkSend)(
+                self.ptr,
+                ctx as PVOID,
+                sgl.as_ptr(),
+                sgl.len() as u32,
+                flags,
+            )
+        }
+    }
+
+    /// NdkReceive.
+    pub fn receive(&self, ctx: usize, sgl: &[NDK_SGE]) -> NTSTATUS {
+        // SAFETY: live QP; `sgl` has `len` entries.
+        unsafe { (self.d().NdkReceive)(self.ptr, ctx as PVOID, sgl.as_ptr(), sgl.len() as u32) }
+    }
+
+    /// NdkRead of `remote_va`/`token` into `sgl`.
+    pub fn read(
+        &self,
+        ctx: usize,
+        sgl: &[NDK_SGE],
+        remote_va: u64,
+        token: u32,
+        flags: u32,
+    ) -> NTSTATUS {
+        // SAFETY: live QP; `sgl` has `len` entries.
+        unsafe {
+            (self.d().NdkRead)(
+                self.ptr,
+                ctx as PVOID,
+                sgl.as_ptr(),
+                sgl.len() as u32,
+                remote_va,
+                token,
+                flags,
+            )
+        }
+    }
+
+    /// NdkWrite of `sgl` to `remote_va`/`token`.
+    pub fn write(
+        &self,
+        ctx: usize,
+        sgl: &[NDK_SGE],
+        remote_va: u64,
+        token: u32,
+        flags: u32,
+    ) -> NTSTATUS {
+        // SAFETY: live QP; `sgl` has `len` entries.
+        unsafe {
+            (self.d().NdkWrite)(
+                self.ptr,
+                ctx as PVOID,
+                sgl.as_ptr(),
+                sgl.len() as u32,
+                remote_va,
+                token,
+                flags,
+            )
+        }
+    }
+
+    /// NdkSendAndInvalidate (`token` is the peer's token to invalidate).
+    pub fn send_and_invalidate(
+        &self,
+        ctx: usize,
+        sgl: &[NDK_SGE],
+        flags: u32,
+        token: u32,
+    ) -> NTSTATUS {
+        // SAFETY: live QP; `sgl` has `len` entries.
+        unsafe {
+            (self.d().NdkSendAndInvalidate)(
+                self.ptr,
+                ctx as PVOID,
+                sgl.as_ptr(),
+                sgl.len() as u32,
+                flags,
+                token,
+            )
+        }
+    }
+
+    /// NdkFastRegister of `mr` over `pages` (adapter logical addresses).
+    pub fn fast_register(
+        &self,
+        ctx: usize,
+        mr: &Mr,
+        pages: &[u64],
+        fbo: u32,
+        len: usize,
+        va: u64,
+        flags: u32,
+    ) -> NTSTATUS {
+        // SAFETY: live QP and MR; `pages` has `len` entries.
+        unsafe {
+            (self.d().NdkFastRegister)(
+                self.ptr,
+                ctx as PVOID,
+                mr.ptr,
+                pages.len() as u32,
+                pages.as_ptr().cast(),
+                fbo,
+                len,
+                va as PVOID,
+                flags,
+            )
+        }
+    }
+
+    /// NdkInvalidate of a fast-registered MR.
+    pub fn invalidate(&self, ctx: usize, mr: &Mr, flags: u32) -> NTSTATUS {
+        // SAFETY: live QP and MR.
+        unsafe { (self.d().NdkInvalidate)(self.ptr, ctx as PVOID, mr.ptr.cast(), flags) }
+    }
+
+    /// NdkFlush.
+    pub fn flush(&self) {
+        // SAFETY: live QP.
+        unsafe { (self.d().NdkFlush)(self.ptr) };
+    }
+
+    /// NdkCloseQp; see the module docs.
+    pub fn close(self) -> NTSTATUS {
+        close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseQp)
+    }
+}
+
+/// PSN of the direction a → b (b's RQ PSN); b → a uses `PSN_BA`.
+pub const PSN_AB: u32 = 0x0010_0000;
+/// PSN of the direction b → a.
+pub const PSN_BA: u32 = 0x0020_0000;
+
+/// Test-only connection (until connection management lands): both QPs are INIT since
+/// creation (the provider moves them there, §5.3); RTR and RTS through the hardware layer's
+/// MODIFY_QP with the peer's QPN (from the peer model), GID and MAC, then both are marked
+/// connected so the NDK layer accepts initiator requests.
+pub fn connect(c: &Cluster, a: &Qp, b: &Qp) {
+    type M = QpAttrMask;
+    let rtr =
+        M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    let qpn = |q: &Qp| {
+        let h = q.handle();
+        c.hosts[q.host]
+            .model
+            .with_core(|core| core.qp_info(h))
+            .expect("QP in the model")
+            .qpn
+    };
+    let (qa, qb) = (qpn(a), qpn(b));
+    for (me, peer, peer_qpn, sq, rq) in [(a, b, qb, PSN_AB, PSN_BA), (b, a, qa, PSN_BA, PSN_AB)] {
+        let ph = &c.hosts[peer.host];
+        let mut at = rts_attrs(peer_qpn);
+        at.sq_psn = sq;
+        at.rq_psn = rq;
+        at.ah_attr.dgid = ph.gid;
+        at.ah_attr.dmac = ph.mac;
+        at.ah_attr.sgid_index = 0;
+        let dev = &c.hosts[me.host].dev;
+        modify(dev, me.handle(), QpState::Rtr, rtr, at).expect("RTR");
+        modify(dev, me.handle(), QpState::Rts, rts, at).expect("RTS");
+    }
+    for q in [a, b] {
+        // SAFETY: a live QP of this provider.
+        unsafe { set_qp_connected(q.ptr, true) };
+    }
+}
+
+// ------------------------------------------------------------------------------- memory
+
+/// An SGE by consumer virtual address (memory registered through an MR).
+pub fn sge(va: u64, len: u32, token: u32) -> NDK_SGE {
+    NDK_SGE {
+        Anonymous: NDK_SGE_0 {
+            VirtualAddress: va as PVOID,
+        },
+        Length: len,
+        MemoryRegionToken: token,
+    }
+}
+
+/// An SGE by logical (bus) address, for the privileged token or fast-registered memory.
+pub fn sge_logical(addr: u64, len: u32, token: u32) -> NDK_SGE {
+    NDK_SGE {
+        Anonymous: NDK_SGE_0 {
+            LogicalAddress: addr as _,
+        },
+        Length: len,
+        MemoryRegionToken: token,
+    }
+}
+
+/// `len` pattern bytes derived from `seed` (distinct per seed and offset).
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
+        .collect()
+}
+
+/// Writes `pattern(seed, len)` at `off` of `mem`; returns it.
+pub fn fill(mem: &ConsumerMem, off: usize, seed: u8, len: usize) -> Vec<u8> {
+    let p = pattern(seed, len);
+    mem.buf.write(off, &p);
+    p
+}
+
+/// Reads `len` bytes at `off` of `mem`.
+pub fn read(mem: &ConsumerMem, off: usize, len: usize) -> Vec<u8> {
+    mem.buf.read_vec(off, len)
+}
+
+/// Asserts `mem` holds `want` at `off`.
+pub fn verify(mem: &ConsumerMem, off: usize, want: &[u8]) {
+    assert_eq!(read(mem, off, want.len()), want, "bytes at offset {off}");
+}
+
+/// Consumer memory registered through an MR: the memory, its MDL (kept alive with the
+/// registration) and the MR.
+pub struct Registered {
+    /// The memory.
+    pub mem: ConsumerMem,
+    /// The MDL the MR was registered with.
+    pub mdl: BuiltMdl,
+    /// The MR.
+    pub mr: Mr,
+}
+
+impl Registered {
+    /// Creates an MR on `pd`, and registers all `pages` of fresh memory at `va` on `host`
+    /// with `flags`; panics unless every step succeeds.
+    pub fn new(host: &Host, pd: &Pd, pages: usize, va: u64, flags: u32) -> Registered {
+        let mem = host.mem(pages, va);
+        let len = pages * 4096;
+        let mdl = mem.mdl(0, len as u32);
+        let mr = pd.create_mr(false).expect("NdkCreateMr");
+        assert_eq!(
+            mr.register(&mdl, len, flags),
+            STATUS_SUCCESS,
+            "NdkRegisterMr"
+        );
+        Registered { mem, mdl, mr }
+    }
+
+    /// An SGE over `len` bytes at `off` with the local token.
+    pub fn sge(&self, off: u64, len: u32) -> NDK_SGE {
+        sge(self.mem.va + off, len, self.mr.local_token())
+    }
+
+    /// Deregisters and closes the MR; returns the memory.
+    pub fn close(self) -> ConsumerMem {
+        assert_eq!(self.mr.deregister(), STATUS_SUCCESS, "NdkDeregisterMr");
+        self.mr.close();
+        self.mem
+    }
+}
