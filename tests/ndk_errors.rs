@@ -18,6 +18,13 @@ const QPC_A: usize = 0xA0A0;
 const QPC_B: usize = 0xB0B0;
 const VA_A: u64 = 0x1000_0000;
 const VA_B: u64 = 0x7000_0000;
+// WC statuses (pvrdma.md §11) the transport produces in these cases (§14).
+const WC_SUCCESS: u32 = 0;
+const WC_LOC_LEN_ERR: u32 = 1;
+const WC_WR_FLUSH_ERR: u32 = 5;
+const WC_REM_INV_REQ_ERR: u32 = 9;
+const WC_REM_ACCESS_ERR: u32 = 10;
+const WC_RNR_RETRY_EXC_ERR: u32 = 13;
 const LOCAL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE;
 const REMOTE: u32 = LOCAL | NDK_MR_FLAG_ALLOW_REMOTE_READ | NDK_MR_FLAG_ALLOW_REMOTE_WRITE;
 
@@ -31,10 +38,12 @@ fn res(r: &NDK_RESULT) -> (NTSTATUS, u32, usize, usize) {
     )
 }
 
-/// (Status, QPContext, RequestContext, Type) of an Ex result.
-fn res_ex(r: &NDK_RESULT_EX) -> (NTSTATUS, usize, usize, NDK_OPERATION_TYPE) {
+/// (Status, ProviderErrorCode, QPContext, RequestContext, Type) of an Ex result; the
+/// provider reports the device's WC status as ProviderErrorCode.
+fn res_ex(r: &NDK_RESULT_EX) -> (NTSTATUS, u32, usize, usize, NDK_OPERATION_TYPE) {
     (
         r.Status,
+        r.ProviderErrorCode,
         r.QPContext as usize,
         r.RequestContext as usize,
         r.Type,
@@ -116,9 +125,27 @@ impl Pair {
         assert_eq!(
             r.iter().map(res_ex).collect::<Vec<_>>(),
             vec![
-                (STATUS_CANCELLED, qpc, base_ctx, NdkOperationTypeReceive),
-                (STATUS_CANCELLED, qpc, base_ctx + 1, NdkOperationTypeSend),
-                (STATUS_CANCELLED, qpc, base_ctx + 2, NdkOperationTypeWrite),
+                (
+                    STATUS_CANCELLED,
+                    WC_WR_FLUSH_ERR,
+                    qpc,
+                    base_ctx,
+                    NdkOperationTypeReceive
+                ),
+                (
+                    STATUS_CANCELLED,
+                    WC_WR_FLUSH_ERR,
+                    qpc,
+                    base_ctx + 1,
+                    NdkOperationTypeSend
+                ),
+                (
+                    STATUS_CANCELLED,
+                    WC_WR_FLUSH_ERR,
+                    qpc,
+                    base_ctx + 2,
+                    NdkOperationTypeWrite
+                ),
             ]
         );
     }
@@ -162,12 +189,24 @@ fn over_read_completes_remote_resources_and_flushes_both_sides() {
     let ra = p.cq_a.wait_results_ex(2);
     assert_eq!(
         res_ex(&ra[0]),
-        (STATUS_REMOTE_RESOURCES, QPC_A, 0xA1, NdkOperationTypeRead),
+        (
+            STATUS_REMOTE_RESOURCES,
+            WC_REM_ACCESS_ERR,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeRead
+        ),
         "NdkRead past the remote memory (§4.5, decision (c) limits)"
     );
     assert_eq!(
         res_ex(&ra[1]),
-        (STATUS_CANCELLED, QPC_A, 0xA9, NdkOperationTypeReceive),
+        (
+            STATUS_CANCELLED,
+            WC_WR_FLUSH_ERR,
+            QPC_A,
+            0xA9,
+            NdkOperationTypeReceive
+        ),
         "the requester's QP is in ERR: its posted receive is flushed"
     );
     // The responder entered ERR too (QP_ACCESS_ERR, M30): its receive is flushed.
@@ -200,7 +239,13 @@ fn over_write_completes_access_violation_and_writes_nothing() {
     let ra = p.cq_a.wait_results_ex(1);
     assert_eq!(
         res_ex(&ra[0]),
-        (STATUS_ACCESS_VIOLATION, QPC_A, 0xA1, NdkOperationTypeWrite),
+        (
+            STATUS_ACCESS_VIOLATION,
+            WC_REM_ACCESS_ERR,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeWrite
+        ),
         "NdOverWrite: decision (c)"
     );
     // Not one byte placed, inside or outside the region.
@@ -237,7 +282,13 @@ fn remote_write_without_permission_is_an_access_violation_and_flushes_the_peer()
     let ra = p.cq_a.wait_results_ex(1);
     assert_eq!(
         res_ex(&ra[0]),
-        (STATUS_ACCESS_VIOLATION, QPC_A, 0xA1, NdkOperationTypeWrite),
+        (
+            STATUS_ACCESS_VIOLATION,
+            WC_REM_ACCESS_ERR,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeWrite
+        ),
         "NdWriteViolation: ACCESS_VIOLATION at the writer"
     );
     verify(&b.mem, 0, &[0; 4096]);
@@ -276,7 +327,13 @@ fn through_invalidated_token(read_op: bool) -> NTSTATUS {
     let rb = p.cq_b.wait_results_ex(1);
     assert_eq!(
         res_ex(&rb[0]),
-        (STATUS_SUCCESS, QPC_B, 0xB1, NdkOperationTypeFastRegister)
+        (
+            STATUS_SUCCESS,
+            WC_SUCCESS,
+            QPC_B,
+            0xB1,
+            NdkOperationTypeFastRegister
+        )
     );
     let token = fr.remote_token();
     let sent = fill(&a.mem, 0, 0x42, 32);
@@ -291,7 +348,13 @@ fn through_invalidated_token(read_op: bool) -> NTSTATUS {
     let rb = p.cq_b.wait_results_ex(1);
     assert_eq!(
         res_ex(&rb[0]),
-        (STATUS_SUCCESS, QPC_B, 0xB2, NdkOperationTypeInvalidate)
+        (
+            STATUS_SUCCESS,
+            WC_SUCCESS,
+            QPC_B,
+            0xB2,
+            NdkOperationTypeInvalidate
+        )
     );
     // A receive at b to observe the responder's side.
     let b_local = p.pd_b.privileged_token();
@@ -318,11 +381,13 @@ fn through_invalidated_token(read_op: bool) -> NTSTATUS {
     };
     assert_eq!(
         (
+            ra[0].ProviderErrorCode,
             ra[0].QPContext as usize,
             ra[0].RequestContext as usize,
             ra[0].Type
         ),
-        (QPC_A, 0xA2, ty)
+        (WC_REM_ACCESS_ERR, QPC_A, 0xA2, ty),
+        "the responder NAKs a dead rkey 0x62 (pvrdma.md §14)"
     );
     // Nothing written through the dead token.
     verify(&bmem, 128, &[0; 32]);
@@ -372,7 +437,13 @@ fn receive_too_small_overflows_at_the_receiver_and_fails_the_sender() {
     let rb = p.cq_b.wait_results_ex(1);
     assert_eq!(
         res_ex(&rb[0]),
-        (STATUS_BUFFER_OVERFLOW, QPC_B, 0xB1, NdkOperationTypeReceive),
+        (
+            STATUS_BUFFER_OVERFLOW,
+            WC_LOC_LEN_ERR,
+            QPC_B,
+            0xB1,
+            NdkOperationTypeReceive
+        ),
         "decision (c): receive overflow"
     );
     let ra = p.cq_a.wait_results_ex(1);
@@ -380,7 +451,13 @@ fn receive_too_small_overflows_at_the_receiver_and_fails_the_sender() {
     // reports as STATUS_REMOTE_RESOURCES (= ND_REMOTE_ERROR, the InfiniBand outcome of ndmval).
     assert_eq!(
         res_ex(&ra[0]),
-        (STATUS_REMOTE_RESOURCES, QPC_A, 0xA1, NdkOperationTypeSend)
+        (
+            STATUS_REMOTE_RESOURCES,
+            WC_REM_INV_REQ_ERR,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeSend
+        )
     );
     p.assert_broken(&p.qa, &p.cq_a, &a, 0xA10);
     p.assert_broken(&p.qb, &p.cq_b, &b, 0xB10);
@@ -400,13 +477,27 @@ fn send_with_no_receive_times_out_after_rnr_retries() {
     let ra = p.cq_a.wait_results_ex(1);
     assert_eq!(
         res_ex(&ra[0]),
-        (STATUS_IO_TIMEOUT, QPC_A, 0xA1, NdkOperationTypeSend),
+        (
+            STATUS_IO_TIMEOUT,
+            WC_RNR_RETRY_EXC_ERR,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeSend
+        ),
         "NdSendNoReceive: decision (c)"
     );
     assert!(
         p.cq_b.results(4).is_empty(),
         "RNR leaves the responder as it was"
     );
+    // IB rnr_retry 6: the first attempt and 6 retries, each RNR-NAKed (pvrdma.md §14).
+    let ta = p.c.world.counters(0).transport;
+    let tb = p.c.world.counters(1).transport;
+    assert_eq!(
+        (ta.tx_packets, ta.rnr_naks_received, ta.rnr_retries),
+        (7, 7, 6)
+    );
+    assert_eq!(tb.rnr_naks_sent, 7);
     p.assert_broken(&p.qa, &p.cq_a, &a, 0xA10);
     // b's QP is still RTS; a receive posted now stays posted (nothing arrives from a).
     assert_eq!(p.qb.receive(0xB1, &[b.sge(0, 128)]), STATUS_SUCCESS);
@@ -534,16 +625,51 @@ fn flush_cancels_outstanding_initiator_requests_and_later_posts() {
         p.qa.read(0xA3, &[a.sge(2048, 64)], VA_B, b.mr.remote_token(), 0),
         STATUS_SUCCESS
     );
+    // Step the fabric until the first SEND has been RNR-NAKed: requests are in flight.
+    let mut steps = 0;
+    while p.c.world.counters(0).transport.rnr_naks_received == 0 {
+        assert!(p.c.world.step(), "fabric went idle before an RNR NAK");
+        steps += 1;
+        assert!(steps < 1000);
+    }
+    assert!(
+        p.cq_a.results(4).is_empty(),
+        "nothing completed before the flush"
+    );
     p.qa.flush();
     let mut r = p.cq_a.wait_results_ex(4);
     r.sort_by_key(|x| x.RequestContext as usize);
     assert_eq!(
         r.iter().map(res_ex).collect::<Vec<_>>(),
         vec![
-            (STATUS_CANCELLED, QPC_A, 0xA0, NdkOperationTypeReceive),
-            (STATUS_CANCELLED, QPC_A, 0xA1, NdkOperationTypeSend),
-            (STATUS_CANCELLED, QPC_A, 0xA2, NdkOperationTypeSend),
-            (STATUS_CANCELLED, QPC_A, 0xA3, NdkOperationTypeRead),
+            (
+                STATUS_CANCELLED,
+                WC_WR_FLUSH_ERR,
+                QPC_A,
+                0xA0,
+                NdkOperationTypeReceive
+            ),
+            (
+                STATUS_CANCELLED,
+                WC_WR_FLUSH_ERR,
+                QPC_A,
+                0xA1,
+                NdkOperationTypeSend
+            ),
+            (
+                STATUS_CANCELLED,
+                WC_WR_FLUSH_ERR,
+                QPC_A,
+                0xA2,
+                NdkOperationTypeSend
+            ),
+            (
+                STATUS_CANCELLED,
+                WC_WR_FLUSH_ERR,
+                QPC_A,
+                0xA3,
+                NdkOperationTypeRead
+            ),
         ]
     );
     // b never received anything.
