@@ -92,6 +92,10 @@ impl World {
             _ => (&self.qa2, QPC_A2, &self.cq_b2),
         };
         let off = u64::from(seed) * 512;
+        assert!(
+            off + u64::from(len) <= 4 * 4096,
+            "a's buffer holds seeds < 32"
+        );
         let bytes = fill(&self.a.mem, off as usize, seed, len as usize);
         assert_eq!(
             qa.send(usize::from(seed), &[self.a.sge(off, len)], 0),
@@ -374,5 +378,130 @@ fn device_without_srqs_reports_depth_zero_and_not_supported() {
     pd0.close();
     cq.close();
     pd.close();
+    c.finish();
+}
+
+#[test]
+fn an_srq_qp_in_error_leaves_the_shared_receives_to_the_other_qp() {
+    let w = world(8, 0);
+    for ctx in 1..=3 {
+        w.post(ctx);
+    }
+    // Receive overflow on b1 (300 bytes into a 256-byte SRQ receive): b1 takes receive 1,
+    // completes it BUFFER_OVERFLOW and enters ERR; a1's send fails (REM_INV_REQ_ERR).
+    fill(&w.a.mem, 0, 0x66, 300);
+    assert_eq!(w.qa1.send(0xA1, &[w.a.sge(0, 300)], 0), STATUS_SUCCESS);
+    let ra = w.cq_a.wait_results(1);
+    assert_eq!(
+        (
+            ra[0].Status,
+            ra[0].QPContext as usize,
+            ra[0].RequestContext as usize
+        ),
+        (STATUS_REMOTE_RESOURCES, QPC_A1, 0xA1)
+    );
+    let rb = w.cq_b1.wait_results_ex(1);
+    assert_eq!(
+        (
+            rb[0].Status,
+            rb[0].QPContext as usize,
+            rb[0].RequestContext as usize,
+            rb[0].Type
+        ),
+        (STATUS_BUFFER_OVERFLOW, QPC_B1, 1, NdkOperationTypeReceive)
+    );
+    // Only the WQE b1 had taken is gone (M46): b2 gets receives 2 and 3.
+    let (r, sent) = w.send(2, 0x12, 77);
+    assert_eq!(r, (STATUS_SUCCESS, 77, QPC_B2, 2));
+    verify(&w.b.mem, 2 * 256, &sent);
+    // NdkFlush of b1 (already in ERR) cancels nothing of the SRQ's.
+    w.qb1.flush();
+    w.c.settle();
+    assert!(
+        w.cq_b1.results(4).is_empty(),
+        "no SRQ receive flushed by b1"
+    );
+    let (r, sent) = w.send(2, 0x13, 5);
+    assert_eq!(r, (STATUS_SUCCESS, 5, QPC_B2, 3));
+    verify(&w.b.mem, 3 * 256, &sent);
+    // b1's own initiator queue is broken: a send completes CANCELLED on its CQ.
+    assert_eq!(w.qb1.send(0xB1, &[w.b.sge(0, 8)], 0), STATUS_SUCCESS);
+    let rb = w.cq_b1.wait_results(1);
+    assert_eq!(
+        (
+            rb[0].Status,
+            rb[0].QPContext as usize,
+            rb[0].RequestContext as usize
+        ),
+        (STATUS_CANCELLED, QPC_B1, 0xB1)
+    );
+    w.finish();
+}
+
+#[test]
+fn flushing_a_healthy_srq_qp_keeps_the_shared_receives() {
+    let w = world(8, 0);
+    for ctx in 1..=2 {
+        w.post(ctx);
+    }
+    w.qb1.flush();
+    w.c.settle();
+    assert!(w.cq_b1.results(4).is_empty(), "b1 had taken no SRQ receive");
+    let (r, sent) = w.send(2, 0x1A, 64);
+    assert_eq!(r, (STATUS_SUCCESS, 64, QPC_B2, 1));
+    verify(&w.b.mem, 256, &sent);
+    let (r, _) = w.send(2, 0x1B, 64);
+    assert_eq!(r, (STATUS_SUCCESS, 64, QPC_B2, 2));
+    w.finish();
+}
+
+#[test]
+fn create_qp_with_srq_limits() {
+    let c = Cluster::new(Mode::Deterministic, 1);
+    let info = c.adapter(0).query_info().expect("info");
+    let pd = c.adapter(0).create_pd().expect("PD");
+    let cq = c.adapter(0).create_cq(16, None).expect("CQ");
+    let srq = pd.create_srq(16, 1, 0).expect("SRQ");
+    let max = QpSpec {
+        context: 7,
+        // Ignored with an SRQ (no receive queue): even values above the limits.
+        receive_depth: info.MaxReceiveQueueDepth + 1,
+        receive_sge: info.MaxReceiveRequestSge + 1,
+        initiator_depth: info.MaxInitiatorQueueDepth,
+        initiator_sge: info.MaxInitiatorRequestSge,
+        inline_data: info.MaxInlineDataSize,
+    };
+    let qp = pd
+        .create_qp_with_srq(&cq, &cq, &srq, max)
+        .expect("QP with SRQ at every initiator maximum");
+    for s in [
+        QpSpec {
+            initiator_depth: max.initiator_depth + 1,
+            ..max
+        },
+        QpSpec {
+            initiator_sge: max.initiator_sge + 1,
+            ..max
+        },
+        QpSpec {
+            inline_data: max.inline_data + 1,
+            ..max
+        },
+    ] {
+        let cr = pd.create_qp_with_srq_raw(&cq, &cq, &srq, s);
+        assert_eq!(cr.inline, STATUS_INVALID_PARAMETER, "{s:?}");
+        assert!(cr.out.is_null());
+    }
+    // NdkReceive on a QP with an SRQ is refused inline.
+    let m = Registered::new(c.host(0), &pd, 1, 0x2000_0000, LOCAL);
+    assert_eq!(qp.receive(1, &[m.sge(0, 8)]), STATUS_INVALID_DEVICE_REQUEST);
+    c.settle();
+    assert!(cq.results(4).is_empty());
+    let mem = m.close();
+    qp.close();
+    srq.close();
+    cq.close();
+    pd.close();
+    drop(mem);
     c.finish();
 }
