@@ -62,7 +62,11 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let c = Cluster::new(Mode::Deterministic, 2);
+    pair_in(Mode::Deterministic)
+}
+
+fn pair_in(mode: Mode) -> Pair {
+    let c = Cluster::new(mode, 2);
     let pd_a = c.adapter(0).create_pd().expect("PD a");
     let pd_b = c.adapter(1).create_pd().expect("PD b");
     let cq_a = c.adapter(0).create_cq(64, None).expect("CQ a");
@@ -177,6 +181,8 @@ fn over_read_completes_remote_resources_and_flushes_both_sides() {
     fill(&b.mem, 0, 0x5A, 8192);
     assert_eq!(p.qb.receive(0xB1, &[b.sge(0, 64)]), STATUS_SUCCESS);
     assert_eq!(p.qa.receive(0xA9, &[a.sge(2048, 64)]), STATUS_SUCCESS);
+    // ERRORS means CQ errors (overrun, fatal), not failed requests (§4.4).
+    p.cq_a.arm(NDK_CQ_NOTIFY_ERRORS);
 
     let st = p.qa.read(
         0xA1,
@@ -214,6 +220,8 @@ fn over_read_completes_remote_resources_and_flushes_both_sides() {
     assert_eq!(res(&rb[0]).0, STATUS_CANCELLED);
     assert_eq!((res(&rb[0]).2, res(&rb[0]).3), (QPC_B, 0xB1));
 
+    p.c.settle();
+    assert!(p.cq_a.notifications().is_empty(), "no CQ error");
     p.assert_broken(&p.qa, &p.cq_a, &a, 0xA10);
     p.assert_broken(&p.qb, &p.cq_b, &b, 0xB10);
     let mems = vec![a.close(), b.close()];
@@ -222,11 +230,24 @@ fn over_read_completes_remote_resources_and_flushes_both_sides() {
 
 #[test]
 fn over_write_completes_access_violation_and_writes_nothing() {
-    let p = pair();
+    over_write(Mode::Deterministic);
+}
+
+#[test]
+fn over_write_completes_access_violation_and_writes_nothing_threaded() {
+    over_write(Mode::Threaded);
+}
+
+fn over_write(mode: Mode) {
+    let p = pair_in(mode);
     let a = Registered::new(p.c.host(0), &p.pd_a, 1, VA_A, LOCAL);
     let b = partial(&p.c, 1, &p.pd_b, 2, VA_B, 4096, REMOTE);
     fill(&a.mem, 0, 0x77, 100);
     assert_eq!(p.qb.receive(0xB1, &[b.sge(0, 64)]), STATUS_SUCCESS);
+    // Failed requests (the writer's, and the peer's flushed receive) always match
+    // SOLICITED (§4.4, §5.8).
+    p.cq_a.arm(NDK_CQ_NOTIFY_SOLICITED);
+    p.cq_b.arm(NDK_CQ_NOTIFY_SOLICITED);
 
     let st = p.qa.write(
         0xA1,
@@ -253,6 +274,20 @@ fn over_write_completes_access_violation_and_writes_nothing() {
     let rb = p.cq_b.wait_results(1);
     assert_eq!(res(&rb[0]).0, STATUS_CANCELLED);
     assert_eq!((res(&rb[0]).2, res(&rb[0]).3), (QPC_B, 0xB1));
+    p.c.wait_for("both notifications", || {
+        !p.cq_a.notifications().is_empty() && !p.cq_b.notifications().is_empty()
+    });
+    p.c.settle();
+    assert_eq!(
+        p.cq_a.notifications(),
+        vec![STATUS_SUCCESS],
+        "SOLICITED arm"
+    );
+    assert_eq!(
+        p.cq_b.notifications(),
+        vec![STATUS_SUCCESS],
+        "SOLICITED arm"
+    );
 
     p.assert_broken(&p.qa, &p.cq_a, &a, 0xA10);
     p.assert_broken(&p.qb, &p.cq_b, &b, 0xB10);
