@@ -717,3 +717,74 @@ fn flush_cancels_outstanding_initiator_requests_and_later_posts() {
     let mems = vec![a.close(), b.close()];
     p.finish(mems);
 }
+
+#[test]
+fn an_inline_failure_indicates_the_deferred_requests_first() {
+    // §5.5: before returning a failure from an initiator request, every deferred request is
+    // indicated to hardware; it completes, the failed one does not.
+    let p = pair();
+    let a = Registered::new(p.c.host(0), &p.pd_a, 1, VA_A, LOCAL);
+    let b = Registered::new(p.c.host(1), &p.pd_b, 1, VA_B, REMOTE);
+    let one = fill(&a.mem, 0, 0x51, 64);
+    let two = fill(&a.mem, 64, 0x52, 64);
+    let rkey = b.mr.remote_token();
+    let w = |ctx, off: u64| {
+        p.qa.write(ctx, &[a.sge(off, 64)], VA_B + off, rkey, NDK_OP_FLAG_DEFER)
+    };
+    assert_eq!(w(0xA1, 0), STATUS_SUCCESS);
+    // The provider holds a deferred request's doorbell (qp.rs module docs).
+    p.c.settle();
+    assert!(p.cq_a.results(4).is_empty(), "deferred: not indicated yet");
+    verify(&b.mem, 0, &[0; 64]);
+    // Three SGEs on a QP created with MaxInitiatorRequestSge 2.
+    let three = [a.sge(0, 8), a.sge(8, 8), a.sge(16, 8)];
+    assert_eq!(p.qa.send(0xA2, &three, 0), STATUS_INVALID_PARAMETER);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (
+            STATUS_SUCCESS,
+            WC_SUCCESS,
+            QPC_A,
+            0xA1,
+            NdkOperationTypeWrite
+        )
+    );
+    verify(&b.mem, 0, &one);
+    // Same with NdkBind (not supported) as the failing request.
+    assert_eq!(w(0xA3, 64), STATUS_SUCCESS);
+    p.c.settle();
+    assert!(p.cq_a.results(4).is_empty(), "deferred: not indicated yet");
+    // SAFETY: a live QP of this provider.
+    let d = unsafe { (*p.qa.ptr).Dispatch };
+    // SAFETY: the provider's dispatch tables are statics.
+    let qpd = unsafe { &*d };
+    // SAFETY: live QP and MR; the MW pointer is never dereferenced (no MW can exist).
+    let st = unsafe {
+        (qpd.NdkBind)(
+            p.qa.ptr,
+            0xA4 as PVOID,
+            a.mr.ptr,
+            std::ptr::null_mut(),
+            VA_A as PVOID,
+            64,
+            0,
+        )
+    };
+    assert_eq!(st, STATUS_NOT_SUPPORTED);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (
+            STATUS_SUCCESS,
+            WC_SUCCESS,
+            QPC_A,
+            0xA3,
+            NdkOperationTypeWrite
+        )
+    );
+    verify(&b.mem, 64, &two);
+    assert!(p.cq_b.results(4).is_empty());
+    let mems = vec![a.close(), b.close()];
+    p.finish(mems);
+}
