@@ -566,8 +566,9 @@ impl Qp {
             flags,
             FAST_REGISTER_FLAGS,
             || {
-                let remote =
-                    flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | NDK_OP_FLAG_ALLOW_REMOTE_WRITE) != 0;
+                // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
+                // ALLOW_REMOTE_READ ask for remote access.
+                let remote = flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | 0x20) != 0;
                 // 0x20 alone is not an NDK flag: remote write includes local write (0x30).
                 if flags & 0x20 != 0 && flags & NDK_OP_FLAG_ALLOW_LOCAL_WRITE == 0 {
                     return Err(NdkError::InvalidParameter);
