@@ -592,3 +592,54 @@ fn defer_chain_rings_one_doorbell_and_completes_every_request() {
     p.close();
     c.finish();
 }
+
+/// §5.5 example: FR(DEFER) succeeds, a second FR(DEFER) fails inline; the provider indicates
+/// the first to the device before returning the failure (one doorbell), so it completes and
+/// the failed one does not.
+#[test]
+fn defer_chain_cut_by_an_inline_failure_still_completes_what_was_posted() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let mem = c.host(1).mem(1, 0x3000_0000);
+    let (m1, m2) = (
+        p.pd_b.create_mr(true).unwrap(),
+        p.pd_b.create_mr(true).unwrap(),
+    );
+    assert_eq!(m1.initialize_fast_register(1, true), STATUS_SUCCESS);
+    assert_eq!(m2.initialize_fast_register(1, false), STATUS_SUCCESS);
+    c.settle();
+    let db = c.world.counters(1).device.db_qp_send;
+    let f = NDK_OP_FLAG_DEFER | NDK_OP_FLAG_ALLOW_REMOTE_WRITE;
+    let pages = [mem.bus(0)];
+    assert_eq!(
+        p.qb.fast_register(1, &m1, &pages, 0, 4096, mem.va, f),
+        STATUS_SUCCESS
+    );
+    c.settle();
+    assert_eq!(c.world.counters(1).device.db_qp_send, db);
+    assert!(p.cq_b.results(4).is_empty(), "deferred: not indicated yet");
+    // Remote access on an FRMR initialized without it: refused inline.
+    assert_eq!(
+        p.qb.fast_register(2, &m2, &pages, 0, 4096, mem.va, f),
+        STATUS_ACCESS_VIOLATION
+    );
+    assert_eq!(c.world.counters(1).device.db_qp_send, db + 1);
+    let r = p.cq_b.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_SUCCESS, QPC_B, 1, NdkOperationTypeFastRegister)
+    );
+    // The registration is live: a peer WRITE through its token lands.
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let w = fill(&ma.mem, 0, 0x91, 64);
+    let st =
+        p.qa.write(3, &[ma.sge(0, 64)], mem.va + 32, m1.remote_token(), 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(res(&p.cq_a.wait_results(1)[0]).0, STATUS_SUCCESS);
+    verify(&mem, 32, &w);
+    m1.close();
+    m2.close();
+    drop([mem, ma.close()]);
+    p.close();
+    c.finish();
+}
