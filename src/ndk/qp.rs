@@ -613,6 +613,10 @@ impl Qp {
             || {
                 if let Some(t) = ticket.get() {
                     mr.commit_key(t.new_key);
+                    self.pd
+                        .adapter()
+                        .device()
+                        .forget_remote_invalidate(t.new_key);
                 }
             },
         )
@@ -629,6 +633,11 @@ impl Qp {
             INVALIDATE_FLAGS,
             || {
                 let key = mr.invalidate_key(self.pd.handle())?;
+                // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
+                // invalidated again.
+                if self.pd.adapter().device().remotely_invalidated(key) {
+                    return Err(NdkError::InvalidDeviceRequest);
+                }
                 let mut wqe = Self::plain_wqe(WrOpcode::LocalInv, flags, &[]);
                 wqe.invalidate_rkey = key;
                 Ok((Self::record(ctx, NdkOperationTypeInvalidate, flags), wqe))
