@@ -643,3 +643,51 @@ fn defer_chain_cut_by_an_inline_failure_still_completes_what_was_posted() {
     p.close();
     c.finish();
 }
+
+/// §5.4: after a peer's SendAndInvalidate, a local NdkInvalidate of that token fails
+/// (inline, no result; the device itself would accept it, M27). A new fast register makes
+/// the MR invalidatable again.
+#[test]
+fn invalidate_of_a_token_the_peer_invalidated_fails() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, LOCAL);
+    let s = remote_frmr(&c, &p);
+    assert_eq!(p.qb.receive(5, &[mb.sge(100, 64)]), STATUS_SUCCESS);
+    assert_eq!(
+        p.qa.send_and_invalidate(6, &[ma.sge(0, 40)], 0, s.token),
+        STATUS_SUCCESS
+    );
+    assert_eq!(
+        res(&p.cq_b.wait_results(1)[0]),
+        (STATUS_SUCCESS, 40, QPC_B, 5)
+    );
+    assert_eq!(res(&p.cq_a.wait_results(1)[0]).0, STATUS_SUCCESS);
+    assert_eq!(p.qb.invalidate(7, &s.mr, 0), STATUS_INVALID_DEVICE_REQUEST);
+    c.settle();
+    assert!(
+        p.cq_b.results(4).is_empty(),
+        "no result for an inline failure"
+    );
+
+    let flags = NDK_OP_FLAG_ALLOW_REMOTE_WRITE;
+    let st =
+        p.qb.fast_register(8, &s.mr, &[s.mem.bus(0)], 0, 4096, s.mem.va, flags);
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_ne!(s.mr.remote_token(), s.token);
+    assert_eq!(
+        res(&p.cq_b.wait_results(1)[0]),
+        (STATUS_SUCCESS, 0, QPC_B, 8)
+    );
+    assert_eq!(p.qb.invalidate(9, &s.mr, 0), STATUS_SUCCESS);
+    let r = p.cq_b.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_SUCCESS, QPC_B, 9, NdkOperationTypeInvalidate)
+    );
+    s.mr.close();
+    drop([s.mem, ma.close(), mb.close()]);
+    p.close();
+    c.finish();
+}
