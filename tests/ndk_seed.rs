@@ -624,6 +624,66 @@ fn read_fence_holds_a_later_invalidate_until_the_read_completes() {
     }
 }
 
+/// pvrdma.md M36 through data: with b's READ responses delayed, a SEND posted after a READ
+/// reaches b (its receive completes) while the READ is still outstanding at a, unless the
+/// SEND carries READ_FENCE, in which case the READ has completed by the time b receives.
+#[test]
+fn read_fence_holds_a_later_send_until_the_read_completes() {
+    for fenced in [false, true] {
+        let c = Cluster::new(Mode::Deterministic, 2);
+        c.world.set_read_response_delay(1, 50_000);
+        let p = Pair::new(&c);
+        let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+        let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, REMOTE);
+        let src = fill(&mb.mem, 0, 0x65, 256);
+        let msg = fill(&ma.mem, 1024, 0x66, 32);
+        assert_eq!(p.qb.receive(1, &[mb.sge(2048, 64)]), STATUS_SUCCESS);
+        c.settle();
+        let tok = mb.mr.remote_token();
+        assert_eq!(
+            p.qa.read(2, &[ma.sge(0, 256)], mb.mem.va, tok, 0),
+            STATUS_SUCCESS
+        );
+        let f = if fenced { NDK_OP_FLAG_READ_FENCE } else { 0 };
+        assert_eq!(p.qa.send(3, &[ma.sge(1024, 32)], f), STATUS_SUCCESS);
+        let mut at_receive = None;
+        for _ in 0..100_000 {
+            if !c.world.step() {
+                break;
+            }
+            if !p.cq_b.results(1).is_empty() {
+                at_receive = Some(p.cq_a.results(2));
+                break;
+            }
+        }
+        let seen = at_receive.expect("b's receive completes");
+        let ops: Vec<usize> = seen.iter().map(|r| r.RequestContext as usize).collect();
+        if fenced {
+            assert_eq!(ops.first(), Some(&2), "fenced: the READ completed first");
+        } else {
+            assert!(
+                ops.is_empty(),
+                "unfenced: the SEND overtook the READ response"
+            );
+        }
+        let rest = p.cq_a.wait_results(2 - seen.len());
+        let all: Vec<usize> = seen
+            .iter()
+            .chain(rest.iter())
+            .map(|r| {
+                assert_eq!(r.Status, STATUS_SUCCESS);
+                r.RequestContext as usize
+            })
+            .collect();
+        assert_eq!(all, vec![2, 3], "results in posting order");
+        verify(&ma.mem, 0, &src);
+        verify(&mb.mem, 2048, &msg);
+        drop([ma.close(), mb.close()]);
+        p.close();
+        c.finish();
+    }
+}
+
 #[test]
 fn read_silent_success_gives_no_result_but_a_silent_failure_does() {
     let c = Cluster::new(Mode::Deterministic, 2);
