@@ -8,7 +8,7 @@
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::cq::{Cq, CqEvent};
 use super::dispatch;
@@ -182,6 +182,10 @@ pub struct NdkDevice {
     cqs: HandleTable<Cq>,
     srqs: HandleTable<Srq>,
     bad_cqes: AtomicU64,
+    /// Per MR index: the key a peer's SendAndInvalidate last invalidated (0 = none), so a
+    /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
+    /// invalidating an invalid FRMR (M27).
+    remote_invalidated: Box<[AtomicU32]>,
 }
 
 /// Handles are below `max_*` (M10), which M5 bounds by 65536.
@@ -197,6 +201,7 @@ impl NdkDevice {
         Ok(Arc::new(NdkDevice {
             cqs: HandleTable::new(caps.max_cq.min(MAX_TABLE))?,
             srqs: HandleTable::new(caps.max_srq.min(MAX_TABLE))?,
+            remote_invalidated: try_vec(caps.max_mr.min(MAX_TABLE) as usize, || AtomicU32::new(0))?,
             hw,
             bad_cqes: AtomicU64::new(0),
         }))
@@ -247,6 +252,28 @@ impl NdkDevice {
 
     pub(crate) fn unregister_srq(&self, handle: u32) {
         drop(self.srqs.remove(handle));
+    }
+
+    /// A ReceiveAndInvalidate result reported `key` invalidated (M28).
+    pub(crate) fn note_remote_invalidate(&self, key: u32) {
+        if let Some(s) = self.remote_invalidated.get((key >> 8) as usize) {
+            s.store(key, Ordering::Release);
+        }
+    }
+
+    /// Whether `key` is the one a peer invalidated last for its MR index.
+    pub(crate) fn remotely_invalidated(&self, key: u32) -> bool {
+        self.remote_invalidated
+            .get((key >> 8) as usize)
+            .is_some_and(|s| key != 0 && s.load(Ordering::Acquire) == key)
+    }
+
+    /// `key` became valid (fast register, FRMR initialized): forget any earlier remote
+    /// invalidation under its MR index.
+    pub(crate) fn forget_remote_invalidate(&self, key: u32) {
+        if let Some(s) = self.remote_invalidated.get((key >> 8) as usize) {
+            s.store(0, Ordering::Release);
+        }
     }
 
     pub(crate) fn count_bad_cqe(&self) {

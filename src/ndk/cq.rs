@@ -374,6 +374,11 @@ impl Cq {
                     continue;
                 };
                 if let Some(r) = qp.complete(cqe) {
+                    if r.Type == NdkOperationTypeReceiveAndInvalidate {
+                        // CAST: `make_result` widened the u32 key.
+                        let key = r.TypeSpecificCompletionOutput as u32;
+                        self.adapter.device().note_remote_invalidate(key);
+                    }
                     put(n, r);
                     n += 1;
                 }

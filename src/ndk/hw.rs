@@ -32,6 +32,8 @@ pub struct HwCaps {
     pub max_cq: u32,
     /// `max_cqe` (CQ rings are powers of two, M11).
     pub max_cqe: u32,
+    /// `max_mr`: MR indexes (key >> 8) are below it (M10, M24).
+    pub max_mr: u32,
     /// `max_qp_rd_atom`: inbound reads per QP (IRD).
     pub max_qp_rd_atom: u32,
     /// `max_qp_init_rd_atom`: outbound reads per QP (ORD).
@@ -59,6 +61,7 @@ impl HwCaps {
         max_sge_rd: 16,
         max_cq: 1024,
         max_cqe: 65536,
+        max_mr: 16384,
         max_qp_rd_atom: 16,
         max_qp_init_rd_atom: 16,
         max_srq: 1024,
@@ -83,6 +86,7 @@ impl HwCaps {
             max_sge_rd: c.max_sge_rd,
             max_cq: c.max_cq,
             max_cqe: c.max_cqe,
+            max_mr: c.max_mr,
             max_qp_rd_atom: c.max_qp_rd_atom,
             max_qp_init_rd_atom: c.max_qp_init_rd_atom,
             max_srq: c.max_srq,
@@ -428,6 +432,7 @@ mod tests {
             max_sge_rd: 16,
             max_cq: 1024,
             max_cqe: 65536,
+            max_mr: 16384,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
             max_srq: 1024,

@@ -336,6 +336,7 @@ impl ObjRef<Mr> {
                     let new = match fast {
                         Some((max_pages, remote)) => {
                             me.key.store(keys.rkey, Ordering::Relaxed);
+                            me.pd.adapter().device().forget_remote_invalidate(keys.rkey);
                             MrState::FastReg {
                                 keys,
                                 max_pages,

@@ -51,8 +51,11 @@ pub const MAX_POST_SGE: usize = 32;
 pub fn hw_error(e: PvrdmaError) -> HwError {
     match e {
         PvrdmaError::NoMemory | PvrdmaError::QueueFull => HwError::NoResources,
-        PvrdmaError::CommandFailed { err: 12, .. } => HwError::NoResources,
+        // M8: ERR (a command refused at REQUEST) and `hdr.err` carry the same codes.
+        PvrdmaError::CommandFailed { err: 12, .. }
+        | PvrdmaError::CommandRejected { err: 12, .. } => HwError::NoResources,
         PvrdmaError::CommandFailed { err: 22 | 95, .. }
+        | PvrdmaError::CommandRejected { err: 22 | 95, .. }
         | PvrdmaError::InvalidParameter
         | PvrdmaError::NotSupported => HwError::Invalid,
         _ => HwError::Failed,

@@ -566,8 +566,9 @@ impl Qp {
             flags,
             FAST_REGISTER_FLAGS,
             || {
-                let remote =
-                    flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | NDK_OP_FLAG_ALLOW_REMOTE_WRITE) != 0;
+                // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
+                // ALLOW_REMOTE_READ ask for remote access.
+                let remote = flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | 0x20) != 0;
                 // 0x20 alone is not an NDK flag: remote write includes local write (0x30).
                 if flags & 0x20 != 0 && flags & NDK_OP_FLAG_ALLOW_LOCAL_WRITE == 0 {
                     return Err(NdkError::InvalidParameter);
@@ -612,6 +613,10 @@ impl Qp {
             || {
                 if let Some(t) = ticket.get() {
                     mr.commit_key(t.new_key);
+                    self.pd
+                        .adapter()
+                        .device()
+                        .forget_remote_invalidate(t.new_key);
                 }
             },
         )
@@ -628,6 +633,11 @@ impl Qp {
             INVALIDATE_FLAGS,
             || {
                 let key = mr.invalidate_key(self.pd.handle())?;
+                // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
+                // invalidated again.
+                if self.pd.adapter().device().remotely_invalidated(key) {
+                    return Err(NdkError::InvalidDeviceRequest);
+                }
                 let mut wqe = Self::plain_wqe(WrOpcode::LocalInv, flags, &[]);
                 wqe.invalidate_rkey = key;
                 Ok((Self::record(ctx, NdkOperationTypeInvalidate, flags), wqe))

@@ -159,14 +159,20 @@ pub unsafe extern "system" fn on_request(ctx: PVOID, st: NTSTATUS) {
     c.calls.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Statuses of every notification callback (CQ or SRQ) of one object, in order.
+/// Statuses of every notification callback (CQ or SRQ) of one object, in order, and the
+/// simulated processor each ran on.
 #[derive(Default)]
-pub struct Notes(Mutex<Vec<NTSTATUS>>);
+pub struct Notes(Mutex<Vec<NTSTATUS>>, Mutex<Vec<Option<u32>>>);
 
 impl Notes {
     /// The statuses so far.
     pub fn get(&self) -> Vec<NTSTATUS> {
         self.0.lock().unwrap().clone()
+    }
+
+    /// `current_processor()` inside each callback so far (None: not an executor thread).
+    pub fn processors(&self) -> Vec<Option<u32>> {
+        self.1.lock().unwrap().clone()
     }
 }
 
@@ -174,6 +180,9 @@ impl Notes {
 pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
     // SAFETY: the context is an `Arc<Notes>` its object wrapper keeps alive past close.
     let n = unsafe { &*(ctx as *const Notes) };
+    n.1.lock()
+        .unwrap()
+        .push(pvrdma_ndk::os::host::current_processor());
     n.0.lock().unwrap().push(st);
 }
 
@@ -1186,6 +1195,11 @@ impl Cq {
     /// Statuses of the NdkCqNotificationCallback calls so far.
     pub fn notifications(&self) -> Vec<NTSTATUS> {
         self.notes.get()
+    }
+
+    /// The simulated processor each NdkCqNotificationCallback call ran on.
+    pub fn notification_processors(&self) -> Vec<Option<u32>> {
+        self.notes.processors()
     }
 
     /// NdkCloseCq; see the module docs.
