@@ -4,6 +4,8 @@
 //! Layers, one module each (the folder map is the architecture):
 //! - [`ndkpi`]: the NDKPI ABI mirror (ndkpi.h / ndkinfo.h names, `#[repr(C)]`, layout asserted).
 //! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
+//! - [`ndk`]: the NDK provider objects (adapter, PD, CQ, MR, MW, QP, SRQ, connection objects)
+//!   and their dispatch tables.
 //! - [`os`]: the OS-services seam (allocation, DMA memory, MMIO, locks, DPCs, timers, clock)
 //!   with its host implementation for Linux tests.
 //! - [`pvrdma`]: the PVRDMA hardware layer (registers, DSR, rings, commands, WQE/CQE/EQE
@@ -28,6 +30,7 @@ extern crate wdk_panic;
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 
 pub mod ndis;
+pub mod ndk;
 pub mod ndkpi;
 pub mod os;
 pub mod pvrdma;

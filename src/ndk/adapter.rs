@@ -1,0 +1,415 @@
+//! NDK_ADAPTER: version negotiation, adapter info, object creation, blocking close
+//! (ndkpi.md §1.7 and Project decision (a), §3.7, §5.2, §5.13; pvrdma.md §1, §4).
+//!
+//! [`NdkDevice`] is the per-device part shared by every NDK_ADAPTER opened on the device
+//! (NDIS may open several): the hardware and the handle tables that route device events
+//! (CQ notifications, CQ and SRQ errors, SRQ limit events) to the NDK objects.
+#![deny(unsafe_code)]
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use super::cq::{Cq, CqEvent, CqParams};
+use super::dispatch;
+use super::error::{NdkError, NdkResult};
+use super::hw::{Hardware, HwCaps, pow2_floor};
+use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
+use super::pd::Pd;
+use super::srq::Srq;
+use super::sync::SpinLock;
+use crate::ndkpi::*;
+
+/// Highest minor version per supported major (Project decision (a)).
+const fn highest_minor(major: u16) -> Option<u16> {
+    match major {
+        1 => Some(2),
+        2 => Some(1),
+        _ => None,
+    }
+}
+
+/// OpenNDKAdapterHandler's version rule (§1.7): the consumer names a major and its lowest
+/// usable minor; a supported major with a minor not above ours opens at our highest minor.
+///
+/// # Errors
+/// NDIS_STATUS_BAD_VERSION for another major or a higher minor.
+pub fn negotiate_version(requested: NDK_VERSION) -> Result<NDK_VERSION, NDIS_STATUS> {
+    match highest_minor(requested.Major) {
+        Some(minor) if requested.Minor <= minor => Ok(NDK_VERSION {
+            Major: requested.Major,
+            Minor: minor,
+        }),
+        _ => Err(NDIS_STATUS_BAD_VERSION),
+    }
+}
+
+/// `LargeRequestThreshold`: a hint only; above one 64 KiB SMB Direct fragment RDMA beats
+/// send/receive copies.
+const LARGE_REQUEST_THRESHOLD: u32 = 64 * 1024;
+/// REQ private data (92 B) minus the rdma_cm header (36 B) (cm.md §5.2).
+const MAX_CALLER_DATA: u32 = 56;
+/// One limit for REP (196 B) and REJ (148 B) private data (cm.md).
+const MAX_CALLEE_DATA: u32 = 148;
+
+/// NDK_ADAPTER_INFO from the device caps (pvrdma.md §1 mapping and §4).
+///
+/// Depths are the largest power of two the device accepts (rings are powers of two, M11),
+/// so any depth up to them can be rounded up to a ring. AdapterFlags: only
+/// RDMA_READ_SINK_NOT_REQUIRED (Project decision (b)); not IN_ORDER_DMA (the host writes
+/// guest memory with ordinary copies, and no PVRDMA source promises byte order of
+/// placement), not CQ_RESIZE (RESIZE_CQ is unsupported, M11), not CQ_INTERRUPT_MODERATION
+/// (no device control), not READ_LOCAL_INVALIDATE (Project decision (b)).
+pub fn adapter_info(caps: &HwCaps, version: NDK_VERSION) -> NDK_ADAPTER_INFO {
+    let srq = caps.max_srq != 0;
+    let max_recv_sge = if srq {
+        caps.max_sge.min(caps.max_srq_sge)
+    } else {
+        caps.max_sge
+    };
+    NDK_ADAPTER_INFO {
+        Version: version,
+        VendorId: caps.vendor_id,
+        DeviceId: caps.vendor_part_id,
+        MaxRegistrationSize: usize::try_from(caps.max_mr_size).unwrap_or(usize::MAX),
+        MaxWindowSize: 0,
+        FRMRPageCount: caps.max_fast_reg_page_list_len,
+        MaxInitiatorRequestSge: caps.max_sge,
+        MaxReceiveRequestSge: max_recv_sge,
+        MaxReadRequestSge: caps.max_sge_rd.min(caps.max_sge),
+        MaxTransferLength: caps.max_msg_sz,
+        MaxInlineDataSize: 0,
+        MaxInboundReadLimit: caps.max_qp_rd_atom,
+        MaxOutboundReadLimit: caps.max_qp_init_rd_atom,
+        MaxReceiveQueueDepth: pow2_floor(caps.max_qp_wr),
+        MaxInitiatorQueueDepth: pow2_floor(caps.max_qp_wr),
+        MaxSrqDepth: if srq { pow2_floor(caps.max_srq_wr) } else { 0 },
+        MaxCqDepth: pow2_floor(caps.max_cqe),
+        LargeRequestThreshold: LARGE_REQUEST_THRESHOLD,
+        MaxCallerData: MAX_CALLER_DATA,
+        MaxCalleeData: MAX_CALLEE_DATA,
+        AdapterFlags: NDK_ADAPTER_FLAG_RDMA_READ_SINK_NOT_REQUIRED,
+        RdmaTechnology: NdkRoCEv2,
+    }
+}
+
+/// Size of the full NDK_ADAPTER_INFO (0x68 on x64).
+pub const ADAPTER_INFO_SIZE: u32 = core::mem::size_of::<NDK_ADAPTER_INFO>() as u32;
+/// Size without `RdmaTechnology` (0x60 on x64), accepted from pre-NDIS-6.50 consumers.
+pub const ADAPTER_INFO_SIZE_V1: u32 = NDK_ADAPTER_INFO_SIZE_WITHOUT_RDMA_TECHNOLOGY as u32;
+
+/// NdkQueryAdapterInfo sizing (§3.7): how many bytes to write for a buffer of `size`.
+///
+/// # Errors
+/// `Err(required)` (STATUS_BUFFER_TOO_SMALL with `*pBufferSize = required`) when there is no
+/// buffer or it holds less than the pre-6.50 structure.
+pub fn adapter_info_bytes(has_buffer: bool, size: u32) -> Result<u32, u32> {
+    if has_buffer && size >= ADAPTER_INFO_SIZE {
+        Ok(ADAPTER_INFO_SIZE)
+    } else if has_buffer && size >= ADAPTER_INFO_SIZE_V1 {
+        Ok(ADAPTER_INFO_SIZE_V1)
+    } else {
+        Err(ADAPTER_INFO_SIZE)
+    }
+}
+
+/// Handle → object table for device events; indexed by the device handle, bounds-checked
+/// (style.md §10).
+struct HandleTable<T: NdkObject> {
+    slots: SpinLock<Box<[Option<ObjRef<T>>]>>,
+}
+
+impl<T: NdkObject> HandleTable<T> {
+    fn new(n: u32) -> NdkResult<Self> {
+        Ok(HandleTable {
+            slots: SpinLock::new(try_vec(n as usize, || None)?),
+        })
+    }
+
+    fn insert(&self, handle: u32, obj: &ObjRef<T>) -> NdkResult<()> {
+        let mut t = self.slots.lock();
+        match t.get_mut(handle as usize) {
+            Some(slot @ None) => {
+                *slot = Some(obj.clone());
+                Ok(())
+            }
+            // A handle outside the table or already in use: the device misbehaves.
+            _ => Err(NdkError::Device),
+        }
+    }
+
+    fn remove(&self, handle: u32) -> Option<ObjRef<T>> {
+        self.slots
+            .lock()
+            .get_mut(handle as usize)
+            .and_then(Option::take)
+    }
+
+    fn get(&self, handle: u32) -> Option<ObjRef<T>> {
+        self.slots
+            .lock()
+            .get(handle as usize)
+            .and_then(|s| s.as_ref().cloned())
+    }
+}
+
+/// The NDK side of one PVRDMA device: shared by all its NDK_ADAPTERs.
+pub struct NdkDevice {
+    hw: Arc<dyn Hardware>,
+    cqs: HandleTable<Cq>,
+    srqs: HandleTable<Srq>,
+    bad_cqes: AtomicU64,
+}
+
+/// Handles are below `max_*` (M10), which M5 bounds by 65536.
+const MAX_TABLE: u32 = 65536;
+
+impl NdkDevice {
+    /// Binds the NDK layer to a started device (PASSIVE_LEVEL, at device start).
+    ///
+    /// `Arc::new` cannot fail gracefully on stable Rust; this runs once per device start,
+    /// never in a data path.
+    pub fn new(hw: Arc<dyn Hardware>) -> NdkResult<Arc<NdkDevice>> {
+        let caps = *hw.caps();
+        Ok(Arc::new(NdkDevice {
+            cqs: HandleTable::new(caps.max_cq.min(MAX_TABLE))?,
+            srqs: HandleTable::new(caps.max_srq.min(MAX_TABLE))?,
+            hw,
+            bad_cqes: AtomicU64::new(0),
+        }))
+    }
+
+    /// OpenNDKAdapterHandler: negotiates the version and creates an NDK_ADAPTER.
+    ///
+    /// # Errors
+    /// NDIS_STATUS_BAD_VERSION, NDIS_STATUS_RESOURCES.
+    pub fn open_adapter(
+        self: &Arc<Self>,
+        requested: NDK_VERSION,
+    ) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
+        let version = negotiate_version(requested)?;
+        let ndk = NDK_ADAPTER {
+            Header: super::object::header(version, NdkObjectTypeAdapter),
+            Dispatch: &dispatch::ADAPTER_DISPATCH,
+        };
+        let adapter = ObjRef::try_new(
+            ndk,
+            Adapter {
+                life: Lifetime::new(),
+                device: self.clone(),
+                version,
+                info: adapter_info(self.hw.caps(), version),
+            },
+        )
+        .map_err(|_| NDIS_STATUS_RESOURCES)?;
+        Ok(adapter.publish())
+    }
+
+    /// The hardware.
+    pub fn hw(&self) -> &dyn Hardware {
+        &*self.hw
+    }
+
+    pub(crate) fn register_cq(&self, cq: &ObjRef<Cq>) -> NdkResult<()> {
+        self.cqs.insert(cq.handle(), cq)
+    }
+
+    pub(crate) fn unregister_cq(&self, handle: u32) {
+        drop(self.cqs.remove(handle));
+    }
+
+    pub(crate) fn register_srq(&self, srq: &ObjRef<Srq>) -> NdkResult<()> {
+        self.srqs.insert(srq.handle(), srq)
+    }
+
+    pub(crate) fn unregister_srq(&self, handle: u32) {
+        drop(self.srqs.remove(handle));
+    }
+
+    pub(crate) fn count_bad_cqe(&self) {
+        self.bad_cqes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CQEs dropped because they named no outstanding request (diagnostics).
+    pub fn bad_cqes(&self) -> u64 {
+        self.bad_cqes.load(Ordering::Relaxed)
+    }
+
+    /// A CQNE for `cq` (CQ-notification DPC, pvrdma.md §13). Unknown handles are ignored.
+    pub fn cq_notification(&self, cq: u32) {
+        if let Some(cq) = self.cqs.get(cq) {
+            cq.event(CqEvent::Completion { solicited: true });
+        }
+    }
+
+    /// CQ_ERR for `cq` (async-event DPC): `overflow` → STATUS_BUFFER_OVERFLOW, otherwise
+    /// STATUS_INTERNAL_ERROR (§5.4 CqStatus).
+    pub fn cq_error(&self, cq: u32, overflow: bool) {
+        if let Some(cq) = self.cqs.get(cq) {
+            let st = if overflow {
+                STATUS_BUFFER_OVERFLOW
+            } else {
+                STATUS_INTERNAL_ERROR
+            };
+            cq.event(CqEvent::Error(st));
+        }
+    }
+
+    /// SRQ_LIMIT_REACHED for `srq` (M45).
+    pub fn srq_limit_reached(&self, srq: u32) {
+        if let Some(srq) = self.srqs.get(srq) {
+            srq.limit_event();
+        }
+    }
+
+    /// SRQ_ERR for `srq` (M47).
+    pub fn srq_error(&self, srq: u32) {
+        if let Some(srq) = self.srqs.get(srq) {
+            srq.error_event();
+        }
+    }
+}
+
+/// An open NDK_ADAPTER.
+pub struct Adapter {
+    life: Lifetime,
+    device: Arc<NdkDevice>,
+    version: NDK_VERSION,
+    info: NDK_ADAPTER_INFO,
+}
+
+// NDK_ADAPTER_INFO holds only integers.
+impl NdkObject for Adapter {
+    type Ndk = NDK_ADAPTER;
+    fn lifetime(&self) -> &Lifetime {
+        &self.life
+    }
+}
+
+impl Adapter {
+    /// The negotiated version (also in every object header under this adapter).
+    pub fn version(&self) -> NDK_VERSION {
+        self.version
+    }
+
+    /// The adapter info.
+    pub fn info(&self) -> &NDK_ADAPTER_INFO {
+        &self.info
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<NdkDevice> {
+        &self.device
+    }
+
+    /// The hardware.
+    pub fn hw(&self) -> &dyn Hardware {
+        self.device.hw()
+    }
+}
+
+impl ObjRef<Adapter> {
+    /// NdkCreatePd (completes inline).
+    pub fn create_pd(&self) -> NdkResult<ObjRef<Pd>> {
+        Pd::create(self)
+    }
+
+    /// NdkCreateCq (completes inline).
+    pub fn create_cq(&self, p: CqParams) -> NdkResult<ObjRef<Cq>> {
+        Cq::create(self, p)
+    }
+
+    /// CloseNDKAdapterHandler: blocks (PASSIVE_LEVEL) until every descendant has closed and
+    /// every callback on them has returned (§5.2).
+    pub fn close_blocking(&self) {
+        if self.close(None) == STATUS_PENDING {
+            let life = &self.life;
+            self.hw().wait_until(&|| life.is_drained());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(major: u16, minor: u16) -> NDK_VERSION {
+        NDK_VERSION {
+            Major: major,
+            Minor: minor,
+        }
+    }
+
+    #[test]
+    fn version_negotiation() {
+        for m in 0..=2 {
+            assert_eq!(negotiate_version(v(1, m)), Ok(v(1, 2)));
+        }
+        for m in 0..=1 {
+            assert_eq!(negotiate_version(v(2, m)), Ok(v(2, 1)));
+        }
+        for bad in [v(1, 3), v(2, 2), v(0, 0), v(3, 0), v(0xFFFF, 0)] {
+            assert_eq!(
+                negotiate_version(bad),
+                Err(NDIS_STATUS_BAD_VERSION),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn info_from_model_caps() {
+        let i = adapter_info(&HwCaps::MODEL_DEFAULT, v(2, 1));
+        assert_eq!(i.Version, v(2, 1));
+        assert_eq!((i.VendorId, i.DeviceId), (0x15AD, 0x0820));
+        assert_eq!(i.MaxRegistrationSize, 1 << 30);
+        assert_eq!(i.MaxWindowSize, 0);
+        assert_eq!(i.FRMRPageCount, 512);
+        assert_eq!(i.MaxInitiatorRequestSge, 16);
+        assert_eq!(i.MaxReceiveRequestSge, 16);
+        assert_eq!(i.MaxReadRequestSge, 16);
+        assert_eq!(i.MaxTransferLength, 0x8000_0000);
+        assert_eq!(i.MaxInlineDataSize, 0);
+        assert_eq!((i.MaxInboundReadLimit, i.MaxOutboundReadLimit), (16, 16));
+        assert_eq!(
+            (i.MaxReceiveQueueDepth, i.MaxInitiatorQueueDepth),
+            (4096, 4096)
+        );
+        assert_eq!(i.MaxSrqDepth, 4096);
+        assert_eq!(i.MaxCqDepth, 65536);
+        assert_eq!(i.AdapterFlags, NDK_ADAPTER_FLAG_RDMA_READ_SINK_NOT_REQUIRED);
+        assert_eq!(i.RdmaTechnology, NdkRoCEv2);
+    }
+
+    #[test]
+    fn info_rounds_limits_down_to_powers_of_two() {
+        let mut c = HwCaps::MODEL_DEFAULT;
+        c.max_qp_wr = 1000;
+        c.max_srq_wr = 3000;
+        c.max_cqe = 65535;
+        c.max_srq_sge = 4;
+        c.max_sge_rd = 30;
+        let i = adapter_info(&c, v(1, 2));
+        assert_eq!(i.MaxInitiatorQueueDepth, 512);
+        assert_eq!(i.MaxSrqDepth, 2048);
+        assert_eq!(i.MaxCqDepth, 32768);
+        assert_eq!(i.MaxReceiveRequestSge, 4);
+        assert_eq!(i.MaxReadRequestSge, 16);
+        c.max_srq = 0;
+        let i = adapter_info(&c, v(1, 2));
+        assert_eq!(i.MaxSrqDepth, 0);
+        assert_eq!(i.MaxReceiveRequestSge, 16);
+    }
+
+    #[test]
+    fn info_buffer_sizing() {
+        assert_eq!(ADAPTER_INFO_SIZE, 0x68);
+        assert_eq!(ADAPTER_INFO_SIZE_V1, 0x60);
+        assert_eq!(adapter_info_bytes(true, 0x68), Ok(0x68));
+        assert_eq!(adapter_info_bytes(true, 0x100), Ok(0x68));
+        assert_eq!(adapter_info_bytes(true, 0x67), Ok(0x60));
+        assert_eq!(adapter_info_bytes(true, 0x60), Ok(0x60));
+        assert_eq!(adapter_info_bytes(true, 0x5F), Err(0x68));
+        assert_eq!(adapter_info_bytes(false, 0x68), Err(0x68));
+    }
+}

@@ -1,0 +1,426 @@
+//! Completion bookkeeping and result filling (ndkpi.md §3.2–3.4, §5.3, Project decision (c);
+//! pvrdma.md §11, §14, pitfall 10).
+//!
+//! Error CQEs carry only `wr_id`, `qp` and `status`, so each queue keeps a record per slot:
+//! the consumer's RequestContext, the NDK operation type and whether the request was
+//! signalled. `wr_id` = `tag << 32 | index` with the queue's free-running index. Send and
+//! receive queues retire in posting order (pvrdma.md §14 "Ordering"): a CQE for index `k`
+//! also retires every earlier outstanding slot, which were unsignalled successes.
+//!
+//! One NDK_RESULT is produced per successful signalled request and per failed request;
+//! an inline failure never reaches a queue, and a successful SILENT_SUCCESS request retires
+//! silently.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use super::error::{NdkError, NdkResult};
+use super::hw::HwCqe;
+use super::object::try_vec;
+use crate::ndkpi::*;
+
+/// `enum pvrdma_wc_status` (pvrdma.md §11), numerically equal to IB's.
+pub mod wc {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    pub const LOC_EEC_OP_ERR: u32 = 3;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+    pub const MW_BIND_ERR: u32 = 6;
+    pub const BAD_RESP_ERR: u32 = 7;
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const REM_OP_ERR: u32 = 11;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
+    pub const LOC_RDD_VIOL_ERR: u32 = 14;
+    pub const REM_INV_RD_REQ_ERR: u32 = 15;
+    pub const REM_ABORT_ERR: u32 = 16;
+    pub const INV_EECN_ERR: u32 = 17;
+    pub const INV_EEC_STATE_ERR: u32 = 18;
+    pub const FATAL_ERR: u32 = 19;
+    pub const RESP_TIMEOUT_ERR: u32 = 20;
+    pub const GENERAL_ERR: u32 = 21;
+}
+
+/// Completion status of a request from its WC status (Project decision (c) and §4.5).
+///
+/// - REM_ACCESS_ERR: the requester sees it both for a bad or invalidated rkey and for a
+///   range outside the remote MR (pvrdma.md §14, NAK 0x62), so the two cannot be told apart.
+///   The operation decides: an RDMA Read reports STATUS_REMOTE_RESOURCES, the status NdkRead
+///   defines for reading past the remote region (so a read through an invalidated token
+///   also reports it); Write and Send report STATUS_ACCESS_VIOLATION.
+/// - RNR_RETRY_EXC_ERR, RETRY_EXC_ERR, RESP_TIMEOUT_ERR → STATUS_IO_TIMEOUT (the peer did not
+///   answer in time).
+/// - LOC_LEN_ERR → STATUS_BUFFER_OVERFLOW on a receive (buffer smaller than the message);
+///   STATUS_INVALID_BUFFER_SIZE on an initiator request (message above the port limit).
+/// - WR_FLUSH_ERR → STATUS_CANCELLED (NdkFlush, §5.6).
+/// - LOC_PROT_ERR, LOC_ACCESS_ERR, MW_BIND_ERR → STATUS_ACCESS_VIOLATION (a local token or
+///   range is invalid).
+/// - REM_INV_REQ_ERR, REM_OP_ERR, REM_INV_RD_REQ_ERR, REM_ABORT_ERR → STATUS_REMOTE_RESOURCES
+///   (ND_REMOTE_ERROR: the peer failed the request, e.g. its receive buffer was too small;
+///   the QP is always created with remote read/write access, so the "QP lacks REMOTE_WRITE"
+///   cause of REM_INV_REQ_ERR cannot arise from an NDK consumer).
+/// - LOC_QP_OP_ERR (fast-register / invalidate rule broken at execution, a malformed WQE)
+///   → STATUS_INVALID_DEVICE_REQUEST.
+/// - Everything else (EEC errors, BAD_RESP, FATAL, GENERAL, unknown) → STATUS_INTERNAL_ERROR.
+pub fn wc_status_to_ntstatus(status: u32, op: NDK_OPERATION_TYPE) -> NTSTATUS {
+    let receive = op == NdkOperationTypeReceive || op == NdkOperationTypeReceiveAndInvalidate;
+    match status {
+        wc::SUCCESS => STATUS_SUCCESS,
+        wc::WR_FLUSH_ERR => STATUS_CANCELLED,
+        wc::REM_ACCESS_ERR if op == NdkOperationTypeRead => STATUS_REMOTE_RESOURCES,
+        wc::REM_ACCESS_ERR => STATUS_ACCESS_VIOLATION,
+        wc::RNR_RETRY_EXC_ERR | wc::RETRY_EXC_ERR | wc::RESP_TIMEOUT_ERR => STATUS_IO_TIMEOUT,
+        wc::LOC_LEN_ERR if receive => STATUS_BUFFER_OVERFLOW,
+        wc::LOC_LEN_ERR => STATUS_INVALID_BUFFER_SIZE,
+        wc::LOC_PROT_ERR | wc::LOC_ACCESS_ERR | wc::MW_BIND_ERR => STATUS_ACCESS_VIOLATION,
+        wc::REM_INV_REQ_ERR | wc::REM_OP_ERR | wc::REM_INV_RD_REQ_ERR | wc::REM_ABORT_ERR => {
+            STATUS_REMOTE_RESOURCES
+        }
+        wc::LOC_QP_OP_ERR => STATUS_INVALID_DEVICE_REQUEST,
+        _ => STATUS_INTERNAL_ERROR,
+    }
+}
+
+/// What a queue remembers about a posted request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRecord {
+    /// The consumer's RequestContext.
+    pub request_context: usize,
+    /// Operation type reported in NDK_RESULT_EX.Type.
+    pub op: NDK_OPERATION_TYPE,
+    /// False for SILENT_SUCCESS requests.
+    pub signaled: bool,
+}
+
+/// Builds the result of a retired request; `None` for a silent success.
+///
+/// Type: the record's operation, except a receive whose CQE carries an invalidated key,
+/// which is ReceiveAndInvalidate with the key in TypeSpecificCompletionOutput.
+/// ProviderErrorCode: the WC status on failure, 0 on success (NDKPI 2.1).
+/// BytesTransferred: the CQE's `byte_len` for receives, 0 otherwise (undefined by NDK).
+pub fn make_result(rec: &SlotRecord, cqe: &HwCqe, qp_context: usize) -> Option<NDK_RESULT_EX> {
+    let ok = cqe.status == wc::SUCCESS;
+    if ok && !rec.signaled {
+        return None;
+    }
+    let mut op = rec.op;
+    let mut type_specific = 0usize;
+    if let (true, true, Some(key)) = (op == NdkOperationTypeReceive, ok, cqe.invalidated_rkey) {
+        op = NdkOperationTypeReceiveAndInvalidate;
+        type_specific = key as usize;
+    }
+    Some(NDK_RESULT_EX {
+        Status: wc_status_to_ntstatus(cqe.status, op),
+        BytesTransferred: if op == NdkOperationTypeReceive
+            || op == NdkOperationTypeReceiveAndInvalidate
+        {
+            cqe.byte_len
+        } else {
+            0
+        },
+        // CAST: the contexts were PVOIDs stored as integers.
+        QPContext: qp_context as PVOID,
+        RequestContext: rec.request_context as PVOID,
+        Type: op,
+        ProviderErrorCode: cqe.status,
+        TypeSpecificCompletionOutput: type_specific,
+    })
+}
+
+/// The NDK_RESULT view of a result.
+pub fn to_result(r: &NDK_RESULT_EX) -> NDK_RESULT {
+    NDK_RESULT {
+        Status: r.Status,
+        BytesTransferred: r.BytesTransferred,
+        QPContext: r.QPContext,
+        RequestContext: r.RequestContext,
+    }
+}
+
+/// Queue tags in `wr_id` bits 63..32.
+pub mod tag {
+    /// QP send queue.
+    pub const SQ: u32 = 1;
+    /// QP receive queue.
+    pub const RQ: u32 = 2;
+    /// Shared receive queue.
+    pub const SRQ: u32 = 3;
+}
+
+/// `wr_id` for slot `index` of a queue with tag `tag`.
+pub const fn wr_id(tag: u32, index: u32) -> u64 {
+    ((tag as u64) << 32) | index as u64
+}
+
+/// Splits a device-written `wr_id` into (tag, index).
+pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
+    ((wr_id >> 32) as u32, wr_id as u32)
+}
+
+const SIGNALED_BIT: u32 = 1 << 31;
+
+struct Slot {
+    context: AtomicUsize,
+    // Operation type in bits 30..0 (values ≤ 0x8001), SIGNALED_BIT.
+    meta: AtomicU32,
+}
+
+/// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
+/// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
+/// §5.4), so atomics suffice and the hot path takes no lock.
+pub struct OrderedQueue {
+    slots: alloc::boxed::Box<[Slot]>,
+    mask: u32,
+    depth: u32,
+    posted: AtomicU32,
+    retired: AtomicU32,
+    rung: AtomicU32,
+}
+
+impl OrderedQueue {
+    /// A queue accepting `depth` outstanding requests in a ring of `ring` slots
+    /// (`ring` a power of two ≥ `depth`). Allocates; creation time only.
+    pub fn new(depth: u32, ring: u32) -> NdkResult<Self> {
+        if !ring.is_power_of_two() || depth > ring {
+            return Err(NdkError::InvalidParameter);
+        }
+        Ok(OrderedQueue {
+            slots: try_vec(ring as usize, || Slot {
+                context: AtomicUsize::new(0),
+                meta: AtomicU32::new(0),
+            })?,
+            mask: ring - 1,
+            depth,
+            posted: AtomicU32::new(0),
+            retired: AtomicU32::new(0),
+            rung: AtomicU32::new(0),
+        })
+    }
+
+    /// The consumer's depth.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Requests posted and not yet retired.
+    pub fn outstanding(&self) -> u32 {
+        self.posted
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.retired.load(Ordering::Acquire))
+    }
+
+    /// Index for the next post, recording `rec` in its slot; fails when `depth` requests are
+    /// outstanding. The index becomes visible to the retirer only at [`Self::commit`].
+    pub fn reserve(&self, rec: &SlotRecord) -> NdkResult<u32> {
+        if self.outstanding() >= self.depth {
+            return Err(NdkError::InsufficientResources);
+        }
+        let index = self.posted.load(Ordering::Relaxed);
+        let slot = self.slot(index);
+        slot.context.store(rec.request_context, Ordering::Relaxed);
+        let meta = (rec.op.0 as u32 & !SIGNALED_BIT) | if rec.signaled { SIGNALED_BIT } else { 0 };
+        slot.meta.store(meta, Ordering::Relaxed);
+        Ok(index)
+    }
+
+    /// Publishes the reserved index (after its WQE is written).
+    pub fn commit(&self, index: u32) {
+        self.posted.store(index.wrapping_add(1), Ordering::Release);
+    }
+
+    /// True if committed requests have not been indicated by a doorbell yet (DEFER).
+    pub fn doorbell_pending(&self) -> bool {
+        self.rung.load(Ordering::Relaxed) != self.posted.load(Ordering::Relaxed)
+    }
+
+    /// Records that the doorbell covered everything committed so far.
+    pub fn mark_rung(&self) {
+        self.rung
+            .store(self.posted.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Retires outstanding index `index` (and every earlier one) and returns its record;
+    /// `None` if `index` is not outstanding (a device-written value that fails validation).
+    pub fn retire(&self, index: u32) -> Option<SlotRecord> {
+        let retired = self.retired.load(Ordering::Relaxed);
+        let posted = self.posted.load(Ordering::Acquire);
+        if index.wrapping_sub(retired) >= posted.wrapping_sub(retired) {
+            return None;
+        }
+        let slot = self.slot(index);
+        let meta = slot.meta.load(Ordering::Relaxed);
+        let rec = SlotRecord {
+            request_context: slot.context.load(Ordering::Relaxed),
+            op: NDK_OPERATION_TYPE((meta & !SIGNALED_BIT) as i32),
+            signaled: meta & SIGNALED_BIT != 0,
+        };
+        self.retired.store(index.wrapping_add(1), Ordering::Release);
+        Some(rec)
+    }
+
+    fn slot(&self, index: u32) -> &Slot {
+        // PANIC: `mask` = len − 1 with len a power of two, so the index is in bounds; `get`
+        // keeps that visible to the reader and the fallback is unreachable.
+        let i = (index & self.mask) as usize;
+        match self.slots.get(i) {
+            Some(s) => s,
+            None => &self.slots[0],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cqe(wr_id: u64, status: u32) -> HwCqe {
+        HwCqe {
+            wr_id,
+            qp: 1,
+            status,
+            byte_len: 77,
+            invalidated_rkey: None,
+        }
+    }
+
+    #[test]
+    fn wc_mapping_follows_project_decision_c() {
+        let read = NdkOperationTypeRead;
+        let write = NdkOperationTypeWrite;
+        let recv = NdkOperationTypeReceive;
+        let send = NdkOperationTypeSend;
+        assert_eq!(wc_status_to_ntstatus(wc::SUCCESS, send), STATUS_SUCCESS);
+        assert_eq!(
+            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, read),
+            STATUS_REMOTE_RESOURCES
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, write),
+            STATUS_ACCESS_VIOLATION
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, send),
+            STATUS_ACCESS_VIOLATION
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::RNR_RETRY_EXC_ERR, send),
+            STATUS_IO_TIMEOUT
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::LOC_LEN_ERR, recv),
+            STATUS_BUFFER_OVERFLOW
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::LOC_LEN_ERR, send),
+            STATUS_INVALID_BUFFER_SIZE
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::WR_FLUSH_ERR, recv),
+            STATUS_CANCELLED
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::WR_FLUSH_ERR, read),
+            STATUS_CANCELLED
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::LOC_PROT_ERR, send),
+            STATUS_ACCESS_VIOLATION
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::REM_INV_REQ_ERR, send),
+            STATUS_REMOTE_RESOURCES
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::LOC_QP_OP_ERR, NdkOperationTypeFastRegister),
+            STATUS_INVALID_DEVICE_REQUEST
+        );
+        assert_eq!(
+            wc_status_to_ntstatus(wc::FATAL_ERR, send),
+            STATUS_INTERNAL_ERROR
+        );
+        assert_eq!(wc_status_to_ntstatus(99, send), STATUS_INTERNAL_ERROR);
+    }
+
+    #[test]
+    fn silent_success_yields_no_result_but_silent_failure_does() {
+        let rec = SlotRecord {
+            request_context: 5,
+            op: NdkOperationTypeWrite,
+            signaled: false,
+        };
+        assert!(make_result(&rec, &cqe(0, wc::SUCCESS), 9).is_none());
+        let r = make_result(&rec, &cqe(0, wc::WR_FLUSH_ERR), 9).expect("failure reported");
+        assert_eq!(r.Status, STATUS_CANCELLED);
+        assert_eq!(r.ProviderErrorCode, wc::WR_FLUSH_ERR);
+        assert_eq!(r.Type, NdkOperationTypeWrite);
+        assert_eq!(r.RequestContext as usize, 5);
+        assert_eq!(r.QPContext as usize, 9);
+        assert_eq!(r.BytesTransferred, 0);
+    }
+
+    #[test]
+    fn receive_and_invalidate_reports_the_key() {
+        let rec = SlotRecord {
+            request_context: 1,
+            op: NdkOperationTypeReceive,
+            signaled: true,
+        };
+        let mut c = cqe(0, wc::SUCCESS);
+        c.invalidated_rkey = Some(0x1234_5601);
+        let r = make_result(&rec, &c, 0).expect("result");
+        assert_eq!(r.Type, NdkOperationTypeReceiveAndInvalidate);
+        assert_eq!(r.TypeSpecificCompletionOutput, 0x1234_5601);
+        assert_eq!(r.BytesTransferred, 77);
+        assert_eq!(r.ProviderErrorCode, 0);
+        assert_eq!(r.Status, STATUS_SUCCESS);
+    }
+
+    #[test]
+    fn ordered_queue_retires_in_order_and_rejects_foreign_indices() {
+        let q = OrderedQueue::new(3, 4).expect("queue");
+        let rec = |c| SlotRecord {
+            request_context: c,
+            op: NdkOperationTypeSend,
+            signaled: c != 2,
+        };
+        for c in 1..=3 {
+            let i = q.reserve(&rec(c)).expect("space");
+            q.commit(i);
+        }
+        assert_eq!(q.reserve(&rec(4)), Err(NdkError::InsufficientResources));
+        assert_eq!(q.retire(7), None, "never posted");
+        // A CQE for index 2 retires the silent index 1 as well.
+        assert_eq!(q.retire(2), Some(rec(3)));
+        assert_eq!(q.outstanding(), 0);
+        assert_eq!(q.retire(0), None, "already retired");
+        // Wraps: the ring has 4 slots.
+        for c in 10..13 {
+            let i = q.reserve(&rec(c)).expect("space");
+            q.commit(i);
+        }
+        assert_eq!(q.retire(3), Some(rec(10)));
+        assert_eq!(q.retire(4), Some(rec(11)));
+        assert_eq!(wr_id(tag::SQ, 4), 0x1_0000_0004);
+        assert_eq!(split_wr_id(0x2_0000_0009), (tag::RQ, 9));
+    }
+
+    #[test]
+    fn doorbell_tracking() {
+        let q = OrderedQueue::new(4, 4).expect("queue");
+        assert!(!q.doorbell_pending());
+        let rec = SlotRecord {
+            request_context: 0,
+            op: NdkOperationTypeSend,
+            signaled: true,
+        };
+        let i = q.reserve(&rec).expect("space");
+        q.commit(i);
+        assert!(q.doorbell_pending());
+        q.mark_rung();
+        assert!(!q.doorbell_pending());
+    }
+}

@@ -1,0 +1,32 @@
+//! NDK_CONNECTOR: connection management is a later issue (cm.md; ndkpi.md §5.10–5.12).
+//!
+//! NdkCreateConnector returns STATUS_NOT_IMPLEMENTED, so no object of this type exists yet; its dispatch
+//! table is complete (§5.0) and every slot returns STATUS_NOT_IMPLEMENTED (QueryExtension:
+//! STATUS_NOT_SUPPORTED, close: STATUS_SUCCESS).
+#![deny(unsafe_code)]
+
+use super::error::{NdkError, NdkResult};
+use super::object::{Lifetime, NdkObject};
+use crate::ndkpi::NDK_CONNECTOR;
+
+/// Placeholder state (never instantiated; see the module docs).
+pub struct Connector {
+    life: Lifetime,
+}
+
+impl NdkObject for Connector {
+    type Ndk = NDK_CONNECTOR;
+    fn lifetime(&self) -> &Lifetime {
+        &self.life
+    }
+}
+
+impl Connector {
+    /// NdkCreateConnector.
+    ///
+    /// # Errors
+    /// Always STATUS_NOT_IMPLEMENTED (connection management is not written yet).
+    pub fn create() -> NdkResult<()> {
+        Err(NdkError::NotImplemented)
+    }
+}

@@ -1,0 +1,310 @@
+//! The hardware seam of the NDK layer: what the NDK objects need from the PVRDMA device
+//! (pvrdma.md §1 "NDK → PVRDMA mapping", §8–§13), as one trait.
+//!
+//! The PVRDMA hardware layer (`src/pvrdma`) implements it over the command channel, the
+//! queue rings and the UAR doorbells; `tests/` implement it with a recording fake. Handles
+//! are the device's handles (PD, CQ, QP, SRQ, MR). Slot indices are free-running `u32`
+//! counters: a queue of N entries uses slot `index % N`, and the hardware publishes
+//! `prod_tail` as it writes each WQE, while the doorbell is a separate call so that several
+//! deferred WQEs share one (ndkpi.md §5.5, pvrdma.md §12 "one doorbell write per batch").
+#![deny(unsafe_code)]
+
+use super::error::HwError;
+use crate::ndkpi::{NDK_LOGICAL_ADDRESS, NDK_SGE};
+
+/// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
+/// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HwCaps {
+    /// `vendor_id` (0x15AD).
+    pub vendor_id: u32,
+    /// `vendor_part_id` (0x0820).
+    pub vendor_part_id: u32,
+    /// `max_mr_size`.
+    pub max_mr_size: u64,
+    /// `max_qp_wr`: per-queue WR limit (QP rings are powers of two, M11).
+    pub max_qp_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `max_sge_rd`.
+    pub max_sge_rd: u32,
+    /// `max_cq`: CQ handles are below it (M10).
+    pub max_cq: u32,
+    /// `max_cqe` (CQ rings are powers of two, M11).
+    pub max_cqe: u32,
+    /// `max_qp_rd_atom`: inbound reads per QP (IRD).
+    pub max_qp_rd_atom: u32,
+    /// `max_qp_init_rd_atom`: outbound reads per QP (ORD).
+    pub max_qp_init_rd_atom: u32,
+    /// `max_srq` (0 = no SRQs, M43).
+    pub max_srq: u32,
+    /// `max_srq_wr`.
+    pub max_srq_wr: u32,
+    /// `max_srq_sge`.
+    pub max_srq_sge: u32,
+    /// `max_fast_reg_page_list_len` (v18+; 128 on older devices, §4).
+    pub max_fast_reg_page_list_len: u32,
+    /// Port `max_msg_sz` (M41: 0x8000_0000).
+    pub max_msg_sz: u32,
+}
+
+impl HwCaps {
+    /// The device model's defaults (pvrdma.md §4, M5, M41).
+    pub const MODEL_DEFAULT: HwCaps = HwCaps {
+        vendor_id: 0x15AD,
+        vendor_part_id: 0x0820,
+        max_mr_size: 1 << 30,
+        max_qp_wr: 4096,
+        max_sge: 16,
+        max_sge_rd: 16,
+        max_cq: 1024,
+        max_cqe: 65536,
+        max_qp_rd_atom: 16,
+        max_qp_init_rd_atom: 16,
+        max_srq: 1024,
+        max_srq_wr: 4096,
+        max_srq_sge: 16,
+        max_fast_reg_page_list_len: 512,
+        max_msg_sz: 0x8000_0000,
+    };
+}
+
+/// Kind of MR to create (pvrdma.md §1: CREATE_MR flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MrSpec {
+    /// The PD's privileged-token MR: CREATE_MR flags DMA, LOCAL_WRITE only (M11, pitfall 13).
+    Dma,
+    /// NdkRegisterMr: flags 0 over `[start, start + length)` with `access` bits (IB order:
+    /// bit 0 LOCAL_WRITE, bit 1 REMOTE_WRITE, bit 2 REMOTE_READ). `pfns` are the MDL's pages.
+    Normal {
+        /// MDL virtual address (an index, never dereferenced, §5.7).
+        start: u64,
+        /// Bytes.
+        length: u64,
+        /// IB access bits.
+        access: u32,
+    },
+    /// NdkInitializeFastRegisterMr: flags FRMR with a page-list capacity.
+    FastReg {
+        /// Page-list capacity (`nchunks`).
+        max_pages: u32,
+    },
+}
+
+/// Keys and handle of a created MR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    /// `mr_handle`.
+    pub handle: u32,
+    /// `lkey`.
+    pub lkey: u32,
+    /// `rkey`.
+    pub rkey: u32,
+}
+
+/// IB access bits (pvrdma.md §1: ALLOW_LOCAL_WRITE/REMOTE_READ/REMOTE_WRITE → 0/2/1).
+pub mod access {
+    /// LOCAL_WRITE.
+    pub const LOCAL_WRITE: u32 = 1 << 0;
+    /// REMOTE_WRITE.
+    pub const REMOTE_WRITE: u32 = 1 << 1;
+    /// REMOTE_READ.
+    pub const REMOTE_READ: u32 = 1 << 2;
+}
+
+/// CREATE_QP parameters (pvrdma.md §8, §9). Counts are the ring sizes (powers of two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpSpec {
+    /// PD handle.
+    pub pd: u32,
+    /// Send CQ handle (NDK initiator CQ).
+    pub send_cq: u32,
+    /// Receive CQ handle.
+    pub recv_cq: u32,
+    /// SRQ handle for a QP created with an SRQ.
+    pub srq: Option<u32>,
+    /// SQ ring entries.
+    pub max_send_wr: u32,
+    /// RQ ring entries (0 with an SRQ).
+    pub max_recv_wr: u32,
+    /// SGEs per SQ WQE.
+    pub max_send_sge: u32,
+    /// SGEs per RQ WQE (0 with an SRQ).
+    pub max_recv_sge: u32,
+}
+
+/// CREATE_SRQ parameters (pvrdma.md §1 SRQ mapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqSpec {
+    /// PD handle.
+    pub pd: u32,
+    /// Ring entries (power of two).
+    pub max_wr: u32,
+    /// SGEs per WQE.
+    pub max_sge: u32,
+    /// Initial `srq_limit` (0 = not armed).
+    pub limit: u32,
+}
+
+/// `enum pvrdma_wr_opcode` values the NDK layer posts (pvrdma.md §10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WrOpcode {
+    /// NdkWrite.
+    RdmaWrite = 0,
+    /// NdkSend.
+    Send = 2,
+    /// NdkRead.
+    RdmaRead = 4,
+    /// NdkSendAndInvalidate.
+    SendWithInv = 8,
+    /// NdkInvalidate.
+    LocalInv = 10,
+    /// NdkFastRegister.
+    FastRegMr = 11,
+}
+
+/// `send_flags` bits (pvrdma.md §10).
+pub mod send_flags {
+    /// READ_FENCE.
+    pub const FENCE: u32 = 1 << 0;
+    /// Not SILENT_SUCCESS.
+    pub const SIGNALED: u32 = 1 << 1;
+    /// SEND_AND_SOLICIT_EVENT.
+    pub const SOLICITED: u32 = 1 << 2;
+}
+
+/// FAST_REG_MR fields (pvrdma.md §10 `fast_reg`, §1 mapping).
+#[derive(Clone, Copy, Debug)]
+pub struct FastRegWqe<'a> {
+    /// The FRMR's handle (the hardware owns its page-list directory).
+    pub mr_handle: u32,
+    /// `iova_start` = BaseVirtualAddress.
+    pub iova_start: u64,
+    /// Page list (`page_shift` = 12, `page_list_len` = its length).
+    pub pages: &'a [NDK_LOGICAL_ADDRESS],
+    /// Bytes.
+    pub length: u32,
+    /// IB access bits.
+    pub access: u32,
+    /// The new key (`rkey`).
+    pub key: u32,
+}
+
+/// One send-queue WQE, borrowed from the consumer's call.
+#[derive(Clone, Copy)]
+pub struct SendWqe<'a> {
+    /// Copied into the CQE; the NDK layer's slot tag.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// [`send_flags`] bits.
+    pub send_flags: u32,
+    /// Gather list (consumer memory, valid only during the post call).
+    pub sges: &'a [NDK_SGE],
+    /// RDMA remote address.
+    pub remote_addr: u64,
+    /// RDMA rkey.
+    pub rkey: u32,
+    /// `ex.invalidate_rkey` for SEND_WITH_INV and LOCAL_INV.
+    pub invalidate_rkey: u32,
+    /// FAST_REG_MR fields.
+    pub fast_reg: Option<FastRegWqe<'a>>,
+}
+
+/// One receive WQE (RQ or SRQ).
+#[derive(Clone, Copy)]
+pub struct RecvWqe<'a> {
+    /// Copied into the CQE.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: &'a [NDK_SGE],
+}
+
+/// A decoded, validated CQE (pvrdma.md §11; in error CQEs only `wr_id`, `qp`, `status` are
+/// meaningful, pitfall 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HwCqe {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// QP handle.
+    pub qp: u32,
+    /// `enum pvrdma_wc_status` value.
+    pub status: u32,
+    /// `byte_len`.
+    pub byte_len: u32,
+    /// The key a SEND_WITH_INV invalidated (`WITH_INVALIDATE`, key @28, M28).
+    pub invalidated_rkey: Option<u32>,
+}
+
+/// The PVRDMA device as the NDK objects use it.
+///
+/// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
+/// them; `write_*`, `ring_*`, `poll_cq` and `arm_cq` are the post/poll hot path and must not
+/// allocate or issue commands.
+pub trait Hardware: Send + Sync {
+    /// Device limits.
+    fn caps(&self) -> &HwCaps;
+    /// Blocks (PASSIVE_LEVEL) until `cond` holds; used by the blocking adapter close.
+    fn wait_until(&self, cond: &dyn Fn() -> bool);
+
+    /// CREATE_PD.
+    fn create_pd(&self) -> Result<u32, HwError>;
+    /// DESTROY_PD.
+    fn destroy_pd(&self, pd: u32);
+    /// CREATE_CQ with `entries` (a power of two).
+    fn create_cq(&self, entries: u32) -> Result<u32, HwError>;
+    /// DESTROY_CQ.
+    fn destroy_cq(&self, cq: u32);
+    /// CREATE_MR.
+    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError>;
+    /// DESTROY_MR.
+    fn destroy_mr(&self, mr: u32);
+    /// CREATE_QP (RC) followed by RESET → INIT.
+    fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError>;
+    /// DESTROY_QP.
+    fn destroy_qp(&self, qp: u32);
+    /// MODIFY_QP → ERR: the device flushes every outstanding WQE (M32).
+    fn flush_qp(&self, qp: u32);
+    /// CREATE_SRQ.
+    fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError>;
+    /// MODIFY_SRQ `attr_mask` = LIMIT.
+    fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError>;
+    /// WQEs posted to the SRQ and not yet taken by a QP (`prod_tail − cons_head`, M45).
+    fn srq_queued(&self, srq: u32) -> u32;
+    /// DESTROY_SRQ.
+    fn destroy_srq(&self, srq: u32);
+
+    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell.
+    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>);
+    /// SQ doorbell (`qp_handle | 1<<30`).
+    fn ring_send(&self, qp: u32);
+    /// Writes RQ WQE `index` and publishes it; no doorbell.
+    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>);
+    /// RQ doorbell (`qp_handle | 1<<31`).
+    fn ring_recv(&self, qp: u32);
+    /// Writes SRQ WQE `index` and publishes it; no doorbell.
+    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>);
+    /// SRQ doorbell (`srq_handle | 1<<30`).
+    fn ring_srq(&self, srq: u32);
+    /// Takes the next CQE of `cq`, if any.
+    fn poll_cq(&self, cq: u32) -> Option<HwCqe>;
+    /// True if `cq` holds an unpolled CQE (the re-check after arming, pitfall 11).
+    fn cq_has_entries(&self, cq: u32) -> bool;
+    /// Arm doorbell: `CQ_ARM_SOL` if `solicited_only`, else `CQ_ARM`.
+    fn arm_cq(&self, cq: u32, solicited_only: bool);
+}
+
+/// Largest power of two ≤ `n` (0 for 0): ring sizes the device accepts (M11).
+pub const fn pow2_floor(n: u32) -> u32 {
+    if n == 0 {
+        0
+    } else {
+        1 << (31 - n.leading_zeros())
+    }
+}
+
+/// Smallest power of two ≥ `n` (1 for 0), `None` above 2^31.
+pub const fn pow2_ceil(n: u32) -> Option<u32> {
+    n.checked_next_power_of_two()
+}

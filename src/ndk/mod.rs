@@ -1,0 +1,46 @@
+//! The NDK provider object layer: every NDKPI object over the PVRDMA device
+//! (shared/reference/ndkpi.md §1, §2, §5; pvrdma.md §1 "NDK → PVRDMA mapping").
+//!
+//! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`],
+//! [`connector`], [`listener`], [`shared_endpoint`]), each safe code over the object
+//! framework ([`object`]) and the hardware seam ([`hw`]). [`dispatch`] holds the ten
+//! dispatch tables and all `extern "system"` entry points; [`completion`] maps CQEs to
+//! NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping.
+//!
+//! Entry points for the NDIS glue: [`NdkDevice::new`] at device start,
+//! [`NdkDevice::open_adapter`] from OpenNDKAdapterHandler, [`dispatch::close_adapter`] from
+//! CloseNDKAdapterHandler, and the `NdkDevice` event methods from the device's DPCs.
+
+pub mod adapter;
+pub mod completion;
+pub mod connector;
+pub mod cq;
+pub mod dispatch;
+pub mod error;
+pub mod hw;
+pub mod listener;
+pub mod mr;
+pub mod mw;
+pub mod object;
+pub mod pd;
+pub mod qp;
+pub mod shared_endpoint;
+pub mod srq;
+mod sync;
+
+pub use adapter::{NdkDevice, negotiate_version};
+pub use error::{HwError, NdkError};
+pub use hw::{Hardware, HwCaps, HwCqe};
+pub use qp::Qp;
+
+/// Marks a QP connected (initiator requests accepted) or not. The connection manager (a
+/// later issue) calls this on RTS; tests use it to drive the initiator queue.
+///
+/// # Safety
+/// `qp` was returned by this provider's NdkCreateQp(WithSrq) and is not closed.
+pub unsafe fn set_qp_connected(qp: *mut crate::ndkpi::NDK_QP, connected: bool) {
+    // SAFETY: caller contract.
+    if let Some(q) = unsafe { object::ObjRef::<Qp>::borrow(qp) } {
+        q.set_connected(connected);
+    }
+}

@@ -1,0 +1,279 @@
+//! NDK_MR over PVRDMA MRs (ndkpi.md §5.7; pvrdma.md §1 mapping, §9 MRs, M24–M27).
+//!
+//! An MR is created empty and is either registered (NdkRegisterMr → CREATE_MR flags 0) or,
+//! for a fast-register MR, initialized (NdkInitializeFastRegisterMr → CREATE_MR flags FRMR)
+//! and then fast-registered by work requests, each of which gives it a new key: the key byte
+//! (bits 7..0) advances, the MR index stays (M24, M26).
+//!
+//! Because the adapter reports RDMA_READ_SINK_NOT_REQUIRED (Project decision (b)), any MR may
+//! be an RDMA-read sink; the device writes read responses only into LOCAL_WRITE memory
+//! (pvrdma.md §14), so LOCAL_WRITE is always granted. It is local access only.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use super::dispatch;
+use super::error::{NdkError, NdkResult};
+use super::hw::{MrKeys, MrSpec, access};
+use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::pd::{Pd, take_successor};
+use super::sync::SpinLock;
+use crate::ndkpi::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MrState {
+    Idle,
+    Registered(MrKeys),
+    FastReg {
+        keys: MrKeys,
+        max_pages: u32,
+        remote: bool,
+    },
+}
+
+/// A memory region.
+pub struct Mr {
+    life: Lifetime,
+    pd: ObjRef<Pd>,
+    fast: bool,
+    state: SpinLock<MrState>,
+    // Current key of a fast-register MR (changes at each NdkFastRegister).
+    key: AtomicU32,
+}
+
+impl NdkObject for Mr {
+    type Ndk = NDK_MR;
+    fn lifetime(&self) -> &Lifetime {
+        &self.life
+    }
+    fn teardown(&self) {
+        let st = core::mem::replace(&mut *self.state.lock(), MrState::Idle);
+        match st {
+            MrState::Registered(k) | MrState::FastReg { keys: k, .. } => {
+                self.pd.adapter().hw().destroy_mr(k.handle)
+            }
+            MrState::Idle => {}
+        }
+    }
+    fn release_antecedents(&self) {
+        self.pd.put();
+    }
+}
+
+/// The virtually contiguous span an MDL chain describes (checked by the caller, which reads
+/// the consumer's MDLs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MdlSpan {
+    /// `MmGetMdlVirtualAddress` of the first MDL: the region's base index.
+    pub va: u64,
+    /// Bytes from `va` covered by MDLs that each start where the previous one ended.
+    pub contiguous: u64,
+}
+
+/// A fast-register request checked against the MR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastRegTicket {
+    /// FRMR handle.
+    pub handle: u32,
+    /// The key the MR gets.
+    pub new_key: u32,
+}
+
+const MR_FLAGS_ALL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE
+    | NDK_MR_FLAG_ALLOW_REMOTE_READ
+    | NDK_MR_FLAG_ALLOW_REMOTE_WRITE
+    | NDK_MR_FLAG_RDMA_READ_SINK;
+
+impl Mr {
+    /// NdkCreateMr: an empty MR for NdkRegisterMr (`fast` = false) or for fast registration.
+    pub fn create(pd: &ObjRef<Pd>, fast: bool) -> NdkResult<ObjRef<Mr>> {
+        take_successor(pd)?;
+        let ndk = NDK_MR {
+            Header: header(pd.adapter().version(), NdkObjectTypeMr),
+            Dispatch: &dispatch::MR_DISPATCH,
+        };
+        ObjRef::try_new(
+            ndk,
+            Mr {
+                life: Lifetime::new(),
+                pd: pd.clone(),
+                fast,
+                state: SpinLock::new(MrState::Idle),
+                key: AtomicU32::new(0),
+            },
+        )
+        .inspect_err(|_| pd.put())
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &ObjRef<Pd> {
+        &self.pd
+    }
+
+    /// NdkRegisterMr (completes inline).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST on a fast-register MR or one already registered;
+    /// STATUS_INVALID_PARAMETER for unknown flags, REMOTE_WRITE without LOCAL_WRITE (0x4),
+    /// length 0 or above MaxRegistrationSize, an MDL chain not virtually contiguous for
+    /// `length` bytes, or a zero-based VA.
+    pub fn register(&self, span: MdlSpan, length: usize, flags: u32) -> NdkResult<()> {
+        if self.fast {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        if flags & !MR_FLAGS_ALL != 0 || (flags & 0x4 != 0 && flags & 0x1 == 0) {
+            return Err(NdkError::InvalidParameter);
+        }
+        let length = length as u64;
+        let max = self.pd.adapter().info().MaxRegistrationSize as u64;
+        if length == 0 || length > max || length > span.contiguous || span.va == 0 {
+            return Err(NdkError::InvalidParameter);
+        }
+        span.va
+            .checked_add(length)
+            .ok_or(NdkError::InvalidParameter)?;
+        let mut access = access::LOCAL_WRITE;
+        if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
+            access |= access::REMOTE_READ;
+        }
+        if flags & NDK_MR_FLAG_ALLOW_REMOTE_WRITE == NDK_MR_FLAG_ALLOW_REMOTE_WRITE {
+            access |= access::REMOTE_WRITE;
+        }
+        let mut st = self.state.lock();
+        if *st != MrState::Idle {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        let keys = self.pd.adapter().hw().create_mr(
+            self.pd.handle(),
+            &MrSpec::Normal {
+                start: span.va,
+                length,
+                access,
+            },
+        )?;
+        *st = MrState::Registered(keys);
+        Ok(())
+    }
+
+    /// NdkDeregisterMr (completes inline).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST if the MR is not registered.
+    pub fn deregister(&self) -> NdkResult<()> {
+        let mut st = self.state.lock();
+        match *st {
+            MrState::Registered(k) => {
+                self.pd.adapter().hw().destroy_mr(k.handle);
+                *st = MrState::Idle;
+                Ok(())
+            }
+            _ => Err(NdkError::InvalidDeviceRequest),
+        }
+    }
+
+    /// NdkInitializeFastRegisterMr (completes inline). A repeated call replaces the FRMR.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST on a non-fast MR; STATUS_INVALID_PARAMETER for 0 pages;
+    /// STATUS_IMPLEMENTATION_LIMIT above FRMRPageCount (`max_fast_reg_page_list_len`).
+    pub fn initialize_fast_register(&self, pages: u32, remote: bool) -> NdkResult<()> {
+        if !self.fast {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        if pages == 0 {
+            return Err(NdkError::InvalidParameter);
+        }
+        if pages > self.pd.adapter().info().FRMRPageCount {
+            return Err(NdkError::ImplementationLimit);
+        }
+        let hw = self.pd.adapter().hw();
+        let mut st = self.state.lock();
+        if let MrState::FastReg { keys, .. } = *st {
+            hw.destroy_mr(keys.handle);
+            *st = MrState::Idle;
+        }
+        let keys = hw.create_mr(self.pd.handle(), &MrSpec::FastReg { max_pages: pages })?;
+        self.key.store(keys.rkey, Ordering::Relaxed);
+        *st = MrState::FastReg {
+            keys,
+            max_pages: pages,
+            remote,
+        };
+        Ok(())
+    }
+
+    /// NdkGetLocalTokenFromMr (0 before registration or initialization).
+    pub fn local_token(&self) -> u32 {
+        match *self.state.lock() {
+            MrState::Registered(k) => k.lkey,
+            MrState::FastReg { .. } => self.key.load(Ordering::Relaxed),
+            MrState::Idle => 0,
+        }
+    }
+
+    /// NdkGetRemoteTokenFromMr (0 before registration or initialization).
+    pub fn remote_token(&self) -> u32 {
+        match *self.state.lock() {
+            MrState::Registered(k) => k.rkey,
+            MrState::FastReg { .. } => self.key.load(Ordering::Relaxed),
+            MrState::Idle => 0,
+        }
+    }
+
+    /// Checks an NdkFastRegister of `pages` pages from a QP of PD `pd_handle`.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER if the MR is not an initialized FRMR of that PD or `pages`
+    /// exceeds its capacity; STATUS_ACCESS_VIOLATION for remote access on an MR initialized
+    /// without RemoteAccess.
+    pub fn check_fast_register(
+        &self,
+        pd_handle: u32,
+        pages: u32,
+        wants_remote: bool,
+    ) -> NdkResult<FastRegTicket> {
+        if self.pd.handle() != pd_handle {
+            return Err(NdkError::InvalidParameter);
+        }
+        match *self.state.lock() {
+            MrState::FastReg {
+                keys,
+                max_pages,
+                remote,
+            } => {
+                if pages == 0 || pages > max_pages {
+                    return Err(NdkError::InvalidParameter);
+                }
+                if wants_remote && !remote {
+                    return Err(NdkError::AccessViolation);
+                }
+                let cur = self.key.load(Ordering::Relaxed);
+                Ok(FastRegTicket {
+                    handle: keys.handle,
+                    new_key: (cur & !0xFF) | (cur.wrapping_add(1) & 0xFF),
+                })
+            }
+            _ => Err(NdkError::InvalidParameter),
+        }
+    }
+
+    /// The fast-register WQE is posted: the new key is the MR's token from now on.
+    pub fn commit_key(&self, key: u32) {
+        self.key.store(key, Ordering::Relaxed);
+    }
+
+    /// The key NdkInvalidate must name: only fast-register MRs of `pd_handle` qualify
+    /// (an NdkRegisterMr MR is deregistered, never invalidated, §5.7).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER otherwise.
+    pub fn invalidate_key(&self, pd_handle: u32) -> NdkResult<u32> {
+        if self.pd.handle() != pd_handle {
+            return Err(NdkError::InvalidParameter);
+        }
+        match *self.state.lock() {
+            MrState::FastReg { .. } => Ok(self.key.load(Ordering::Relaxed)),
+            _ => Err(NdkError::InvalidParameter),
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The provider object framework (ndkpi.md §1.4–1.6, §5.1–5.2).
+//!
+//! Every provider object is a [`ProviderObject`]: `#[repr(C)]`, the consumer-visible
+//! `NDK_xxx` (header + dispatch pointer) at offset 0, then a memory reference count, then the
+//! object's state. The `NDK_xxx` pointer handed to the consumer is therefore also the
+//! provider object's address, and a thunk recovers the state from it without ever reading
+//! `Dispatch` back (§1.5: the consumer may overwrite it).
+//!
+//! Two counts, two questions:
+//! - **Memory** ([`ObjRef`]): how many Rust handles keep the allocation alive. The consumer's
+//!   handle is one of them, from creation until the close has drained; each thunk holds its
+//!   own while it runs (§5.1: the consumer may close the object from inside a completion the
+//!   provider is still delivering).
+//! - **Close** ([`Lifetime`]): the consumer's open handle, every successor (§1.6), every
+//!   request that will complete asynchronously and every event callback in progress. The
+//!   close returns STATUS_SUCCESS when it drops the last of these and STATUS_PENDING
+//!   otherwise; whoever drops the last one later tears the object down, calls CloseCompletion
+//!   (the last callback for the object, §5.1), and only then releases the object's
+//!   antecedents, so an antecedent's close never completes before a successor's
+//!   CloseCompletion has returned (§5.2).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use super::dispatch;
+use super::error::{NdkError, NdkResult};
+use super::sync::SpinLock;
+use crate::ndkpi::*;
+
+/// State of one kind of provider object.
+pub trait NdkObject: Send + Sync + Sized {
+    /// The consumer-visible `NDK_xxx` struct.
+    type Ndk;
+    /// Close bookkeeping of this object.
+    fn lifetime(&self) -> &Lifetime;
+    /// The close has drained: release device resources. Runs before CloseCompletion.
+    fn teardown(&self) {}
+    /// CloseCompletion has returned (or the close completed inline): drop this object's
+    /// successor counts on its antecedents.
+    fn release_antecedents(&self) {}
+}
+
+/// `#[repr(C)]`: `ndk` must stay at offset 0 (see the module docs). The `UnsafeCell` is what
+/// lets the consumer write `Dispatch` (or its reserved header block) while Rust holds shared
+/// references to the object.
+#[repr(C)]
+pub struct ProviderObject<T: NdkObject> {
+    ndk: UnsafeCell<T::Ndk>,
+    refs: AtomicUsize,
+    state: T,
+}
+
+/// A counted handle to a provider object (an `Arc` with a fallible constructor and a known
+/// data address).
+pub struct ObjRef<T: NdkObject> {
+    // INVARIANT: points to a live `ProviderObject<T>` allocated by `try_new`, and this handle
+    // owns one count of its `refs`.
+    ptr: NonNull<ProviderObject<T>>,
+}
+
+// SAFETY: the state is `Send + Sync` (trait bound). After publication the provider never
+// writes `ndk` and reads only the header's `ObjectType`, which the consumer does not write
+// (it owns only `NdkReserved` and may replace `Dispatch`), so sharing a handle across
+// threads adds no data race.
+unsafe impl<T: NdkObject> Send for ObjRef<T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T: NdkObject> Sync for ObjRef<T> {}
+
+/// Fallible heap allocation (non-paged pool in the kernel).
+///
+/// Stand-in for `crate::os::alloc::try_box` (drv-hw) until that seam is merged: the switch
+/// adds accounting and failure injection.
+pub fn try_box<T>(value: T) -> NdkResult<Box<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(1)
+        .map_err(|_| NdkError::InsufficientResources)?;
+    v.push(value);
+    let slice = v.into_boxed_slice();
+    let raw = Box::into_raw(slice).cast::<T>();
+    // SAFETY: a one-element boxed slice has the layout of `T` and came from the global
+    // allocator, so it is a valid `Box<T>` allocation.
+    Ok(unsafe { Box::from_raw(raw) })
+}
+
+/// Fallible `Vec` with `n` elements made by `f`; used for per-slot records at create time.
+pub fn try_vec<T>(n: usize, mut f: impl FnMut() -> T) -> NdkResult<Box<[T]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| NdkError::InsufficientResources)?;
+    for _ in 0..n {
+        v.push(f());
+    }
+    Ok(v.into_boxed_slice())
+}
+
+/// A fresh object header: negotiated version, type set, reserved block zero (§1.4).
+pub fn header(version: NDK_VERSION, ty: NDK_OBJECT_TYPE) -> NDK_OBJECT_HEADER {
+    NDK_OBJECT_HEADER {
+        Version: version,
+        ObjectType: ty,
+        NdkReserved: NDK_OBJECT_HEADER_RESERVED_BLOCK::ZERO,
+    }
+}
+
+impl<T: NdkObject> ObjRef<T> {
+    /// Allocates an object; `ndk` already carries its header and dispatch pointer.
+    pub fn try_new(ndk: T::Ndk, state: T) -> NdkResult<Self> {
+        let b = try_box(ProviderObject {
+            ndk: UnsafeCell::new(ndk),
+            refs: AtomicUsize::new(1),
+            state,
+        })?;
+        // INVARIANT: fresh allocation with one count, owned by the new handle.
+        Ok(ObjRef {
+            ptr: NonNull::from(Box::leak(b)),
+        })
+    }
+
+    fn obj(&self) -> &ProviderObject<T> {
+        // SAFETY: type invariant: the object is live while this handle exists.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The consumer-visible struct (also the provider object's address).
+    pub fn ndk_ptr(&self) -> *mut T::Ndk {
+        self.obj().ndk.get()
+    }
+
+    /// The object's header, the `NDK_OBJECT_HEADER*` consumers pass to close.
+    pub fn header_ptr(&self) -> *mut NDK_OBJECT_HEADER {
+        self.ndk_ptr().cast()
+    }
+
+    /// Hands this handle to the consumer: it becomes the consumer's count, reclaimed when the
+    /// close drains.
+    pub fn publish(self) -> *mut T::Ndk {
+        let p = self.ndk_ptr();
+        core::mem::forget(self);
+        p
+    }
+
+    /// A new counted handle to the object behind a consumer pointer; `None` for null.
+    ///
+    /// # Safety
+    /// `p` is null or was returned by [`ObjRef::publish`] for this `T`, and the object's close
+    /// has not drained (the consumer contract of §5.2: no calls after close, except from
+    /// completions this provider is delivering while holding its own handle).
+    pub unsafe fn borrow(p: *mut T::Ndk) -> Option<Self> {
+        // CAST: `ndk` is the first field of a `#[repr(C)]` struct and `UnsafeCell<N>` has the
+        // layout of `N`, so the object and its `NDK_xxx` share an address.
+        let ptr = NonNull::new(p.cast::<ProviderObject<T>>())?;
+        // SAFETY: caller contract: the object is live.
+        let obj = unsafe { ptr.as_ref() };
+        obj.refs.fetch_add(1, Ordering::Relaxed);
+        // INVARIANT: one count taken above.
+        Some(ObjRef { ptr })
+    }
+
+    /// Drops one close count (successor, request, callback); drains the object if it was the
+    /// last one after a close.
+    pub fn put(&self) {
+        if self.lifetime().put() {
+            self.finish(true);
+        }
+    }
+
+    /// NDK_FN_CLOSE_OBJECT: never fails; STATUS_SUCCESS if nothing is outstanding (no
+    /// callback), otherwise STATUS_PENDING and CloseCompletion once the last count drops.
+    pub fn close(&self, completion: Option<(NDK_FN_CLOSE_COMPLETION, usize)>) -> NTSTATUS {
+        match self.lifetime().close(completion) {
+            CloseOutcome::Drained => {
+                self.finish(false);
+                STATUS_SUCCESS
+            }
+            CloseOutcome::Pending => STATUS_PENDING,
+            // A second close breaks the consumer contract; the first one owns the teardown.
+            CloseOutcome::AlreadyClosing => STATUS_SUCCESS,
+        }
+    }
+
+    fn finish(&self, call_completion: bool) {
+        let state: &T = self;
+        state.teardown();
+        let completion = if call_completion {
+            state.lifetime().take_completion()
+        } else {
+            None
+        };
+        if let Some((cb, ctx)) = completion {
+            dispatch::call_close_completion(cb, ctx);
+        }
+        state.release_antecedents();
+        // Reclaim the consumer's count (published at creation).
+        // INVARIANT: `publish` forgot exactly this count, and a close drains exactly once.
+        drop(ObjRef { ptr: self.ptr });
+    }
+}
+
+impl<T: NdkObject> core::ops::Deref for ObjRef<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.obj().state
+    }
+}
+
+impl<T: NdkObject> Clone for ObjRef<T> {
+    fn clone(&self) -> Self {
+        self.obj().refs.fetch_add(1, Ordering::Relaxed);
+        // INVARIANT: one more count taken.
+        ObjRef { ptr: self.ptr }
+    }
+}
+
+impl<T: NdkObject> Drop for ObjRef<T> {
+    fn drop(&mut self) {
+        if self.obj().refs.fetch_sub(1, Ordering::Release) == 1 {
+            core::sync::atomic::fence(Ordering::Acquire);
+            // SAFETY: this was the last count, so no other handle or reference exists, and
+            // the allocation came from `Box` in `try_new`.
+            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+        }
+    }
+}
+
+impl<T: NdkObject> PartialEq for ObjRef<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
+/// Result of [`Lifetime::close`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// Nothing was outstanding: the close completes inline.
+    Drained,
+    /// Successors, requests or callbacks remain; the last one completes the close.
+    Pending,
+    /// The object was already closing.
+    AlreadyClosing,
+}
+
+const CLOSING: u64 = 1 << 63;
+
+/// Close bookkeeping: the consumer's open handle + successors + pending requests +
+/// callbacks in progress, and the close completion to call when they drain.
+pub struct Lifetime {
+    // Bit 63: close started. Bits 62..0: outstanding counts (1 = the open handle).
+    state: AtomicU64,
+    completion: SpinLock<Option<(NDK_FN_CLOSE_COMPLETION, usize)>>,
+}
+
+impl Default for Lifetime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Lifetime {
+    /// An open object with nothing outstanding.
+    pub const fn new() -> Self {
+        Lifetime {
+            state: AtomicU64::new(1),
+            completion: SpinLock::new(None),
+        }
+    }
+
+    /// Takes a count for a new successor, a pending request or a callback about to be
+    /// delivered; fails once the close has started (no new callbacks after a close, §5.2).
+    pub fn try_get(&self) -> bool {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                if s & CLOSING != 0 {
+                    None
+                } else {
+                    s.checked_add(1).filter(|n| n & CLOSING == 0)
+                }
+            })
+            .is_ok()
+    }
+
+    /// Drops a count; true if this drained a closing object (the caller finishes it).
+    pub fn put(&self) -> bool {
+        match self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                if s & !CLOSING == 0 { None } else { Some(s - 1) }
+            }) {
+            Ok(prev) => prev == (CLOSING | 1),
+            Err(_) => false,
+        }
+    }
+
+    /// Starts the close: stores the completion, drops the open handle.
+    pub fn close(&self, completion: Option<(NDK_FN_CLOSE_COMPLETION, usize)>) -> CloseOutcome {
+        if self.state.load(Ordering::Acquire) & CLOSING != 0 {
+            return CloseOutcome::AlreadyClosing;
+        }
+        *self.completion.lock() = completion;
+        let prev = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                if s & CLOSING != 0 || s == 0 {
+                    None
+                } else {
+                    Some((s - 1) | CLOSING)
+                }
+            });
+        match prev {
+            Ok(1) => {
+                // Completed inline: no CloseCompletion (§5.1).
+                *self.completion.lock() = None;
+                CloseOutcome::Drained
+            }
+            Ok(_) => CloseOutcome::Pending,
+            Err(_) => CloseOutcome::AlreadyClosing,
+        }
+    }
+
+    /// True once closed and drained.
+    pub fn is_drained(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CLOSING
+    }
+
+    /// True once the close has started.
+    pub fn is_closing(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLOSING != 0
+    }
+
+    /// Outstanding counts (tests and diagnostics).
+    pub fn outstanding(&self) -> u64 {
+        self.state.load(Ordering::Acquire) & !CLOSING
+    }
+
+    fn take_completion(&self) -> Option<(NDK_FN_CLOSE_COMPLETION, usize)> {
+        self.completion.lock().take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_with_nothing_outstanding_drains_inline() {
+        let l = Lifetime::new();
+        assert_eq!(l.close(None), CloseOutcome::Drained);
+        assert!(l.is_drained());
+        assert!(!l.try_get());
+    }
+
+    #[test]
+    fn close_pends_until_last_count_drops() {
+        let l = Lifetime::new();
+        assert!(l.try_get());
+        assert!(l.try_get());
+        assert_eq!(l.close(None), CloseOutcome::Pending);
+        assert!(!l.try_get(), "no new callbacks or successors after close");
+        assert!(!l.put());
+        assert_eq!(l.outstanding(), 1);
+        assert!(l.put());
+        assert!(l.is_drained());
+        assert!(!l.put(), "underflow is refused, not wrapped");
+        assert_eq!(l.close(None), CloseOutcome::AlreadyClosing);
+    }
+
+    #[test]
+    fn put_without_close_never_drains() {
+        let l = Lifetime::new();
+        assert!(l.try_get());
+        assert!(!l.put());
+        assert_eq!(l.outstanding(), 1);
+        assert!(!l.is_closing());
+    }
+}

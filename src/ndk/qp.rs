@@ -1,0 +1,615 @@
+//! NDK_QP over a PVRDMA RC QP (ndkpi.md §5.3, §5.5, §5.6, §5.7 NdkFastRegister/Invalidate,
+//! §5.8; pvrdma.md §1 mapping, §9, §10, §12).
+//!
+//! Posting: validate, record the slot, write the WQE (the hardware publishes `prod_tail`),
+//! then ring the doorbell unless the request carries NDK_OP_FLAG_DEFER. Deferred WQEs are
+//! already in the ring and share the doorbell of the next non-deferred request; an inline
+//! failure first rings for them, so a chain cut short by a failure still completes what it
+//! posted (§5.5). Posts take no lock (the consumer serializes each queue, §5.3) and never
+//! allocate.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use super::completion::{OrderedQueue, SlotRecord, make_result, split_wr_id, tag, wr_id};
+use super::cq::Cq;
+use super::dispatch;
+use super::error::{NdkError, NdkResult};
+use super::hw::{FastRegWqe, QpSpec, RecvWqe, SendWqe, WrOpcode, access, pow2_ceil, send_flags};
+use super::mr::Mr;
+use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::pd::{Pd, take_successor};
+use super::srq::Srq;
+use crate::ndkpi::*;
+
+/// Every NDK_OP_FLAG_* bit NDKPI defines.
+const KNOWN_FLAGS: u32 = NDK_OP_FLAG_SILENT_SUCCESS
+    | NDK_OP_FLAG_READ_FENCE
+    | NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT
+    | NDK_OP_FLAG_ALLOW_REMOTE_READ
+    | NDK_OP_FLAG_ALLOW_REMOTE_WRITE
+    | NDK_OP_FLAG_INLINE
+    | NDK_OP_FLAG_RDMA_READ_SINK
+    | NDK_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE
+    | NDK_OP_FLAG_DEFER;
+
+const COMMON: u32 = NDK_OP_FLAG_SILENT_SUCCESS | NDK_OP_FLAG_READ_FENCE | NDK_OP_FLAG_DEFER;
+const SEND_FLAGS: u32 = COMMON | NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT | NDK_OP_FLAG_INLINE;
+const WRITE_FLAGS: u32 = COMMON | NDK_OP_FLAG_INLINE;
+/// RDMA_READ_LOCAL_INVALIDATE is accepted and ignored: the capability is not reported
+/// (Project decision (b)).
+const READ_FLAGS: u32 = COMMON | NDK_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE;
+const FAST_REGISTER_FLAGS: u32 = COMMON
+    | NDK_OP_FLAG_ALLOW_REMOTE_READ
+    | NDK_OP_FLAG_ALLOW_REMOTE_WRITE
+    | NDK_OP_FLAG_RDMA_READ_SINK;
+const INVALIDATE_FLAGS: u32 = COMMON;
+
+/// Flag check shared by the initiator requests.
+///
+/// # Errors
+/// STATUS_INVALID_PARAMETER for a bit NDKPI does not define or that the request does not
+/// take; STATUS_NOT_SUPPORTED for INLINE (MaxInlineDataSize is 0: the device has no inline
+/// data, pvrdma.md §1).
+pub fn check_flags(flags: u32, allowed: u32) -> NdkResult<()> {
+    if flags & !KNOWN_FLAGS != 0 || flags & !allowed != 0 {
+        return Err(NdkError::InvalidParameter);
+    }
+    if flags & NDK_OP_FLAG_INLINE != 0 {
+        return Err(NdkError::NotSupported);
+    }
+    Ok(())
+}
+
+fn wqe_flags(flags: u32) -> u32 {
+    let mut f = 0;
+    if flags & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
+        f |= send_flags::SIGNALED;
+    }
+    if flags & NDK_OP_FLAG_READ_FENCE != 0 {
+        f |= send_flags::FENCE;
+    }
+    if flags & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
+        f |= send_flags::SOLICITED;
+    }
+    f
+}
+
+/// NdkCreateQp / NdkCreateQpWithSrq parameters.
+pub struct QpParams {
+    /// `pReceiveCq`.
+    pub receive_cq: ObjRef<Cq>,
+    /// `pInitiatorCq`.
+    pub initiator_cq: ObjRef<Cq>,
+    /// `pSrq` (NdkCreateQpWithSrq).
+    pub srq: Option<ObjRef<Srq>>,
+    /// `QPContext`.
+    pub context: usize,
+    /// `ReceiveQueueDepth` (ignored with an SRQ).
+    pub receive_depth: u32,
+    /// `InitiatorQueueDepth`.
+    pub initiator_depth: u32,
+    /// `MaxReceiveRequestSge` (ignored with an SRQ).
+    pub max_receive_sge: u32,
+    /// `MaxInitiatorRequestSge`.
+    pub max_initiator_sge: u32,
+    /// `InlineDataSize`.
+    pub inline_data: u32,
+}
+
+/// A queue pair.
+pub struct Qp {
+    life: Lifetime,
+    pd: ObjRef<Pd>,
+    send_cq: ObjRef<Cq>,
+    recv_cq: ObjRef<Cq>,
+    srq: Option<ObjRef<Srq>>,
+    handle: u32,
+    context: usize,
+    sq: OrderedQueue,
+    rq: Option<OrderedQueue>,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_read_sge: u32,
+    max_transfer: u32,
+    connected: AtomicBool,
+    bad_cqes: AtomicU32,
+}
+
+impl NdkObject for Qp {
+    type Ndk = NDK_QP;
+    fn lifetime(&self) -> &Lifetime {
+        &self.life
+    }
+    fn teardown(&self) {
+        self.send_cq.detach(self.handle);
+        self.recv_cq.detach(self.handle);
+        self.pd.adapter().hw().destroy_qp(self.handle);
+    }
+    fn release_antecedents(&self) {
+        if let Some(srq) = &self.srq {
+            srq.put();
+        }
+        self.recv_cq.put();
+        self.send_cq.put();
+        self.pd.put();
+    }
+}
+
+impl Qp {
+    /// NdkCreateQp / NdkCreateQpWithSrq (complete inline).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for a depth or SGE count above the adapter limits, inline
+    /// data above MaxInlineDataSize (0), CQs of another adapter or an SRQ of another PD;
+    /// STATUS_NOT_SUPPORTED for an SRQ on a device without SRQs.
+    pub fn create(pd: &ObjRef<Pd>, p: QpParams) -> NdkResult<ObjRef<Qp>> {
+        let adapter = pd.adapter();
+        let info = adapter.info();
+        if p.srq.is_some() && info.MaxSrqDepth == 0 {
+            return Err(NdkError::NotSupported);
+        }
+        let with_rq = p.srq.is_none();
+        if p.initiator_depth > info.MaxInitiatorQueueDepth
+            || p.max_initiator_sge > info.MaxInitiatorRequestSge
+            || p.inline_data > info.MaxInlineDataSize
+            || (with_rq
+                && (p.receive_depth > info.MaxReceiveQueueDepth
+                    || p.max_receive_sge > info.MaxReceiveRequestSge))
+        {
+            return Err(NdkError::InvalidParameter);
+        }
+        if p.receive_cq.adapter() != adapter || p.initiator_cq.adapter() != adapter {
+            return Err(NdkError::InvalidParameter);
+        }
+        if p.srq.as_ref().is_some_and(|s| s.pd() != pd) {
+            return Err(NdkError::InvalidParameter);
+        }
+        let sq_ring = pow2_ceil(p.initiator_depth).ok_or(NdkError::InvalidParameter)?;
+        let rq_ring = if with_rq {
+            pow2_ceil(p.receive_depth).ok_or(NdkError::InvalidParameter)?
+        } else {
+            0
+        };
+        let sq = OrderedQueue::new(p.initiator_depth, sq_ring)?;
+        let rq = if with_rq {
+            Some(OrderedQueue::new(p.receive_depth, rq_ring)?)
+        } else {
+            None
+        };
+        // Successor counts: PD, both CQs (one per role), SRQ (§1.6).
+        take_successor(pd)?;
+        if let Err(e) = take_successor(&p.initiator_cq) {
+            pd.put();
+            return Err(e);
+        }
+        if let Err(e) = take_successor(&p.receive_cq) {
+            p.initiator_cq.put();
+            pd.put();
+            return Err(e);
+        }
+        if let Some(Err(e)) = p.srq.as_ref().map(take_successor) {
+            {
+                p.receive_cq.put();
+                p.initiator_cq.put();
+                pd.put();
+                return Err(e);
+            }
+        }
+        let undo = |srq: &Option<ObjRef<Srq>>| {
+            if let Some(s) = srq {
+                s.put();
+            }
+            p.receive_cq.put();
+            p.initiator_cq.put();
+            pd.put();
+        };
+        let hw = adapter.hw();
+        let spec = QpSpec {
+            pd: pd.handle(),
+            send_cq: p.initiator_cq.handle(),
+            recv_cq: p.receive_cq.handle(),
+            srq: p.srq.as_ref().map(|s| s.handle()),
+            max_send_wr: sq_ring,
+            max_recv_wr: rq_ring,
+            max_send_sge: p.max_initiator_sge.max(1),
+            max_recv_sge: if with_rq { p.max_receive_sge.max(1) } else { 0 },
+        };
+        let handle = match hw.create_qp(&spec) {
+            Ok(h) => h,
+            Err(e) => {
+                undo(&p.srq);
+                return Err(e.into());
+            }
+        };
+        let ndk = NDK_QP {
+            Header: header(adapter.version(), NdkObjectTypeQp),
+            Dispatch: &dispatch::QP_DISPATCH,
+        };
+        let max_recv_sge = match &p.srq {
+            Some(s) => s.max_sge(),
+            None => p.max_receive_sge,
+        };
+        let qp = match ObjRef::try_new(
+            ndk,
+            Qp {
+                life: Lifetime::new(),
+                pd: pd.clone(),
+                send_cq: p.initiator_cq.clone(),
+                recv_cq: p.receive_cq.clone(),
+                srq: p.srq.clone(),
+                handle,
+                context: p.context,
+                sq,
+                rq,
+                max_send_sge: p.max_initiator_sge,
+                max_recv_sge,
+                max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
+                max_transfer: info.MaxTransferLength,
+                connected: AtomicBool::new(false),
+                bad_cqes: AtomicU32::new(0),
+            },
+        ) {
+            Ok(q) => q,
+            Err(e) => {
+                hw.destroy_qp(handle);
+                undo(&p.srq);
+                return Err(e);
+            }
+        };
+        let attached = p
+            .initiator_cq
+            .attach(&qp)
+            .and_then(|()| p.receive_cq.attach(&qp));
+        if let Err(e) = attached {
+            p.initiator_cq.detach(handle);
+            p.receive_cq.detach(handle);
+            drop(qp);
+            hw.destroy_qp(handle);
+            undo(&p.srq);
+            return Err(e);
+        }
+        Ok(qp)
+    }
+
+    /// Device handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The consumer's QPContext.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// CQEs for this QP that named no outstanding request (diagnostics).
+    pub fn bad_cqes(&self) -> u32 {
+        self.bad_cqes.load(Ordering::Relaxed)
+    }
+
+    /// The connection reached RTS: initiator requests are accepted from now on. Called by the
+    /// connection manager (a later issue) after its MODIFY_QP to RTS.
+    pub fn set_connected(&self, connected: bool) {
+        self.connected.store(connected, Ordering::Release);
+    }
+
+    /// Retires the request a CQE completes and builds its result (`None` for a silent
+    /// success or a CQE that names no outstanding request).
+    pub fn complete(&self, cqe: &super::hw::HwCqe) -> Option<NDK_RESULT_EX> {
+        let (t, index) = split_wr_id(cqe.wr_id);
+        let rec = match t {
+            tag::SQ => self.sq.retire(index),
+            tag::RQ => self.rq.as_ref().and_then(|q| q.retire(index)),
+            tag::SRQ => self.srq.as_ref().and_then(|s| s.retire(index)),
+            _ => None,
+        };
+        match rec {
+            Some(rec) => make_result(&rec, cqe, self.context),
+            None => {
+                self.bad_cqes.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn check_sges(&self, sges: &[NDK_SGE], max: u32) -> NdkResult<()> {
+        if sges.len() > max as usize {
+            return Err(NdkError::InvalidParameter);
+        }
+        let mut total: u64 = 0;
+        for s in sges {
+            total = total.saturating_add(u64::from(s.Length));
+        }
+        if total > u64::from(self.max_transfer) {
+            return Err(NdkError::InvalidParameter);
+        }
+        Ok(())
+    }
+
+    fn ring_deferred(&self) {
+        if self.sq.doorbell_pending() {
+            self.pd.adapter().hw().ring_send(self.handle);
+            self.sq.mark_rung();
+        }
+    }
+
+    /// The common initiator path: on any inline failure the deferred WQEs are indicated
+    /// first (§5.5).
+    fn post_initiator<'a>(
+        &self,
+        flags: u32,
+        allowed: u32,
+        build: impl FnOnce() -> NdkResult<(SlotRecord, SendWqe<'a>)>,
+        posted: impl FnOnce(),
+    ) -> NdkResult<()> {
+        let r = self.try_post_initiator(flags, allowed, build, posted);
+        if r.is_err() {
+            self.ring_deferred();
+        }
+        r
+    }
+
+    fn try_post_initiator<'a>(
+        &self,
+        flags: u32,
+        allowed: u32,
+        build: impl FnOnce() -> NdkResult<(SlotRecord, SendWqe<'a>)>,
+        posted: impl FnOnce(),
+    ) -> NdkResult<()> {
+        if !self.connected.load(Ordering::Acquire) {
+            return Err(NdkError::ConnectionInvalid);
+        }
+        check_flags(flags, allowed)?;
+        let (rec, mut wqe) = build()?;
+        let index = self.sq.reserve(&rec)?;
+        wqe.wr_id = wr_id(tag::SQ, index);
+        let hw = self.pd.adapter().hw();
+        hw.write_send_wqe(self.handle, index, &wqe);
+        self.sq.commit(index);
+        posted();
+        if flags & NDK_OP_FLAG_DEFER == 0 {
+            hw.ring_send(self.handle);
+            self.sq.mark_rung();
+        }
+        Ok(())
+    }
+
+    fn record(ctx: usize, op: NDK_OPERATION_TYPE, flags: u32) -> SlotRecord {
+        SlotRecord {
+            request_context: ctx,
+            op,
+            signaled: flags & NDK_OP_FLAG_SILENT_SUCCESS == 0,
+        }
+    }
+
+    fn plain_wqe<'a>(opcode: WrOpcode, flags: u32, sges: &'a [NDK_SGE]) -> SendWqe<'a> {
+        SendWqe {
+            wr_id: 0,
+            opcode,
+            send_flags: wqe_flags(flags),
+            sges,
+            remote_addr: 0,
+            rkey: 0,
+            invalidate_rkey: 0,
+            fast_reg: None,
+        }
+    }
+
+    /// NdkSend, or NdkSendAndInvalidate with `invalidate` (sender Type is Send either way).
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID, STATUS_INVALID_PARAMETER (flags, SGE count above the QP's
+    /// MaxInitiatorRequestSge, total above MaxTransferLength), STATUS_NOT_SUPPORTED (INLINE),
+    /// STATUS_INSUFFICIENT_RESOURCES (queue full).
+    pub fn send(
+        &self,
+        ctx: usize,
+        sges: &[NDK_SGE],
+        flags: u32,
+        invalidate: Option<u32>,
+    ) -> NdkResult<()> {
+        self.post_initiator(
+            flags,
+            SEND_FLAGS,
+            || {
+                self.check_sges(sges, self.max_send_sge)?;
+                let mut wqe = match invalidate {
+                    Some(_) => Self::plain_wqe(WrOpcode::SendWithInv, flags, sges),
+                    None => Self::plain_wqe(WrOpcode::Send, flags, sges),
+                };
+                wqe.invalidate_rkey = invalidate.unwrap_or(0);
+                Ok((Self::record(ctx, NdkOperationTypeSend, flags), wqe))
+            },
+            || {},
+        )
+    }
+
+    /// NdkRead (`read`) or NdkWrite.
+    ///
+    /// # Errors
+    /// As [`Self::send`]; a read's SGE count is bounded by MaxReadRequestSge too.
+    pub fn rdma(
+        &self,
+        read: bool,
+        ctx: usize,
+        sges: &[NDK_SGE],
+        remote_addr: u64,
+        rkey: u32,
+        flags: u32,
+    ) -> NdkResult<()> {
+        let (allowed, max, opcode, op) = if read {
+            (
+                READ_FLAGS,
+                self.max_read_sge,
+                WrOpcode::RdmaRead,
+                NdkOperationTypeRead,
+            )
+        } else {
+            (
+                WRITE_FLAGS,
+                self.max_send_sge,
+                WrOpcode::RdmaWrite,
+                NdkOperationTypeWrite,
+            )
+        };
+        self.post_initiator(
+            flags,
+            allowed,
+            || {
+                self.check_sges(sges, max)?;
+                let mut wqe = Self::plain_wqe(opcode, flags, sges);
+                wqe.remote_addr = remote_addr;
+                wqe.rkey = rkey;
+                Ok((Self::record(ctx, op, flags), wqe))
+            },
+            || {},
+        )
+    }
+
+    /// NdkFastRegister (§5.7).
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID; STATUS_ACCESS_VIOLATION for remote access on an MR
+    /// initialized without RemoteAccess; STATUS_INVALID_PARAMETER for flags, an MR that is not
+    /// an initialized FRMR of this PD, 0 pages or more than its capacity, unaligned pages,
+    /// FBO ≥ PAGE_SIZE, Length above pages·PAGE_SIZE − FBO or 4 GiB, a BaseVirtualAddress not
+    /// ≡ FBO (mod PAGE_SIZE), or 0 (zero-based VAs are not supported).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fast_register(
+        &self,
+        ctx: usize,
+        mr: &ObjRef<Mr>,
+        pages: &[NDK_LOGICAL_ADDRESS],
+        fbo: u32,
+        length: usize,
+        base_va: u64,
+        flags: u32,
+    ) -> NdkResult<()> {
+        let ticket = core::cell::Cell::new(None);
+        self.post_initiator(
+            flags,
+            FAST_REGISTER_FLAGS,
+            || {
+                let remote =
+                    flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | NDK_OP_FLAG_ALLOW_REMOTE_WRITE) != 0;
+                // 0x20 alone is not an NDK flag: remote write includes local write (0x30).
+                if flags & 0x20 != 0 && flags & NDK_OP_FLAG_ALLOW_LOCAL_WRITE == 0 {
+                    return Err(NdkError::InvalidParameter);
+                }
+                let count = u32::try_from(pages.len()).map_err(|_| NdkError::InvalidParameter)?;
+                let t = mr.check_fast_register(self.pd.handle(), count, remote)?;
+                let page = PAGE_SIZE as u64;
+                if pages.iter().any(|&a| (a as u64) & (page - 1) != 0) {
+                    return Err(NdkError::InvalidParameter);
+                }
+                let fbo64 = u64::from(fbo);
+                let span = u64::from(count) * page;
+                let length64 = length as u64;
+                if fbo64 >= page || length64 > span - fbo64 || length64 > u64::from(u32::MAX) {
+                    return Err(NdkError::InvalidParameter);
+                }
+                if base_va == 0 || base_va & (page - 1) != fbo64 {
+                    return Err(NdkError::InvalidParameter);
+                }
+                base_va
+                    .checked_add(length64)
+                    .ok_or(NdkError::InvalidParameter)?;
+                let mut acc = access::LOCAL_WRITE;
+                if flags & NDK_OP_FLAG_ALLOW_REMOTE_READ != 0 {
+                    acc |= access::REMOTE_READ;
+                }
+                if flags & NDK_OP_FLAG_ALLOW_REMOTE_WRITE == NDK_OP_FLAG_ALLOW_REMOTE_WRITE {
+                    acc |= access::REMOTE_WRITE;
+                }
+                ticket.set(Some(t));
+                let mut wqe = Self::plain_wqe(WrOpcode::FastRegMr, flags, &[]);
+                wqe.fast_reg = Some(FastRegWqe {
+                    mr_handle: t.handle,
+                    iova_start: base_va,
+                    pages,
+                    length: length64 as u32,
+                    access: acc,
+                    key: t.new_key,
+                });
+                Ok((Self::record(ctx, NdkOperationTypeFastRegister, flags), wqe))
+            },
+            || {
+                if let Some(t) = ticket.get() {
+                    mr.commit_key(t.new_key);
+                }
+            },
+        )
+    }
+
+    /// NdkInvalidate of a fast-registered MR (MWs do not exist, §5.7).
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID; STATUS_INVALID_PARAMETER for flags or a target that is not
+    /// a fast-register MR of this PD.
+    pub fn invalidate(&self, ctx: usize, mr: &ObjRef<Mr>, flags: u32) -> NdkResult<()> {
+        self.post_initiator(
+            flags,
+            INVALIDATE_FLAGS,
+            || {
+                let key = mr.invalidate_key(self.pd.handle())?;
+                let mut wqe = Self::plain_wqe(WrOpcode::LocalInv, flags, &[]);
+                wqe.invalidate_rkey = key;
+                Ok((Self::record(ctx, NdkOperationTypeInvalidate, flags), wqe))
+            },
+            || {},
+        )
+    }
+
+    /// An initiator request whose target is invalid (NdkInvalidate of a non-MR header):
+    /// fails like any other inline failure, deferred WQEs first.
+    pub fn fail_initiator(&self, e: NdkError) -> NdkResult<()> {
+        self.ring_deferred();
+        if !self.connected.load(Ordering::Acquire) {
+            return Err(NdkError::ConnectionInvalid);
+        }
+        Err(e)
+    }
+
+    /// NdkBind: memory windows are not supported (pvrdma.md §1).
+    pub fn bind(&self) -> NdkResult<()> {
+        self.ring_deferred();
+        Err(NdkError::NotSupported)
+    }
+
+    /// NdkReceive: allowed before the connection exists (receives are pre-posted).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST on a QP with an SRQ; STATUS_INVALID_PARAMETER for an SGE
+    /// count above the QP's MaxReceiveRequestSge or a total above MaxTransferLength;
+    /// STATUS_INSUFFICIENT_RESOURCES when the queue is full.
+    pub fn receive(&self, ctx: usize, sges: &[NDK_SGE]) -> NdkResult<()> {
+        let rq = self.rq.as_ref().ok_or(NdkError::InvalidDeviceRequest)?;
+        self.check_sges(sges, self.max_recv_sge)?;
+        let index = rq.reserve(&SlotRecord {
+            request_context: ctx,
+            op: NdkOperationTypeReceive,
+            signaled: true,
+        })?;
+        let hw = self.pd.adapter().hw();
+        hw.write_recv_wqe(
+            self.handle,
+            index,
+            &RecvWqe {
+                wr_id: wr_id(tag::RQ, index),
+                sges,
+            },
+        );
+        rq.commit(index);
+        hw.ring_recv(self.handle);
+        rq.mark_rung();
+        Ok(())
+    }
+
+    /// NdkFlush: MODIFY_QP → ERR; the device completes every outstanding request with
+    /// WR_FLUSH_ERR, reported as STATUS_CANCELLED (§5.6, M32). Deferred WQEs are indicated
+    /// first so they are flushed too.
+    pub fn flush(&self) {
+        self.ring_deferred();
+        self.pd.adapter().hw().flush_qp(self.handle);
+    }
+}

@@ -1,0 +1,281 @@
+//! NDK_SRQ over a PVRDMA SRQ (ndkpi.md §5.9; pvrdma.md §1 SRQ mapping, M43–M47).
+//!
+//! SRQ receives complete out of slot order (several QPs draw from one SRQ, M46), so each
+//! posted receive takes a record from a fixed pool and its `wr_id` names the record, not
+//! the ring slot; the record is freed when the CQE arrives on the consuming QP's receive CQ.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+use super::completion::{SlotRecord, tag, wr_id};
+use super::dispatch;
+use super::error::{NdkError, NdkResult};
+use super::hw::{RecvWqe, SrqSpec, pow2_ceil};
+use super::object::{Lifetime, NdkObject, ObjRef, header, try_vec};
+use super::pd::{Pd, take_successor};
+use crate::ndkpi::*;
+
+struct Record {
+    busy: AtomicBool,
+    context: AtomicUsize,
+}
+
+/// NdkCreateSrq parameters.
+pub struct SrqParams {
+    /// `SrqDepth`.
+    pub depth: u32,
+    /// `MaxReceiveRequestSge`.
+    pub max_sge: u32,
+    /// `NotifyThreshold`.
+    pub threshold: u32,
+    /// `SrqNotification`.
+    pub notify: Option<NDK_FN_SRQ_NOTIFICATION_CALLBACK>,
+    /// `SrqNotificationContext`.
+    pub notify_context: usize,
+    /// `*Affinity`.
+    pub affinity: Option<GROUP_AFFINITY>,
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    life: Lifetime,
+    pd: ObjRef<Pd>,
+    handle: u32,
+    ring: u32,
+    cap: AtomicU32,
+    max_sge: u32,
+    notify: Option<NDK_FN_SRQ_NOTIFICATION_CALLBACK>,
+    notify_context: usize,
+    affinity: Option<GROUP_AFFINITY>,
+    armed: AtomicBool,
+    errored: AtomicBool,
+    records: alloc::boxed::Box<[Record]>,
+    cursor: AtomicU32,
+    outstanding: AtomicU32,
+    posted: AtomicU32,
+}
+
+impl NdkObject for Srq {
+    type Ndk = NDK_SRQ;
+    fn lifetime(&self) -> &Lifetime {
+        &self.life
+    }
+    fn teardown(&self) {
+        let adapter = self.pd.adapter();
+        adapter.device().unregister_srq(self.handle);
+        adapter.hw().destroy_srq(self.handle);
+    }
+    fn release_antecedents(&self) {
+        self.pd.put();
+    }
+}
+
+impl Srq {
+    /// NdkCreateSrq (completes inline).
+    ///
+    /// # Errors
+    /// STATUS_NOT_SUPPORTED without device SRQs (MaxSrqDepth 0); STATUS_INVALID_PARAMETER
+    /// for a depth of 0 or above MaxSrqDepth, or SGEs above MaxReceiveRequestSge.
+    pub fn create(pd: &ObjRef<Pd>, p: SrqParams) -> NdkResult<ObjRef<Srq>> {
+        let adapter = pd.adapter();
+        let info = adapter.info();
+        if info.MaxSrqDepth == 0 {
+            return Err(NdkError::NotSupported);
+        }
+        if p.depth == 0 || p.depth > info.MaxSrqDepth || p.max_sge > info.MaxReceiveRequestSge {
+            return Err(NdkError::InvalidParameter);
+        }
+        let ring = pow2_ceil(p.depth).ok_or(NdkError::InvalidParameter)?;
+        let records = try_vec(ring as usize, || Record {
+            busy: AtomicBool::new(false),
+            context: AtomicUsize::new(0),
+        })?;
+        take_successor(pd)?;
+        let hw = adapter.hw();
+        let handle = match hw.create_srq(&SrqSpec {
+            pd: pd.handle(),
+            max_wr: ring,
+            max_sge: p.max_sge.max(1),
+            limit: p.threshold.min(ring),
+        }) {
+            Ok(h) => h,
+            Err(e) => {
+                pd.put();
+                return Err(e.into());
+            }
+        };
+        let ndk = NDK_SRQ {
+            Header: header(adapter.version(), NdkObjectTypeSrq),
+            Dispatch: &dispatch::SRQ_DISPATCH,
+        };
+        let srq = match ObjRef::try_new(
+            ndk,
+            Srq {
+                life: Lifetime::new(),
+                pd: pd.clone(),
+                handle,
+                ring,
+                cap: AtomicU32::new(p.depth),
+                max_sge: p.max_sge,
+                notify: p.notify,
+                notify_context: p.notify_context,
+                affinity: p.affinity,
+                // Armed by a non-zero threshold; no check now, the SRQ starts empty (M45).
+                armed: AtomicBool::new(p.threshold > 0),
+                errored: AtomicBool::new(false),
+                records,
+                cursor: AtomicU32::new(0),
+                outstanding: AtomicU32::new(0),
+                posted: AtomicU32::new(0),
+            },
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                hw.destroy_srq(handle);
+                pd.put();
+                return Err(e);
+            }
+        };
+        if let Err(e) = adapter.device().register_srq(&srq) {
+            drop(srq);
+            hw.destroy_srq(handle);
+            pd.put();
+            return Err(e);
+        }
+        Ok(srq)
+    }
+
+    /// Device handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &ObjRef<Pd> {
+        &self.pd
+    }
+
+    /// SGEs per receive.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// The notification affinity given at creation.
+    pub fn affinity(&self) -> Option<GROUP_AFFINITY> {
+        self.affinity
+    }
+
+    /// NdkSrqReceive.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for too many SGEs; STATUS_INSUFFICIENT_RESOURCES when the
+    /// SRQ holds its depth of receives.
+    pub fn receive(&self, ctx: usize, sges: &[NDK_SGE]) -> NdkResult<()> {
+        if sges.len() > self.max_sge as usize {
+            return Err(NdkError::InvalidParameter);
+        }
+        if self.outstanding.load(Ordering::Acquire) >= self.cap.load(Ordering::Relaxed) {
+            return Err(NdkError::InsufficientResources);
+        }
+        let start = self.cursor.load(Ordering::Relaxed);
+        let mut found = None;
+        for k in 0..self.ring {
+            let id = start.wrapping_add(k) & (self.ring - 1);
+            if let Some(r) = self
+                .records
+                .get(id as usize)
+                .filter(|r| !r.busy.load(Ordering::Acquire))
+            {
+                found = Some((id, r));
+                break;
+            }
+        }
+        let (id, rec) = found.ok_or(NdkError::InsufficientResources)?;
+        rec.context.store(ctx, Ordering::Relaxed);
+        rec.busy.store(true, Ordering::Release);
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
+        let index = self.posted.load(Ordering::Relaxed);
+        let hw = self.pd.adapter().hw();
+        hw.write_srq_wqe(
+            self.handle,
+            index,
+            &RecvWqe {
+                wr_id: wr_id(tag::SRQ, id),
+                sges,
+            },
+        );
+        self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
+        hw.ring_srq(self.handle);
+        Ok(())
+    }
+
+    /// Frees the record a receive CQE names; `None` if it is not outstanding.
+    pub fn retire(&self, id: u32) -> Option<SlotRecord> {
+        let rec = self.records.get(id as usize)?;
+        let ctx = rec.context.load(Ordering::Acquire);
+        if !rec.busy.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        Some(SlotRecord {
+            request_context: ctx,
+            op: NdkOperationTypeReceive,
+            signaled: true,
+        })
+    }
+}
+
+impl ObjRef<Srq> {
+    /// NdkModifySrq (completes inline; pvrdma.md §1 SRQ mapping, M44, M45).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER above MaxSrqDepth; STATUS_NOT_SUPPORTED for a depth above
+    /// the ring chosen at creation (the device cannot resize an SRQ).
+    pub fn modify(&self, depth: u32, threshold: u32) -> NdkResult<()> {
+        let max = self.pd.adapter().info().MaxSrqDepth;
+        if depth > max {
+            return Err(NdkError::InvalidParameter);
+        }
+        if depth > self.ring {
+            return Err(NdkError::NotSupported);
+        }
+        if threshold > 0 {
+            let hw = self.pd.adapter().hw();
+            hw.modify_srq_limit(self.handle, threshold.min(self.ring))?;
+            self.armed.store(true, Ordering::Release);
+            // NDK wants a notification at once when the count is already below; the device
+            // never raises the event at arm time (M44), so the driver checks (M45).
+            if hw.srq_queued(self.handle) < threshold && self.armed.swap(false, Ordering::AcqRel) {
+                self.deliver(STATUS_SUCCESS);
+            }
+        }
+        if depth != 0 {
+            self.cap.store(depth, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// SRQ_LIMIT_REACHED: one notification per arm (M45).
+    pub fn limit_event(&self) {
+        if self.armed.swap(false, Ordering::AcqRel) {
+            self.deliver(STATUS_SUCCESS);
+        }
+    }
+
+    /// SRQ_ERR: the SRQ and its QPs are unusable (M47); reported once.
+    pub fn error_event(&self) {
+        if !self.errored.swap(true, Ordering::AcqRel) {
+            self.deliver(STATUS_INTERNAL_ERROR);
+        }
+    }
+
+    fn deliver(&self, status: NTSTATUS) {
+        let Some(cb) = self.notify else { return };
+        if !self.life.try_get() {
+            return;
+        }
+        dispatch::call_srq_notification(cb, self.notify_context, status);
+        self.put();
+    }
+}
