@@ -23,6 +23,7 @@ pub mod mr;
 pub mod mw;
 pub mod object;
 pub mod pd;
+pub mod pvrdma_hw;
 pub mod qp;
 pub mod shared_endpoint;
 pub mod srq;

@@ -1,0 +1,552 @@
+//! Shared by `examples/ndkperf.rs`, `benches/instructions.rs` and `benches/datapath.rs`:
+//! N simulated hosts on one `pvrdma_sim::world::World`, each with the driver's hardware
+//! layer probed against its device model, the NDK layer over it ([`PvrdmaHw`]) and one open
+//! NDK_ADAPTER; every NDK call below goes through the dispatch tables, as a kernel consumer's.
+//!
+//! Connections use the test wiring ([`Cluster::connect`]: MODIFY_QP INIT→RTR→RTS with the
+//! peer's QPN, GID and MAC, then the QP is marked connected) until connection management
+//! lands.
+//!
+//! Doorbells: with `hooked`, every UAR store is also forwarded to the model and counted (the
+//! host hook of `os::Uar`). Without it (instruction counting) a doorbell is the bare volatile
+//! store the Windows build performs, and the harness forwards the last stored word itself
+//! ([`Cluster::kick`]), outside the measured calls.
+#![allow(dead_code, clippy::missing_safety_doc)]
+
+use std::ptr::null_mut;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pvrdma_ndk::ndk::object::ObjRef;
+use pvrdma_ndk::ndk::pvrdma_hw::{PvrdmaHw, RcPeer};
+use pvrdma_ndk::ndk::{NdkDevice, Qp, set_qp_connected};
+use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform, RegisterIo};
+use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_sim::world::World;
+
+use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimDma};
+
+/// BAR1 over a model device.
+struct Bar1(Arc<pvrdma_sim::Device>);
+
+impl RegisterIo for Bar1 {
+    fn read32(&self, off: u32) -> u32 {
+        self.0.bar1_read32(off)
+    }
+    fn write32(&self, off: u32, val: u32) {
+        self.0.bar1_write32(off, val);
+    }
+}
+
+/// One simulated host.
+pub struct Node {
+    /// Index in the world.
+    pub index: usize,
+    /// OS seam (DPC executor, UAR page).
+    pub platform: Arc<HostPlatform>,
+    /// Hardware seam of the NDK layer.
+    pub hw: Arc<PvrdmaHw>,
+    /// NDK device.
+    pub ndk: Arc<NdkDevice>,
+    /// The open adapter.
+    pub adapter: *mut NDK_ADAPTER,
+    /// One PD.
+    pub pd: *mut NDK_PD,
+    /// Its privileged token (local SGEs address memory by logical address with it).
+    pub token: u32,
+    /// DMA allocator for data buffers.
+    pub dma: Arc<SimDma>,
+    /// UAR stores seen by the hook (hooked mode).
+    pub doorbells: Arc<AtomicU64>,
+    /// The port MAC.
+    pub mac: [u8; 6],
+    /// The bound GID.
+    pub gid: [u8; 16],
+}
+
+impl Node {
+    /// Interrupts the driver's ISR has taken, all vectors.
+    pub fn interrupts(&self) -> u64 {
+        self.hw.device().stats().interrupts.iter().sum()
+    }
+
+    /// DPC routines run on this host's processors.
+    pub fn dpcs(&self) -> u64 {
+        let ex = self.platform.executor();
+        (0..PROCESSORS).map(|p| ex.runs_on(p)).sum()
+    }
+}
+
+/// Simulated processors per host.
+pub const PROCESSORS: u32 = 2;
+
+/// Hosts on one fabric.
+pub struct Cluster {
+    /// The fabric and models.
+    pub world: Arc<World>,
+    /// The hosts.
+    pub nodes: Vec<Node>,
+    /// Whether doorbells reach the model through the hook.
+    pub hooked: bool,
+}
+
+unsafe extern "system" fn no_create(_: PVOID, _: NTSTATUS, _: *mut NDK_OBJECT_HEADER) {}
+unsafe extern "system" fn no_request(_: PVOID, _: NTSTATUS) {}
+unsafe extern "system" fn no_notify(_: PVOID, _: NTSTATUS) {}
+
+/// CQ notification callback: counts into the `AtomicU64` its context points at.
+pub unsafe extern "system" fn count_notify(ctx: PVOID, _: NTSTATUS) {
+    // SAFETY: the context is an `AtomicU64` the caller keeps alive while the CQ exists.
+    let c = unsafe { &*(ctx as *const AtomicU64) };
+    c.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The dispatch table of an NDK object.
+pub fn disp<'a, D>(dispatch: *const D) -> &'a D {
+    // SAFETY: providers' dispatch tables are statics.
+    unsafe { &*dispatch }
+}
+
+/// An SGE by logical address.
+pub fn sge(addr: u64, len: u32, token: u32) -> NDK_SGE {
+    NDK_SGE {
+        Anonymous: NDK_SGE_0 {
+            LogicalAddress: addr as _,
+        },
+        Length: len,
+        MemoryRegionToken: token,
+    }
+}
+
+/// A data buffer in host memory the model can reach.
+pub struct Buf {
+    /// Region (logical = bus address).
+    pub region: DmaRegion,
+}
+
+impl Buf {
+    /// Bus address.
+    pub fn addr(&self) -> u64 {
+        self.region.logical
+    }
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.region.len
+    }
+    /// Page addresses.
+    pub fn pages(&self) -> Vec<NDK_LOGICAL_ADDRESS> {
+        (0..self.region.len / 4096)
+            .map(|i| (self.region.logical + (i as u64) * 4096) as _)
+            .collect()
+    }
+    /// The bytes.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the region is `len` bytes of host memory owned by this Buf for its life;
+        // the model writes it only while the harness runs the world, never concurrently
+        // with a reader here (deterministic mode).
+        unsafe { std::slice::from_raw_parts_mut(self.region.cpu.as_ptr(), self.region.len) }
+    }
+}
+
+/// A remotely accessible registration (FRMR, fast-registered).
+#[derive(Clone, Copy)]
+pub struct Remote {
+    /// The MR.
+    pub mr: *mut NDK_MR,
+    /// Address peers use.
+    pub va: u64,
+    /// Remote token.
+    pub rkey: u32,
+}
+
+impl Cluster {
+    /// `n` hosts (n ≤ 8). `hooked`: doorbells are forwarded to the model by the UAR hook.
+    pub fn new(n: u8, hooked: bool) -> Cluster {
+        let world = Arc::new(World::with_nodes(0x5EED, n));
+        let mut nodes = Vec::new();
+        for i in 0..n as usize {
+            let node = world.node(i);
+            let model = node.device().clone();
+            let dma = SimDma::new(node.dma().clone());
+            let doorbells = Arc::new(AtomicU64::new(0));
+            let hook: Option<pvrdma_ndk::os::mmio::DoorbellHook> = if hooked {
+                let m = model.clone();
+                let c = doorbells.clone();
+                Some(Arc::new(move |off, val| {
+                    c.fetch_add(1, Ordering::Relaxed);
+                    m.uar_write32(off, val);
+                }))
+            } else {
+                None
+            };
+            let w = world.clone();
+            let platform = HostPlatform::new(
+                HostDevice {
+                    bar1: Arc::new(Bar1(model.clone())),
+                    dma: dma.clone(),
+                    doorbell: hook,
+                    uar_pfn: DEFAULT_UAR_PFN,
+                    pump: Some(Arc::new(move || {
+                        w.run_until_idle();
+                        std::thread::yield_now();
+                    })),
+                },
+                PROCESSORS,
+            );
+            world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
+            let gid = node.gid();
+            let p: Arc<dyn Platform> = platform.clone();
+            let dev = DrvDevice::probe(
+                p,
+                &DrvConfig {
+                    gids: &[gid],
+                    ..DrvConfig::default()
+                },
+            )
+            .expect("probe against the model");
+            let hw = PvrdmaHw::new(dev).expect("hardware tables");
+            let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
+            hw.attach(&ndk);
+            let adapter = ndk
+                .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
+                .expect("open adapter");
+            let mut pd = null_mut();
+            let create = disp(unsafe_dispatch_adapter(adapter)).NdkCreatePd;
+            // SAFETY: a live adapter; `pd` is a valid out pointer.
+            let st = unsafe { create(adapter, no_create, null_mut(), &mut pd) };
+            assert_eq!(st, STATUS_SUCCESS, "NdkCreatePd");
+            let mut token = 0;
+            let get = disp(unsafe_dispatch_pd(pd)).NdkGetPrivilegedMemoryRegionToken;
+            // SAFETY: a live PD; `token` is a valid out pointer.
+            unsafe { get(pd, &mut token) };
+            nodes.push(Node {
+                index: i,
+                platform,
+                hw,
+                ndk,
+                adapter,
+                pd,
+                token,
+                dma,
+                doorbells,
+                mac: node.mac(),
+                gid,
+            });
+        }
+        Cluster {
+            world,
+            nodes,
+            hooked,
+        }
+    }
+
+    /// Runs the devices and the fabric until nothing is left to do.
+    pub fn run(&self) {
+        self.world.run_until_idle();
+    }
+
+    /// Unhooked mode: hands the last word stored at UAR offset `off` of host `i` to its
+    /// model, as the device would have seen the store.
+    pub fn kick(&self, i: usize, off: u32) {
+        if !self.hooked {
+            let v = self.nodes[i].platform.uar_word(off);
+            self.world.device(i).uar_write32(off, v);
+        }
+    }
+
+    /// NdkCreateCq with a notification counter (or none).
+    pub fn cq(&self, i: usize, depth: u32, notify: Option<&AtomicU64>) -> *mut NDK_CQ {
+        let a = self.nodes[i].adapter;
+        let mut cq = null_mut();
+        let (f, ctx): (NDK_FN_CQ_NOTIFICATION_CALLBACK, PVOID) = match notify {
+            Some(c) => (count_notify, c as *const AtomicU64 as PVOID),
+            None => (no_notify, null_mut()),
+        };
+        let create = disp(unsafe_dispatch_adapter(a)).NdkCreateCq;
+        // SAFETY: a live adapter; the context outlives the CQ (caller); `cq` is an out pointer.
+        let st = unsafe { create(a, depth, f, ctx, null_mut(), no_create, null_mut(), &mut cq) };
+        assert_eq!(st, STATUS_SUCCESS, "NdkCreateCq depth {depth}");
+        cq
+    }
+
+    /// NdkCreateQp.
+    pub fn qp(
+        &self,
+        i: usize,
+        rcq: *mut NDK_CQ,
+        icq: *mut NDK_CQ,
+        depth: u32,
+        sge: u32,
+    ) -> *mut NDK_QP {
+        let pd = self.nodes[i].pd;
+        let mut qp = null_mut();
+        let create = disp(unsafe_dispatch_pd(pd)).NdkCreateQp;
+        // SAFETY: live PD and CQs of this adapter; `qp` is an out pointer.
+        let st = unsafe {
+            create(
+                pd,
+                rcq,
+                icq,
+                null_mut(),
+                depth,
+                depth,
+                sge,
+                sge,
+                0,
+                no_create,
+                null_mut(),
+                &mut qp,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS, "NdkCreateQp depth {depth}");
+        qp
+    }
+
+    /// Test wiring: connects `qa` on host `a` with `qb` on host `b` (RTS both ways).
+    pub fn connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
+        let (ha, hb) = (qp_handle(qa), qp_handle(qb));
+        let (na, nb) = (&self.nodes[a], &self.nodes[b]);
+        let qpn_a = na.hw.qpn(ha).expect("qpn");
+        let qpn_b = nb.hw.qpn(hb).expect("qpn");
+        na.hw
+            .connect_rc(
+                ha,
+                &RcPeer {
+                    qpn: qpn_b,
+                    gid: nb.gid,
+                    mac: nb.mac,
+                    peer_sq_psn: 0x200,
+                    sq_psn: 0x100,
+                },
+            )
+            .expect("connect a");
+        nb.hw
+            .connect_rc(
+                hb,
+                &RcPeer {
+                    qpn: qpn_a,
+                    gid: na.gid,
+                    mac: na.mac,
+                    peer_sq_psn: 0x100,
+                    sq_psn: 0x200,
+                },
+            )
+            .expect("connect b");
+        // SAFETY: both are live QPs of this provider.
+        unsafe {
+            set_qp_connected(qa, true);
+        }
+        // SAFETY: as above.
+        unsafe {
+            set_qp_connected(qb, true);
+        }
+    }
+
+    /// A DMA buffer of `bytes` (rounded up to pages) on host `i`.
+    pub fn buffer(&self, i: usize, bytes: usize) -> Buf {
+        let region = self.nodes[i]
+            .dma
+            .alloc(bytes.max(4096))
+            .expect("buffer memory");
+        Buf { region }
+    }
+
+    /// An FRMR over `buf`, fast-registered through `qp` (completion reaped from `cq`) with
+    /// remote read and write.
+    pub fn remote(&self, i: usize, qp: *mut NDK_QP, cq: *mut NDK_CQ, buf: &Buf) -> Remote {
+        let pd = self.nodes[i].pd;
+        let mut mr = null_mut();
+        let create = disp(unsafe_dispatch_pd(pd)).NdkCreateMr;
+        // SAFETY: a live PD; `mr` is an out pointer.
+        let st = unsafe { create(pd, 1, no_create, null_mut(), &mut mr) };
+        assert_eq!(st, STATUS_SUCCESS, "NdkCreateMr");
+        let pages = buf.pages();
+        let md = disp(unsafe_dispatch_mr(mr));
+        let init = md.NdkInitializeFastRegisterMr;
+        // SAFETY: a live fast-register MR.
+        let st = unsafe { init(mr, pages.len() as u32, 1, no_request, null_mut()) };
+        assert_eq!(st, STATUS_SUCCESS, "NdkInitializeFastRegisterMr");
+        let va = buf.addr();
+        let fr = disp(unsafe_dispatch_qp(qp)).NdkFastRegister;
+        // SAFETY: live QP and MR; `pages` holds the count given.
+        let st = unsafe {
+            fr(
+                qp,
+                null_mut(),
+                mr,
+                pages.len() as u32,
+                pages.as_ptr(),
+                0,
+                buf.len(),
+                va as PVOID,
+                NDK_OP_FLAG_ALLOW_LOCAL_WRITE
+                    | NDK_OP_FLAG_ALLOW_REMOTE_READ
+                    | NDK_OP_FLAG_ALLOW_REMOTE_WRITE,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS, "NdkFastRegister");
+        self.kick(i, 0);
+        self.run();
+        let r = self.drain(cq, 1);
+        assert_eq!(r, vec![STATUS_SUCCESS], "fast-register completion");
+        Remote {
+            mr,
+            va,
+            rkey: {
+                let get = md.NdkGetRemoteTokenFromMr;
+                // SAFETY: a live MR.
+                unsafe { get(mr) }
+            },
+        }
+    }
+
+    /// Polls `cq` until `n` results arrived (running the world in between); their statuses.
+    pub fn drain(&self, cq: *mut NDK_CQ, n: usize) -> Vec<NTSTATUS> {
+        let mut out = Vec::new();
+        let mut res = [empty_result(); 16];
+        let mut idle = 0;
+        while out.len() < n {
+            let k = get_results(cq, &mut res[..16.min(n - out.len())]);
+            out.extend(res[..k].iter().map(|r| r.Status));
+            if k == 0 {
+                idle += 1;
+                assert!(idle < 1000, "completions missing: {} of {n}", out.len());
+                self.run();
+            }
+        }
+        out
+    }
+}
+
+/// The device handle of an NDK QP.
+pub fn qp_handle(qp: *mut NDK_QP) -> u32 {
+    // SAFETY: a live QP of this provider.
+    unsafe { ObjRef::<Qp>::borrow(qp) }
+        .expect("live QP")
+        .handle()
+}
+
+/// Dispatch pointer of an adapter.
+pub fn unsafe_dispatch_adapter(a: *mut NDK_ADAPTER) -> *const NDK_ADAPTER_DISPATCH {
+    // SAFETY: a live adapter.
+    unsafe { (*a).Dispatch }
+}
+/// Dispatch pointer of a PD.
+pub fn unsafe_dispatch_pd(p: *mut NDK_PD) -> *const NDK_PD_DISPATCH {
+    // SAFETY: a live PD.
+    unsafe { (*p).Dispatch }
+}
+/// Dispatch pointer of a CQ.
+pub fn unsafe_dispatch_cq(p: *mut NDK_CQ) -> *const NDK_CQ_DISPATCH {
+    // SAFETY: a live CQ.
+    unsafe { (*p).Dispatch }
+}
+/// Dispatch pointer of a QP.
+pub fn unsafe_dispatch_qp(p: *mut NDK_QP) -> *const NDK_QP_DISPATCH {
+    // SAFETY: a live QP.
+    unsafe { (*p).Dispatch }
+}
+/// Dispatch pointer of an MR.
+pub fn unsafe_dispatch_mr(p: *mut NDK_MR) -> *const NDK_MR_DISPATCH {
+    // SAFETY: a live MR.
+    unsafe { (*p).Dispatch }
+}
+
+/// Keeps `c` alive until the process exits (examples and benches end with `exit`; tearing
+/// the hosts down is the tests' business).
+pub fn leak(c: Cluster) {
+    std::mem::forget(c);
+}
+
+/// A zeroed NDK_RESULT.
+pub fn empty_result() -> NDK_RESULT {
+    NDK_RESULT {
+        Status: 0,
+        BytesTransferred: 0,
+        QPContext: null_mut(),
+        RequestContext: null_mut(),
+    }
+}
+
+/// NdkGetCqResults into `out`; the number written.
+pub fn get_results(cq: *mut NDK_CQ, out: &mut [NDK_RESULT]) -> usize {
+    let f = disp(unsafe_dispatch_cq(cq)).NdkGetCqResults;
+    // SAFETY: a live CQ; `out` is writable for its length.
+    unsafe { f(cq, out.as_mut_ptr(), out.len() as u32) as usize }
+}
+
+/// NdkArmCq.
+pub fn arm(cq: *mut NDK_CQ, ty: u32) {
+    let f = disp(unsafe_dispatch_cq(cq)).NdkArmCq;
+    // SAFETY: a live CQ.
+    unsafe { f(cq, ty) }
+}
+
+/// NdkRead (`read`) or NdkWrite of `sgl` to/from `(va, rkey)`.
+pub fn rdma(
+    qp: *mut NDK_QP,
+    read: bool,
+    sgl: &[NDK_SGE],
+    va: u64,
+    rkey: u32,
+    flags: u32,
+) -> NTSTATUS {
+    let d = disp(unsafe_dispatch_qp(qp));
+    let f = if read { d.NdkRead } else { d.NdkWrite };
+    // SAFETY: a live QP; `sgl` holds the count given.
+    unsafe {
+        f(
+            qp,
+            null_mut(),
+            sgl.as_ptr(),
+            sgl.len() as u32,
+            va,
+            rkey,
+            flags,
+        )
+    }
+}
+
+/// NdkSend.
+pub fn send(qp: *mut NDK_QP, sgl: &[NDK_SGE], flags: u32) -> NTSTATUS {
+    let f = disp(unsafe_dispatch_qp(qp)).NdkSend;
+    // SAFETY: a live QP; `sgl` holds the count given.
+    unsafe { f(qp, null_mut(), sgl.as_ptr(), sgl.len() as u32, flags) }
+}
+
+/// NdkReceive.
+pub fn receive(qp: *mut NDK_QP, sgl: &[NDK_SGE]) -> NTSTATUS {
+    let f = disp(unsafe_dispatch_qp(qp)).NdkReceive;
+    // SAFETY: a live QP; `sgl` holds the count given.
+    unsafe { f(qp, null_mut(), sgl.as_ptr(), sgl.len() as u32) }
+}
+
+/// NdkFastRegister of `pages` into `mr` with remote access.
+pub fn fast_register(
+    qp: *mut NDK_QP,
+    mr: *mut NDK_MR,
+    pages: &[NDK_LOGICAL_ADDRESS],
+    va: u64,
+    flags: u32,
+) -> NTSTATUS {
+    let f = disp(unsafe_dispatch_qp(qp)).NdkFastRegister;
+    // SAFETY: live QP and MR; `pages` holds the count given.
+    unsafe {
+        f(
+            qp,
+            null_mut(),
+            mr,
+            pages.len() as u32,
+            pages.as_ptr(),
+            0,
+            pages.len() * 4096,
+            va as PVOID,
+            flags
+                | NDK_OP_FLAG_ALLOW_LOCAL_WRITE
+                | NDK_OP_FLAG_ALLOW_REMOTE_READ
+                | NDK_OP_FLAG_ALLOW_REMOTE_WRITE,
+        )
+    }
+}
