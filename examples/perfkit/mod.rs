@@ -164,7 +164,15 @@ pub struct Remote {
 impl Cluster {
     /// `n` hosts (n ≤ 8). `hooked`: doorbells are forwarded to the model by the UAR hook.
     pub fn new(n: u8, hooked: bool) -> Cluster {
-        let world = Arc::new(World::with_nodes(0x5EED, n));
+        let mut w = World::new(0x5EED);
+        for i in 0..n {
+            let mut cfg = pvrdma_sim::world::NodeConfig::ipv4(i);
+            // Room for 1024 RC QPs (and a CQ each) besides the special QPs.
+            cfg.device.caps.max_qp = 2048;
+            cfg.device.caps.max_cq = 2048;
+            w.add_node(cfg);
+        }
+        let world = Arc::new(w);
         let mut nodes = Vec::new();
         for i in 0..n as usize {
             let node = world.node(i);
@@ -549,4 +557,25 @@ pub fn fast_register(
                 | NDK_OP_FLAG_ALLOW_REMOTE_WRITE,
         )
     }
+}
+
+/// NdkInvalidate of an MR.
+pub fn invalidate(qp: *mut NDK_QP, mr: *mut NDK_MR, flags: u32) -> NTSTATUS {
+    let f = disp(unsafe_dispatch_qp(qp)).NdkInvalidate;
+    // SAFETY: live QP and MR of this provider.
+    unsafe { f(qp, null_mut(), mr.cast(), flags) }
+}
+
+/// NdkCreateMr (fast-register) + NdkInitializeFastRegisterMr for `pages` pages, remote.
+pub fn frmr(pd: *mut NDK_PD, pages: u32) -> *mut NDK_MR {
+    let mut mr = null_mut();
+    let create = disp(unsafe_dispatch_pd(pd)).NdkCreateMr;
+    // SAFETY: a live PD; `mr` is an out pointer.
+    let st = unsafe { create(pd, 1, no_create, null_mut(), &mut mr) };
+    assert_eq!(st, STATUS_SUCCESS, "NdkCreateMr");
+    let init = disp(unsafe_dispatch_mr(mr)).NdkInitializeFastRegisterMr;
+    // SAFETY: a live fast-register MR.
+    let st = unsafe { init(mr, pages, 1, no_request, null_mut()) };
+    assert_eq!(st, STATUS_SUCCESS, "NdkInitializeFastRegisterMr");
+    mr
 }

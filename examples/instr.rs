@@ -1,0 +1,204 @@
+//! Workload driver for the instruction-count benchmark (`benches/instructions.sh` runs it
+//! under callgrind with `--toggle-collect` on one provider entry point per shape, so only
+//! instructions executed inside that `extern "system"` thunk, and what it calls, count).
+//!
+//! `instr <shape> [iterations] [qps] [shared|separate] [cq-depth]`; prints
+//! `requests=<n>` (how many work requests or completions the measured calls handled) on
+//! stderr. Doorbells are not hooked: a doorbell is one volatile store to the UAR page, and
+//! the harness forwards the stored word to the model after the measured call returns.
+//! `instr mem [qps] [cq-depth]` prints host memory per QP and per CQ from the OS seam's
+//! accounting (no valgrind needed).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod perfkit;
+
+use perfkit::*;
+use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::alloc::stats;
+
+struct Setup {
+    c: Cluster,
+    qa: Vec<*mut NDK_QP>,
+    qb: Vec<*mut NDK_QP>,
+    cqa: Vec<*mut NDK_CQ>,
+    cqb: Vec<*mut NDK_CQ>,
+    local: Buf,
+    remote: Remote,
+}
+
+fn setup(nqp: usize, shared: bool, depth: u32) -> Setup {
+    let c = Cluster::new(2, false);
+    let ncq = if shared { 1 } else { nqp };
+    let cqa: Vec<_> = (0..ncq).map(|_| c.cq(0, depth, None)).collect();
+    let cqb: Vec<_> = (0..ncq).map(|_| c.cq(1, depth, None)).collect();
+    let mut qa = Vec::new();
+    let mut qb = Vec::new();
+    for i in 0..nqp {
+        let (a, b) = (cqa[i % ncq], cqb[i % ncq]);
+        let x = c.qp(0, a, a, 32, 1);
+        let y = c.qp(1, b, b, 32, 1);
+        c.connect(0, x, 1, y);
+        qa.push(x);
+        qb.push(y);
+    }
+    let local = c.buffer(0, 65536);
+    let rbuf = c.buffer(1, 65536);
+    let remote = c.remote(1, qb[0], cqb[0], &rbuf);
+    std::mem::forget(rbuf);
+    Setup {
+        c,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        local,
+        remote,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let shape = args.first().map_or("read", String::as_str).to_string();
+    let arg = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    if shape == "mem" {
+        return mem(arg(1, 64), arg(2, 64) as u32);
+    }
+    let iters = arg(1, 2000);
+    let nqp = arg(2, 1);
+    let shared = args.get(3).is_none_or(|s| s != "separate");
+    let depth = arg(4, 64) as u32;
+    let s = setup(nqp, shared, depth);
+    let c = &s.c;
+    let ncq = s.cqa.len();
+    let token = c.nodes[0].token;
+    let sg = [sge(s.local.addr(), 64, token)];
+    let (va, rkey) = (s.remote.va, s.remote.rkey);
+    let mut res = [empty_result(); 16];
+    let mut requests = 0u64;
+    let read = |q, flags| assert_eq!(rdma(q, true, &sg, va, rkey, flags), STATUS_SUCCESS);
+    let reap = |cq, n| {
+        c.kick(0, 0);
+        c.run();
+        assert!(c.drain(cq, n).iter().all(|&st| st == STATUS_SUCCESS));
+    };
+    // FRMRs for the fast-register shapes, on host 0.
+    let fr: Vec<_> = [1u32, 16].iter().map(|&p| frmr(c.nodes[0].pd, p)).collect();
+    let pages = s.local.pages();
+    for it in 0..iters {
+        let k = it % nqp;
+        let (qa, qb) = (s.qa[k], s.qb[k]);
+        let (cqa, cqb) = (s.cqa[k % ncq], s.cqb[k % ncq]);
+        match shape.as_str() {
+            // (a) one NdkRead, 1 SGE, not deferred (its doorbell included).
+            "read" => {
+                read(qa, 0);
+                requests += 1;
+                reap(cqa, 1);
+            }
+            // (b) NdkGetCqResults reaping one completion.
+            "poll1" => {
+                read(qa, 0);
+                c.kick(0, 0);
+                c.run();
+                assert_eq!(get_results(cqa, &mut res[..1]), 1);
+                assert_eq!(res[0].Status, STATUS_SUCCESS);
+                requests += 1;
+            }
+            // (c) 15 NdkRead with DEFER and a 16th without, per request.
+            "chain16" => {
+                for _ in 0..15 {
+                    read(qa, NDK_OP_FLAG_DEFER);
+                }
+                read(qa, 0);
+                requests += 16;
+                reap(cqa, 16);
+            }
+            // (d) NdkGetCqResults reaping 16 completions, per completion.
+            "poll16" => {
+                for _ in 0..15 {
+                    read(qa, NDK_OP_FLAG_DEFER);
+                }
+                read(qa, 0);
+                c.kick(0, 0);
+                c.run();
+                assert_eq!(get_results(cqa, &mut res[..16]), 16);
+                requests += 16;
+            }
+            "poll_empty" => {
+                assert_eq!(get_results(cqa, &mut res[..1]), 0);
+                requests += 1;
+            }
+            "arm" => {
+                arm(cqa, NDK_CQ_NOTIFY_ANY);
+                requests += 1;
+            }
+            "fastreg1" | "fastreg16" => {
+                let (mr, n) = if shape == "fastreg1" {
+                    (fr[0], 1)
+                } else {
+                    (fr[1], 16)
+                };
+                let st = fast_register(qa, mr, &pages[..n], s.local.addr(), 0);
+                assert_eq!(st, STATUS_SUCCESS);
+                requests += 1;
+                reap(cqa, 1);
+                assert_eq!(invalidate(qa, mr, 0), STATUS_SUCCESS);
+                reap(cqa, 1);
+            }
+            "send" | "receive" => {
+                let rs = [sge(s.local.addr(), 64, c.nodes[1].token)];
+                if shape == "receive" {
+                    assert_eq!(receive(qb, &rs), STATUS_SUCCESS);
+                    requests += 1;
+                    c.kick(1, 0);
+                    assert_eq!(send(qa, &sg, 0), STATUS_SUCCESS);
+                } else {
+                    assert_eq!(receive(qb, &rs), STATUS_SUCCESS);
+                    c.kick(1, 0);
+                    assert_eq!(send(qa, &sg, 0), STATUS_SUCCESS);
+                    requests += 1;
+                }
+                reap(cqa, 1);
+                assert_eq!(c.drain(cqb, 1), vec![STATUS_SUCCESS]);
+            }
+            other => panic!("unknown shape {other}"),
+        }
+    }
+    let dropped: u64 = c
+        .nodes
+        .iter()
+        .map(|n| n.hw.dropped_cqes() + n.hw.lost_posts())
+        .sum();
+    assert_eq!(dropped, 0, "dropped CQEs or lost posts");
+    eprintln!("requests={requests}");
+    leak(s.c);
+    std::process::exit(0);
+}
+
+/// Host memory per QP and per CQ: pool and DMA bytes the OS seam accounts for.
+fn mem(nqp: usize, depth: u32) {
+    let c = Cluster::new(2, true);
+    let bytes = || {
+        let s = stats();
+        (s.live_bytes, s.dma_bytes)
+    };
+    let (p0, d0) = bytes();
+    let cqs: Vec<_> = (0..nqp).map(|_| c.cq(0, depth, None)).collect();
+    let (p1, d1) = bytes();
+    for &cq in &cqs {
+        c.qp(0, cq, cq, depth.min(4096), 1);
+    }
+    let (p2, d2) = bytes();
+    let n = nqp as f64;
+    println!(
+        "CQ depth {depth}: {:.0} B pool + {:.0} B DMA per CQ; QP depth {}: {:.0} B pool + {:.0} B DMA per QP (1 SGE)",
+        (p1 - p0) as f64 / n,
+        (d1 - d0) as f64 / n,
+        depth.min(4096),
+        (p2 - p1) as f64 / n,
+        (d2 - d1) as f64 / n
+    );
+    leak(c);
+    std::process::exit(0);
+}
