@@ -45,7 +45,7 @@ fn setup(nqp: usize, shared: bool, depth: u32) -> Setup {
     let local = c.buffer(0, 65536);
     let rbuf = c.buffer(1, 65536);
     let remote = c.remote(1, qb[0], cqb[0], &rbuf);
-    std::mem::forget(rbuf);
+    let _ = rbuf; // the region stays registered (Buf does not free it)
     Setup {
         c,
         qa,
