@@ -1,4 +1,4 @@
-//! The NDK data path over `PvrdmaHw` on two simulated hosts (the ndkperf cluster): bytes
+//! The NDK data path over `PvrdmaHardware` on two simulated hosts (the ndkperf cluster): bytes
 //! moved by READ, WRITE and SEND, and the doorbell rule (one per non-deferred post, one per
 //! DEFER chain, none for a poll).
 
@@ -78,6 +78,6 @@ fn read_write_send_move_bytes_and_ring_once_per_chain() {
     assert_eq!(get_results(cqb, &mut r), 1);
     assert_eq!((r[0].Status, r[0].BytesTransferred), (STATUS_SUCCESS, 5));
     assert_eq!(&rb.bytes()[4096..4101], b"hello");
-    assert_eq!(c.nodes[0].hw.lost_posts() + c.nodes[0].hw.dropped_cqes(), 0);
+    assert_eq!(c.nodes[0].ndk.bad_cqes() + c.nodes[1].ndk.bad_cqes(), 0);
     leak(c);
 }

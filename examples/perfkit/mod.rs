@@ -1,10 +1,13 @@
 //! Shared by `examples/ndkperf.rs`, `benches/instructions.rs` and `benches/datapath.rs`:
 //! N simulated hosts on one `pvrdma_sim::world::World`, each with the driver's hardware
-//! layer probed against its device model, the NDK layer over it ([`PvrdmaHw`]) and one open
-//! NDK_ADAPTER; every NDK call below goes through the dispatch tables, as a kernel consumer's.
+//! layer probed against its device model, the NDK layer over it (`PvrdmaHardware`, attached
+//! to its `NdkDevice`) and one adapter opened through `NdkDevice::open_adapter`; every NDK
+//! call below goes through the dispatch tables, as a kernel consumer's. Creates that answer
+//! STATUS_PENDING are waited for through their CreateCompletion/RequestCompletion.
 //!
-//! Connections use the test wiring ([`Cluster::connect`]: MODIFY_QP INIT→RTR→RTS with the
-//! peer's QPN, GID and MAC, then the QP is marked connected) until connection management
+//! Connections use the ndk tests' wiring ([`Cluster::connect`]: the QP is in INIT after
+//! NdkCreateQp; MODIFY_QP RTR→RTS with the peer's QPN (M10), GID and MAC through
+//! `tests/common/objects.rs`, then `ndk::set_qp_connected`) until connection management
 //! lands.
 //!
 //! Doorbells: with `hooked`, every UAR store is also forwarded to the model and counted (the
@@ -15,30 +18,20 @@
 
 use std::ptr::null_mut;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::{PvrdmaHw, RcPeer};
+use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, Qp, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
-use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform, RegisterIo};
+use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform};
+use pvrdma_ndk::pvrdma::cmd::{QpAttrMask, QpState};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::world::World;
 
-use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimDma};
-
-/// BAR1 over a model device.
-struct Bar1(Arc<pvrdma_sim::Device>);
-
-impl RegisterIo for Bar1 {
-    fn read32(&self, off: u32) -> u32 {
-        self.0.bar1_read32(off)
-    }
-    fn write32(&self, off: u32, val: u32) {
-        self.0.bar1_write32(off, val);
-    }
-}
+use crate::common::objects::{modify, rts_attrs};
+use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma};
 
 /// One simulated host.
 pub struct Node {
@@ -46,8 +39,10 @@ pub struct Node {
     pub index: usize,
     /// OS seam (DPC executor, UAR page).
     pub platform: Arc<HostPlatform>,
+    /// The driver's hardware layer.
+    pub dev: Arc<DrvDevice>,
     /// Hardware seam of the NDK layer.
-    pub hw: Arc<PvrdmaHw>,
+    pub hw: Arc<PvrdmaHardware>,
     /// NDK device.
     pub ndk: Arc<NdkDevice>,
     /// The open adapter.
@@ -69,7 +64,7 @@ pub struct Node {
 impl Node {
     /// Interrupts the driver's ISR has taken, all vectors.
     pub fn interrupts(&self) -> u64 {
-        self.hw.device().stats().interrupts.iter().sum()
+        self.dev.stats().interrupts.iter().sum()
     }
 
     /// DPC routines run on this host's processors.
@@ -92,9 +87,45 @@ pub struct Cluster {
     pub hooked: bool,
 }
 
-unsafe extern "system" fn no_create(_: PVOID, _: NTSTATUS, _: *mut NDK_OBJECT_HEADER) {}
-unsafe extern "system" fn no_request(_: PVOID, _: NTSTATUS) {}
 unsafe extern "system" fn no_notify(_: PVOID, _: NTSTATUS) {}
+
+/// Where one CreateCompletion or RequestCompletion lands (the callback context).
+pub struct Done {
+    status: AtomicU32,
+    obj: AtomicUsize,
+}
+
+/// `status` before the completion ran.
+const NOT_YET: u32 = u32::MAX;
+
+impl Done {
+    /// Nothing completed yet.
+    pub fn new() -> Done {
+        Done {
+            status: AtomicU32::new(NOT_YET),
+            obj: AtomicUsize::new(0),
+        }
+    }
+    fn ctx(&self) -> PVOID {
+        self as *const Done as PVOID
+    }
+    fn finished(&self) -> bool {
+        self.status.load(Ordering::SeqCst) != NOT_YET
+    }
+}
+
+unsafe extern "system" fn on_create(ctx: PVOID, st: NTSTATUS, obj: *mut NDK_OBJECT_HEADER) {
+    // SAFETY: the context is a `Done` the waiting caller keeps alive until it has run.
+    let d = unsafe { &*(ctx as *const Done) };
+    d.obj.store(obj as usize, Ordering::SeqCst);
+    d.status.store(st as u32, Ordering::SeqCst);
+}
+
+unsafe extern "system" fn on_request(ctx: PVOID, st: NTSTATUS) {
+    // SAFETY: as in `on_create`.
+    let d = unsafe { &*(ctx as *const Done) };
+    d.status.store(st as u32, Ordering::SeqCst);
+}
 
 /// CQ notification callback: counts into the `AtomicU64` its context points at.
 pub unsafe extern "system" fn count_notify(ctx: PVOID, _: NTSTATUS) {
@@ -192,7 +223,7 @@ impl Cluster {
             let w = world.clone();
             let platform = HostPlatform::new(
                 HostDevice {
-                    bar1: Arc::new(Bar1(model.clone())),
+                    bar1: Arc::new(SimBar1::new(model.clone())),
                     dma: dma.clone(),
                     doorbell: hook,
                     uar_pfn: DEFAULT_UAR_PFN,
@@ -206,25 +237,28 @@ impl Cluster {
             world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
             let gid = node.gid();
             let p: Arc<dyn Platform> = platform.clone();
-            let dev = DrvDevice::probe(
-                p,
-                &DrvConfig {
-                    gids: &[gid],
-                    ..DrvConfig::default()
-                },
-            )
-            .expect("probe against the model");
-            let hw = PvrdmaHw::new(dev).expect("hardware tables");
+            let dev = Arc::new(
+                DrvDevice::probe(
+                    p,
+                    &DrvConfig {
+                        gids: &[gid],
+                        ..DrvConfig::default()
+                    },
+                )
+                .expect("probe against the model"),
+            );
+            let hw = PvrdmaHardware::new(dev.clone()).expect("hardware tables");
             let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
-            hw.attach(&ndk);
+            hw.attach(&ndk).expect("attach");
             let adapter = ndk
                 .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
                 .expect("open adapter");
             let mut pd = null_mut();
             let create = disp(unsafe_dispatch_adapter(adapter)).NdkCreatePd;
-            // SAFETY: a live adapter; `pd` is a valid out pointer.
-            let st = unsafe { create(adapter, no_create, null_mut(), &mut pd) };
-            assert_eq!(st, STATUS_SUCCESS, "NdkCreatePd");
+            let done = Done::new();
+            // SAFETY: a live adapter; `pd` is a valid out pointer; `done` outlives the wait.
+            let st = unsafe { create(adapter, on_create, done.ctx(), &mut pd) };
+            let pd = created(&platform, st, pd, &done, "NdkCreatePd");
             let mut token = 0;
             let get = disp(unsafe_dispatch_pd(pd)).NdkGetPrivilegedMemoryRegionToken;
             // SAFETY: a live PD; `token` is a valid out pointer.
@@ -232,6 +266,7 @@ impl Cluster {
             nodes.push(Node {
                 index: i,
                 platform,
+                dev,
                 hw,
                 ndk,
                 adapter,
@@ -264,6 +299,11 @@ impl Cluster {
         }
     }
 
+    /// Waits (pumping the world) for `done` on host `i`; see [`created`].
+    fn created<T>(&self, i: usize, st: NTSTATUS, out: *mut T, done: &Done, what: &str) -> *mut T {
+        created(&self.nodes[i].platform, st, out, done, what)
+    }
+
     /// NdkCreateCq with a notification counter (or none).
     pub fn cq(&self, i: usize, depth: u32, notify: Option<&AtomicU64>) -> *mut NDK_CQ {
         let a = self.nodes[i].adapter;
@@ -273,13 +313,14 @@ impl Cluster {
             None => (no_notify, null_mut()),
         };
         let create = disp(unsafe_dispatch_adapter(a)).NdkCreateCq;
-        // SAFETY: a live adapter; the context outlives the CQ (caller); `cq` is an out pointer.
-        let st = unsafe { create(a, depth, f, ctx, null_mut(), no_create, null_mut(), &mut cq) };
-        assert_eq!(st, STATUS_SUCCESS, "NdkCreateCq depth {depth}");
-        cq
+        let done = Done::new();
+        // SAFETY: a live adapter; the context outlives the CQ (caller); `cq` is an out
+        // pointer; `done` outlives the wait below.
+        let st = unsafe { create(a, depth, f, ctx, null_mut(), on_create, done.ctx(), &mut cq) };
+        self.created(i, st, cq, &done, "NdkCreateCq")
     }
 
-    /// NdkCreateQp.
+    /// NdkCreateQp (the QP comes back in INIT).
     pub fn qp(
         &self,
         i: usize,
@@ -291,7 +332,9 @@ impl Cluster {
         let pd = self.nodes[i].pd;
         let mut qp = null_mut();
         let create = disp(unsafe_dispatch_pd(pd)).NdkCreateQp;
-        // SAFETY: live PD and CQs of this adapter; `qp` is an out pointer.
+        let done = Done::new();
+        // SAFETY: live PD and CQs of this adapter; `qp` is an out pointer; `done` outlives
+        // the wait below.
         let st = unsafe {
             create(
                 pd,
@@ -303,53 +346,66 @@ impl Cluster {
                 sge,
                 sge,
                 0,
-                no_create,
-                null_mut(),
+                on_create,
+                done.ctx(),
                 &mut qp,
             )
         };
-        assert_eq!(st, STATUS_SUCCESS, "NdkCreateQp depth {depth}");
-        qp
+        self.created(i, st, qp, &done, "NdkCreateQp")
     }
 
-    /// Test wiring: connects `qa` on host `a` with `qb` on host `b` (RTS both ways).
+    /// Test wiring (as tests/ndk_model.rs): `qa` on host `a` and `qb` on host `b` to RTS
+    /// towards each other, then both marked connected.
     pub fn connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
-        let (ha, hb) = (qp_handle(qa), qp_handle(qb));
         let (na, nb) = (&self.nodes[a], &self.nodes[b]);
-        let qpn_a = na.hw.qpn(ha).expect("qpn");
-        let qpn_b = nb.hw.qpn(hb).expect("qpn");
-        na.hw
-            .connect_rc(
-                ha,
-                &RcPeer {
-                    qpn: qpn_b,
-                    gid: nb.gid,
-                    mac: nb.mac,
-                    peer_sq_psn: 0x200,
-                    sq_psn: 0x100,
-                },
-            )
-            .expect("connect a");
-        nb.hw
-            .connect_rc(
-                hb,
-                &RcPeer {
-                    qpn: qpn_a,
-                    gid: na.gid,
-                    mac: na.mac,
-                    peer_sq_psn: 0x100,
-                    sq_psn: 0x200,
-                },
-            )
-            .expect("connect b");
+        let (ha, hb) = (qp_handle(qa), qp_handle(qb));
+        let (qpn_a, qpn_b) = (qpn(&na.dev, ha), qpn(&nb.dev, hb));
+        type M = QpAttrMask;
+        let rtr = M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+        for (n, h, peer, peer_qpn, sq_psn, rq_psn) in [
+            (na, ha, nb, qpn_b, 0x100, 0x200),
+            (nb, hb, na, qpn_a, 0x200, 0x100),
+        ] {
+            let mut at = rts_attrs(peer_qpn);
+            at.sq_psn = sq_psn;
+            at.rq_psn = rq_psn;
+            at.path_mtu = 5; // 4096, the largest RoCE MTU (the port clamps it, M41)
+            at.max_rd_atomic = 16; // as many READs in flight as the device allows
+            at.max_dest_rd_atomic = 16;
+            at.min_rnr_timer = 1;
+            at.rnr_retry = 7;
+            at.ah_attr.dgid = peer.gid;
+            at.ah_attr.dmac = peer.mac;
+            modify(&n.dev, h, QpState::Rtr, rtr, at).expect("RTR");
+            modify(&n.dev, h, QpState::Rts, rts, at).expect("RTS");
+        }
         // SAFETY: both are live QPs of this provider.
-        unsafe {
-            set_qp_connected(qa, true);
-        }
+        unsafe { set_qp_connected(qa, true) };
         // SAFETY: as above.
-        unsafe {
-            set_qp_connected(qb, true);
-        }
+        unsafe { set_qp_connected(qb, true) };
+    }
+
+    /// NdkCreateMr (fast-register) + NdkInitializeFastRegisterMr for `pages` pages on host
+    /// `i`.
+    pub fn frmr(&self, i: usize, pages: u32) -> *mut NDK_MR {
+        let pd = self.nodes[i].pd;
+        let mut mr = null_mut();
+        let create = disp(unsafe_dispatch_pd(pd)).NdkCreateMr;
+        let done = Done::new();
+        // SAFETY: a live PD; `mr` is an out pointer; `done` outlives the wait below.
+        let st = unsafe { create(pd, 1, on_create, done.ctx(), &mut mr) };
+        let mr = self.created(i, st, mr, &done, "NdkCreateMr");
+        let init = disp(unsafe_dispatch_mr(mr)).NdkInitializeFastRegisterMr;
+        let done = Done::new();
+        // SAFETY: a live fast-register MR; `done` outlives the wait below.
+        let st = unsafe { init(mr, pages, 1, on_request, done.ctx()) };
+        self.created(i, st, mr, &done, "NdkInitializeFastRegisterMr")
     }
 
     /// A DMA buffer of `bytes` (rounded up to pages) on host `i`.
@@ -364,18 +420,9 @@ impl Cluster {
     /// An FRMR over `buf`, fast-registered through `qp` (completion reaped from `cq`) with
     /// remote read and write.
     pub fn remote(&self, i: usize, qp: *mut NDK_QP, cq: *mut NDK_CQ, buf: &Buf) -> Remote {
-        let pd = self.nodes[i].pd;
-        let mut mr = null_mut();
-        let create = disp(unsafe_dispatch_pd(pd)).NdkCreateMr;
-        // SAFETY: a live PD; `mr` is an out pointer.
-        let st = unsafe { create(pd, 1, no_create, null_mut(), &mut mr) };
-        assert_eq!(st, STATUS_SUCCESS, "NdkCreateMr");
         let pages = buf.pages();
+        let mr = self.frmr(i, pages.len() as u32);
         let md = disp(unsafe_dispatch_mr(mr));
-        let init = md.NdkInitializeFastRegisterMr;
-        // SAFETY: a live fast-register MR.
-        let st = unsafe { init(mr, pages.len() as u32, 1, no_request, null_mut()) };
-        assert_eq!(st, STATUS_SUCCESS, "NdkInitializeFastRegisterMr");
         let va = buf.addr();
         let fr = disp(unsafe_dispatch_qp(qp)).NdkFastRegister;
         // SAFETY: live QP and MR; `pages` holds the count given.
@@ -425,6 +472,42 @@ impl Cluster {
             }
         }
         out
+    }
+}
+
+/// Waits for a create or request the provider answered `st` to: `out` when it completed
+/// inline, the object from `done` once its completion ran when it answered STATUS_PENDING.
+/// The wait pumps the world (the platform's pump); completions run in the command DPC.
+pub fn created<T>(
+    platform: &HostPlatform,
+    st: NTSTATUS,
+    out: *mut T,
+    done: &Done,
+    what: &str,
+) -> *mut T {
+    if st == STATUS_SUCCESS {
+        return out;
+    }
+    assert_eq!(st, STATUS_PENDING, "{what}");
+    assert!(
+        platform.wait_until(&|| done.finished(), 20_000_000_000),
+        "{what}: no completion"
+    );
+    let st = done.status.load(Ordering::SeqCst) as NTSTATUS;
+    assert_eq!(st, STATUS_SUCCESS, "{what} completion");
+    match done.obj.load(Ordering::SeqCst) {
+        0 => out, // a RequestCompletion: the object was the caller's
+        p => p as *mut T,
+    }
+}
+
+/// The QPN of QP `handle` (M10: VERSION 20 numbers QPs 0x100 + handle, older ones use the
+/// handle).
+pub fn qpn(dev: &DrvDevice, handle: u32) -> u32 {
+    if dev.version() >= 20 {
+        0x100 + handle
+    } else {
+        handle
     }
 }
 
@@ -564,18 +647,4 @@ pub fn invalidate(qp: *mut NDK_QP, mr: *mut NDK_MR, flags: u32) -> NTSTATUS {
     let f = disp(unsafe_dispatch_qp(qp)).NdkInvalidate;
     // SAFETY: live QP and MR of this provider.
     unsafe { f(qp, null_mut(), mr.cast(), flags) }
-}
-
-/// NdkCreateMr (fast-register) + NdkInitializeFastRegisterMr for `pages` pages, remote.
-pub fn frmr(pd: *mut NDK_PD, pages: u32) -> *mut NDK_MR {
-    let mut mr = null_mut();
-    let create = disp(unsafe_dispatch_pd(pd)).NdkCreateMr;
-    // SAFETY: a live PD; `mr` is an out pointer.
-    let st = unsafe { create(pd, 1, no_create, null_mut(), &mut mr) };
-    assert_eq!(st, STATUS_SUCCESS, "NdkCreateMr");
-    let init = disp(unsafe_dispatch_mr(mr)).NdkInitializeFastRegisterMr;
-    // SAFETY: a live fast-register MR.
-    let st = unsafe { init(mr, pages, 1, no_request, null_mut()) };
-    assert_eq!(st, STATUS_SUCCESS, "NdkInitializeFastRegisterMr");
-    mr
 }

@@ -10,15 +10,14 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::cq::{Cq, CqEvent, CqParams};
+use super::cq::{Cq, CqEvent};
 use super::dispatch;
 use super::error::{NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
 use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
-use super::pd::Pd;
 use super::srq::Srq;
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {
@@ -145,6 +144,30 @@ impl<T: NdkObject> HandleTable<T> {
             .and_then(Option::take)
     }
 
+    /// Every registered object (cloned under the lock; an allocation, so only for rare
+    /// device-wide events at DISPATCH_LEVEL: the clones are handed back one at a time).
+    fn for_each(&self, mut f: impl FnMut(&ObjRef<T>)) {
+        let mut i = 0usize;
+        loop {
+            let next = {
+                let t = self.slots.lock();
+                let mut found = None;
+                while let Some(slot) = t.get(i) {
+                    i += 1;
+                    if let Some(o) = slot {
+                        found = Some(o.clone());
+                        break;
+                    }
+                }
+                found
+            };
+            match next {
+                Some(o) => f(&o),
+                None => return,
+            }
+        }
+    }
+
     fn get(&self, handle: u32) -> Option<ObjRef<T>> {
         self.slots
             .lock()
@@ -255,6 +278,14 @@ impl NdkDevice {
         }
     }
 
+    /// DEVICE_FATAL: every CQ reports STATUS_INTERNAL_ERROR (at its next arm, or now if
+    /// armed) and every SRQ with a notification callback STATUS_INTERNAL_ERROR (§5.4, §5.9).
+    pub fn device_fatal(&self) {
+        self.cqs
+            .for_each(|cq| cq.event(CqEvent::Error(STATUS_INTERNAL_ERROR)));
+        self.srqs.for_each(|srq| srq.error_event());
+    }
+
     /// SRQ_LIMIT_REACHED for `srq` (M45).
     pub fn srq_limit_reached(&self, srq: u32) {
         if let Some(srq) = self.srqs.get(srq) {
@@ -309,16 +340,6 @@ impl Adapter {
 }
 
 impl ObjRef<Adapter> {
-    /// NdkCreatePd (completes inline).
-    pub fn create_pd(&self) -> NdkResult<ObjRef<Pd>> {
-        Pd::create(self)
-    }
-
-    /// NdkCreateCq (completes inline).
-    pub fn create_cq(&self, p: CqParams) -> NdkResult<ObjRef<Cq>> {
-        Cq::create(self, p)
-    }
-
     /// CloseNDKAdapterHandler: blocks (PASSIVE_LEVEL) until every descendant has closed and
     /// every callback on them has returned (§5.2).
     pub fn close_blocking(&self) {

@@ -10,12 +10,13 @@ use alloc::vec::Vec;
 
 use super::adapter::Adapter;
 use super::dispatch;
+use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::pow2_ceil;
-use super::object::{Lifetime, NdkObject, ObjRef};
+use super::hw::{HwCqe, HwDone, pow2_ceil};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// Effective arm type, ordered so that combining two arms is `max` (§5.4 table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -208,8 +209,17 @@ pub struct CqParams {
 }
 
 impl Cq {
-    /// NdkCreateCq: `depth` ≤ MaxCqDepth, else STATUS_INVALID_PARAMETER (§5.4).
-    pub fn create(adapter: &ObjRef<Adapter>, p: CqParams) -> NdkResult<ObjRef<Cq>> {
+    /// NdkCreateCq: `depth` ≤ MaxCqDepth, else STATUS_INVALID_PARAMETER (§5.4). The device
+    /// command may complete later; the result goes to `handoff` (inline or through
+    /// CreateCompletion).
+    ///
+    /// # Errors
+    /// Inline failures before any command was issued.
+    pub fn create_async(
+        adapter: &ObjRef<Adapter>,
+        p: CqParams,
+        handoff: alloc::sync::Arc<CreateHandoff<Cq>>,
+    ) -> NdkResult<()> {
         let max = adapter.info().MaxCqDepth;
         if p.depth == 0 || p.depth > max {
             return Err(NdkError::InvalidParameter);
@@ -218,16 +228,33 @@ impl Cq {
         if !adapter.lifetime().try_get() {
             return Err(NdkError::InvalidDeviceRequest);
         }
-        let made = Self::create_inner(adapter, p, entries);
-        if made.is_err() {
-            adapter.put();
+        let affinity = p.affinity;
+        let a = adapter.clone();
+        let done = move |r: Result<u32, HwError>| {
+            let made = match r {
+                Ok(handle) => Self::wrap(&a, handle, p),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                a.put();
+            }
+            handoff.complete(made);
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
+                adapter.hw().create_cq_async(entries, affinity, d);
+                Ok(())
+            }
+            Err(_) => {
+                adapter.put();
+                Err(NdkError::InsufficientResources)
+            }
         }
-        made
     }
 
-    fn create_inner(adapter: &ObjRef<Adapter>, p: CqParams, entries: u32) -> NdkResult<ObjRef<Cq>> {
+    fn wrap(adapter: &ObjRef<Adapter>, handle: u32, p: CqParams) -> NdkResult<ObjRef<Cq>> {
         let hw = adapter.hw();
-        let handle = hw.create_cq(entries)?;
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
             Dispatch: &dispatch::CQ_DISPATCH,
@@ -300,51 +327,59 @@ impl Cq {
             .cloned()
     }
 
-    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation; the only lock
-    /// is the attachment list's, shared with QP create/close.
+    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation: CQEs are
+    /// taken in batches (one ring lock and one `cons_head` update per batch, never more
+    /// CQEs than results still wanted, so none is lost), and the QP of the previous CQE is
+    /// reused before the attachment list is consulted.
     pub fn get_results_ex(&self, out: &mut [NDK_RESULT_EX]) -> usize {
-        let mut n = 0;
-        for slot in out.iter_mut() {
-            match self.next_result() {
-                Some(r) => {
-                    *slot = r;
-                    n += 1;
-                }
-                None => break,
+        self.fill(out.len(), |i, r| {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = r;
             }
-        }
-        n
+        })
     }
 
     /// NdkGetCqResults: the same results without Type and the other Ex fields.
     pub fn get_results(&self, out: &mut [NDK_RESULT]) -> usize {
+        self.fill(out.len(), |i, r| {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = super::completion::to_result(&r);
+            }
+        })
+    }
+
+    fn fill(&self, wanted: usize, mut put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
+        const BATCH: usize = 16;
+        let hw = self.adapter.hw();
+        let mut buf = [HwCqe::EMPTY; BATCH];
+        let mut last: Option<ObjRef<Qp>> = None;
         let mut n = 0;
-        for slot in out.iter_mut() {
-            match self.next_result() {
-                Some(r) => {
-                    *slot = super::completion::to_result(&r);
+        while n < wanted {
+            let want = (wanted - n).min(BATCH);
+            let Some(batch) = buf.get_mut(..want) else {
+                break;
+            };
+            let got = hw.poll_cq_batch(self.handle, batch).min(want);
+            if got == 0 {
+                break;
+            }
+            for cqe in buf.iter().take(got) {
+                if last.as_ref().is_none_or(|q| q.handle() != cqe.qp) {
+                    last = self.find_qp(cqe.qp);
+                }
+                // A CQE naming no QP of this CQ, or a slot that is not outstanding, is
+                // dropped (and counted) rather than trusted (style.md §10).
+                let Some(qp) = &last else {
+                    self.adapter.device().count_bad_cqe();
+                    continue;
+                };
+                if let Some(r) = qp.complete(cqe) {
+                    put(n, r);
                     n += 1;
                 }
-                None => break,
             }
         }
         n
-    }
-
-    fn next_result(&self) -> Option<NDK_RESULT_EX> {
-        let hw = self.adapter.hw();
-        loop {
-            let cqe = hw.poll_cq(self.handle)?;
-            // A CQE naming no QP of this CQ, or a slot that is not outstanding, is dropped
-            // (counted by the QP) rather than trusted (style.md §10).
-            let Some(qp) = self.find_qp(cqe.qp) else {
-                self.adapter.device().count_bad_cqe();
-                continue;
-            };
-            if let Some(r) = qp.complete(&cqe) {
-                return Some(r);
-            }
-        }
     }
 }
 

@@ -26,10 +26,11 @@ use super::adapter::{Adapter, adapter_info_bytes};
 use super::connector::Connector;
 use super::cq::{Cq, CqParams};
 use super::error::{NdkError, NdkResult};
+use super::hw::Hardware;
 use super::listener::Listener;
 use super::mr::{MdlSpan, Mr};
 use super::mw::Mw;
-use super::object::{NdkObject, ObjRef};
+use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use super::pd::Pd;
 use super::qp::{Qp, QpParams};
 use super::shared_endpoint::SharedEndpoint;
@@ -108,6 +109,80 @@ unsafe fn mdl_span(mdl: *const MDL, length: usize) -> MdlSpan {
         va,
         contiguous: covered,
     }
+}
+
+/// Fills `out[i]` with the adapter logical address of page `i` of the region that starts at
+/// `first.va` (pages counted from the page holding it), from the PFN arrays of the MDL chain.
+/// Pages an MDL shares with its predecessor (a chain link in mid-page) land on the same
+/// index.
+///
+/// # Errors
+/// STATUS_INVALID_PARAMETER if a PFN has no logical address or a page is left unfilled.
+///
+/// # Safety
+/// `mdl` is non-null and heads a valid chain of MDLs, each followed by its PFN array (locked
+/// pages, §5.7), for the call.
+unsafe fn mdl_pages(
+    mdl: *const MDL,
+    region_va: u64,
+    hw: &dyn Hardware,
+    out: &mut [u64],
+) -> NdkResult<()> {
+    let first_page = region_va & !(PAGE_SIZE as u64 - 1);
+    let mut filled = 0usize;
+    let mut m = mdl;
+    while !m.is_null() && filled < out.len() {
+        // SAFETY: caller contract: every link of the chain is a valid MDL.
+        let cur = unsafe { &*m };
+        let base = (MmGetMdlVirtualAddress(cur) as u64) & !(PAGE_SIZE as u64 - 1);
+        let pfns = MmGetMdlPfnArray(cur);
+        for k in 0..mdl_page_count(cur) as usize {
+            let page_va = base.wrapping_add((k as u64) << PAGE_SHIFT);
+            let Some(idx) = page_va
+                .checked_sub(first_page)
+                .map(|d| (d >> PAGE_SHIFT) as usize)
+            else {
+                continue;
+            };
+            let Some(slot) = out.get_mut(idx) else {
+                break;
+            };
+            // SAFETY: the PFN array of `cur` holds `mdl_page_count(cur)` entries (contract).
+            let pfn = unsafe { pfns.wrapping_add(k).read() };
+            *slot = hw
+                .page_address(pfn as u64)
+                .ok_or(NdkError::InvalidParameter)?;
+            filled = filled.max(idx + 1);
+        }
+        m = cur.Next;
+    }
+    if filled < out.len() {
+        return Err(NdkError::InvalidParameter);
+    }
+    Ok(())
+}
+
+/// The page list of `length` bytes from the start of the MDL chain (RegisterMr; allocates,
+/// so only on the registration path).
+///
+/// # Safety
+/// As [`mdl_pages`].
+unsafe fn mdl_page_list(
+    mdl: *const MDL,
+    span: &MdlSpan,
+    length: usize,
+    hw: &dyn Hardware,
+) -> NdkResult<alloc::vec::Vec<u64>> {
+    let n = super::mr::span_pages(span.va, length as u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or(NdkError::InvalidParameter)?;
+    let mut v = alloc::vec::Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| NdkError::InsufficientResources)?;
+    v.resize(n, 0);
+    // SAFETY: forwarded contract.
+    unsafe { mdl_pages(mdl, span.va, hw, &mut v) }?;
+    Ok(v)
 }
 
 // ---------------------------------------------------------------- common slots
@@ -191,8 +266,8 @@ unsafe extern "system" fn create_cq(
     CqNotification: NDK_FN_CQ_NOTIFICATION_CALLBACK,
     CqNotificationContext: PVOID,
     Affinity: *mut GROUP_AFFINITY,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkCq: *mut *mut NDK_CQ,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -208,22 +283,32 @@ unsafe extern "system" fn create_cq(
         // SAFETY: non-null optional input, valid by contract.
         Some(unsafe { Affinity.read() })
     };
-    let r = a.create_cq(CqParams {
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let params = CqParams {
         depth: CqDepth,
         notify: CqNotification,
         notify_context: CqNotificationContext as usize,
         affinity,
-    });
-    // SAFETY: `ppNdkCq` checked non-null.
-    unsafe { publish(r, ppNdkCq) }
+    };
+    if let Err(e) = Cq::create_async(&a, params, handoff.clone()) {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkCq` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkCq) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety
 /// See the module contract.
 unsafe extern "system" fn create_pd(
     pNdkAdapter: *mut NDK_ADAPTER,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkPd: *mut *mut NDK_PD,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -233,9 +318,19 @@ unsafe extern "system" fn create_pd(
     if ppNdkPd.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
-    let r = a.create_pd();
-    // SAFETY: `ppNdkPd` checked non-null.
-    unsafe { publish(r, ppNdkPd) }
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    if let Err(e) = Pd::create_async(&a, handoff.clone()) {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkPd` checked non-null; written only for an inline result (§5.1: the
+        // provider must not touch it after returning STATUS_PENDING).
+        Some(r) => unsafe { publish(r, ppNdkPd) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety
@@ -275,8 +370,9 @@ unsafe extern "system" fn create_listener(
     status(Listener::create())
 }
 
-/// NdkBuildLam: parameters and buffer size are checked; the mapping itself needs the OS
-/// seam's DMA translation and is not implemented yet (STATUS_NOT_IMPLEMENTED).
+/// NdkBuildLam (§5.7): maps the MDL's pages to adapter logical addresses
+/// ([`Hardware::page_address`]) and completes inline. The mapping holds no resources, so
+/// `AdapterContext` is null and NdkReleaseLam has nothing to undo.
 ///
 /// # Safety
 /// See the module contract.
@@ -291,7 +387,7 @@ unsafe extern "system" fn build_lam(
     pFBO: *mut ULONG,
 ) -> NTSTATUS {
     // SAFETY: module contract.
-    let Some(_a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
+    let Some(a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     if Mdl.is_null() || pLAMSize.is_null() || pFBO.is_null() || Length == 0 {
@@ -316,10 +412,47 @@ unsafe extern "system" fn build_lam(
         unsafe { pLAMSize.write(required) };
         return STATUS_BUFFER_TOO_SMALL;
     }
-    STATUS_NOT_IMPLEMENTED
+    // CAST: the array starts at its field offset; `size` ≥ `required` covers all entries.
+    let array = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterPageArray
+        ))
+        .cast::<u64>();
+    // SAFETY: the consumer's buffer holds `required` bytes: `pages` entries after the header,
+    // 8-byte aligned like the structure (contract).
+    let out = unsafe { core::slice::from_raw_parts_mut(array, pages as usize) };
+    // SAFETY: non-null MDL chain, valid by contract.
+    if let Err(e) = unsafe { mdl_pages(Mdl, span.va, a.hw(), out) } {
+        return e.to_ntstatus();
+    }
+    let context = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterContext
+        ))
+        .cast::<PVOID>();
+    let count = pNdkLAM
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(
+            NDK_LOGICAL_ADDRESS_MAPPING,
+            AdapterPageCount
+        ))
+        .cast::<ULONG>();
+    // SAFETY: non-null LAM of `required` bytes (checked above), fields at their offsets.
+    unsafe { context.write(core::ptr::null_mut()) };
+    // SAFETY: as above.
+    unsafe { count.write(pages) };
+    // SAFETY: non-null in/out parameters (checked above).
+    unsafe { pLAMSize.write(required) };
+    // SAFETY: as above.
+    unsafe { pFBO.write(BYTE_OFFSET(span.va as usize)) };
+    STATUS_SUCCESS
 }
 
-/// NdkReleaseLam: no LAM is ever built yet, so there is nothing to release.
+/// NdkReleaseLam: a LAM holds no provider resources (see [`build_lam`]).
 ///
 /// # Safety
 /// See the module contract (nothing is dereferenced).
@@ -399,8 +532,8 @@ unsafe extern "system" fn create_srq(
     SrqNotification: Option<NDK_FN_SRQ_NOTIFICATION_CALLBACK>,
     SrqNotificationContext: PVOID,
     Affinity: *mut GROUP_AFFINITY,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkSrq: *mut *mut NDK_SRQ,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -416,7 +549,11 @@ unsafe extern "system" fn create_srq(
         // SAFETY: non-null optional input, valid by contract.
         Some(unsafe { Affinity.read() })
     };
-    let r = Srq::create(
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let r = Srq::create_async(
         &pd,
         SrqParams {
             depth: SrqDepth,
@@ -426,9 +563,16 @@ unsafe extern "system" fn create_srq(
             notify_context: SrqNotificationContext as usize,
             affinity,
         },
+        handoff.clone(),
     );
-    // SAFETY: `ppNdkSrq` checked non-null.
-    unsafe { publish(r, ppNdkSrq) }
+    if let Err(e) = r {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkSrq` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkSrq) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// Shared by both QP creates.
@@ -447,6 +591,8 @@ unsafe fn create_qp_common(
     MaxReceiveRequestSge: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: module contract.
@@ -472,7 +618,11 @@ unsafe fn create_qp_common(
     if ppNdkQp.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
-    let r = Qp::create(
+    let handoff = match CreateHandoff::new(CreateCompletion, RequestContext as usize) {
+        Ok(h) => h,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let r = Qp::create_async(
         &pd,
         QpParams {
             receive_cq: rcq,
@@ -485,9 +635,16 @@ unsafe fn create_qp_common(
             max_initiator_sge: MaxInitiatorRequestSge,
             inline_data: InlineDataSize,
         },
+        handoff.clone(),
     );
-    // SAFETY: `ppNdkQp` checked non-null.
-    unsafe { publish(r, ppNdkQp) }
+    if let Err(e) = r {
+        return e.to_ntstatus();
+    }
+    match handoff.finish_call() {
+        // SAFETY: `ppNdkQp` checked non-null; written only for an inline result (§5.1).
+        Some(r) => unsafe { publish(r, ppNdkQp) },
+        None => STATUS_PENDING,
+    }
 }
 
 /// # Safety
@@ -502,8 +659,8 @@ unsafe extern "system" fn create_qp(
     MaxReceiveRequestSge: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
@@ -519,6 +676,8 @@ unsafe extern "system" fn create_qp(
             MaxReceiveRequestSge,
             MaxInitiatorRequestSge,
             InlineDataSize,
+            CreateCompletion,
+            RequestContext,
             ppNdkQp,
         )
     }
@@ -535,8 +694,8 @@ unsafe extern "system" fn create_qp_with_srq(
     InitiatorQueueDepth: ULONG,
     MaxInitiatorRequestSge: ULONG,
     InlineDataSize: ULONG,
-    _CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    _RequestContext: PVOID,
+    CreateCompletion: NDK_FN_CREATE_COMPLETION,
+    RequestContext: PVOID,
     ppNdkQp: *mut *mut NDK_QP,
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
@@ -552,6 +711,8 @@ unsafe extern "system" fn create_qp_with_srq(
             0,
             MaxInitiatorRequestSge,
             InlineDataSize,
+            CreateCompletion,
+            RequestContext,
             ppNdkQp,
         )
     }
@@ -677,8 +838,8 @@ unsafe extern "system" fn register_mr(
     Mdl: *mut MDL,
     Length: SIZE_T,
     Flags: ULONG,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(mr) = (unsafe { ObjRef::<Mr>::borrow(pNdkMr) }) else {
@@ -689,7 +850,26 @@ unsafe extern "system" fn register_mr(
     }
     // SAFETY: non-null MDL chain, valid by contract.
     let span = unsafe { mdl_span(Mdl, Length) };
-    status(mr.register(span, Length, Flags))
+    let hw = mr.pd().adapter().hw();
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    let issued = mr.register(
+        span,
+        Length,
+        Flags,
+        || {
+            // SAFETY: non-null MDL chain with PFN arrays, valid by contract; called only after
+            // `register` checked that the chain covers `Length` bytes.
+            unsafe { mdl_page_list(Mdl, &span, Length, hw) }
+        },
+        req.clone(),
+    );
+    match issued {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety
@@ -712,14 +892,21 @@ unsafe extern "system" fn initialize_fast_register_mr(
     pNdkMr: *mut NDK_MR,
     AdapterPageCount: ULONG,
     RemoteAccess: BOOLEAN,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(mr) = (unsafe { ObjRef::<Mr>::borrow(pNdkMr) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    status(mr.initialize_fast_register(AdapterPageCount, RemoteAccess != 0))
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    match mr.initialize_fast_register(AdapterPageCount, RemoteAccess != 0, req.clone()) {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety
@@ -880,10 +1067,15 @@ unsafe extern "system" fn invalidate(
     if pNdkMrOrMw.is_null() {
         return status(qp.fail_initiator(NdkError::InvalidParameter));
     }
+    // Only `ObjectType` is read, through a raw pointer: the consumer owns `NdkReserved` and
+    // may write it concurrently, so no reference to the whole header is formed.
+    let ty_ptr = pNdkMrOrMw
+        .cast::<u8>()
+        .wrapping_add(core::mem::offset_of!(NDK_OBJECT_HEADER, ObjectType))
+        .cast::<NDK_OBJECT_TYPE>();
     // SAFETY: a live object header of this provider (contract); `ObjectType` is written only
     // by the provider, at creation.
-    let header = unsafe { &*pNdkMrOrMw };
-    let ty = header.ObjectType;
+    let ty = unsafe { ty_ptr.read() };
     if ty != NdkObjectTypeMr {
         // No MW can exist (NdkCreateMw is not supported); anything else is not a target.
         return status(qp.fail_initiator(NdkError::InvalidParameter));
@@ -1022,14 +1214,21 @@ unsafe extern "system" fn modify_srq(
     pNdkSrq: *mut NDK_SRQ,
     SrqDepth: ULONG,
     NotifyThreshold: ULONG,
-    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
-    _RequestContext: PVOID,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     let Some(srq) = (unsafe { ObjRef::<Srq>::borrow(pNdkSrq) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    status(srq.modify(SrqDepth, NotifyThreshold))
+    let req = match RequestHandoff::new(RequestCompletion, RequestContext as usize) {
+        Ok(r) => r,
+        Err(e) => return e.to_ntstatus(),
+    };
+    match srq.modify(SrqDepth, NotifyThreshold, req.clone()) {
+        Ok(()) => req.finish_call(),
+        Err(e) => e.to_ntstatus(),
+    }
 }
 
 /// # Safety
@@ -1274,6 +1473,25 @@ pub(crate) fn call_close_completion(cb: NDK_FN_CLOSE_COMPLETION, ctx: usize) {
     // SAFETY: `cb` is the consumer's callback for this close, callable at ≤ DISPATCH_LEVEL
     // with the context it supplied (§2.12); the provider calls it exactly once.
     unsafe { cb(ctx as PVOID) }
+}
+
+/// Calls a consumer's NdkRequestCompletion.
+pub(crate) fn call_request_completion(cb: NDK_FN_REQUEST_COMPLETION, ctx: usize, st: NTSTATUS) {
+    // SAFETY: the consumer's callback for a request that returned STATUS_PENDING, callable at
+    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
+    unsafe { cb(ctx as PVOID, st) }
+}
+
+/// Calls a consumer's NdkCreateCompletion.
+pub(crate) fn call_create_completion(
+    cb: NDK_FN_CREATE_COMPLETION,
+    ctx: usize,
+    st: NTSTATUS,
+    obj: *mut NDK_OBJECT_HEADER,
+) {
+    // SAFETY: the consumer's callback for a create that returned STATUS_PENDING, callable at
+    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
+    unsafe { cb(ctx as PVOID, st, obj) }
 }
 
 /// Calls a consumer's NdkCqNotificationCallback.

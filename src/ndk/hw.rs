@@ -10,7 +10,7 @@
 #![deny(unsafe_code)]
 
 use super::error::HwError;
-use crate::ndkpi::{NDK_LOGICAL_ADDRESS, NDK_SGE};
+use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS, NDK_SGE};
 
 /// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
 /// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
@@ -69,13 +69,38 @@ impl HwCaps {
     };
 }
 
+impl HwCaps {
+    /// The fields the NDK layer uses from the device caps read at bring-up. The FRMR page
+    /// limit goes through `PVRDMA_GET_CAP` (128 unless VERSION ≥ 18, §4); `max_msg_sz` is the
+    /// port limit (M41), not a caps field.
+    pub fn from_caps(c: &crate::pvrdma::dsr::Caps, device_version: u32) -> HwCaps {
+        HwCaps {
+            vendor_id: c.vendor_id,
+            vendor_part_id: c.vendor_part_id,
+            max_mr_size: c.max_mr_size,
+            max_qp_wr: c.max_qp_wr,
+            max_sge: c.max_sge,
+            max_sge_rd: c.max_sge_rd,
+            max_cq: c.max_cq,
+            max_cqe: c.max_cqe,
+            max_qp_rd_atom: c.max_qp_rd_atom,
+            max_qp_init_rd_atom: c.max_qp_init_rd_atom,
+            max_srq: c.max_srq,
+            max_srq_wr: c.max_srq_wr,
+            max_srq_sge: c.max_srq_sge,
+            max_fast_reg_page_list_len: c.max_fast_reg_pages(device_version),
+            max_msg_sz: crate::pvrdma::device::MAX_MSG_SZ,
+        }
+    }
+}
+
 /// Kind of MR to create (pvrdma.md §1: CREATE_MR flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MrSpec {
+pub enum MrSpec<'a> {
     /// The PD's privileged-token MR: CREATE_MR flags DMA, LOCAL_WRITE only (M11, pitfall 13).
     Dma,
     /// NdkRegisterMr: flags 0 over `[start, start + length)` with `access` bits (IB order:
-    /// bit 0 LOCAL_WRITE, bit 1 REMOTE_WRITE, bit 2 REMOTE_READ). `pfns` are the MDL's pages.
+    /// bit 0 LOCAL_WRITE, bit 1 REMOTE_WRITE, bit 2 REMOTE_READ).
     Normal {
         /// MDL virtual address (an index, never dereferenced, §5.7).
         start: u64,
@@ -83,6 +108,9 @@ pub enum MrSpec {
         length: u64,
         /// IB access bits.
         access: u32,
+        /// Adapter logical address of each page spanned, the first holding `start`
+        /// (the MR's page directory, §9).
+        pages: &'a [u64],
     },
     /// NdkInitializeFastRegisterMr: flags FRMR with a page-list capacity.
     FastReg {
@@ -237,6 +265,21 @@ pub struct HwCqe {
     pub invalidated_rkey: Option<u32>,
 }
 
+/// Completion of an object command issued asynchronously; runs exactly once, possibly before
+/// the issuing call returns, at IRQL ≤ DISPATCH_LEVEL.
+pub type HwDone<T> = alloc::boxed::Box<dyn FnOnce(Result<T, HwError>) + Send>;
+
+impl HwCqe {
+    /// A placeholder for poll buffers.
+    pub const EMPTY: HwCqe = HwCqe {
+        wr_id: 0,
+        qp: u32::MAX,
+        status: 0,
+        byte_len: 0,
+        invalidated_rkey: None,
+    };
+}
+
 /// The PVRDMA device as the NDK objects use it.
 ///
 /// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
@@ -250,24 +293,68 @@ pub trait Hardware: Send + Sync {
 
     /// CREATE_PD.
     fn create_pd(&self) -> Result<u32, HwError>;
+    /// CREATE_PD then the PD's DMA MR (the privileged token), completing through `done`
+    /// (a DMA MR failure destroys the PD). The default runs the synchronous commands and
+    /// completes before returning.
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
+        let r = self.create_pd().and_then(|pd| {
+            self.create_mr(pd, &MrSpec::Dma)
+                .map(|k| (pd, k))
+                .inspect_err(|_| self.destroy_pd(pd))
+        });
+        done(r);
+    }
     /// DESTROY_PD.
     fn destroy_pd(&self, pd: u32);
-    /// CREATE_CQ with `entries` (a power of two).
-    fn create_cq(&self, entries: u32) -> Result<u32, HwError>;
+    /// CREATE_CQ with `entries` (a power of two). Notifications for it are delivered on a
+    /// processor of `affinity` when one is given (NdkCreateCq's GROUP_AFFINITY, §5.4).
+    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError>;
+    /// [`Hardware::create_cq`] completing through `done`; the default completes before
+    /// returning.
+    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+        done(self.create_cq(entries, affinity));
+    }
     /// DESTROY_CQ.
     fn destroy_cq(&self, cq: u32);
     /// CREATE_MR.
-    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError>;
+    fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError>;
+    /// Adapter logical address of the locked page `pfn` (an MDL PFN), for NdkRegisterMr and
+    /// NdkBuildLam. The default is the physical address, which is what PVRDMA DMA uses when
+    /// no IOMMU remaps the guest; the Windows build must route this through the DMA adapter
+    /// of the OS seam (not written yet) when DMA remapping is on.
+    fn page_address(&self, pfn: u64) -> Option<u64> {
+        pfn.checked_mul(crate::ndkpi::PAGE_SIZE as u64)
+    }
+    /// [`Hardware::create_mr`] completing through `done` (the spec's page list is consumed
+    /// before this returns); the default completes before returning.
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
+        done(self.create_mr(pd, spec));
+    }
     /// DESTROY_MR.
     fn destroy_mr(&self, mr: u32);
     /// CREATE_QP (RC) followed by RESET → INIT.
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError>;
+    /// [`Hardware::create_qp`] completing through `done`; the default completes before
+    /// returning.
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        done(self.create_qp(spec));
+    }
     /// DESTROY_QP.
     fn destroy_qp(&self, qp: u32);
     /// MODIFY_QP → ERR: the device flushes every outstanding WQE (M32).
     fn flush_qp(&self, qp: u32);
     /// CREATE_SRQ.
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError>;
+    /// [`Hardware::modify_srq_limit`] completing through `done`; the default completes
+    /// before returning.
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
+        done(self.modify_srq_limit(srq, limit));
+    }
+    /// [`Hardware::create_srq`] completing through `done`; the default completes before
+    /// returning.
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
+        done(self.create_srq(spec));
+    }
     /// MODIFY_SRQ `attr_mask` = LIMIT.
     fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError>;
     /// WQEs posted to the SRQ and not yet taken by a QP (`prod_tail − cons_head`, M45).
@@ -275,20 +362,37 @@ pub trait Hardware: Send + Sync {
     /// DESTROY_SRQ.
     fn destroy_srq(&self, srq: u32);
 
-    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell.
-    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>);
+    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell. Fails (and
+    /// publishes nothing) when the ring is full or corrupt.
+    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>) -> Result<(), HwError>;
     /// SQ doorbell (`qp_handle | 1<<30`).
     fn ring_send(&self, qp: u32);
     /// Writes RQ WQE `index` and publishes it; no doorbell.
-    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>);
+    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
     /// RQ doorbell (`qp_handle | 1<<31`).
     fn ring_recv(&self, qp: u32);
     /// Writes SRQ WQE `index` and publishes it; no doorbell.
-    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>);
+    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
     /// SRQ doorbell (`srq_handle | 1<<30`).
     fn ring_srq(&self, srq: u32);
     /// Takes the next CQE of `cq`, if any.
     fn poll_cq(&self, cq: u32) -> Option<HwCqe>;
+    /// Takes up to `out.len()` CQEs of `cq` into `out`; returns how many. The default polls
+    /// one at a time; the hardware binding reads them under one ring lock and advances
+    /// `cons_head` once.
+    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
+        let mut n = 0;
+        for o in out.iter_mut() {
+            match self.poll_cq(cq) {
+                Some(c) => {
+                    *o = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
     /// True if `cq` holds an unpolled CQE (the re-check after arming, pitfall 11).
     fn cq_has_entries(&self, cq: u32) -> bool;
     /// Arm doorbell: `CQ_ARM_SOL` if `solicited_only`, else `CQ_ARM`.
@@ -307,4 +411,53 @@ pub const fn pow2_floor(n: u32) -> u32 {
 /// Smallest power of two ≥ `n` (1 for 0), `None` above 2^31.
 pub const fn pow2_ceil(n: u32) -> Option<u32> {
     n.checked_next_power_of_two()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pvrdma::dsr::Caps;
+
+    fn model_caps() -> Caps {
+        Caps {
+            vendor_id: 0x15AD,
+            vendor_part_id: 0x0820,
+            max_mr_size: 1 << 30,
+            max_qp_wr: 4096,
+            max_sge: 16,
+            max_sge_rd: 16,
+            max_cq: 1024,
+            max_cqe: 65536,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            max_srq: 1024,
+            max_srq_wr: 4096,
+            max_srq_sge: 16,
+            max_fast_reg_page_list_len: 512,
+            gid_types: 2,
+            mode: 0,
+            ..Caps::default()
+        }
+    }
+
+    #[test]
+    fn caps_conversion_matches_the_model_defaults() {
+        assert_eq!(HwCaps::from_caps(&model_caps(), 20), HwCaps::MODEL_DEFAULT);
+        // Before VERSION 18 the FRMR page limit field is not valid: PVRDMA_GET_CAP gives 128.
+        assert_eq!(
+            HwCaps::from_caps(&model_caps(), 17).max_fast_reg_page_list_len,
+            128
+        );
+    }
+
+    #[test]
+    fn powers_of_two() {
+        assert_eq!(pow2_floor(0), 0);
+        assert_eq!(pow2_floor(1), 1);
+        assert_eq!(pow2_floor(4095), 2048);
+        assert_eq!(pow2_floor(4096), 4096);
+        assert_eq!(pow2_ceil(0), Some(1));
+        assert_eq!(pow2_ceil(5), Some(8));
+        assert_eq!(pow2_ceil(0x8000_0001), None);
+    }
 }

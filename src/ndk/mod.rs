@@ -3,13 +3,22 @@
 //!
 //! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`],
 //! [`connector`], [`listener`], [`shared_endpoint`]), each safe code over the object
-//! framework ([`object`]) and the hardware seam ([`hw`]). [`dispatch`] holds the ten
-//! dispatch tables and all `extern "system"` entry points; [`completion`] maps CQEs to
-//! NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping.
+//! framework ([`object`]: allocation, header, memory and close counts, create/request
+//! hand-offs) and the hardware seam ([`hw`]). [`dispatch`] holds the ten dispatch tables and
+//! every `extern "system"` entry point and consumer-callback call; [`completion`] maps CQEs
+//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping;
+//! [`pvrdma_hw`] implements the seam over `crate::pvrdma` (commands, rings, doorbells,
+//! events).
 //!
-//! Entry points for the NDIS glue: [`NdkDevice::new`] at device start,
-//! [`NdkDevice::open_adapter`] from OpenNDKAdapterHandler, [`dispatch::close_adapter`] from
-//! CloseNDKAdapterHandler, and the `NdkDevice` event methods from the device's DPCs.
+//! Entry points for the NDIS glue: [`NdkDevice::new`] at device start (with
+//! [`pvrdma_hw::PvrdmaHardware::new`] and `attach`), [`NdkDevice::open_adapter`] from
+//! OpenNDKAdapterHandler, [`dispatch::close_adapter`] from CloseNDKAdapterHandler. Device
+//! events reach the objects through `NdkDevice`'s event methods (CQNE, CQ_ERR, SRQ events,
+//! DEVICE_FATAL).
+//!
+//! Not implemented yet: connection management (connector, listener, shared endpoint: their
+//! tables exist and answer STATUS_NOT_IMPLEMENTED); until then [`set_qp_connected`] is what
+//! the connection manager will call on RTS.
 
 pub mod adapter;
 pub mod completion;
@@ -27,7 +36,6 @@ pub mod pvrdma_hw;
 pub mod qp;
 pub mod shared_endpoint;
 pub mod srq;
-mod sync;
 
 pub use adapter::{NdkDevice, negotiate_version};
 pub use error::{HwError, NdkError};

@@ -13,16 +13,18 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::dispatch;
-use super::error::{NdkError, NdkResult};
-use super::hw::{MrKeys, MrSpec, access};
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::error::{HwError, NdkError, NdkResult};
+use super::hw::{HwDone, MrKeys, MrSpec, access};
+use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use super::pd::{Pd, take_successor};
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MrState {
     Idle,
+    /// A CREATE_MR is in flight (its request holds a close count).
+    Busy,
     Registered(MrKeys),
     FastReg {
         keys: MrKeys,
@@ -52,7 +54,7 @@ impl NdkObject for Mr {
             MrState::Registered(k) | MrState::FastReg { keys: k, .. } => {
                 self.pd.adapter().hw().destroy_mr(k.handle)
             }
-            MrState::Idle => {}
+            MrState::Idle | MrState::Busy => {}
         }
     }
     fn release_antecedents(&self) {
@@ -77,6 +79,15 @@ pub struct FastRegTicket {
     pub handle: u32,
     /// The key the MR gets.
     pub new_key: u32,
+}
+
+/// Pages spanned by `length` bytes at `va` (`ADDRESS_AND_SIZE_TO_SPAN_PAGES` in 64 bits).
+pub fn span_pages(va: u64, length: u64) -> Option<u64> {
+    let page = PAGE_SIZE as u64;
+    (va & (page - 1))
+        .checked_add(length)?
+        .checked_add(page - 1)
+        .map(|b| b / page)
 }
 
 const MR_FLAGS_ALL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE
@@ -110,51 +121,6 @@ impl Mr {
         &self.pd
     }
 
-    /// NdkRegisterMr (completes inline).
-    ///
-    /// # Errors
-    /// STATUS_INVALID_DEVICE_REQUEST on a fast-register MR or one already registered;
-    /// STATUS_INVALID_PARAMETER for unknown flags, REMOTE_WRITE without LOCAL_WRITE (0x4),
-    /// length 0 or above MaxRegistrationSize, an MDL chain not virtually contiguous for
-    /// `length` bytes, or a zero-based VA.
-    pub fn register(&self, span: MdlSpan, length: usize, flags: u32) -> NdkResult<()> {
-        if self.fast {
-            return Err(NdkError::InvalidDeviceRequest);
-        }
-        if flags & !MR_FLAGS_ALL != 0 || (flags & 0x4 != 0 && flags & 0x1 == 0) {
-            return Err(NdkError::InvalidParameter);
-        }
-        let length = length as u64;
-        let max = self.pd.adapter().info().MaxRegistrationSize as u64;
-        if length == 0 || length > max || length > span.contiguous || span.va == 0 {
-            return Err(NdkError::InvalidParameter);
-        }
-        span.va
-            .checked_add(length)
-            .ok_or(NdkError::InvalidParameter)?;
-        let mut access = access::LOCAL_WRITE;
-        if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
-            access |= access::REMOTE_READ;
-        }
-        if flags & NDK_MR_FLAG_ALLOW_REMOTE_WRITE == NDK_MR_FLAG_ALLOW_REMOTE_WRITE {
-            access |= access::REMOTE_WRITE;
-        }
-        let mut st = self.state.lock();
-        if *st != MrState::Idle {
-            return Err(NdkError::InvalidDeviceRequest);
-        }
-        let keys = self.pd.adapter().hw().create_mr(
-            self.pd.handle(),
-            &MrSpec::Normal {
-                start: span.va,
-                length,
-                access,
-            },
-        )?;
-        *st = MrState::Registered(keys);
-        Ok(())
-    }
-
     /// NdkDeregisterMr (completes inline).
     ///
     /// # Errors
@@ -171,43 +137,12 @@ impl Mr {
         }
     }
 
-    /// NdkInitializeFastRegisterMr (completes inline). A repeated call replaces the FRMR.
-    ///
-    /// # Errors
-    /// STATUS_INVALID_DEVICE_REQUEST on a non-fast MR; STATUS_INVALID_PARAMETER for 0 pages;
-    /// STATUS_IMPLEMENTATION_LIMIT above FRMRPageCount (`max_fast_reg_page_list_len`).
-    pub fn initialize_fast_register(&self, pages: u32, remote: bool) -> NdkResult<()> {
-        if !self.fast {
-            return Err(NdkError::InvalidDeviceRequest);
-        }
-        if pages == 0 {
-            return Err(NdkError::InvalidParameter);
-        }
-        if pages > self.pd.adapter().info().FRMRPageCount {
-            return Err(NdkError::ImplementationLimit);
-        }
-        let hw = self.pd.adapter().hw();
-        let mut st = self.state.lock();
-        if let MrState::FastReg { keys, .. } = *st {
-            hw.destroy_mr(keys.handle);
-            *st = MrState::Idle;
-        }
-        let keys = hw.create_mr(self.pd.handle(), &MrSpec::FastReg { max_pages: pages })?;
-        self.key.store(keys.rkey, Ordering::Relaxed);
-        *st = MrState::FastReg {
-            keys,
-            max_pages: pages,
-            remote,
-        };
-        Ok(())
-    }
-
     /// NdkGetLocalTokenFromMr (0 before registration or initialization).
     pub fn local_token(&self) -> u32 {
         match *self.state.lock() {
             MrState::Registered(k) => k.lkey,
             MrState::FastReg { .. } => self.key.load(Ordering::Relaxed),
-            MrState::Idle => 0,
+            MrState::Idle | MrState::Busy => 0,
         }
     }
 
@@ -216,7 +151,7 @@ impl Mr {
         match *self.state.lock() {
             MrState::Registered(k) => k.rkey,
             MrState::FastReg { .. } => self.key.load(Ordering::Relaxed),
-            MrState::Idle => 0,
+            MrState::Idle | MrState::Busy => 0,
         }
     }
 
@@ -274,6 +209,168 @@ impl Mr {
         match *self.state.lock() {
             MrState::FastReg { .. } => Ok(self.key.load(Ordering::Relaxed)),
             _ => Err(NdkError::InvalidParameter),
+        }
+    }
+}
+impl ObjRef<Mr> {
+    /// NdkRegisterMr. The CREATE_MR may complete later; its status goes to `req` (inline or
+    /// through RequestCompletion), and the request holds a close count meanwhile (§5.2).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST on a fast-register MR or one already registered (or
+    /// registering); STATUS_INVALID_PARAMETER for unknown flags, REMOTE_WRITE without
+    /// LOCAL_WRITE (0x4), length 0 or above MaxRegistrationSize, an MDL chain not virtually
+    /// contiguous for `length` bytes, a zero-based VA, or a page list that does not span the
+    /// region.
+    pub fn register(
+        &self,
+        span: MdlSpan,
+        length: usize,
+        flags: u32,
+        pages: impl FnOnce() -> NdkResult<alloc::vec::Vec<u64>>,
+        req: alloc::sync::Arc<RequestHandoff>,
+    ) -> NdkResult<()> {
+        if self.fast {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        if flags & !MR_FLAGS_ALL != 0 || (flags & 0x4 != 0 && flags & 0x1 == 0) {
+            return Err(NdkError::InvalidParameter);
+        }
+        let length = length as u64;
+        let max = self.pd.adapter().info().MaxRegistrationSize as u64;
+        if length == 0 || length > max || length > span.contiguous || span.va == 0 {
+            return Err(NdkError::InvalidParameter);
+        }
+        span.va
+            .checked_add(length)
+            .ok_or(NdkError::InvalidParameter)?;
+        let mut access = access::LOCAL_WRITE;
+        if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
+            access |= access::REMOTE_READ;
+        }
+        if flags & NDK_MR_FLAG_ALLOW_REMOTE_WRITE == NDK_MR_FLAG_ALLOW_REMOTE_WRITE {
+            access |= access::REMOTE_WRITE;
+        }
+        if *self.state.lock() != MrState::Idle {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        // Read the MDL's page list only once the request is known to be valid.
+        let pages = pages()?;
+        if Some(pages.len() as u64) != span_pages(span.va, length) {
+            return Err(NdkError::InvalidParameter);
+        }
+        let spec = MrSpec::Normal {
+            start: span.va,
+            length,
+            access,
+            pages: &pages,
+        };
+        self.issue(&spec, MrState::Idle, None, req)
+    }
+
+    /// NdkInitializeFastRegisterMr; completes like [`Self::register`]. A repeated call
+    /// replaces the FRMR.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_REQUEST on a non-fast MR (or one being initialized);
+    /// STATUS_INVALID_PARAMETER for 0 pages; STATUS_IMPLEMENTATION_LIMIT above FRMRPageCount
+    /// (`max_fast_reg_page_list_len`).
+    pub fn initialize_fast_register(
+        &self,
+        pages: u32,
+        remote: bool,
+        req: alloc::sync::Arc<RequestHandoff>,
+    ) -> NdkResult<()> {
+        if !self.fast {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        if pages == 0 {
+            return Err(NdkError::InvalidParameter);
+        }
+        if pages > self.pd.adapter().info().FRMRPageCount {
+            return Err(NdkError::ImplementationLimit);
+        }
+        let old = {
+            let mut st = self.state.lock();
+            match *st {
+                MrState::Busy => return Err(NdkError::InvalidDeviceRequest),
+                MrState::FastReg { keys, .. } => {
+                    *st = MrState::Idle;
+                    Some(keys.handle)
+                }
+                _ => None,
+            }
+        };
+        if let Some(h) = old {
+            self.pd.adapter().hw().destroy_mr(h);
+        }
+        let spec = MrSpec::FastReg { max_pages: pages };
+        self.issue(&spec, MrState::Idle, Some((pages, remote)), req)
+    }
+
+    /// Marks the MR busy, takes a close count and issues CREATE_MR; the completion installs
+    /// the keys (FRMR: `fast` = (pages, remote)) or restores `from`, completes `req`, then
+    /// drops the count.
+    fn issue(
+        &self,
+        spec: &MrSpec<'_>,
+        from: MrState,
+        fast: Option<(u32, bool)>,
+        req: alloc::sync::Arc<RequestHandoff>,
+    ) -> NdkResult<()> {
+        {
+            let mut st = self.state.lock();
+            if *st != from {
+                return Err(NdkError::InvalidDeviceRequest);
+            }
+            *st = MrState::Busy;
+        }
+        if !self.life.try_get() {
+            *self.state.lock() = from;
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        let me = self.clone();
+        let done = move |r: Result<MrKeys, HwError>| {
+            let status = match r {
+                Ok(keys) => {
+                    let new = match fast {
+                        Some((max_pages, remote)) => {
+                            me.key.store(keys.rkey, Ordering::Relaxed);
+                            MrState::FastReg {
+                                keys,
+                                max_pages,
+                                remote,
+                            }
+                        }
+                        None => MrState::Registered(keys),
+                    };
+                    *me.state.lock() = new;
+                    STATUS_SUCCESS
+                }
+                Err(e) => {
+                    *me.state.lock() = from;
+                    NdkError::from(e).to_ntstatus()
+                }
+            };
+            // RequestCompletion before the count drops: a close waiting on it completes
+            // after (CloseCompletion is the last callback, §5.1).
+            req.complete(status);
+            me.put();
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<MrKeys> = b.map_box(|b| b as HwDone<MrKeys>).into_inner();
+                self.pd
+                    .adapter()
+                    .hw()
+                    .create_mr_async(self.pd.handle(), spec, d);
+                Ok(())
+            }
+            Err(_) => {
+                *self.state.lock() = from;
+                self.put();
+                Err(NdkError::InsufficientResources)
+            }
         }
     }
 }

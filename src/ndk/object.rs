@@ -27,8 +27,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::dispatch;
 use super::error::{NdkError, NdkResult};
-use super::sync::SpinLock;
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 
 /// State of one kind of provider object.
 pub trait NdkObject: Send + Sync + Sized {
@@ -69,24 +69,20 @@ unsafe impl<T: NdkObject> Send for ObjRef<T> {}
 // SAFETY: as for `Send`.
 unsafe impl<T: NdkObject> Sync for ObjRef<T> {}
 
-/// Fallible heap allocation (non-paged pool in the kernel).
-///
-/// Stand-in for `crate::os::alloc::try_box` (drv-hw) until that seam is merged: the switch
-/// adds accounting and failure injection.
+/// Fallible non-paged allocation through the OS seam (`crate::os::alloc::try_box`: failure
+/// injection included). The object's memory is then owned by its [`ObjRef`] counts, so it
+/// leaves the seam's live-allocation accounting.
 pub fn try_box<T>(value: T) -> NdkResult<Box<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(1)
-        .map_err(|_| NdkError::InsufficientResources)?;
-    v.push(value);
-    let slice = v.into_boxed_slice();
-    let raw = Box::into_raw(slice).cast::<T>();
-    // SAFETY: a one-element boxed slice has the layout of `T` and came from the global
-    // allocator, so it is a valid `Box<T>` allocation.
-    Ok(unsafe { Box::from_raw(raw) })
+    crate::os::alloc::try_box(value)
+        .map(crate::os::alloc::KBox::into_inner)
+        .map_err(|_| NdkError::InsufficientResources)
 }
 
 /// Fallible `Vec` with `n` elements made by `f`; used for per-slot records at create time.
 pub fn try_vec<T>(n: usize, mut f: impl FnMut() -> T) -> NdkResult<Box<[T]>> {
+    if crate::os::alloc::injected_failure() {
+        return Err(NdkError::InsufficientResources);
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| NdkError::InsufficientResources)?;
@@ -228,6 +224,149 @@ impl<T: NdkObject> Drop for ObjRef<T> {
 impl<T: NdkObject> PartialEq for ObjRef<T> {
     fn eq(&self, other: &Self) -> bool {
         self.ptr == other.ptr
+    }
+}
+
+/// Hand-off between a create function and the hardware's completion of it (§5.1).
+///
+/// The completion may run before the create function returns (the hardware answered inline)
+/// or later (from the command-completion DPC). In the first case the create function returns
+/// the object inline (STATUS_SUCCESS, no callback); in the second it returns STATUS_PENDING
+/// and the completion calls CreateCompletion exactly once. The lock decides which, so the
+/// consumer never sees both.
+pub struct CreateHandoff<T: NdkObject> {
+    state: SpinLock<Handoff<T>>,
+    completion: NDK_FN_CREATE_COMPLETION,
+    context: usize,
+}
+
+enum Handoff<T: NdkObject> {
+    InCall,
+    Inline(NdkResult<ObjRef<T>>),
+    Returned,
+    Done,
+}
+
+impl<T: NdkObject> CreateHandoff<T> {
+    /// A hand-off for one create call.
+    pub fn new(
+        completion: NDK_FN_CREATE_COMPLETION,
+        context: usize,
+    ) -> NdkResult<alloc::sync::Arc<Self>> {
+        crate::os::alloc::try_arc(CreateHandoff {
+            state: SpinLock::new(Handoff::InCall),
+            completion,
+            context,
+        })
+        .map_err(|_| NdkError::InsufficientResources)
+    }
+
+    /// The hardware finished the create (successfully or not).
+    pub fn complete(&self, r: NdkResult<ObjRef<T>>) {
+        let deliver = {
+            let mut g = self.state.lock();
+            match core::mem::replace(&mut *g, Handoff::Done) {
+                Handoff::InCall => {
+                    *g = Handoff::Inline(r);
+                    return;
+                }
+                Handoff::Returned => r,
+                // A second completion would break "exactly once"; drop it.
+                other => {
+                    *g = other;
+                    return;
+                }
+            }
+        };
+        let (status, header) = match deliver {
+            Ok(obj) => (STATUS_SUCCESS, obj.publish().cast::<NDK_OBJECT_HEADER>()),
+            Err(e) => (e.to_ntstatus(), core::ptr::null_mut()),
+        };
+        dispatch::call_create_completion(self.completion, self.context, status, header);
+    }
+
+    /// The create function is returning: `Some(result)` if the hardware already completed
+    /// (return it inline), `None` if the completion will call CreateCompletion (return
+    /// STATUS_PENDING).
+    pub fn finish_call(&self) -> Option<NdkResult<ObjRef<T>>> {
+        let mut g = self.state.lock();
+        match core::mem::replace(&mut *g, Handoff::Done) {
+            Handoff::Inline(r) => Some(r),
+            _ => {
+                *g = Handoff::Returned;
+                None
+            }
+        }
+    }
+}
+
+/// Hand-off between a request function (NdkRegisterMr, NdkInitializeFastRegisterMr, …) and
+/// the hardware's completion of it: the same inline-or-pending decision as
+/// [`CreateHandoff`], ending in RequestCompletion exactly once when the call returned
+/// STATUS_PENDING (§5.1).
+pub struct RequestHandoff {
+    state: SpinLock<Request>,
+    completion: NDK_FN_REQUEST_COMPLETION,
+    context: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Request {
+    InCall,
+    Inline(NTSTATUS),
+    Returned,
+    Done,
+}
+
+impl RequestHandoff {
+    /// A hand-off for one request.
+    pub fn new(
+        completion: NDK_FN_REQUEST_COMPLETION,
+        context: usize,
+    ) -> NdkResult<alloc::sync::Arc<Self>> {
+        crate::os::alloc::try_arc(RequestHandoff {
+            state: SpinLock::new(Request::InCall),
+            completion,
+            context,
+        })
+        .map_err(|_| NdkError::InsufficientResources)
+    }
+
+    /// The request finished with `status`.
+    pub fn complete(&self, status: NTSTATUS) {
+        let deliver = {
+            let mut g = self.state.lock();
+            match *g {
+                Request::InCall => {
+                    *g = Request::Inline(status);
+                    false
+                }
+                Request::Returned => {
+                    *g = Request::Done;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if deliver {
+            dispatch::call_request_completion(self.completion, self.context, status);
+        }
+    }
+
+    /// The request function is returning: the inline status, or STATUS_PENDING when the
+    /// completion will call RequestCompletion.
+    pub fn finish_call(&self) -> NTSTATUS {
+        let mut g = self.state.lock();
+        match *g {
+            Request::Inline(st) => {
+                *g = Request::Done;
+                st
+            }
+            _ => {
+                *g = Request::Returned;
+                STATUS_PENDING
+            }
+        }
     }
 }
 

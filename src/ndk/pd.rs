@@ -7,9 +7,11 @@
 
 use super::adapter::Adapter;
 use super::dispatch;
+use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{MrKeys, MrSpec};
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::hw::HwDone;
+use super::hw::MrKeys;
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A protection domain.
@@ -36,28 +38,43 @@ impl NdkObject for Pd {
 }
 
 impl Pd {
-    /// NdkCreatePd.
-    pub fn create(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Pd>> {
-        if !adapter.lifetime().try_get() {
-            return Err(NdkError::InvalidDeviceRequest);
+    /// NdkCreatePd with the device commands possibly completing later: the result goes to
+    /// `handoff` (inline or through CreateCompletion).
+    ///
+    /// # Errors
+    /// Inline failures before any command was issued.
+    pub fn create_async(
+        adapter: &ObjRef<Adapter>,
+        handoff: alloc::sync::Arc<CreateHandoff<Pd>>,
+    ) -> NdkResult<()> {
+        take_successor(adapter)?;
+        let a = adapter.clone();
+        let done = move |r: Result<(u32, MrKeys), HwError>| {
+            let made = match r {
+                Ok((handle, dma)) => Self::wrap(&a, handle, dma),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                a.put();
+            }
+            handoff.complete(made);
+        };
+        let done = crate::os::alloc::try_box(done)
+            .map(|b| b.map_box(|b| b as HwDone<(u32, MrKeys)>).into_inner())
+            .map_err(|_| NdkError::InsufficientResources);
+        match done {
+            Ok(d) => {
+                adapter.hw().create_pd_async(d);
+                Ok(())
+            }
+            Err(e) => {
+                adapter.put();
+                Err(e)
+            }
         }
-        let made = Self::create_inner(adapter);
-        if made.is_err() {
-            adapter.put();
-        }
-        made
     }
 
-    fn create_inner(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Pd>> {
-        let hw = adapter.hw();
-        let handle = hw.create_pd()?;
-        let dma = match hw.create_mr(handle, &MrSpec::Dma) {
-            Ok(k) => k,
-            Err(e) => {
-                hw.destroy_pd(handle);
-                return Err(e.into());
-            }
-        };
+    fn wrap(adapter: &ObjRef<Adapter>, handle: u32, dma: MrKeys) -> NdkResult<ObjRef<Pd>> {
         let ndk = NDK_PD {
             Header: header(adapter.version(), NdkObjectTypePd),
             Dispatch: &dispatch::PD_DISPATCH,
@@ -72,6 +89,7 @@ impl Pd {
             },
         )
         .inspect_err(|_| {
+            let hw = adapter.hw();
             hw.destroy_mr(dma.handle);
             hw.destroy_pd(handle);
         })

@@ -1,308 +1,638 @@
-//! [`Hardware`] over the PVRDMA hardware layer (`crate::pvrdma`): the NDK objects' device
-//! seam implemented with the command channel, the queue rings and the UAR doorbells
-//! (pvrdma.md §1 "NDK → PVRDMA mapping", §8–§13).
+//! The NDK hardware seam over the PVRDMA hardware layer (pvrdma.md §1 "NDK → PVRDMA mapping",
+//! §8–§13): object commands through the command channel, WQEs into the queue rings, CQEs out
+//! of the CQ rings, doorbells on UAR page 0, and device events forwarded to [`NdkDevice`].
 //!
-//! Written for the ndkperf/benchmark issue because the data-path issue's implementation had
-//! not landed; expect it to be reconciled with (or replaced by) that one at merge.
-//!
-//! Per-object driver state (queue rings, FRMR page lists) lives in tables indexed by the
-//! device handle, each slot behind its own spin lock: posts and polls on different objects
-//! never contend, and a handle from the NDK layer is bounds-checked before use (style.md §10).
-//! Everything read from device memory (ring indices, CQEs) is validated by the queue types
-//! (M14, §11). Hot-path methods allocate nothing and issue no command; a doorbell is
-//! [`Device::ring`]: a barrier and one volatile store to the mapped UAR page.
+//! Limits of this binding (phase 2 work still open, reported by the layer above as failures,
+//! never faked):
+//! - NdkCreatePd, NdkCreateCq, NdkCreateQp(WithSrq) and NdkCreateSrq complete
+//!   asynchronously (STATUS_PENDING, CreateCompletion from the command-completion DPC);
+//!   DESTROY commands (object close) and NdkFlush's MODIFY_QP are submitted without
+//!   waiting, and queue memory is released from the DESTROY response (the device lets go of
+//!   it only then, style.md §6). NdkRegisterMr,
+//!   NdkInitializeFastRegisterMr and NdkModifySrq complete the same way through
+//!   RequestCompletion; NdkDeregisterMr completes inline (its DESTROY_MR is not waited for). Queue memory
+//!   is allocated in the calling thread through the OS seam's DMA allocator, which is
+//!   PASSIVE_LEVEL; creates at DISPATCH_LEVEL need an asynchronous allocation there
+//!   (NdisMAllocateSharedMemoryAsyncEx).
+//! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
 
-use alloc::boxed::Box;
 use alloc::sync::{Arc, Weak};
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::adapter::NdkDevice;
-use super::dispatch::sge_address;
 use super::error::HwError;
 use super::hw::{
-    FastRegWqe, Hardware, HwCaps, HwCqe, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
-    WrOpcode as NdkOpcode,
+    FastRegWqe, Hardware, HwCaps, HwCqe, HwDone, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
+    WrOpcode,
 };
-use super::object::try_vec;
-use crate::os::SpinLock;
+use crate::ndkpi::{GROUP_AFFINITY, NDK_SGE};
 use crate::os::alloc::try_arc;
+use crate::os::{Dpc, DpcHandler, Processor, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
-    AhAttr, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr, DestroyPd,
-    DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType, SrqAttr,
-    mr_flags, srq_attr_mask,
+    CmdChannel, Command, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr,
+    DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
+    SrqAttr, mr_flags, srq_attr_mask,
 };
-use crate::pvrdma::cqe::{BadCqe, CqeError, CqeLimits};
-use crate::pvrdma::device::{CqEvents, Device, MAX_MSG_SZ};
+use crate::pvrdma::cqe::{BadCqe, Cqe};
+use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
+use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
+use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
-use crate::pvrdma::wqe::{AccessFlags, Ex, FastReg, SendFlags, SendWr, Sge, WrBody, WrOpcode};
+use crate::pvrdma::wqe::{self, AccessFlags, Ex, FastReg, SendFlags, SendWr, Sge, WrBody};
 
-/// Most SGEs one WQE carries (the device's `max_sge` is bounded by it at open).
-const MAX_SGE: usize = 16;
-/// Handle tables are bounded like the NDK layer's (M5: limits ≤ 65536).
-const MAX_TABLE: u32 = 65536;
+/// SGEs one post can carry through the stack buffer that converts NDK SGEs to PVRDMA SGEs
+/// without allocating; the adapter never advertises more ([`HwCaps::max_sge`] is capped).
+pub const MAX_POST_SGE: usize = 32;
 
-fn hw_err(e: PvrdmaError) -> HwError {
+/// The device's error as the seam reports it (M8 codes: 12 no resources, 22/95 invalid).
+pub fn hw_error(e: PvrdmaError) -> HwError {
     match e {
         PvrdmaError::NoMemory | PvrdmaError::QueueFull => HwError::NoResources,
         PvrdmaError::CommandFailed { err: 12, .. } => HwError::NoResources,
-        PvrdmaError::CommandRejected { err: 12, .. } => HwError::NoResources,
-        PvrdmaError::InvalidParameter
-        | PvrdmaError::NotSupported
-        | PvrdmaError::CommandFailed { .. }
-        | PvrdmaError::CommandRejected { .. } => HwError::Invalid,
+        PvrdmaError::CommandFailed { err: 22 | 95, .. }
+        | PvrdmaError::InvalidParameter
+        | PvrdmaError::NotSupported => HwError::Invalid,
         _ => HwError::Failed,
     }
 }
 
-/// One QP's rings and connection identity.
-struct QpRings {
-    q: QpQueues,
-    qpn: u32,
+/// Converts the NDK SGEs into `buf` (no allocation).
+///
+/// # Errors
+/// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs.
+pub fn convert_sges<'a>(
+    sges: &[NDK_SGE],
+    buf: &'a mut [Sge; MAX_POST_SGE],
+) -> Result<&'a [Sge], HwError> {
+    let out = buf.get_mut(..sges.len()).ok_or(HwError::Invalid)?;
+    for (o, s) in out.iter_mut().zip(sges) {
+        *o = Sge {
+            addr: super::dispatch::sge_address(s),
+            length: s.Length,
+            lkey: s.MemoryRegionToken,
+        };
+    }
+    Ok(out)
 }
 
-/// Where a CQNE for one CQ goes: the NDK device, once attached.
-struct CqForward {
-    ndk: Arc<SpinLock<Weak<NdkDevice>>>,
+/// The PVRDMA send WR for an NDK WQE; `pl_pdir_dma` is the FRMR's page-list directory.
+pub fn send_wr<'a>(w: &SendWqe<'_>, sges: &'a [Sge], pl_pdir_dma: u64) -> SendWr<'a> {
+    let opcode = match w.opcode {
+        WrOpcode::RdmaWrite => wqe::WrOpcode::RdmaWrite,
+        WrOpcode::Send => wqe::WrOpcode::Send,
+        WrOpcode::RdmaRead => wqe::WrOpcode::RdmaRead,
+        WrOpcode::SendWithInv => wqe::WrOpcode::SendWithInv,
+        WrOpcode::LocalInv => wqe::WrOpcode::LocalInv,
+        WrOpcode::FastRegMr => wqe::WrOpcode::FastRegMr,
+    };
+    let ex = match w.opcode {
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => Ex::InvalidateRkey(w.invalidate_rkey),
+        _ => Ex::None,
+    };
+    let body = match (w.opcode, w.fast_reg) {
+        (WrOpcode::RdmaWrite | WrOpcode::RdmaRead, _) => WrBody::Rdma {
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+        },
+        (WrOpcode::FastRegMr, Some(f)) => WrBody::FastReg(FastReg {
+            iova_start: f.iova_start,
+            pl_pdir_dma,
+            page_shift: 12,
+            page_list_len: f.pages.len() as u32,
+            length: f.length,
+            access_flags: AccessFlags::from_bits_truncate(f.access),
+            rkey: f.key,
+        }),
+        _ => WrBody::None,
+    };
+    SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        flags: SendFlags::from_bits_truncate(w.send_flags),
+        ex,
+        body,
+        sges,
+    }
+}
+
+/// A polled CQE as the seam reports it. A CQE that failed validation keeps its `wr_id` and
+/// names no QP (`u32::MAX`), so the NDK layer drops and counts it.
+pub fn hw_cqe(r: &Result<Cqe, BadCqe>) -> HwCqe {
+    match r {
+        Ok(c) => HwCqe {
+            wr_id: c.wr_id,
+            qp: c.qp,
+            status: c.status as u32,
+            byte_len: c.byte_len,
+            invalidated_rkey: c.invalidated_rkey(),
+        },
+        Err(b) => HwCqe {
+            wr_id: b.wr_id,
+            qp: u32::MAX,
+            status: super::completion::wc::GENERAL_ERR,
+            byte_len: 0,
+            invalidated_rkey: None,
+        },
+    }
+}
+
+type Sink = Arc<SpinLock<Option<Weak<NdkDevice>>>>;
+
+fn sink_device(sink: &Sink) -> Option<Arc<NdkDevice>> {
+    sink.lock().as_ref().and_then(Weak::upgrade)
+}
+
+/// Delivers a CQ's notification (a DPC routine when the CQ has an affinity).
+struct CqNotify {
+    sink: Sink,
     handle: u32,
 }
 
-impl CqEvents for CqForward {
-    fn completion(&self) {
-        let ndk = self.ndk.lock().upgrade();
-        if let Some(d) = ndk {
+impl DpcHandler for CqNotify {
+    fn run(&self) {
+        if let Some(d) = sink_device(&self.sink) {
             d.cq_notification(self.handle);
         }
     }
+}
+
+struct CqHook {
+    sink: Sink,
+    handle: u32,
+    notify: Arc<CqNotify>,
+    /// The CQ's own DPC, targeted at the first processor of its GROUP_AFFINITY.
+    dpc: Option<(Dpc, Processor)>,
+}
+
+impl CqEvents for CqHook {
+    fn completion(&self) {
+        match &self.dpc {
+            // A DPC already queued covers this CQNE too; one notification per arm anyway.
+            Some((dpc, target)) => {
+                dpc.queue(*target);
+            }
+            None => self.notify.run(),
+        }
+    }
     fn error(&self) {
-        let ndk = self.ndk.lock().upgrade();
-        if let Some(d) = ndk {
+        // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
+        // NDK's overrun status is the one that fits.
+        if let Some(d) = sink_device(&self.sink) {
             d.cq_error(self.handle, true);
         }
     }
 }
 
-/// Remote end of an RC connection (what the CM learns from REQ/REP, cm.md §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RcPeer {
-    /// Remote QPN.
-    pub qpn: u32,
-    /// Remote GID (RoCEv2: the peer's IP address as a GID).
-    pub gid: [u8; 16],
-    /// Next-hop MAC.
-    pub mac: [u8; 6],
-    /// PSN the peer starts its send queue at (our `rq_psn`).
-    pub peer_sq_psn: u32,
-    /// PSN our send queue starts at (the peer's `rq_psn`).
-    pub sq_psn: u32,
+struct SrqHook {
+    sink: Sink,
+    handle: u32,
 }
 
-/// The PVRDMA device as the NDK layer's [`Hardware`].
-pub struct PvrdmaHw {
-    dev: Device,
-    caps: HwCaps,
-    limits: CqeLimits,
-    cqs: Box<[SpinLock<Option<CqRing>>]>,
-    qps: Box<[SpinLock<Option<QpRings>>]>,
-    srqs: Box<[SpinLock<Option<SrqQueue>>]>,
-    frmrs: Box<[SpinLock<Option<PageDir>>]>,
-    ndk: Arc<SpinLock<Weak<NdkDevice>>>,
-    dropped_cqes: AtomicU64,
-    lost_posts: AtomicU64,
-}
-
-fn table<T>(n: u32) -> Result<Box<[SpinLock<Option<T>>]>, HwError> {
-    try_vec(n.min(MAX_TABLE) as usize, || SpinLock::new(None)).map_err(|_| HwError::NoResources)
-}
-
-impl PvrdmaHw {
-    /// Wraps a probed device (PASSIVE_LEVEL, at device start).
-    ///
-    /// # Errors
-    /// [`HwError::NoResources`] when the handle tables cannot be allocated.
-    pub fn new(dev: Device) -> Result<Arc<PvrdmaHw>, HwError> {
-        let c = *dev.caps();
-        let caps = HwCaps {
-            vendor_id: c.vendor_id,
-            vendor_part_id: c.vendor_part_id,
-            max_mr_size: c.max_mr_size,
-            max_qp_wr: c.max_qp_wr,
-            max_sge: c.max_sge.min(MAX_SGE as u32),
-            max_sge_rd: c.max_sge_rd.min(MAX_SGE as u32),
-            max_cq: c.max_cq,
-            max_cqe: c.max_cqe,
-            max_qp_rd_atom: c.max_qp_rd_atom,
-            max_qp_init_rd_atom: c.max_qp_init_rd_atom,
-            max_srq: c.max_srq,
-            max_srq_wr: c.max_srq_wr,
-            max_srq_sge: c.max_srq_sge.min(MAX_SGE as u32),
-            max_fast_reg_page_list_len: c.max_fast_reg_page_list_len,
-            max_msg_sz: MAX_MSG_SZ,
+impl SrqEvents for SrqHook {
+    fn event(&self, kind: EqeType) {
+        let Some(d) = sink_device(&self.sink) else {
+            return;
         };
-        let hw = PvrdmaHw {
-            limits: dev.cqe_limits(),
-            cqs: table(c.max_cq)?,
-            qps: table(c.max_qp)?,
-            srqs: table(c.max_srq)?,
-            frmrs: table(c.max_mr)?,
-            ndk: try_arc(SpinLock::new(Weak::new())).map_err(|_| HwError::NoResources)?,
-            dropped_cqes: AtomicU64::new(0),
-            lost_posts: AtomicU64::new(0),
-            caps,
-            dev,
-        };
-        try_arc(hw).map_err(|_| HwError::NoResources)
-    }
-
-    /// Routes CQ notifications and errors to `ndk` (after [`NdkDevice::new`]).
-    pub fn attach(&self, ndk: &Arc<NdkDevice>) {
-        *self.ndk.lock() = Arc::downgrade(ndk);
-    }
-
-    /// The hardware-layer device.
-    pub fn device(&self) -> &Device {
-        &self.dev
-    }
-
-    /// CQEs that failed validation and were dropped (diagnostics).
-    pub fn dropped_cqes(&self) -> u64 {
-        self.dropped_cqes.load(Ordering::Relaxed)
-    }
-
-    /// WQEs the ring refused although the NDK layer had reserved their slot (must stay 0).
-    pub fn lost_posts(&self) -> u64 {
-        self.lost_posts.load(Ordering::Relaxed)
-    }
-
-    /// The QPN of QP `handle` (what the CM sends in REQ/REP).
-    pub fn qpn(&self, handle: u32) -> Option<u32> {
-        self.qps
-            .get(handle as usize)
-            .and_then(|s| s.lock().as_ref().map(|q| q.qpn))
-    }
-
-    /// INIT → RTR → RTS for an RC QP towards `peer` (what the CM does on REP/RTU; the
-    /// test wiring calls it directly until connection management lands). GID index 0.
-    ///
-    /// # Errors
-    /// The device's answer to a MODIFY_QP.
-    pub fn connect_rc(&self, handle: u32, peer: &RcPeer) -> Result<(), HwError> {
-        type M = QpAttrMask;
-        let a = QpAttr {
-            rq_psn: peer.peer_sq_psn & 0x00FF_FFFF,
-            sq_psn: peer.sq_psn & 0x00FF_FFFF,
-            dest_qp_num: peer.qpn,
-            path_mtu: 5, // 4096: the largest RoCE MTU; the port clamps it (M41)
-            max_rd_atomic: self.caps.max_qp_init_rd_atom.min(16) as u8,
-            max_dest_rd_atomic: self.caps.max_qp_rd_atom.min(16) as u8,
-            min_rnr_timer: 1,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            port_num: 1,
-            ah_attr: AhAttr {
-                dgid: peer.gid,
-                hop_limit: 64,
-                ah_flags: 1,
-                port_num: 1,
-                dmac: peer.mac,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        };
-        self.modify_qp(
-            handle,
-            QpState::Rtr,
-            M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-            a,
-        )?;
-        self.modify_qp(
-            handle,
-            QpState::Rts,
-            M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-            a,
-        )
-    }
-
-    fn modify_qp(
-        &self,
-        handle: u32,
-        state: QpState,
-        mask: QpAttrMask,
-        attr: QpAttr,
-    ) -> Result<(), HwError> {
-        self.dev
-            .cmd()
-            .execute(&ModifyQp {
-                qp_handle: handle,
-                attr_mask: mask | QpAttrMask::STATE,
-                attr: QpAttr {
-                    qp_state: state as u32,
-                    ..attr
-                },
-            })
-            .map_err(hw_err)
-    }
-
-    fn put<T>(t: &[SpinLock<Option<T>>], handle: u32, v: T) -> Result<(), HwError> {
-        let slot = t.get(handle as usize).ok_or(HwError::Failed)?;
-        let mut g = slot.lock();
-        if g.is_some() {
-            // The device handed out a handle still in use: it misbehaves.
-            return Err(HwError::Failed);
+        match kind {
+            EqeType::SrqLimitReached => d.srq_limit_reached(self.handle),
+            EqeType::SrqErr => d.srq_error(self.handle),
+            _ => {}
         }
-        *g = Some(v);
+    }
+}
+
+/// Files an MR's page directory under its handle; on failure destroys the MR and frees the
+/// directory after the device's response.
+fn file_mr(
+    ch: &Arc<CmdChannel>,
+    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    r: crate::pvrdma::cmd::CreateMrResp,
+    dir: Option<Arc<PageDir>>,
+) -> Result<MrKeys, HwError> {
+    let h = r.mr_handle;
+    let filed = dir.map(|d| (dirs.lock().insert(h, d.clone()), d));
+    if let Some((Err(e), d)) = filed {
+        submit_then(ch, &DestroyMr { mr_handle: h }, move |_| drop(d));
+        return Err(hw_error(e));
+    }
+    Ok(MrKeys {
+        handle: h,
+        lkey: r.lkey,
+        rkey: r.rkey,
+    })
+}
+
+/// RESET → INIT with remote access, so receives can be pre-posted (§5.3).
+fn init_qp(h: u32) -> ModifyQp {
+    ModifyQp {
+        qp_handle: h,
+        attr_mask: QpAttrMask::STATE
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::PORT
+            | QpAttrMask::ACCESS_FLAGS,
+        attr: QpAttr {
+            qp_state: QpState::Init as u32,
+            qp_access_flags: QP_ACCESS.bits(),
+            port_num: 1,
+            ..QpAttr::default()
+        },
+    }
+}
+
+/// Destroys a QP whose setup failed after CREATE_QP; its queues are freed after the
+/// device's response (and removed from the table if they were filed).
+fn abandon_qp(
+    ch: &Arc<CmdChannel>,
+    qps: &Shared<HandleTable<Shared<QpQueues>>>,
+    h: u32,
+    q: Shared<QpQueues>,
+) {
+    let qps = qps.clone();
+    submit_then(ch, &DestroyQp { qp_handle: h }, move |_| {
+        let mut t = qps.lock();
+        let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
+        let gone = if ours { t.remove(h) } else { None };
+        drop(t);
+        drop((gone, q));
+    });
+}
+
+/// What finishing a CREATE_SRQ needs (owned, so it can run in the command DPC).
+struct SrqInstall {
+    dev: Arc<Device>,
+    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    sink: Sink,
+}
+
+impl SrqInstall {
+    /// Files the ring under its handle and registers the event hook; on failure destroys the
+    /// SRQ and frees the ring after the device's response.
+    fn install(&self, h: u32, q: Shared<SrqQueue>) -> Result<(), HwError> {
+        let r = self
+            .srqs
+            .lock()
+            .insert(h, q.clone())
+            .map_err(hw_error)
+            .and_then(|()| {
+                let hook = try_arc(SrqHook {
+                    sink: self.sink.clone(),
+                    handle: h,
+                })
+                .map_err(|_| HwError::NoResources)?;
+                self.dev.register_srq(h, hook).map_err(hw_error)
+            });
+        if let Err(e) = r {
+            let srqs = self.srqs.clone();
+            submit_then(self.dev.cmd(), &DestroySrq { srq_handle: h }, move |_| {
+                let mut t = srqs.lock();
+                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
+                let gone = if ours { t.remove(h) } else { None };
+                drop(t);
+                drop((gone, q));
+            });
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
+struct CqInstall {
+    dev: Arc<Device>,
+    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    sink: Sink,
+}
+
+impl CqInstall {
+    /// Adopts the device's entry count, files the ring under its handle and registers the
+    /// event hook. On failure the CQ is destroyed, and its ring freed only after the device's
+    /// DESTROY response.
+    fn install(
+        &self,
+        ring: Shared<CqRing>,
+        resp: crate::pvrdma::cmd::CreateCqResp,
+        affinity: Option<GROUP_AFFINITY>,
+    ) -> Result<(), HwError> {
+        let h = resp.cq_handle;
+        let r = ring
+            .lock()
+            .set_device_entries(resp.cqe)
+            .map_err(hw_error)
+            .and_then(|()| self.cqs.lock().insert(h, ring.clone()).map_err(hw_error))
+            .and_then(|()| self.register(h, affinity));
+        if let Err(e) = r {
+            let cqs = self.cqs.clone();
+            submit_then(self.dev.cmd(), &DestroyCq { cq_handle: h }, move |_| {
+                let mut t = cqs.lock();
+                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &ring));
+                let gone = if ours { t.remove(h) } else { None };
+                drop(t);
+                drop((gone, ring));
+            });
+            return Err(e);
+        }
         Ok(())
     }
 
-    fn take<T>(t: &[SpinLock<Option<T>>], handle: u32) -> Option<T> {
-        t.get(handle as usize).and_then(|s| s.lock().take())
-    }
-
-    fn sges<'s>(src: &[crate::ndkpi::NDK_SGE], buf: &'s mut [Sge; MAX_SGE]) -> &'s [Sge] {
-        let n = src.len().min(MAX_SGE);
-        for (d, s) in buf.iter_mut().zip(src) {
-            *d = Sge {
-                addr: sge_address(s),
-                length: s.Length,
-                lkey: s.MemoryRegionToken,
-            };
-        }
-        buf.get(..n).unwrap_or(&[])
-    }
-
-    fn fast_reg_body(&self, f: &FastRegWqe<'_>) -> Option<WrBody> {
-        let slot = self.frmrs.get(f.mr_handle as usize)?;
-        let g = slot.lock();
-        let pl = g.as_ref()?;
-        let len = u32::try_from(f.pages.len()).ok()?;
-        if len > pl.capacity() {
-            return None;
-        }
-        for (i, p) in (0u32..).zip(f.pages) {
-            pl.set_page(i, *p as u64).ok()?;
-        }
-        Some(WrBody::FastReg(FastReg {
-            iova_start: f.iova_start,
-            pl_pdir_dma: pl.dma(),
-            page_shift: 12,
-            page_list_len: len,
-            length: f.length,
-            access_flags: AccessFlags::from_bits_truncate(f.access) | AccessFlags::LOCAL_WRITE,
-            rkey: f.key,
-        }))
+    fn register(&self, h: u32, affinity: Option<GROUP_AFFINITY>) -> Result<(), HwError> {
+        let notify = try_arc(CqNotify {
+            sink: self.sink.clone(),
+            handle: h,
+        })
+        .map_err(|_| HwError::NoResources)?;
+        let dpc = match affinity.filter(|a| a.Mask != 0) {
+            Some(a) => {
+                let handler: Arc<dyn DpcHandler> = notify.clone();
+                let dpc = Dpc::new(self.dev.platform().scheduler(), handler)
+                    .map_err(|_| HwError::NoResources)?;
+                Some((dpc, Processor::from_affinity(a.Group, a.Mask as u64)))
+            }
+            None => None,
+        };
+        let hook = try_arc(CqHook {
+            sink: self.sink.clone(),
+            handle: h,
+            notify,
+            dpc,
+        })
+        .map_err(|_| HwError::NoResources)?;
+        self.dev.register_cq(h, hook).map_err(hw_error)
     }
 }
 
-impl Hardware for PvrdmaHw {
+/// Device-wide events: DEVICE_FATAL fails every CQ and SRQ of the NDK device.
+struct DeviceHook {
+    sink: Sink,
+}
+
+impl DeviceEvents for DeviceHook {
+    fn port_event(&self, _kind: EqeType, _port: u32) {}
+    fn device_fatal(&self) {
+        if let Some(d) = sink_device(&self.sink) {
+            d.device_fatal();
+        }
+    }
+}
+
+type Shared<T> = Arc<SpinLock<T>>;
+
+/// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
+/// DPC, or right away when the submit itself fails.
+fn submit_then<C, F>(ch: &Arc<CmdChannel>, c: &C, next: F)
+where
+    C: Command,
+    C::Resp: Send + 'static,
+    F: FnOnce(Result<C::Resp, HwError>) + Send + 'static,
+{
+    let cell: Shared<Option<F>> = match try_arc(SpinLock::new(None)) {
+        Ok(cell) => cell,
+        Err(_) => return next(Err(HwError::NoResources)),
+    };
+    *cell.lock() = Some(next);
+    let in_dpc = cell.clone();
+    let submitted = ch.submit(c, move |r| {
+        let f = in_dpc.lock().take();
+        if let Some(f) = f {
+            f(r.map_err(hw_error));
+        }
+    });
+    if let Err(e) = submitted {
+        let f = cell.lock().take();
+        if let Some(f) = f {
+            f(Err(hw_error(e)));
+        }
+    }
+}
+
+fn shared<T>(v: T) -> Result<Shared<T>, HwError> {
+    try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
+}
+
+fn dma_mr(pd: u32) -> CreateMr {
+    CreateMr {
+        start: 0,
+        length: 0,
+        pdir_dma: 0,
+        pd_handle: pd,
+        access_flags: AccessFlags::LOCAL_WRITE,
+        flags: mr_flags::DMA,
+        nchunks: 0,
+    }
+}
+
+fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
+    // Handles are below `max_*` (M10), which M5 bounds by 65536.
+    HandleTable::new(bound.min(65536)).map_err(hw_error)
+}
+
+/// The PVRDMA device as the NDK layer's [`Hardware`].
+pub struct PvrdmaHardware {
+    dev: Arc<Device>,
+    caps: HwCaps,
+    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    qps: Shared<HandleTable<Shared<QpQueues>>>,
+    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    mr_dirs: Shared<HandleTable<Arc<PageDir>>>,
+    sink: Sink,
+}
+
+impl PvrdmaHardware {
+    /// Wraps a started device.
+    ///
+    /// # Errors
+    /// [`HwError::NoResources`] when the handle tables cannot be allocated.
+    pub fn new(dev: Arc<Device>) -> Result<Arc<PvrdmaHardware>, HwError> {
+        let c = *dev.caps();
+        let mut caps = HwCaps::from_caps(&c, dev.version());
+        caps.max_sge = caps.max_sge.min(MAX_POST_SGE as u32);
+        caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
+        caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
+        try_arc(PvrdmaHardware {
+            cqs: shared(table(c.max_cq)?)?,
+            qps: shared(table(c.max_qp)?)?,
+            srqs: shared(table(c.max_srq)?)?,
+            mr_dirs: shared(table(c.max_mr)?)?,
+            sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
+            dev,
+            caps,
+        })
+        .map_err(|_| HwError::NoResources)
+    }
+
+    /// Routes device events to `ndk` (called once, after [`NdkDevice::new`]).
+    ///
+    /// # Errors
+    /// [`HwError::NoResources`] when the device-event hook cannot be allocated.
+    pub fn attach(&self, ndk: &Arc<NdkDevice>) -> Result<(), HwError> {
+        *self.sink.lock() = Some(Arc::downgrade(ndk));
+        let hook = try_arc(DeviceHook {
+            sink: self.sink.clone(),
+        })
+        .map_err(|_| HwError::NoResources)?;
+        self.dev.set_device_events(Some(hook));
+        Ok(())
+    }
+
+    fn exec<C: crate::pvrdma::cmd::Command>(&self, cmd: &C) -> Result<C::Resp, HwError> {
+        self.dev.cmd().execute(cmd).map_err(hw_error)
+    }
+
+    /// Allocates a CQ ring (shared, so it can be filed before the device answers) and the
+    /// CREATE_CQ for it.
+    fn prepare_cq(&self, entries: u32) -> Result<(Shared<CqRing>, CreateCq), HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
+        let cmd = CreateCq {
+            pdir_dma: ring.pdir_dma(),
+            ctx_handle: 0,
+            cqe: entries,
+            nchunks: ring.nchunks(),
+        };
+        Ok((shared(ring)?, cmd))
+    }
+
+    fn cq_ctx(&self) -> CqInstall {
+        CqInstall {
+            dev: self.dev.clone(),
+            cqs: self.cqs.clone(),
+            sink: self.sink.clone(),
+        }
+    }
+
+    /// Allocates a QP's queues (shared, so they can be filed once the handle is known) and
+    /// the CREATE_QP for them.
+    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp), HwError> {
+        let recv = match spec.srq {
+            Some(_) => None,
+            None => Some((spec.max_recv_wr, spec.max_recv_sge)),
+        };
+        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let queues = QpQueues::alloc(&dma, &layout).map_err(hw_error)?;
+        let cmd = CreateQp {
+            pdir_dma: queues.pdir_dma(),
+            pd_handle: spec.pd,
+            send_cq_handle: spec.send_cq,
+            recv_cq_handle: spec.recv_cq,
+            srq_handle: spec.srq.unwrap_or(0),
+            max_send_wr: spec.max_send_wr,
+            max_recv_wr: spec.max_recv_wr,
+            max_send_sge: spec.max_send_sge,
+            max_recv_sge: spec.max_recv_sge,
+            max_inline_data: 0,
+            lkey: 0,
+            access_flags: QP_ACCESS,
+            total_chunks: layout.total_chunks as u16,
+            send_chunks: layout.send_chunks as u16,
+            max_atomic_arg: 0,
+            sq_sig_all: 0,
+            qp_type: QpType::Rc,
+            is_srq: u8::from(spec.srq.is_some()),
+        };
+        Ok((shared(queues)?, cmd))
+    }
+
+    /// The CREATE_MR for `spec` and the page directory it names (filled for a normal MR,
+    /// empty for an FRMR, whose fast-register WQEs rewrite it, §9 MRs).
+    fn prepare_mr(
+        &self,
+        pd: u32,
+        spec: &MrSpec<'_>,
+    ) -> Result<(CreateMr, Option<Arc<PageDir>>), HwError> {
+        let dma = self.dev.platform().dma().clone();
+        let dir = |n: u32| -> Result<Arc<PageDir>, HwError> {
+            let d = PageDir::new(&dma, n).map_err(hw_error)?;
+            try_arc(d).map_err(|_| HwError::NoResources)
+        };
+        Ok(match *spec {
+            MrSpec::Dma => (dma_mr(pd), None),
+            MrSpec::FastReg { max_pages } => (
+                CreateMr {
+                    start: 0,
+                    length: 0,
+                    pdir_dma: 0,
+                    pd_handle: pd,
+                    access_flags: AccessFlags::empty(),
+                    flags: mr_flags::FRMR,
+                    nchunks: max_pages,
+                },
+                Some(dir(max_pages)?),
+            ),
+            MrSpec::Normal {
+                start,
+                length,
+                access,
+                pages,
+            } => {
+                let n = u32::try_from(pages.len()).map_err(|_| HwError::Invalid)?;
+                let d = dir(n)?;
+                for (i, &p) in pages.iter().enumerate() {
+                    d.set_page(i as u32, p).map_err(hw_error)?;
+                }
+                (
+                    CreateMr {
+                        start,
+                        length,
+                        pdir_dma: d.dma(),
+                        pd_handle: pd,
+                        access_flags: AccessFlags::from_bits_truncate(access),
+                        flags: mr_flags::NORMAL,
+                        nchunks: n,
+                    },
+                    Some(d),
+                )
+            }
+        })
+    }
+
+    /// Allocates an SRQ ring and the CREATE_SRQ for it.
+    fn prepare_srq(&self, spec: &SrqSpec) -> Result<(Shared<SrqQueue>, CreateSrq), HwError> {
+        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
+        let dma = self.dev.platform().dma().clone();
+        let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
+        let cmd = CreateSrq {
+            pdir_dma: q.pdir_dma(),
+            pd_handle: spec.pd,
+            nchunks: q.nchunks(),
+            attr: SrqAttr {
+                max_wr: spec.max_wr,
+                max_sge: spec.max_sge,
+                srq_limit: spec.limit,
+            },
+            srq_type: 0,
+        };
+        Ok((shared(q)?, cmd))
+    }
+
+    fn srq_ctx(&self) -> SrqInstall {
+        SrqInstall {
+            dev: self.dev.clone(),
+            srqs: self.srqs.clone(),
+            sink: self.sink.clone(),
+        }
+    }
+
+    fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
+        self.cqs.lock().get(h).cloned()
+    }
+
+    fn qp(&self, h: u32) -> Option<Shared<QpQueues>> {
+        self.qps.lock().get(h).cloned()
+    }
+
+    fn srq(&self, h: u32) -> Option<Shared<SrqQueue>> {
+        self.srqs.lock().get(h).cloned()
+    }
+}
+
+const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+impl Hardware for PvrdmaHardware {
     fn caps(&self) -> &HwCaps {
         &self.caps
     }
@@ -312,307 +642,257 @@ impl Hardware for PvrdmaHw {
     }
 
     fn create_pd(&self) -> Result<u32, HwError> {
-        self.dev
-            .cmd()
-            .execute(&CreatePd { ctx_handle: 0 })
-            .map_err(hw_err)
+        self.exec(&CreatePd { ctx_handle: 0 })
+    }
+
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
+        let ch = self.dev.cmd().clone();
+        submit_then(&ch.clone(), &CreatePd { ctx_handle: 0 }, move |r| match r {
+            Err(e) => done(Err(e)),
+            Ok(pd) => submit_then(&ch.clone(), &dma_mr(pd), move |r| match r {
+                Ok(k) => done(Ok((
+                    pd,
+                    MrKeys {
+                        handle: k.mr_handle,
+                        lkey: k.lkey,
+                        rkey: k.rkey,
+                    },
+                ))),
+                Err(e) => {
+                    submit_then(&ch, &DestroyPd { pd_handle: pd }, |_| {});
+                    done(Err(e));
+                }
+            }),
+        });
     }
 
     fn destroy_pd(&self, pd: u32) {
-        let _ = self.dev.cmd().execute(&DestroyPd { pd_handle: pd });
+        submit_then(self.dev.cmd(), &DestroyPd { pd_handle: pd }, |_| {});
     }
 
-    fn create_cq(&self, entries: u32) -> Result<u32, HwError> {
-        let mut ring = CqRing::alloc(self.dev.platform().dma(), entries).map_err(hw_err)?;
-        let r = self
-            .dev
-            .cmd()
-            .execute(&CreateCq {
-                pdir_dma: ring.pdir_dma(),
-                ctx_handle: 0,
-                cqe: entries,
-                nchunks: ring.nchunks(),
-            })
-            .map_err(hw_err)?;
-        let undo = |e| {
-            let _ = self.dev.cmd().execute(&DestroyCq {
-                cq_handle: r.cq_handle,
-            });
-            e
-        };
-        ring.set_device_entries(r.cqe)
-            .map_err(|e| undo(hw_err(e)))?;
-        let fwd = try_arc(CqForward {
-            ndk: self.ndk.clone(),
-            handle: r.cq_handle,
-        })
-        .map_err(|_| undo(HwError::NoResources))?;
-        self.dev
-            .register_cq(r.cq_handle, fwd)
-            .map_err(|e| undo(hw_err(e)))?;
-        if let Err(e) = Self::put(&self.cqs, r.cq_handle, ring) {
-            drop(self.dev.unregister_cq(r.cq_handle));
-            return Err(undo(e));
+    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
+        let (ring, cmd) = self.prepare_cq(entries)?;
+        let resp = self.exec(&cmd);
+        let ctx = self.cq_ctx();
+        match resp {
+            Ok(resp) => ctx.install(ring, resp, affinity).map(|()| resp.cq_handle),
+            Err(e) => Err(e),
         }
-        Ok(r.cq_handle)
+    }
+
+    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+        let (ring, cmd) = match self.prepare_cq(entries) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ctx = self.cq_ctx();
+        // The ring travels with the command: dropped unused if the device refuses it.
+        submit_then(self.dev.cmd(), &cmd, move |r| match r {
+            Ok(resp) => done(ctx.install(ring, resp, affinity).map(|()| resp.cq_handle)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn destroy_cq(&self, cq: u32) {
-        let _ = self.dev.cmd().execute(&DestroyCq { cq_handle: cq });
         drop(self.dev.unregister_cq(cq));
-        drop(Self::take(&self.cqs, cq));
+        let t = self.cqs.clone();
+        submit_then(self.dev.cmd(), &DestroyCq { cq_handle: cq }, move |_| {
+            let gone = t.lock().remove(cq);
+            drop(gone);
+        });
     }
 
-    fn create_mr(&self, pd: u32, spec: &MrSpec) -> Result<MrKeys, HwError> {
-        let (flags, access, nchunks) = match *spec {
-            MrSpec::Dma => (mr_flags::DMA, AccessFlags::LOCAL_WRITE, 0),
-            MrSpec::FastReg { max_pages } => (mr_flags::FRMR, AccessFlags::empty(), max_pages),
-            // The MDL's page list is not part of MrSpec yet (data-path issue).
-            MrSpec::Normal { .. } => return Err(HwError::Invalid),
+    fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
+        let (cmd, dir) = self.prepare_mr(pd, spec)?;
+        let r = self.exec(&cmd)?;
+        file_mr(self.dev.cmd(), &self.mr_dirs, r, dir)
+    }
+
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
+        let (cmd, dir) = match self.prepare_mr(pd, spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
         };
-        let pl = if flags == mr_flags::FRMR {
-            Some(PageDir::new(self.dev.platform().dma(), nchunks).map_err(hw_err)?)
-        } else {
-            None
-        };
-        let r = self
-            .dev
-            .cmd()
-            .execute(&CreateMr {
-                start: 0,
-                length: 0,
-                pdir_dma: 0,
-                pd_handle: pd,
-                access_flags: access,
-                flags,
-                nchunks,
-            })
-            .map_err(hw_err)?;
-        if let Some(pl) = pl
-            && let Err(e) = Self::put(&self.frmrs, r.mr_handle, pl)
-        {
-            let _ = self.dev.cmd().execute(&DestroyMr {
-                mr_handle: r.mr_handle,
-            });
-            return Err(e);
-        }
-        Ok(MrKeys {
-            handle: r.mr_handle,
-            lkey: r.lkey,
-            rkey: r.rkey,
-        })
+        let ch = self.dev.cmd().clone();
+        let dirs = self.mr_dirs.clone();
+        submit_then(&ch.clone(), &cmd, move |r| match r {
+            Ok(r) => done(file_mr(&ch, &dirs, r, dir)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn destroy_mr(&self, mr: u32) {
-        let _ = self.dev.cmd().execute(&DestroyMr { mr_handle: mr });
-        drop(Self::take(&self.frmrs, mr));
+        let t = self.mr_dirs.clone();
+        submit_then(self.dev.cmd(), &DestroyMr { mr_handle: mr }, move |_| {
+            let gone = t.lock().remove(mr);
+            drop(gone);
+        });
     }
 
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
-        let rq = (spec.srq.is_none()).then_some((spec.max_recv_wr, spec.max_recv_sge));
-        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, rq).map_err(hw_err)?;
-        let q = QpQueues::alloc(self.dev.platform().dma(), &layout).map_err(hw_err)?;
-        let total = u16::try_from(layout.total_chunks).map_err(|_| HwError::Invalid)?;
-        let send = u16::try_from(layout.send_chunks).map_err(|_| HwError::Invalid)?;
-        let (rwr, rsge) = rq.unwrap_or((0, 0));
-        let r = self
-            .dev
-            .cmd()
-            .execute(&CreateQp {
-                pdir_dma: q.pdir_dma(),
-                pd_handle: spec.pd,
-                send_cq_handle: spec.send_cq,
-                recv_cq_handle: spec.recv_cq,
-                srq_handle: spec.srq.unwrap_or(0),
-                max_send_wr: spec.max_send_wr,
-                max_recv_wr: rwr,
-                max_send_sge: spec.max_send_sge,
-                max_recv_sge: rsge,
-                max_inline_data: 0,
-                lkey: 0,
-                access_flags: AccessFlags::empty(),
-                total_chunks: total,
-                send_chunks: send,
-                max_atomic_arg: 0,
-                sq_sig_all: 0,
-                qp_type: QpType::Rc,
-                is_srq: u8::from(spec.srq.is_some()),
-            })
-            .map_err(hw_err)?;
-        let handle = r.qp_handle;
-        let init = QpAttr {
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: (AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ)
-                .bits(),
-            ..QpAttr::default()
-        };
-        let done = self
-            .modify_qp(
-                handle,
-                QpState::Init,
-                QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-                init,
-            )
-            .and_then(|()| Self::put(&self.qps, handle, QpRings { q, qpn: r.qpn }));
-        if let Err(e) = done {
-            let _ = self.dev.cmd().execute(&DestroyQp { qp_handle: handle });
+        let (q, cmd) = self.prepare_qp(spec)?;
+        let h = self.exec(&cmd)?.qp_handle;
+        let filed = self.qps.lock().insert(h, q.clone()).map_err(hw_error);
+        if let Err(e) = filed.and_then(|()| self.exec(&init_qp(h))) {
+            abandon_qp(self.dev.cmd(), &self.qps, h, q);
             return Err(e);
         }
-        Ok(handle)
+        Ok(h)
+    }
+
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        let (q, cmd) = match self.prepare_qp(spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ch = self.dev.cmd().clone();
+        let qps = self.qps.clone();
+        submit_then(&ch.clone(), &cmd, move |r| {
+            let h = match r {
+                Ok(resp) => resp.qp_handle,
+                Err(e) => return done(Err(e)),
+            };
+            if let Err(e) = qps.lock().insert(h, q.clone()).map_err(hw_error) {
+                abandon_qp(&ch, &qps, h, q);
+                return done(Err(e));
+            }
+            submit_then(&ch.clone(), &init_qp(h), move |r| match r {
+                Ok(()) => done(Ok(h)),
+                Err(e) => {
+                    abandon_qp(&ch, &qps, h, q);
+                    done(Err(e));
+                }
+            });
+        });
     }
 
     fn destroy_qp(&self, qp: u32) {
-        let _ = self.dev.cmd().execute(&DestroyQp { qp_handle: qp });
-        drop(Self::take(&self.qps, qp));
+        let t = self.qps.clone();
+        submit_then(self.dev.cmd(), &DestroyQp { qp_handle: qp }, move |_| {
+            let gone = t.lock().remove(qp);
+            drop(gone);
+        });
     }
 
     fn flush_qp(&self, qp: u32) {
-        let _ = self.modify_qp(qp, QpState::Err, QpAttrMask::empty(), QpAttr::default());
+        // NdkFlush may run at DISPATCH_LEVEL: submit without waiting; the device writes the
+        // flush CQEs before its response (M32).
+        let _ = self.dev.cmd().submit(
+            &ModifyQp {
+                qp_handle: qp,
+                attr_mask: QpAttrMask::STATE,
+                attr: QpAttr {
+                    qp_state: QpState::Err as u32,
+                    ..QpAttr::default()
+                },
+            },
+            |_| {},
+        );
     }
 
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
-        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_err)?;
-        let q = SrqQueue::alloc(self.dev.platform().dma(), &layout).map_err(hw_err)?;
-        let handle = self
-            .dev
-            .cmd()
-            .execute(&CreateSrq {
-                pdir_dma: q.pdir_dma(),
-                pd_handle: spec.pd,
-                nchunks: q.nchunks(),
-                attr: SrqAttr {
-                    max_wr: spec.max_wr,
-                    max_sge: spec.max_sge,
-                    srq_limit: spec.limit,
-                },
-                srq_type: 0,
-            })
-            .map_err(hw_err)?;
-        if let Err(e) = Self::put(&self.srqs, handle, q) {
-            let _ = self.dev.cmd().execute(&DestroySrq { srq_handle: handle });
-            return Err(e);
-        }
-        Ok(handle)
+        let (q, cmd) = self.prepare_srq(spec)?;
+        let h = self.exec(&cmd)?;
+        self.srq_ctx().install(h, q).map(|()| h)
+    }
+
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
+        let (q, cmd) = match self.prepare_srq(spec) {
+            Ok(x) => x,
+            Err(e) => return done(Err(e)),
+        };
+        let ctx = self.srq_ctx();
+        submit_then(self.dev.cmd(), &cmd, move |r| match r {
+            Ok(h) => done(ctx.install(h, q).map(|()| h)),
+            Err(e) => done(Err(e)),
+        });
     }
 
     fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError> {
-        self.dev
-            .cmd()
-            .execute(&ModifySrq {
-                srq_handle: srq,
-                attr_mask: srq_attr_mask::LIMIT,
-                attr: SrqAttr {
-                    max_wr: 0,
-                    max_sge: 0,
-                    srq_limit: limit,
-                },
-            })
-            .map_err(hw_err)
+        self.exec(&ModifySrq {
+            srq_handle: srq,
+            attr_mask: srq_attr_mask::LIMIT,
+            attr: SrqAttr {
+                srq_limit: limit,
+                ..SrqAttr::default()
+            },
+        })
+    }
+
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
+        let cmd = ModifySrq {
+            srq_handle: srq,
+            attr_mask: srq_attr_mask::LIMIT,
+            attr: SrqAttr {
+                srq_limit: limit,
+                ..SrqAttr::default()
+            },
+        };
+        submit_then(self.dev.cmd(), &cmd, done);
     }
 
     fn srq_queued(&self, srq: u32) -> u32 {
-        self.srqs
-            .get(srq as usize)
-            .and_then(|s| s.lock().as_ref().and_then(|q| q.outstanding().ok()))
+        self.srq(srq)
+            .and_then(|q| q.lock().outstanding().ok())
             .unwrap_or(0)
     }
 
     fn destroy_srq(&self, srq: u32) {
-        let _ = self.dev.cmd().execute(&DestroySrq { srq_handle: srq });
-        drop(Self::take(&self.srqs, srq));
+        drop(self.dev.unregister_srq(srq));
+        let t = self.srqs.clone();
+        submit_then(self.dev.cmd(), &DestroySrq { srq_handle: srq }, move |_| {
+            let gone = t.lock().remove(srq);
+            drop(gone);
+        });
     }
 
-    fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) {
-        let mut buf = [Sge::default(); MAX_SGE];
-        let sges = Self::sges(w.sges, &mut buf);
-        let (opcode, body, ex) = match w.opcode {
-            NdkOpcode::RdmaWrite | NdkOpcode::RdmaRead => (
-                if w.opcode == NdkOpcode::RdmaRead {
-                    WrOpcode::RdmaRead
-                } else {
-                    WrOpcode::RdmaWrite
-                },
-                WrBody::Rdma {
-                    remote_addr: w.remote_addr,
-                    rkey: w.rkey,
-                },
-                Ex::None,
-            ),
-            NdkOpcode::Send => (WrOpcode::Send, WrBody::None, Ex::None),
-            NdkOpcode::SendWithInv => (
-                WrOpcode::SendWithInv,
-                WrBody::None,
-                Ex::InvalidateRkey(w.invalidate_rkey),
-            ),
-            NdkOpcode::LocalInv => (
-                WrOpcode::LocalInv,
-                WrBody::None,
-                Ex::InvalidateRkey(w.invalidate_rkey),
-            ),
-            NdkOpcode::FastRegMr => {
-                let body = w.fast_reg.as_ref().and_then(|f| self.fast_reg_body(f));
-                match body {
-                    Some(b) => (WrOpcode::FastRegMr, b, Ex::None),
-                    None => {
-                        self.lost_posts.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
+    fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
+        let q = self.qp(qp).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        let pl = match w.fast_reg {
+            Some(FastRegWqe {
+                mr_handle, pages, ..
+            }) => {
+                let dir = self
+                    .mr_dirs
+                    .lock()
+                    .get(mr_handle)
+                    .cloned()
+                    .ok_or(HwError::Invalid)?;
+                for (i, &p) in pages.iter().enumerate() {
+                    dir.set_page(i as u32, p as u64).map_err(hw_error)?;
                 }
+                dir.dma()
             }
+            None => 0,
         };
-        let wr = SendWr {
-            wr_id: w.wr_id,
-            opcode,
-            flags: SendFlags::from_bits_truncate(w.send_flags)
-                & (SendFlags::FENCE | SendFlags::SIGNALED | SendFlags::SOLICITED),
-            ex,
-            body,
-            sges,
-        };
-        let posted = self
-            .qps
-            .get(qp as usize)
-            .and_then(|s| s.lock().as_mut().map(|q| q.q.sq.post(&wr).is_ok()));
-        if posted != Some(true) {
-            self.lost_posts.fetch_add(1, Ordering::Relaxed);
-        }
+        let wr = send_wr(w, sges, pl);
+        q.lock().sq.post(&wr).map(|_| ()).map_err(hw_error)
     }
 
     fn ring_send(&self, qp: u32) {
         self.dev.ring(QpDoorbell::send(qp));
     }
 
-    fn write_recv_wqe(&self, qp: u32, _index: u32, w: &RecvWqe<'_>) {
-        let mut buf = [Sge::default(); MAX_SGE];
-        let sges = Self::sges(w.sges, &mut buf);
-        let posted = self.qps.get(qp as usize).and_then(|s| {
-            s.lock()
-                .as_mut()
-                .and_then(|q| q.q.rq.as_mut())
-                .map(|rq| rq.post(w.wr_id, sges).is_ok())
-        });
-        if posted != Some(true) {
-            self.lost_posts.fetch_add(1, Ordering::Relaxed);
-        }
+    fn write_recv_wqe(&self, qp: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
+        let q = self.qp(qp).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        let mut g = q.lock();
+        let rq = g.rq.as_mut().ok_or(HwError::Invalid)?;
+        rq.post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
     }
 
     fn ring_recv(&self, qp: u32) {
         self.dev.ring(QpDoorbell::recv(qp));
     }
 
-    fn write_srq_wqe(&self, srq: u32, _index: u32, w: &RecvWqe<'_>) {
-        let mut buf = [Sge::default(); MAX_SGE];
-        let sges = Self::sges(w.sges, &mut buf);
-        let posted = self
-            .srqs
-            .get(srq as usize)
-            .and_then(|s| s.lock().as_mut().map(|q| q.post(w.wr_id, sges).is_ok()));
-        if posted != Some(true) {
-            self.lost_posts.fetch_add(1, Ordering::Relaxed);
-        }
+    fn write_srq_wqe(&self, srq: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
+        let q = self.srq(srq).ok_or(HwError::Invalid)?;
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let sges = convert_sges(w.sges, &mut buf)?;
+        q.lock().post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
     }
 
     fn ring_srq(&self, srq: u32) {
@@ -620,48 +900,795 @@ impl Hardware for PvrdmaHw {
     }
 
     fn poll_cq(&self, cq: u32) -> Option<HwCqe> {
-        let slot = self.cqs.get(cq as usize)?;
-        let mut g = slot.lock();
-        let ring = g.as_mut()?;
-        loop {
-            let mut out = [Err(BadCqe {
-                wr_id: 0,
-                reason: CqeError::Qp(0),
-            })];
-            // A corrupt `prod_tail` makes the CQ unusable: nothing more is taken from it.
-            if ring.poll(&mut out, &self.limits).ok()? == 0 {
-                return None;
-            }
-            let [first] = out;
-            match first {
-                Ok(c) => {
-                    return Some(HwCqe {
-                        wr_id: c.wr_id,
-                        qp: c.qp,
-                        status: c.status as u32,
-                        byte_len: c.byte_len,
-                        invalidated_rkey: c.invalidated_rkey(),
-                    });
-                }
-                Err(_) => {
-                    self.dropped_cqes.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        let ring = self.cq(cq)?;
+        let limits = self.dev.cqe_limits();
+        let mut out = [Err(BadCqe {
+            wr_id: 0,
+            reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
+        })];
+        match ring.lock().poll(&mut out, &limits) {
+            Ok(1) => out.first().map(hw_cqe),
+            _ => None,
         }
     }
 
+    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
+        const BATCH: usize = 16;
+        let Some(ring) = self.cq(cq) else {
+            return 0;
+        };
+        let limits = self.dev.cqe_limits();
+        let mut raw: [Result<Cqe, BadCqe>; BATCH] = core::array::from_fn(|_| {
+            Err(BadCqe {
+                wr_id: 0,
+                reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
+            })
+        });
+        let want = out.len().min(BATCH);
+        let Some(raw) = raw.get_mut(..want) else {
+            return 0;
+        };
+        // One lock, one cons_head update for the batch.
+        let n = ring.lock().poll(raw, &limits).unwrap_or(0);
+        for (o, r) in out.iter_mut().zip(raw.iter().take(n)) {
+            *o = hw_cqe(r);
+        }
+        n.min(want)
+    }
+
     fn cq_has_entries(&self, cq: u32) -> bool {
-        self.cqs
-            .get(cq as usize)
-            .and_then(|s| s.lock().as_ref().map(|r| r.pending().is_ok_and(|n| n > 0)))
-            .unwrap_or(false)
+        self.cq(cq)
+            .is_some_and(|r| r.lock().pending().is_ok_and(|n| n > 0))
     }
 
     fn arm_cq(&self, cq: u32, solicited_only: bool) {
-        self.dev.ring(if solicited_only {
-            CqDoorbell::arm_solicited(cq)
+        if solicited_only {
+            self.dev.ring(CqDoorbell::arm_solicited(cq));
         } else {
-            CqDoorbell::arm(cq)
+            self.dev.ring(CqDoorbell::arm(cq));
+        }
+    }
+}
+
+// The end-to-end test plays the NDK consumer, which calls through raw object pointers.
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use super::*;
+    use crate::pvrdma::cqe::{CqeError, WcFlags, WcOpcode, WcStatus};
+
+    fn ndk_sge(addr: u64, len: u32, key: u32) -> NDK_SGE {
+        NDK_SGE {
+            Anonymous: crate::ndkpi::NDK_SGE_0 {
+                LogicalAddress: addr as i64,
+            },
+            Length: len,
+            MemoryRegionToken: key,
+        }
+    }
+
+    #[test]
+    fn sges_convert_without_allocation_and_are_bounded() {
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        let s = [
+            ndk_sge(0xFFFF_8000_1234_0000, 7, 0x301),
+            ndk_sge(0x10, 0, 0x402),
+        ];
+        let out = convert_sges(&s, &mut buf).expect("fits");
+        assert_eq!(
+            out,
+            &[
+                Sge {
+                    addr: 0xFFFF_8000_1234_0000,
+                    length: 7,
+                    lkey: 0x301
+                },
+                Sge {
+                    addr: 0x10,
+                    length: 0,
+                    lkey: 0x402
+                },
+            ]
+        );
+        let many = [ndk_sge(0, 1, 1); MAX_POST_SGE + 1];
+        assert_eq!(convert_sges(&many, &mut buf).err(), Some(HwError::Invalid));
+    }
+
+    #[test]
+    fn ndk_wqes_map_to_pvrdma_wrs() {
+        let base = SendWqe {
+            wr_id: 0x1_0000_0003,
+            opcode: WrOpcode::RdmaRead,
+            send_flags: 0b011,
+            sges: &[],
+            remote_addr: 0xAB_0000,
+            rkey: 0x1234,
+            invalidate_rkey: 0,
+            fast_reg: None,
+        };
+        let wr = send_wr(&base, &[], 0);
+        assert_eq!(wr.opcode, wqe::WrOpcode::RdmaRead);
+        assert_eq!(wr.flags, SendFlags::FENCE | SendFlags::SIGNALED);
+        assert_eq!(
+            wr.body,
+            WrBody::Rdma {
+                remote_addr: 0xAB_0000,
+                rkey: 0x1234
+            }
+        );
+        assert_eq!(wr.ex, Ex::None);
+        let inv = SendWqe {
+            opcode: WrOpcode::SendWithInv,
+            invalidate_rkey: 0x77,
+            ..base
+        };
+        let wr = send_wr(&inv, &[], 0);
+        assert_eq!(
+            (wr.opcode, wr.ex, wr.body),
+            (
+                wqe::WrOpcode::SendWithInv,
+                Ex::InvalidateRkey(0x77),
+                WrBody::None
+            )
+        );
+        let li = SendWqe {
+            opcode: WrOpcode::LocalInv,
+            invalidate_rkey: 0x78,
+            ..base
+        };
+        assert_eq!(send_wr(&li, &[], 0).opcode as u32, 10);
+        let pages = [0x1000i64, 0x5000];
+        let fr = SendWqe {
+            opcode: WrOpcode::FastRegMr,
+            fast_reg: Some(FastRegWqe {
+                mr_handle: 3,
+                iova_start: 0x7000_0010,
+                pages: &pages,
+                length: 0x1FF0,
+                access: 0b101,
+                key: 0x305,
+            }),
+            ..base
+        };
+        let wr = send_wr(&fr, &[], 0xD000);
+        assert_eq!(wr.opcode as u32, 11);
+        assert_eq!(
+            wr.body,
+            WrBody::FastReg(FastReg {
+                iova_start: 0x7000_0010,
+                pl_pdir_dma: 0xD000,
+                page_shift: 12,
+                page_list_len: 2,
+                length: 0x1FF0,
+                access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                rkey: 0x305,
+            })
+        );
+    }
+
+    #[test]
+    fn cqes_map_to_the_seam() {
+        let c = Cqe {
+            wr_id: 0x2_0000_0001,
+            qp: 5,
+            status: WcStatus::RemAccessErr,
+            opcode: Some(WcOpcode::Recv),
+            byte_len: 64,
+            ex: 0x1234_5601u32.to_le_bytes(),
+            src_qp: 0,
+            wc_flags: WcFlags::WITH_INVALIDATE,
+            vendor_err: 0,
+            pkey_index: 0,
+            port_num: 1,
+            smac: [0; 6],
+            network_hdr_type: None,
+        };
+        assert_eq!(
+            hw_cqe(&Ok(c)),
+            HwCqe {
+                wr_id: 0x2_0000_0001,
+                qp: 5,
+                status: 10,
+                byte_len: 64,
+                invalidated_rkey: Some(0x1234_5601)
+            }
+        );
+        let bad = BadCqe {
+            wr_id: 9,
+            reason: CqeError::Status(99),
+        };
+        assert_eq!(hw_cqe(&Err(bad)).qp, u32::MAX);
+    }
+
+    #[test]
+    fn device_errors_map_to_seam_errors() {
+        assert_eq!(hw_error(PvrdmaError::NoMemory), HwError::NoResources);
+        assert_eq!(hw_error(PvrdmaError::QueueFull), HwError::NoResources);
+        assert_eq!(
+            hw_error(PvrdmaError::CommandFailed { code: 9, err: 12 }),
+            HwError::NoResources
+        );
+        assert_eq!(
+            hw_error(PvrdmaError::CommandFailed { code: 9, err: 22 }),
+            HwError::Invalid
+        );
+        assert_eq!(hw_error(PvrdmaError::Timeout), HwError::Failed);
+    }
+
+    // ------------------------------------------------------------ end to end over the
+    // hardware layer, against its scripted fake device (testdev): commands, rings, doorbells,
+    // CQNE and async-event delivery.
+
+    use crate::ndk::completion::{tag, wr_id};
+    use crate::ndkpi::*;
+    use crate::os::Platform;
+    use crate::os::host::{HostDevice, HostPlatform};
+    use crate::pvrdma::cmd::code;
+    use crate::pvrdma::device::DeviceConfig;
+    use crate::pvrdma::testdev::{FakeDevice, Mode};
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use std::vec::Vec;
+
+    static NOTIFY: AtomicU32 = AtomicU32::new(0);
+    static NOTIFY_STATUS: AtomicU32 = AtomicU32::new(0);
+    static SRQ_NOTIFY: AtomicU32 = AtomicU32::new(0);
+
+    static NOTIFY_CPU: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    unsafe extern "system" fn cq_cb(_ctx: PVOID, st: NTSTATUS) {
+        NOTIFY_CPU.store(
+            crate::os::host::current_processor().unwrap_or(u32::MAX - 1),
+            Ordering::SeqCst,
+        );
+        NOTIFY_STATUS.store(st as u32, Ordering::SeqCst);
+        NOTIFY.fetch_add(1, Ordering::SeqCst);
+    }
+    static SRQ_STATUS: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "system" fn srq_cb(_ctx: PVOID, st: NTSTATUS) {
+        SRQ_STATUS.store(st as u32, Ordering::SeqCst);
+        SRQ_NOTIFY.fetch_add(1, Ordering::SeqCst);
+    }
+    static CREATED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    static CREATES: AtomicU32 = AtomicU32::new(0);
+
+    static CREATE_STATUS: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "system" fn create_cb(c: PVOID, s: NTSTATUS, o: *mut NDK_OBJECT_HEADER) {
+        CREATE_STATUS.store(s as u32 ^ c as u32, Ordering::SeqCst);
+        CREATED.store(o as usize, Ordering::SeqCst);
+        CREATES.fetch_add(1, Ordering::SeqCst);
+    }
+    static ORDER: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+    unsafe extern "system" fn close_cb(c: PVOID) {
+        ORDER.lock().unwrap().push(c as u32);
+    }
+    static REQUESTS: AtomicU32 = AtomicU32::new(0);
+    static REQ_WAIT: AtomicU32 = AtomicU32::new(0);
+    static REQ_STATUS: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    unsafe extern "system" fn request_cb(c: PVOID, s: NTSTATUS) {
+        if !c.is_null() {
+            ORDER.lock().unwrap().push(c as u32);
+        }
+        REQ_STATUS.store(s as u32, Ordering::SeqCst);
+        REQUESTS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn wait_for(cond: impl Fn() -> bool) {
+        for _ in 0..20_000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        panic!("condition not reached");
+    }
+
+    fn requests(fake: &FakeDevice) -> Vec<[u8; crate::pvrdma::cmd::REQ_MAX]> {
+        fake.st.lock().unwrap().requests.clone()
+    }
+
+    fn u32_at(b: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+
+    fn u64_at(b: &[u8], o: usize) -> u64 {
+        u64::from(u32_at(b, o)) | (u64::from(u32_at(b, o + 4)) << 32)
+    }
+
+    /// Page `i` of the buffer behind page directory `pdir`.
+    fn page(fake: &FakeDevice, pdir: u64, i: u64) -> u64 {
+        let table = fake.read_u64(pdir + (i >> 9) * 8);
+        fake.read_u64(table + (i & 0x1FF) * 8)
+    }
+
+    #[test]
+    fn ndk_objects_over_the_hardware_layer() {
+        let fake = FakeDevice::new(20);
+        let platform = HostPlatform::new(
+            HostDevice {
+                bar1: fake.clone(),
+                dma: fake.dma.clone(),
+                doorbell: None,
+                uar_pfn: 0x1_2345,
+                pump: None,
+            },
+            2,
+        );
+        let w = Arc::downgrade(&platform);
+        *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
+            if let Some(p) = w.upgrade() {
+                p.raise_interrupt(v);
+            }
+        }));
+        let p: Arc<dyn Platform> = platform.clone();
+        let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
+        // Every command answers handle 7 @16 and 64 @20 (CQ entries, v20 qp_handle, lkey).
+        {
+            let mut st = fake.st.lock().unwrap();
+            st.resp_body[0..4].copy_from_slice(&7u32.to_le_bytes());
+            st.resp_body[4..8].copy_from_slice(&64u32.to_le_bytes());
+            st.resp_body[8..12].copy_from_slice(&0x700u32.to_le_bytes());
+        }
+        let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hw");
+        let ndk = NdkDevice::new(hw.clone()).expect("ndk");
+        hw.attach(&ndk).expect("attach");
+        let a = ndk
+            .open_adapter(NDK_VERSION { Major: 2, Minor: 0 })
+            .expect("open");
+        let before = requests(&fake).len();
+
+        // SAFETY: a live adapter this provider returned (and likewise for every object and
+        // pointer used below).
+        let ad = unsafe { (*a).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let ad = unsafe { &*ad };
+        let mut pd = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC1 as PVOID, &mut pd) };
+        // The commands complete in the vector-0 DPC: STATUS_PENDING, then CreateCompletion.
+        assert_eq!(st, STATUS_PENDING);
+        assert!(
+            pd.is_null(),
+            "the out pointer is not touched after STATUS_PENDING"
+        );
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 1);
+        assert_eq!(
+            CREATE_STATUS.load(Ordering::SeqCst),
+            0xC1,
+            "STATUS_SUCCESS, our context"
+        );
+        let pd = CREATED.load(Ordering::SeqCst) as *mut NDK_PD;
+        assert!(!pd.is_null());
+        // SAFETY: the PD delivered by CreateCompletion.
+        let h = unsafe { (*pd).Header };
+        assert_eq!(
+            (h.ObjectType, h.Version),
+            (NdkObjectTypePd, NDK_VERSION { Major: 2, Minor: 1 })
+        );
+        let mut cq = core::ptr::null_mut();
+        let mut affinity = GROUP_AFFINITY {
+            Mask: 0b10,
+            Group: 0,
+            Reserved: [0; 3],
+        };
+        // SAFETY: as above.
+        let st = unsafe {
+            (ad.NdkCreateCq)(
+                a,
+                50,
+                cq_cb,
+                core::ptr::null_mut(),
+                &mut affinity,
+                create_cb,
+                0xC3 as PVOID,
+                &mut cq,
+            )
+        };
+        assert_eq!(st, STATUS_PENDING, "CREATE_CQ completes in the command DPC");
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 2);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC3);
+        assert!(cq.is_null());
+        let cq = CREATED.load(Ordering::SeqCst) as *mut NDK_CQ;
+        let reqs = requests(&fake);
+        let codes: Vec<u32> = reqs[before..].iter().map(|r| u32_at(r, 8)).collect();
+        assert_eq!(codes, [code::CREATE_PD, code::CREATE_MR, code::CREATE_CQ]);
+        let mr_req = &reqs[before + 1];
+        assert_eq!(
+            (u32_at(mr_req, 40), u32_at(mr_req, 48)),
+            (7, mr_flags::DMA),
+            "DMA MR of PD 7"
+        );
+        let cq_req = &reqs[before + 2];
+        assert_eq!(
+            (u32_at(cq_req, 28), u32_at(cq_req, 32)),
+            (64, 2),
+            "cqe 64, nchunks 2"
+        );
+        let cq_pdir = u64_at(cq_req, 16);
+        // SAFETY: as above.
+        let pdd = unsafe { (*pd).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let pdd = unsafe { &*pdd };
+        let mut tok = 0;
+        // SAFETY: as above.
+        unsafe { (pdd.NdkGetPrivilegedMemoryRegionToken)(pd, &mut tok) };
+        assert_eq!(tok, 64, "the DMA MR's lkey");
+
+        // A QP (handle 64 in the v20 response), connected by hand, posts a signalled send.
+        let mut qp = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe {
+            (pdd.NdkCreateQp)(
+                pd,
+                cq,
+                cq,
+                0x5A as PVOID,
+                4,
+                4,
+                1,
+                2,
+                0,
+                create_cb,
+                0xC4 as PVOID,
+                &mut qp,
+            )
+        };
+        assert_eq!(
+            st, STATUS_PENDING,
+            "CREATE_QP + MODIFY_QP(INIT) complete in the DPC"
+        );
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 3);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC4);
+        let qp = CREATED.load(Ordering::SeqCst) as *mut NDK_QP;
+        let reqs = requests(&fake);
+        let qp_req = reqs
+            .iter()
+            .rev()
+            .find(|r| u32_at(&r[..], 8) == code::CREATE_QP)
+            .expect("CREATE_QP");
+        assert_eq!(u32_at(qp_req, 28), 7, "send CQ handle");
+        assert_eq!(
+            u32_at(reqs.last().expect("MODIFY_QP"), 8),
+            code::MODIFY_QP,
+            "RESET → INIT"
+        );
+        let qp_pdir = u64_at(qp_req, 16);
+        // SAFETY: as above.
+        unsafe { crate::ndk::set_qp_connected(qp, true) };
+        let sge = NDK_SGE {
+            Anonymous: crate::ndkpi::NDK_SGE_0 {
+                LogicalAddress: 0x9000,
+            },
+            Length: 12,
+            MemoryRegionToken: 64,
+        };
+        // SAFETY: as above.
+        let qpd = unsafe { (*qp).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let qpd = unsafe { &*qpd };
+        // SAFETY: as above.
+        let st = unsafe {
+            (qpd.NdkSend)(
+                qp,
+                0x33 as PVOID,
+                &sge,
+                1,
+                NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        assert_eq!(platform.uar_word(0), 64 | 1 << 30, "SQ doorbell");
+        // The WQE sits at byte 4096 of the QP buffer: wr_id, num_sge, opcode SEND, flags.
+        let wqe = page(&fake, qp_pdir, 1);
+        assert_eq!(fake.read_u64(wqe), wr_id(tag::SQ, 0));
+        assert_eq!(fake.read_u32(wqe + 8), 1);
+        assert_eq!(fake.read_u32(wqe + 16), 2, "PVRDMA_WR_SEND");
+        assert_eq!(fake.read_u32(wqe + 20), 0b110, "SIGNALED | SOLICITED");
+        assert_eq!(fake.read_u64(wqe + 80), 0x9000, "SGE addr");
+
+        // Arm, then the device writes the CQE and a CQNE: one callback.
+        // SAFETY: as above.
+        let cqd = unsafe { (*cq).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let cqd = unsafe { &*cqd };
+        // SAFETY: as above.
+        unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ANY) };
+        assert_eq!(platform.uar_word(4), 7 | 1 << 30, "CQ_ARM doorbell");
+        let cq_page0 = page(&fake, cq_pdir, 0);
+        let cq_page1 = page(&fake, cq_pdir, 1);
+        let mut cqe = [0u8; 64];
+        cqe[0..8].copy_from_slice(&wr_id(tag::SQ, 0).to_le_bytes());
+        cqe[8..16].copy_from_slice(&64u64.to_le_bytes());
+        cqe[24..28].copy_from_slice(&12u32.to_le_bytes());
+        fake.write(cq_page1, &cqe);
+        fake.write(cq_page0 + 8, &1u32.to_le_bytes());
+        fake.post_cqne(7);
+        wait_for(|| NOTIFY.load(Ordering::SeqCst) == 1);
+        assert_eq!(NOTIFY_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        assert_eq!(
+            NOTIFY_CPU.load(Ordering::SeqCst),
+            1,
+            "delivered by the CQ's DPC on its affinity processor (the CQNE DPC runs on 0)"
+        );
+        // SAFETY: a zeroed result is a valid value.
+        let mut out = [unsafe { core::mem::zeroed::<NDK_RESULT_EX>() }; 2];
+        // SAFETY: as above.
+        let n = unsafe { (cqd.NdkGetCqResultsEx)(cq, out.as_mut_ptr(), 2) };
+        assert_eq!(n, 1);
+        assert_eq!(
+            (
+                out[0].Status,
+                out[0].RequestContext as usize,
+                out[0].QPContext as usize,
+                out[0].Type
+            ),
+            (STATUS_SUCCESS, 0x33, 0x5A, NdkOperationTypeSend)
+        );
+        assert_eq!(fake.read_u32(cq_page0 + 12), 1, "cons_head advanced");
+
+        // An SRQ's limit event arrives as an async EQE (SRQ_LIMIT_REACHED, info = handle).
+        let mut srq = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe {
+            (pdd.NdkCreateSrq)(
+                pd,
+                16,
+                1,
+                4,
+                Some(srq_cb),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                create_cb,
+                0xC5 as PVOID,
+                &mut srq,
+            )
+        };
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 4);
+        assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC5);
+        let srq = CREATED.load(Ordering::SeqCst) as *mut NDK_SRQ;
+        fake.post_eqe(EqeType::SrqLimitReached as u32, 7);
+        wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 1);
+        // CQ_ERR for the CQ: reported at the next arm as an overrun.
+        fake.post_eqe(EqeType::CqErr as u32, 7);
+        wait_for(|| hw.dev.stats().events >= 2);
+        // SAFETY: as above.
+        unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ERRORS) };
+        wait_for(|| NOTIFY.load(Ordering::SeqCst) == 2);
+        assert_eq!(
+            NOTIFY_STATUS.load(Ordering::SeqCst),
+            STATUS_BUFFER_OVERFLOW as u32
+        );
+        // DEVICE_FATAL: the SRQ reports STATUS_INTERNAL_ERROR (the CQ already reported its
+        // error and reports only one).
+        fake.post_eqe(EqeType::DeviceFatal as u32, 0);
+        wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 2);
+        assert_eq!(
+            SRQ_STATUS.load(Ordering::SeqCst),
+            STATUS_INTERNAL_ERROR as u32
+        );
+        // NdkModifySrq: MODIFY_SRQ (LIMIT) through the command DPC, then the arm-time check
+        // finds 0 queued < 2 and notifies at once (M45).
+        // SAFETY: live SRQ.
+        let srqd = unsafe { (*srq).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let srqd = unsafe { &*srqd };
+        // SAFETY: as above.
+        let st = unsafe { (srqd.NdkModifySrq)(srq, 0, 2, request_cb, core::ptr::null_mut()) };
+        assert_eq!(st, STATUS_PENDING);
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        let r = requests(&fake);
+        let m = r.last().expect("MODIFY_SRQ");
+        assert_eq!(
+            (u32_at(m, 8), u32_at(m, 16), u32_at(m, 20)),
+            (code::MODIFY_SRQ, 7, srq_attr_mask::LIMIT)
+        );
+        assert_eq!(SRQ_NOTIFY.load(Ordering::SeqCst), 3);
+        assert_eq!(SRQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+
+        // NdkRegisterMr: the MDL's pages become the MR's page directory (CREATE_MR flags 0).
+        #[repr(C)]
+        struct MdlPfn {
+            mdl: MDL,
+            pfn: [usize; 2],
+        }
+        let mut m = MdlPfn {
+            mdl: MDL {
+                Next: core::ptr::null_mut(),
+                Size: 0,
+                MdlFlags: MDL_PAGES_LOCKED,
+                AllocationProcessorNumber: 0,
+                Reserved: 0,
+                Process: core::ptr::null_mut(),
+                MappedSystemVa: core::ptr::null_mut(),
+                StartVa: 0x4000_0000 as PVOID,
+                ByteCount: 0x1800,
+                ByteOffset: 0x100,
+            },
+            pfn: [0x51, 0x73],
+        };
+        let mut mr = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 0, create_cb, core::ptr::null_mut(), &mut mr) };
+        assert_eq!(st, STATUS_SUCCESS);
+        // SAFETY: as above.
+        let mrd = unsafe { (*mr).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let mrd = unsafe { &*mrd };
+        let mdl = (&raw mut m).cast::<MDL>();
+        // SAFETY: as above; the MDL is followed by its PFN array.
+        let st = unsafe {
+            (mrd.NdkRegisterMr)(
+                mr,
+                mdl,
+                0x1800,
+                NDK_MR_FLAG_ALLOW_REMOTE_READ,
+                request_cb,
+                core::ptr::null_mut(),
+            )
+        };
+        assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        let reqs = requests(&fake);
+        let r = reqs.last().expect("CREATE_MR");
+        assert_eq!(u32_at(r, 8), code::CREATE_MR);
+        assert_eq!((u64_at(r, 16), u64_at(r, 24)), (0x4000_0100, 0x1800));
+        assert_eq!(
+            (u32_at(r, 44), u32_at(r, 48), u32_at(r, 52)),
+            (0b101, mr_flags::NORMAL, 2)
+        );
+        let dir = u64_at(r, 32);
+        assert_eq!(
+            (page(&fake, dir, 0), page(&fake, dir, 1)),
+            (0x5_1000, 0x7_3000)
+        );
+
+        // A fast-register MR (handle 8) and an NdkFastRegister that fills its page list.
+        fake.st.lock().unwrap().resp_body[0..4].copy_from_slice(&8u32.to_le_bytes());
+        let mut fr = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 1, create_cb, core::ptr::null_mut(), &mut fr) };
+        assert_eq!(st, STATUS_SUCCESS);
+        // SAFETY: as above.
+        let st = unsafe {
+            (mrd.NdkInitializeFastRegisterMr)(fr, 4, 1, request_cb, core::ptr::null_mut())
+        };
+        assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+        REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+        wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+        assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+        let reqs = requests(&fake);
+        let r = reqs.last().expect("CREATE_MR");
+        assert_eq!((u32_at(r, 48), u32_at(r, 52)), (mr_flags::FRMR, 4));
+        let pages = [0x6_0000i64, 0x8_1000];
+        // SAFETY: as above.
+        let st = unsafe {
+            (qpd.NdkFastRegister)(
+                qp,
+                0x44 as PVOID,
+                fr,
+                2,
+                pages.as_ptr(),
+                0,
+                0x2000,
+                0x9000_0000usize as PVOID,
+                NDK_OP_FLAG_ALLOW_REMOTE_WRITE,
+            )
+        };
+        assert_eq!(st, STATUS_SUCCESS);
+        let wqe = page(&fake, qp_pdir, 1) + 128; // SQ stride for 2 SGEs: roundup_pow2(80 + 32)
+        assert_eq!(fake.read_u32(wqe + 16), 11, "FAST_REG_MR");
+        assert_eq!(fake.read_u64(wqe + 32), 0x9000_0000, "iova_start");
+        let pl = fake.read_u64(wqe + 40);
+        assert_eq!(
+            (
+                fake.read_u32(wqe + 48),
+                fake.read_u32(wqe + 52),
+                fake.read_u32(wqe + 56)
+            ),
+            (12, 2, 0x2000)
+        );
+        assert_eq!(fake.read_u32(wqe + 60), 0b011, "LOCAL_WRITE | REMOTE_WRITE");
+        assert_eq!(
+            (page(&fake, pl, 0), page(&fake, pl, 1)),
+            (0x6_0000, 0x8_1000)
+        );
+        // SAFETY: as above.
+        let key = unsafe { (mrd.NdkGetRemoteTokenFromMr)(fr) };
+        assert_eq!(
+            fake.read_u32(wqe + 64),
+            key,
+            "the new key is the MR's token"
+        );
+
+        // An asynchronous create that fails: the DMA MR is refused (err 12), so the PD is
+        // destroyed and CreateCompletion reports STATUS_INSUFFICIENT_RESOURCES with no object.
+        fake.st
+            .lock()
+            .unwrap()
+            .modes
+            .extend([Mode::Respond, Mode::HdrErr(12)]);
+        let mut pd2 = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC2 as PVOID, &mut pd2) };
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| CREATES.load(Ordering::SeqCst) == 5);
+        assert_eq!(
+            CREATE_STATUS.load(Ordering::SeqCst),
+            STATUS_INSUFFICIENT_RESOURCES as u32 ^ 0xC2
+        );
+        assert_eq!(CREATED.load(Ordering::SeqCst), 0);
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_PD)
         });
+
+        // A close while a registration is in flight pends; RequestCompletion comes first,
+        // CloseCompletion last (§5.1, §5.2).
+        let mut late = core::ptr::null_mut();
+        // SAFETY: as above.
+        let st = unsafe { (pdd.NdkCreateMr)(pd, 0, create_cb, core::ptr::null_mut(), &mut late) };
+        assert_eq!(st, STATUS_SUCCESS);
+        fake.st.lock().unwrap().modes.push_back(Mode::Defer);
+        // SAFETY: as above; the MDL is followed by its PFN array.
+        let st = unsafe { (mrd.NdkRegisterMr)(late, mdl, 0x1800, 0, request_cb, 0x51 as PVOID) };
+        assert_eq!(st, STATUS_PENDING);
+        wait_for(|| !fake.st.lock().unwrap().deferred.is_empty());
+        // SAFETY: live MR; its table starts with the close slot.
+        let st = unsafe { (mrd.NdkCloseMr)(late.cast(), close_cb, 0x52 as PVOID) };
+        assert_eq!(st, STATUS_PENDING, "the registration is still in flight");
+        assert!(ORDER.lock().unwrap().is_empty());
+        fake.release();
+        wait_for(|| ORDER.lock().unwrap().len() == 2);
+        assert_eq!(*ORDER.lock().unwrap(), [0x51, 0x52]);
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_MR)
+        });
+
+        // Teardown: DESTROY commands, then the adapter close does not wait.
+        for obj in [
+            mr.cast::<NDK_OBJECT_HEADER>(),
+            fr.cast(),
+            qp.cast(),
+            srq.cast(),
+            cq.cast(),
+            pd.cast(),
+        ] {
+            // SAFETY: every object's table starts with its close slot.
+            let d = unsafe { (*obj.cast::<NDK_PD>()).Dispatch };
+            // SAFETY: the provider's dispatch tables are statics.
+            let f = unsafe { (*d).NdkClosePd };
+            // SAFETY: as above.
+            let st = unsafe { f(obj, close_cb, core::ptr::null_mut()) };
+            assert_eq!(st, STATUS_SUCCESS);
+        }
+        // SAFETY: opened above, closed once.
+        unsafe { crate::ndk::dispatch::close_adapter(a) };
+        // DESTROYs are submitted without waiting; they reach the device in order.
+        let want = [
+            code::DESTROY_QP,
+            code::DESTROY_SRQ,
+            code::DESTROY_CQ,
+            code::DESTROY_MR,
+            code::DESTROY_PD,
+        ];
+        wait_for(|| {
+            requests(&fake)
+                .last()
+                .is_some_and(|r| u32_at(r, 8) == code::DESTROY_PD)
+        });
+        let codes: Vec<u32> = requests(&fake).iter().map(|r| u32_at(r, 8)).collect();
+        assert_eq!(&codes[codes.len() - 5..], want);
+        platform.executor().shutdown();
     }
 }

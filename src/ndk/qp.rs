@@ -14,10 +14,13 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use super::completion::{OrderedQueue, SlotRecord, make_result, split_wr_id, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
+use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{FastRegWqe, QpSpec, RecvWqe, SendWqe, WrOpcode, access, pow2_ceil, send_flags};
+use super::hw::{
+    FastRegWqe, HwDone, QpSpec, RecvWqe, SendWqe, WrOpcode, access, pow2_ceil, send_flags,
+};
 use super::mr::Mr;
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
 use super::pd::{Pd, take_successor};
 use super::srq::Srq;
 use crate::ndkpi::*;
@@ -136,14 +139,147 @@ impl NdkObject for Qp {
     }
 }
 
+/// Successor counts a QP under construction holds on its antecedents; released on drop
+/// unless the QP took them over ([`Successors::keep`]).
+struct Successors {
+    pd: Option<ObjRef<Pd>>,
+    icq: Option<ObjRef<Cq>>,
+    rcq: Option<ObjRef<Cq>>,
+    srq: Option<ObjRef<Srq>>,
+}
+
+impl Successors {
+    fn take(pd: &ObjRef<Pd>, p: &QpParams) -> NdkResult<Self> {
+        let mut s = Successors {
+            pd: None,
+            icq: None,
+            rcq: None,
+            srq: None,
+        };
+        take_successor(pd)?;
+        s.pd = Some(pd.clone());
+        take_successor(&p.initiator_cq)?;
+        s.icq = Some(p.initiator_cq.clone());
+        take_successor(&p.receive_cq)?;
+        s.rcq = Some(p.receive_cq.clone());
+        if let Some(srq) = &p.srq {
+            take_successor(srq)?;
+            s.srq = Some(srq.clone());
+        }
+        Ok(s)
+    }
+
+    /// The QP owns the counts now (its `release_antecedents` drops them).
+    fn keep(mut self) {
+        self.pd = None;
+        self.icq = None;
+        self.rcq = None;
+        self.srq = None;
+    }
+}
+
+impl Drop for Successors {
+    fn drop(&mut self) {
+        if let Some(s) = self.srq.take() {
+            s.put();
+        }
+        if let Some(c) = self.rcq.take() {
+            c.put();
+        }
+        if let Some(c) = self.icq.take() {
+            c.put();
+        }
+        if let Some(pd) = self.pd.take() {
+            pd.put();
+        }
+    }
+}
+
+/// A QP waiting for its CREATE_QP.
+struct PendingQp {
+    pd: ObjRef<Pd>,
+    p: QpParams,
+    sq: OrderedQueue,
+    rq: Option<OrderedQueue>,
+    counts: Successors,
+}
+
+impl PendingQp {
+    /// The device QP exists: builds the NDK_QP and attaches it to its CQs.
+    fn wrap(self, handle: u32) -> NdkResult<ObjRef<Qp>> {
+        let PendingQp {
+            pd,
+            p,
+            sq,
+            rq,
+            counts,
+        } = self;
+        let adapter = pd.adapter();
+        let hw = adapter.hw();
+        let info = adapter.info();
+        let ndk = NDK_QP {
+            Header: header(adapter.version(), NdkObjectTypeQp),
+            Dispatch: &dispatch::QP_DISPATCH,
+        };
+        let max_recv_sge = match &p.srq {
+            Some(s) => s.max_sge(),
+            None => p.max_receive_sge,
+        };
+        let qp = match ObjRef::try_new(
+            ndk,
+            Qp {
+                life: Lifetime::new(),
+                pd: pd.clone(),
+                send_cq: p.initiator_cq.clone(),
+                recv_cq: p.receive_cq.clone(),
+                srq: p.srq.clone(),
+                handle,
+                context: p.context,
+                sq,
+                rq,
+                max_send_sge: p.max_initiator_sge,
+                max_recv_sge,
+                max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
+                max_transfer: info.MaxTransferLength,
+                connected: AtomicBool::new(false),
+                bad_cqes: AtomicU32::new(0),
+            },
+        ) {
+            Ok(q) => q,
+            Err(e) => {
+                hw.destroy_qp(handle);
+                return Err(e);
+            }
+        };
+        let attached = p
+            .initiator_cq
+            .attach(&qp)
+            .and_then(|()| p.receive_cq.attach(&qp));
+        if let Err(e) = attached {
+            p.initiator_cq.detach(handle);
+            p.receive_cq.detach(handle);
+            drop(qp);
+            hw.destroy_qp(handle);
+            return Err(e);
+        }
+        counts.keep();
+        Ok(qp)
+    }
+}
+
 impl Qp {
-    /// NdkCreateQp / NdkCreateQpWithSrq (complete inline).
+    /// NdkCreateQp / NdkCreateQpWithSrq; the device commands may complete later, and the
+    /// result goes to `handoff` (inline or through CreateCompletion).
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER for a depth or SGE count above the adapter limits, inline
     /// data above MaxInlineDataSize (0), CQs of another adapter or an SRQ of another PD;
     /// STATUS_NOT_SUPPORTED for an SRQ on a device without SRQs.
-    pub fn create(pd: &ObjRef<Pd>, p: QpParams) -> NdkResult<ObjRef<Qp>> {
+    pub fn create_async(
+        pd: &ObjRef<Pd>,
+        p: QpParams,
+        handoff: alloc::sync::Arc<CreateHandoff<Qp>>,
+    ) -> NdkResult<()> {
         let adapter = pd.adapter();
         let info = adapter.info();
         if p.srq.is_some() && info.MaxSrqDepth == 0 {
@@ -177,34 +313,6 @@ impl Qp {
         } else {
             None
         };
-        // Successor counts: PD, both CQs (one per role), SRQ (§1.6).
-        take_successor(pd)?;
-        if let Err(e) = take_successor(&p.initiator_cq) {
-            pd.put();
-            return Err(e);
-        }
-        if let Err(e) = take_successor(&p.receive_cq) {
-            p.initiator_cq.put();
-            pd.put();
-            return Err(e);
-        }
-        if let Some(Err(e)) = p.srq.as_ref().map(take_successor) {
-            {
-                p.receive_cq.put();
-                p.initiator_cq.put();
-                pd.put();
-                return Err(e);
-            }
-        }
-        let undo = |srq: &Option<ObjRef<Srq>>| {
-            if let Some(s) = srq {
-                s.put();
-            }
-            p.receive_cq.put();
-            p.initiator_cq.put();
-            pd.put();
-        };
-        let hw = adapter.hw();
         let spec = QpSpec {
             pd: pd.handle(),
             send_cq: p.initiator_cq.handle(),
@@ -215,61 +323,29 @@ impl Qp {
             max_send_sge: p.max_initiator_sge.max(1),
             max_recv_sge: if with_rq { p.max_receive_sge.max(1) } else { 0 },
         };
-        let handle = match hw.create_qp(&spec) {
-            Ok(h) => h,
-            Err(e) => {
-                undo(&p.srq);
-                return Err(e.into());
-            }
+        // Successor counts: PD, both CQs (one per role), SRQ (§1.6); released by `Drop` on
+        // every failure path, kept by the QP on success.
+        let counts = Successors::take(pd, &p)?;
+        let pending = PendingQp {
+            pd: pd.clone(),
+            p,
+            sq,
+            rq,
+            counts,
         };
-        let ndk = NDK_QP {
-            Header: header(adapter.version(), NdkObjectTypeQp),
-            Dispatch: &dispatch::QP_DISPATCH,
+        let done = move |r: Result<u32, HwError>| {
+            let made = match r {
+                Ok(handle) => pending.wrap(handle),
+                Err(e) => Err(e.into()),
+            };
+            handoff.complete(made);
         };
-        let max_recv_sge = match &p.srq {
-            Some(s) => s.max_sge(),
-            None => p.max_receive_sge,
-        };
-        let qp = match ObjRef::try_new(
-            ndk,
-            Qp {
-                life: Lifetime::new(),
-                pd: pd.clone(),
-                send_cq: p.initiator_cq.clone(),
-                recv_cq: p.receive_cq.clone(),
-                srq: p.srq.clone(),
-                handle,
-                context: p.context,
-                sq,
-                rq,
-                max_send_sge: p.max_initiator_sge,
-                max_recv_sge,
-                max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
-                max_transfer: info.MaxTransferLength,
-                connected: AtomicBool::new(false),
-                bad_cqes: AtomicU32::new(0),
-            },
-        ) {
-            Ok(q) => q,
-            Err(e) => {
-                hw.destroy_qp(handle);
-                undo(&p.srq);
-                return Err(e);
-            }
-        };
-        let attached = p
-            .initiator_cq
-            .attach(&qp)
-            .and_then(|()| p.receive_cq.attach(&qp));
-        if let Err(e) = attached {
-            p.initiator_cq.detach(handle);
-            p.receive_cq.detach(handle);
-            drop(qp);
-            hw.destroy_qp(handle);
-            undo(&p.srq);
-            return Err(e);
-        }
-        Ok(qp)
+        let d = crate::os::alloc::try_box(done)
+            .map_err(|_| NdkError::InsufficientResources)?
+            .map_box(|b| b as HwDone<u32>)
+            .into_inner();
+        adapter.hw().create_qp_async(&spec, d);
+        Ok(())
     }
 
     /// Device handle.
@@ -364,7 +440,7 @@ impl Qp {
         let index = self.sq.reserve(&rec)?;
         wqe.wr_id = wr_id(tag::SQ, index);
         let hw = self.pd.adapter().hw();
-        hw.write_send_wqe(self.handle, index, &wqe);
+        hw.write_send_wqe(self.handle, index, &wqe)?;
         self.sq.commit(index);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
@@ -598,7 +674,7 @@ impl Qp {
                 wr_id: wr_id(tag::RQ, index),
                 sges,
             },
-        );
+        )?;
         rq.commit(index);
         hw.ring_recv(self.handle);
         rq.mark_rung();

@@ -9,9 +9,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::completion::{SlotRecord, tag, wr_id};
 use super::dispatch;
-use super::error::{NdkError, NdkResult};
-use super::hw::{RecvWqe, SrqSpec, pow2_ceil};
-use super::object::{Lifetime, NdkObject, ObjRef, header, try_vec};
+use super::error::{HwError, NdkError, NdkResult};
+use super::hw::{HwDone, RecvWqe, SrqSpec, pow2_ceil};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 
@@ -71,12 +71,17 @@ impl NdkObject for Srq {
 }
 
 impl Srq {
-    /// NdkCreateSrq (completes inline).
+    /// NdkCreateSrq; the device command may complete later, and the result goes to
+    /// `handoff` (inline or through CreateCompletion).
     ///
     /// # Errors
     /// STATUS_NOT_SUPPORTED without device SRQs (MaxSrqDepth 0); STATUS_INVALID_PARAMETER
     /// for a depth of 0 or above MaxSrqDepth, or SGEs above MaxReceiveRequestSge.
-    pub fn create(pd: &ObjRef<Pd>, p: SrqParams) -> NdkResult<ObjRef<Srq>> {
+    pub fn create_async(
+        pd: &ObjRef<Pd>,
+        p: SrqParams,
+        handoff: alloc::sync::Arc<CreateHandoff<Srq>>,
+    ) -> NdkResult<()> {
         let adapter = pd.adapter();
         let info = adapter.info();
         if info.MaxSrqDepth == 0 {
@@ -90,20 +95,46 @@ impl Srq {
             busy: AtomicBool::new(false),
             context: AtomicUsize::new(0),
         })?;
-        take_successor(pd)?;
-        let hw = adapter.hw();
-        let handle = match hw.create_srq(&SrqSpec {
+        let spec = SrqSpec {
             pd: pd.handle(),
             max_wr: ring,
             max_sge: p.max_sge.max(1),
             limit: p.threshold.min(ring),
-        }) {
-            Ok(h) => h,
-            Err(e) => {
-                pd.put();
-                return Err(e.into());
-            }
         };
+        take_successor(pd)?;
+        let owner = pd.clone();
+        let done = move |r: Result<u32, HwError>| {
+            let made = match r {
+                Ok(handle) => Self::wrap(&owner, handle, ring, records, p),
+                Err(e) => Err(e.into()),
+            };
+            if made.is_err() {
+                owner.put();
+            }
+            handoff.complete(made);
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
+                adapter.hw().create_srq_async(&spec, d);
+                Ok(())
+            }
+            Err(_) => {
+                pd.put();
+                Err(NdkError::InsufficientResources)
+            }
+        }
+    }
+
+    fn wrap(
+        pd: &ObjRef<Pd>,
+        handle: u32,
+        ring: u32,
+        records: alloc::boxed::Box<[Record]>,
+        p: SrqParams,
+    ) -> NdkResult<ObjRef<Srq>> {
+        let adapter = pd.adapter();
+        let hw = adapter.hw();
         let ndk = NDK_SRQ {
             Header: header(adapter.version(), NdkObjectTypeSrq),
             Dispatch: &dispatch::SRQ_DISPATCH,
@@ -132,14 +163,12 @@ impl Srq {
             Ok(s) => s,
             Err(e) => {
                 hw.destroy_srq(handle);
-                pd.put();
                 return Err(e);
             }
         };
         if let Err(e) = adapter.device().register_srq(&srq) {
             drop(srq);
             hw.destroy_srq(handle);
-            pd.put();
             return Err(e);
         }
         Ok(srq)
@@ -191,20 +220,23 @@ impl Srq {
             }
         }
         let (id, rec) = found.ok_or(NdkError::InsufficientResources)?;
-        rec.context.store(ctx, Ordering::Relaxed);
-        rec.busy.store(true, Ordering::Release);
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
         let index = self.posted.load(Ordering::Relaxed);
         let hw = self.pd.adapter().hw();
-        hw.write_srq_wqe(
+        rec.context.store(ctx, Ordering::Relaxed);
+        rec.busy.store(true, Ordering::Release);
+        if let Err(e) = hw.write_srq_wqe(
             self.handle,
             index,
             &RecvWqe {
                 wr_id: wr_id(tag::SRQ, id),
                 sges,
             },
-        );
+        ) {
+            rec.busy.store(false, Ordering::Release);
+            return Err(e.into());
+        }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
         self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
         hw.ring_srq(self.handle);
         Ok(())
@@ -232,7 +264,15 @@ impl ObjRef<Srq> {
     /// # Errors
     /// STATUS_INVALID_PARAMETER above MaxSrqDepth; STATUS_NOT_SUPPORTED for a depth above
     /// the ring chosen at creation (the device cannot resize an SRQ).
-    pub fn modify(&self, depth: u32, threshold: u32) -> NdkResult<()> {
+    ///
+    /// A non-zero threshold sends MODIFY_SRQ, which may complete later: its status goes to
+    /// `req` (inline or through RequestCompletion) and the request holds a close count.
+    pub fn modify(
+        &self,
+        depth: u32,
+        threshold: u32,
+        req: alloc::sync::Arc<RequestHandoff>,
+    ) -> NdkResult<()> {
         let max = self.pd.adapter().info().MaxSrqDepth;
         if depth > max {
             return Err(NdkError::InvalidParameter);
@@ -240,20 +280,51 @@ impl ObjRef<Srq> {
         if depth > self.ring {
             return Err(NdkError::NotSupported);
         }
-        if threshold > 0 {
-            let hw = self.pd.adapter().hw();
-            hw.modify_srq_limit(self.handle, threshold.min(self.ring))?;
-            self.armed.store(true, Ordering::Release);
-            // NDK wants a notification at once when the count is already below; the device
-            // never raises the event at arm time (M44), so the driver checks (M45).
-            if hw.srq_queued(self.handle) < threshold && self.armed.swap(false, Ordering::AcqRel) {
-                self.deliver(STATUS_SUCCESS);
-            }
-        }
         if depth != 0 {
             self.cap.store(depth, Ordering::Relaxed);
         }
-        Ok(())
+        if threshold == 0 {
+            // Keeps the threshold and the arm state: nothing to send (M45).
+            req.complete(STATUS_SUCCESS);
+            return Ok(());
+        }
+        if !self.life.try_get() {
+            return Err(NdkError::InvalidDeviceRequest);
+        }
+        let me = self.clone();
+        let done = move |r: Result<(), HwError>| {
+            let status = match r {
+                Ok(()) => {
+                    me.armed.store(true, Ordering::Release);
+                    // NDK wants a notification at once when the count is already below; the
+                    // device never raises the event at arm time (M44), so the driver checks
+                    // (M45).
+                    let queued = me.pd.adapter().hw().srq_queued(me.handle);
+                    if queued < threshold && me.armed.swap(false, Ordering::AcqRel) {
+                        me.deliver(STATUS_SUCCESS);
+                    }
+                    STATUS_SUCCESS
+                }
+                Err(e) => NdkError::from(e).to_ntstatus(),
+            };
+            req.complete(status);
+            me.put();
+        };
+        match crate::os::alloc::try_box(done) {
+            Ok(b) => {
+                let d: HwDone<()> = b.map_box(|b| b as HwDone<()>).into_inner();
+                let limit = threshold.min(self.ring);
+                self.pd
+                    .adapter()
+                    .hw()
+                    .modify_srq_limit_async(self.handle, limit, d);
+                Ok(())
+            }
+            Err(_) => {
+                self.put();
+                Err(NdkError::InsufficientResources)
+            }
+        }
     }
 
     /// SRQ_LIMIT_REACHED: one notification per arm (M45).

@@ -25,7 +25,7 @@ pub mod uar;
 pub mod wqe;
 
 #[cfg(test)]
-mod testdev;
+pub(crate) mod testdev;
 
 pub use bytes::Sink;
 pub use error::PvrdmaError;
