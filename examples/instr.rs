@@ -17,46 +17,6 @@ use perfkit::*;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::alloc::stats;
 
-struct Setup {
-    c: Cluster,
-    qa: Vec<*mut NDK_QP>,
-    qb: Vec<*mut NDK_QP>,
-    cqa: Vec<*mut NDK_CQ>,
-    cqb: Vec<*mut NDK_CQ>,
-    local: Buf,
-    remote: Remote,
-}
-
-fn setup(nqp: usize, shared: bool, depth: u32) -> Setup {
-    let c = Cluster::new(2, false);
-    let ncq = if shared { 1 } else { nqp };
-    let cqa: Vec<_> = (0..ncq).map(|_| c.cq(0, depth, None)).collect();
-    let cqb: Vec<_> = (0..ncq).map(|_| c.cq(1, depth, None)).collect();
-    let mut qa = Vec::new();
-    let mut qb = Vec::new();
-    for i in 0..nqp {
-        let (a, b) = (cqa[i % ncq], cqb[i % ncq]);
-        let x = c.qp(0, a, a, 32, 1);
-        let y = c.qp(1, b, b, 32, 1);
-        c.connect(0, x, 1, y);
-        qa.push(x);
-        qb.push(y);
-    }
-    let local = c.buffer(0, 65536);
-    let rbuf = c.buffer(1, 65536);
-    let remote = c.remote(1, qb[0], cqb[0], &rbuf);
-    let _ = rbuf; // the region stays registered (Buf does not free it)
-    Setup {
-        c,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        local,
-        remote,
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let shape = args.first().map_or("read", String::as_str).to_string();
@@ -68,27 +28,18 @@ fn main() {
     let nqp = arg(2, 1);
     let shared = args.get(3).is_none_or(|s| s != "separate");
     let depth = arg(4, 64) as u32;
-    let s = setup(nqp, shared, depth);
+    let s = Pair::new(nqp, shared, depth, false);
     let c = &s.c;
-    let ncq = s.cqa.len();
-    let token = c.nodes[0].token;
-    let sg = [sge(s.local.addr(), 64, token)];
-    let (va, rkey) = (s.remote.va, s.remote.rkey);
+    let sg = [sge(s.local.addr(), 64, c.nodes[0].token)];
     let mut res = [empty_result(); 16];
     let mut requests = 0u64;
-    let read = |q, flags| assert_eq!(rdma(q, true, &sg, va, rkey, flags), STATUS_SUCCESS);
-    let reap = |cq, n| {
-        c.kick(0, 0);
-        c.run();
-        assert!(c.drain(cq, n).iter().all(|&st| st == STATUS_SUCCESS));
-    };
+    let read = |q, flags| s.read(q, flags);
+    let reap = |cq, n| s.reap(cq, n);
     // FRMRs for the fast-register shapes, on host 0.
     let fr: Vec<_> = [1u32, 16].iter().map(|&p| c.frmr(0, p)).collect();
     let pages = s.local.pages();
     for it in 0..iters {
-        let k = it % nqp;
-        let (qa, qb) = (s.qa[k], s.qb[k]);
-        let (cqa, cqb) = (s.cqa[k % ncq], s.cqb[k % ncq]);
+        let (qa, qb, cqa, cqb) = s.at(it);
         match shape.as_str() {
             // (a) one NdkRead, 1 SGE, not deferred (its doorbell included).
             "read" => {
@@ -99,8 +50,7 @@ fn main() {
             // (b) NdkGetCqResults reaping one completion.
             "poll1" => {
                 read(qa, 0);
-                c.kick(0, 0);
-                c.run();
+                s.flush();
                 assert_eq!(get_results(cqa, &mut res[..1]), 1);
                 assert_eq!(res[0].Status, STATUS_SUCCESS);
                 requests += 1;
@@ -120,8 +70,7 @@ fn main() {
                     read(qa, NDK_OP_FLAG_DEFER);
                 }
                 read(qa, 0);
-                c.kick(0, 0);
-                c.run();
+                s.flush();
                 assert_eq!(get_results(cqa, &mut res[..16]), 16);
                 requests += 16;
             }

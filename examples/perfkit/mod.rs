@@ -475,6 +475,86 @@ impl Cluster {
     }
 }
 
+/// The benchmark layout (instr, benches/datapath.rs): host 0 initiates on `qa[k]`, each
+/// connected to `qb[k]` on host 1; `shared` puts every QP of a host on one CQ (else a CQ per
+/// QP) of `depth` entries; `local` is a 64 KiB buffer on host 0, `remote` 64 KiB on host 1
+/// registered for remote access.
+pub struct Pair {
+    /// The two hosts.
+    pub c: Cluster,
+    /// Host 0's QPs.
+    pub qa: Vec<*mut NDK_QP>,
+    /// Host 1's QPs.
+    pub qb: Vec<*mut NDK_QP>,
+    /// Host 0's CQs (one, or one per QP).
+    pub cqa: Vec<*mut NDK_CQ>,
+    /// Host 1's CQs.
+    pub cqb: Vec<*mut NDK_CQ>,
+    /// Host 0's buffer.
+    pub local: Buf,
+    /// Host 1's buffer, remotely accessible.
+    pub remote: Remote,
+}
+
+impl Pair {
+    /// `nqp` connected QP pairs (32-deep queues, 1 SGE).
+    pub fn new(nqp: usize, shared: bool, depth: u32, hooked: bool) -> Pair {
+        let c = Cluster::new(2, hooked);
+        let ncq = if shared { 1 } else { nqp };
+        let cqa: Vec<_> = (0..ncq).map(|_| c.cq(0, depth, None)).collect();
+        let cqb: Vec<_> = (0..ncq).map(|_| c.cq(1, depth, None)).collect();
+        let mut qa = Vec::new();
+        let mut qb = Vec::new();
+        for i in 0..nqp {
+            let (a, b) = (cqa[i % ncq], cqb[i % ncq]);
+            let x = c.qp(0, a, a, 32, 1);
+            let y = c.qp(1, b, b, 32, 1);
+            c.connect(0, x, 1, y);
+            qa.push(x);
+            qb.push(y);
+        }
+        let local = c.buffer(0, 65536);
+        let rbuf = c.buffer(1, 65536);
+        // The region stays allocated: a Buf never frees it.
+        let remote = c.remote(1, qb[0], cqb[0], &rbuf);
+        Pair {
+            c,
+            qa,
+            qb,
+            cqa,
+            cqb,
+            local,
+            remote,
+        }
+    }
+
+    /// QP pair `k mod n` and their CQs: (qa, qb, cqa, cqb).
+    pub fn at(&self, k: usize) -> (*mut NDK_QP, *mut NDK_QP, *mut NDK_CQ, *mut NDK_CQ) {
+        let k = k % self.qa.len();
+        let j = k % self.cqa.len();
+        (self.qa[k], self.qb[k], self.cqa[j], self.cqb[j])
+    }
+
+    /// NdkRead of 64 bytes from `remote` into `local` on `qa`.
+    pub fn read(&self, qa: *mut NDK_QP, flags: u32) {
+        let sg = [sge(self.local.addr(), 64, self.c.nodes[0].token)];
+        let st = rdma(qa, true, &sg, self.remote.va, self.remote.rkey, flags);
+        assert_eq!(st, STATUS_SUCCESS, "NdkRead");
+    }
+
+    /// Hands host 0's SQ doorbell to its model and runs the world (outside measured calls).
+    pub fn flush(&self) {
+        self.c.kick(0, 0);
+        self.c.run();
+    }
+
+    /// [`Pair::flush`], then reaps `n` successful completions from `cq`.
+    pub fn reap(&self, cq: *mut NDK_CQ, n: usize) {
+        self.flush();
+        assert!(self.c.drain(cq, n).iter().all(|&st| st == STATUS_SUCCESS));
+    }
+}
+
 /// Waits for a create or request the provider answered `st` to: `out` when it completed
 /// inline, the object from `done` once its completion ran when it answered STATUS_PENDING.
 /// The wait pumps the world (the platform's pump); completions run in the command DPC.
