@@ -52,11 +52,11 @@ echo "rings a POLL doorbell (39 without its lock). Line-by-line: callgrind_annot
 
 [ "${SCALING:-1}" = 0 ] && exit 0
 echo
-printf '%-28s %12s %12s %12s %12s\n' "scaling (per request)" "(a) read" "(b) poll1" "(c) chain16" "(d) poll16"
+printf '%-32s %12s %12s %12s %12s\n' "scaling (per request)" "(a) read" "(b) poll1" "(c) chain16" "(d) poll16"
 for cfg in "1 shared 64" "1 separate 64" "64 shared 64" "64 separate 64" "1024 shared 64" "1024 separate 64" "1 shared 65536" "64 shared 65536" "1024 shared 65536"; do
   set -- $cfg
   n=$((N > 2048 ? N : 2048))
-  printf '%-28s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" \
+  printf '%-32s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" \
     "$(measure s_read read read $n $1 $2 $3)" \
     "$(measure s_poll1 get_cq_results poll1 $n $1 $2 $3)" \
     "$(measure s_chain read chain16 $((n / 16)) $1 $2 $3)" \

@@ -121,26 +121,38 @@ fn main() {
     std::process::exit(0);
 }
 
-/// Host memory per QP and per CQ: pool and DMA bytes the OS seam accounts for.
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
+
+/// Host memory per QP and per CQ: the OS seam's pool and DMA accounting, and every heap
+/// byte the provider keeps (NDK objects and their request records included; counted by
+/// `perfkit::heap` inside the create calls and on the DPC threads that complete them).
 fn mem(nqp: usize, depth: u32) {
+    heap::main_thread();
     let c = Cluster::new(2, true);
     let bytes = || {
         let s = stats();
-        (s.live_bytes, s.dma_bytes)
+        (s.live_bytes, s.dma_bytes, heap::live())
     };
-    let (p0, d0) = bytes();
-    let cqs: Vec<_> = (0..nqp).map(|_| c.cq(0, depth, None)).collect();
-    let (p1, d1) = bytes();
+    let (p0, d0, h0) = bytes();
+    let cqs: Vec<_> = (0..nqp)
+        .map(|_| heap::measure(|| c.cq(0, depth, None)))
+        .collect();
+    c.run();
+    let (p1, d1, h1) = bytes();
+    let qdepth = depth.min(4096);
     for &cq in &cqs {
-        c.qp(0, cq, cq, depth.min(4096), 1);
+        heap::measure(|| c.qp(0, cq, cq, qdepth, 1));
     }
-    let (p2, d2) = bytes();
+    c.run();
+    let (p2, d2, h2) = bytes();
     let n = nqp as f64;
     println!(
-        "CQ depth {depth}: {:.0} B pool + {:.0} B DMA per CQ; QP depth {}: {:.0} B pool + {:.0} B DMA per QP (1 SGE)",
+        "CQ depth {depth}: {:.0} B heap ({:.0} B seam pool) + {:.0} B DMA per CQ; QP depth {qdepth}x{qdepth}: {:.0} B heap ({:.0} B seam pool) + {:.0} B DMA per QP (1 SGE)",
+        (h1 - h0) as f64 / n,
         (p1 - p0) as f64 / n,
         (d1 - d0) as f64 / n,
-        depth.min(4096),
+        (h2 - h1) as f64 / n,
         (p2 - p1) as f64 / n,
         (d2 - d1) as f64 / n
     );

@@ -74,6 +74,98 @@ impl Node {
     }
 }
 
+/// Heap accounting for memory figures: a counting global allocator (install it with
+/// `#[global_allocator] static A: heap::Counting = heap::Counting;`) that counts live bytes
+/// allocated on the DPC threads and, on the thread that calls [`heap::measure`], inside it;
+/// DMA memory (reported by the OS seam) and the harness's DMA bookkeeping are left out by
+/// [`heap::Uncounted`]. The world runs on the measuring thread outside `measure`, so the
+/// model's own allocations are not counted.
+pub mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicIsize, Ordering};
+
+    use pvrdma_ndk::os::{DmaAllocator, DmaRegion};
+
+    static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+    thread_local! {
+        /// 1: counted (DPC threads), 0: not counted; the measuring thread starts at 0 and
+        /// `measure` raises it, `Uncounted` lowers it.
+        static COUNT: Cell<i32> = const { Cell::new(1) };
+    }
+
+    fn counted() -> bool {
+        COUNT.try_with(|c| c.get() > 0).unwrap_or(false)
+    }
+
+    fn adjust(d: i32) {
+        let _ = COUNT.try_with(|c| c.set(c.get() + d));
+    }
+
+    /// Live bytes counted so far.
+    pub fn live() -> isize {
+        LIVE.load(Ordering::SeqCst)
+    }
+
+    /// Marks the calling thread as the measuring thread (not counted outside `measure`).
+    pub fn main_thread() {
+        adjust(-1);
+    }
+
+    /// Runs `f` with the calling thread's allocations counted.
+    pub fn measure<R>(f: impl FnOnce() -> R) -> R {
+        adjust(1);
+        let r = f();
+        adjust(-1);
+        r
+    }
+
+    /// Runs `f` with the calling thread's allocations not counted.
+    pub fn uncounted<R>(f: impl FnOnce() -> R) -> R {
+        adjust(-1);
+        let r = f();
+        adjust(1);
+        r
+    }
+
+    /// The system allocator, counting.
+    pub struct Counting;
+
+    // SAFETY: every call is forwarded unchanged to `System`; the counter has no effect on
+    // the memory returned.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            if counted() {
+                LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+            }
+            // SAFETY: caller contract of `GlobalAlloc::alloc`, forwarded.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            if counted() {
+                LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+            }
+            // SAFETY: `p` came from `System` with layout `l` (caller contract).
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+
+    /// A DMA allocator whose allocations (regions and bookkeeping) are not counted.
+    pub struct Uncounted(pub Arc<dyn DmaAllocator>);
+
+    // SAFETY: forwards to an allocator that upholds the contract.
+    unsafe impl DmaAllocator for Uncounted {
+        fn alloc(&self, len: usize) -> Option<DmaRegion> {
+            uncounted(|| self.0.alloc(len))
+        }
+        fn free(&self, region: DmaRegion) {
+            uncounted(|| self.0.free(region));
+        }
+    }
+}
+
 /// Simulated processors per host.
 pub const PROCESSORS: u32 = 2;
 
@@ -224,7 +316,7 @@ impl Cluster {
             let platform = HostPlatform::new(
                 HostDevice {
                     bar1: Arc::new(SimBar1::new(model.clone())),
-                    dma: dma.clone(),
+                    dma: Arc::new(heap::Uncounted(dma.clone())),
                     doorbell: hook,
                     uar_pfn: DEFAULT_UAR_PFN,
                     pump: Some(Arc::new(move || {
@@ -569,10 +661,9 @@ pub fn created<T>(
         return out;
     }
     assert_eq!(st, STATUS_PENDING, "{what}");
-    assert!(
-        platform.wait_until(&|| done.finished(), 20_000_000_000),
-        "{what}: no completion"
-    );
+    // The world runs in the wait: its allocations are not the provider's.
+    let finished = heap::uncounted(|| platform.wait_until(&|| done.finished(), 20_000_000_000));
+    assert!(finished, "{what}: no completion");
     let st = done.status.load(Ordering::SeqCst) as NTSTATUS;
     assert_eq!(st, STATUS_SUCCESS, "{what} completion");
     match done.obj.load(Ordering::SeqCst) {
