@@ -63,7 +63,7 @@ for cfg in "1 shared 64" "1 separate 64" "64 shared 64" "64 separate 64" "1024 s
     "$(measure s_poll16 get_cq_results poll16 $((n / 16)) $1 $2 $3)"
 done
 echo
-echo "host memory (OS seam accounting: pool = os::alloc try_box/KVec/try_arc, DMA = DmaBuffer/SharedDma):"
+echo "host memory per object (heap = every heap byte the provider keeps, counted by a global allocator; seam pool = os::alloc try_box/KVec/try_arc; DMA = DmaBuffer/SharedDma):"
 "$BIN" mem 64 64
 "$BIN" mem 8 4096
 "$BIN" mem 2 65536
