@@ -246,11 +246,7 @@ impl Rig {
         let space = Arc::new(DmaSpace::new());
         let model = pvrdma_sim::Device::new(space.clone(), cfg.model.clone());
         let dma = SimDma::new(space.clone());
-        let bar1 = Arc::new(SimBar1 {
-            dev: model.clone(),
-            dsr: Mutex::new((0, 0)),
-            writes: AtomicU64::new(0),
-        });
+        let bar1 = SimBar1::new(model.clone());
         let m2 = model.clone();
         let pump: Option<Arc<dyn Fn() + Send + Sync>> = match cfg.mode {
             Mode::Deterministic => {

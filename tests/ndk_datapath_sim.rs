@@ -1,0 +1,83 @@
+//! The NDK data path over `PvrdmaHardware` on two simulated hosts (the ndkperf cluster): bytes
+//! moved by READ, WRITE and SEND, and the doorbell rule (one per non-deferred post, one per
+//! DEFER chain, none for a poll).
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../examples/perfkit/mod.rs"]
+mod perfkit;
+
+use std::sync::atomic::Ordering;
+
+use perfkit::*;
+use pvrdma_ndk::ndkpi::*;
+
+#[test]
+fn read_write_send_move_bytes_and_ring_once_per_chain() {
+    let c = Cluster::new(2, true);
+    let (cqa, cqb) = (c.cq(0, 64, None), c.cq(1, 64, None));
+    let (qa, qb) = (c.qp(0, cqa, cqa, 32, 1), c.qp(1, cqb, cqb, 32, 1));
+    c.connect(0, qa, 1, qb);
+    let mut la = c.buffer(0, 8192);
+    let mut rb = c.buffer(1, 8192);
+    let remote = c.remote(1, qb, cqb, &rb);
+    let tok = c.nodes[0].token;
+    rb.bytes()[..8].copy_from_slice(b"remote!!");
+    let db = || c.nodes[0].doorbells.load(Ordering::SeqCst);
+
+    let d0 = db();
+    assert_eq!(
+        rdma(
+            qa,
+            true,
+            &[sge(la.addr(), 8, tok)],
+            remote.va,
+            remote.rkey,
+            0
+        ),
+        STATUS_SUCCESS
+    );
+    assert_eq!(db() - d0, 1, "one doorbell per non-deferred post");
+    c.run();
+    assert_eq!(c.drain(cqa, 1), vec![STATUS_SUCCESS]);
+    assert_eq!(&la.bytes()[..8], b"remote!!");
+
+    la.bytes()[100..108].copy_from_slice(b"written!");
+    let d1 = db();
+    for i in 0..8u64 {
+        let f = if i < 7 { NDK_OP_FLAG_DEFER } else { 0 };
+        let st = rdma(
+            qa,
+            false,
+            &[sge(la.addr() + 100, 8, tok)],
+            remote.va + 8 * i,
+            remote.rkey,
+            f,
+        );
+        assert_eq!(st, STATUS_SUCCESS);
+    }
+    assert_eq!(db() - d1, 1, "one doorbell for a DEFER chain of 8");
+    c.run();
+    assert_eq!(c.drain(cqa, 8), vec![STATUS_SUCCESS; 8]);
+    assert_eq!(&rb.bytes()[56..64], b"written!");
+
+    let d2 = db();
+    let mut res = [empty_result(); 4];
+    assert_eq!(get_results(cqa, &mut res), 0);
+    assert_eq!(db(), d2, "no doorbell on an empty poll");
+
+    la.bytes()[200..205].copy_from_slice(b"hello");
+    assert_eq!(
+        receive(qb, &[sge(rb.addr() + 4096, 64, c.nodes[1].token)]),
+        STATUS_SUCCESS
+    );
+    assert_eq!(send(qa, &[sge(la.addr() + 200, 5, tok)], 0), STATUS_SUCCESS);
+    c.run();
+    assert_eq!(c.drain(cqa, 1), vec![STATUS_SUCCESS]);
+    let mut r = [empty_result(); 1];
+    assert_eq!(get_results(cqb, &mut r), 1);
+    assert_eq!((r[0].Status, r[0].BytesTransferred), (STATUS_SUCCESS, 5));
+    assert_eq!(&rb.bytes()[4096..4101], b"hello");
+    assert_eq!(c.nodes[0].ndk.bad_cqes() + c.nodes[1].ndk.bad_cqes(), 0);
+    leak(c);
+}
