@@ -691,6 +691,50 @@ impl Adapter {
         })
     }
 
+    /// NdkCreateCq with the test's own notification callback and context (the context must
+    /// outlive the CQ); waits for CreateCompletion. The wrapper's `notifications()` stays
+    /// empty.
+    pub fn create_cq_with_callback(
+        &self,
+        depth: u32,
+        notify: NDK_FN_CQ_NOTIFICATION_CALLBACK,
+        notify_context: PVOID,
+    ) -> Result<Cq, NTSTATUS> {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_CQ = null_mut();
+        // SAFETY: live adapter; the create context lives in `c`, the notification context is
+        // the caller's.
+        let st = unsafe {
+            (self.d().NdkCreateCq)(
+                self.ptr,
+                depth,
+                notify,
+                notify_context,
+                null_mut(),
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        let c = Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        };
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Cq {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            notes: Arc::new(Notes::default()),
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
     /// NdkCreatePd, raw.
     pub fn create_pd_raw(&self) -> Creation {
         let ctx = Arc::new(CreateCtx::default());
