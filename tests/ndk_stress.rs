@@ -332,6 +332,12 @@ fn teardown(
             &common::ndk::pattern(0x40 + lane as u8, LEN as usize),
         );
     }
+    for q in &qps_a {
+        // SAFETY: a live QP of this provider.
+        let qp = unsafe { pvrdma_ndk::ndk::object::ObjRef::<pvrdma_ndk::ndk::Qp>::borrow(q.ptr) }
+            .expect("live QP");
+        assert_eq!(qp.bad_cqes(), 0, "CQEs that named no outstanding request");
+    }
     let Setup {
         c,
         a_mem,
@@ -422,4 +428,109 @@ fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_
     }
     teardown(s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b);
     eprintln!("separate CQs: {TOTAL} requests in {:?}", t0.elapsed());
+}
+
+#[test]
+fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm() {
+    let t0 = Instant::now();
+    let (s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b) = setup(true);
+    let share = TOTAL / 2;
+    // Per lane: requests posted (published after each chain) and retrieved (the credits).
+    let posted: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let done: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let posters: Vec<_> = (0..2u64)
+        .map(|lane| {
+            let mut p = poster(&s, &qps_a[lane as usize], lane);
+            let (posted, done) = (posted.clone(), done.clone());
+            std::thread::spawn(move || {
+                let l = lane as usize;
+                let deadline = Instant::now() + HANG;
+                while p.posted < share {
+                    let room = DEPTH - (p.posted - done[l].load(Ordering::SeqCst));
+                    if room == 0 {
+                        assert!(Instant::now() < deadline, "lane {lane} starved");
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    p.post_chain(room, share);
+                    posted[l].store(p.posted, Ordering::SeqCst);
+                }
+                p.posted
+            })
+        })
+        .collect();
+
+    let mut cons = Consumer {
+        cq: Raw(cqs_a[0].ptr),
+        watch: s.watches[0].clone(),
+        arm_outstanding: false,
+    };
+    let mut trackers = [
+        Tracker::new(0, qps_a[0].context, share),
+        Tracker::new(1, qps_a[1].context, share),
+    ];
+    let mut buf = vec![
+        NDK_RESULT {
+            Status: 0,
+            BytesTransferred: 0,
+            QPContext: std::ptr::null_mut(),
+            RequestContext: std::ptr::null_mut(),
+        };
+        32
+    ];
+    let mut take = |trackers: &mut [Tracker; 2], cons: &Consumer| {
+        let n = cons.poll(&mut buf);
+        for r in &buf[..n] {
+            let lane = ((r.RequestContext as u64) >> 40).wrapping_sub(1);
+            assert!(
+                lane < 2,
+                "unknown RequestContext {:#x}",
+                r.RequestContext as u64
+            );
+            trackers[lane as usize].take(r);
+        }
+        for (d, t) in done.iter().zip(trackers.iter()) {
+            d.store(t.next, Ordering::SeqCst);
+        }
+        n
+    };
+    let deadline = Instant::now() + HANG;
+    while trackers.iter().any(|t| t.next < share) {
+        assert!(Instant::now() < deadline, "shared CQ consumer stalled");
+        while take(&mut trackers, &cons) != 0 {}
+        // Requests posted (and published) before the arm complete after it or are already
+        // in the CQ: either way the arm is satisfied.
+        let outstanding = posted
+            .iter()
+            .zip(&trackers)
+            .any(|(p, t)| p.load(Ordering::SeqCst) > t.next);
+        if !outstanding {
+            std::thread::yield_now();
+            continue;
+        }
+        cons.arm();
+        if take(&mut trackers, &cons) != 0 {
+            continue;
+        }
+        let progress = format!("completed {}/{}", trackers[0].next, trackers[1].next);
+        cons.wait_callback(&progress);
+    }
+    if cons.arm_outstanding {
+        cons.wait_callback("at the end");
+    }
+    let total: u64 = posters.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(total, TOTAL);
+    for t in &trackers {
+        assert_eq!(t.next, share);
+        assert!(t.all_seen(), "every request of lane {} completed", t.lane);
+    }
+    s.c.settle();
+    assert!(
+        cqs_a[0].results(4).is_empty(),
+        "no result beyond the posted ones"
+    );
+    let (arms, cbs) = check_watch(&s.watches[0]);
+    eprintln!("shared CQ: {arms} arms, {cbs} callbacks");
+    teardown(s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b);
+    eprintln!("shared CQ: {TOTAL} requests in {:?}", t0.elapsed());
 }
