@@ -51,8 +51,12 @@ pub const MAX_POST_SGE: usize = 32;
 pub fn hw_error(e: PvrdmaError) -> HwError {
     match e {
         PvrdmaError::NoMemory | PvrdmaError::QueueFull => HwError::NoResources,
-        PvrdmaError::CommandFailed { err: 12, .. } => HwError::NoResources,
+        // ERR after REQUEST and `hdr.err` carry the same code (M8): a refusal seen in ERR
+        // means the same as one in the response.
+        PvrdmaError::CommandFailed { err: 12, .. }
+        | PvrdmaError::CommandRejected { err: 12, .. } => HwError::NoResources,
         PvrdmaError::CommandFailed { err: 22 | 95, .. }
+        | PvrdmaError::CommandRejected { err: 22 | 95, .. }
         | PvrdmaError::InvalidParameter
         | PvrdmaError::NotSupported => HwError::Invalid,
         _ => HwError::Failed,
