@@ -511,6 +511,10 @@ impl Cluster {
         let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
         pump.settle();
         for h in &hosts {
+            // A test that closed an adapter itself nulls its pointer.
+            if h.adapter.ptr.is_null() {
+                continue;
+            }
             // SAFETY: opened by `Cluster::with`, closed once here.
             unsafe { close_adapter(h.adapter.ptr) };
         }
