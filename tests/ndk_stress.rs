@@ -362,8 +362,9 @@ fn teardown(
 
 #[test]
 fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_arm() {
-    let t0 = Instant::now();
     let (s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b) = setup(false);
+    // After setup: the cluster waits for the harness lock the other test may hold.
+    let t0 = Instant::now();
     let share = TOTAL / 2;
     let threads: Vec<_> = (0..2u64)
         .map(|lane| {
@@ -432,8 +433,9 @@ fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_
 
 #[test]
 fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm() {
-    let t0 = Instant::now();
     let (s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b) = setup(true);
+    // After setup: the cluster waits for the harness lock the other test may hold.
+    let t0 = Instant::now();
     let share = TOTAL / 2;
     // Per lane: requests posted (published after each chain) and retrieved (the credits).
     let posted: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
