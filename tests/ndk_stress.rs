@@ -213,6 +213,22 @@ impl Poster {
     }
 }
 
+impl Poster {
+    /// Posts one SEND of `LEN` bytes from `src`.
+    fn send_one(&mut self) {
+        // SAFETY: a live QP posted by this thread only.
+        let d = unsafe { (*self.qp.0).Dispatch };
+        // SAFETY: the provider's dispatch tables are statics.
+        let d = unsafe { &*d };
+        let src = sge(self.src.0, LEN, self.src.1);
+        let ctx = request_context(self.lane, self.posted);
+        // SAFETY: a live QP; one SGE over registered memory.
+        let st = unsafe { (d.NdkSend)(self.qp.0, ctx as PVOID, &src, 1, 0) };
+        assert_eq!(st, STATUS_SUCCESS, "NdkSend {ctx:#x}");
+        self.posted += 1;
+    }
+}
+
 struct Setup {
     c: Cluster,
     a_mem: Registered,
@@ -282,16 +298,16 @@ fn setup(
     )
 }
 
-fn poster(s: &Setup, qp: &common::ndk::Qp, lane: u64) -> Poster {
+fn poster(a_mem: &Registered, b_mem: &Registered, qp: &common::ndk::Qp, lane: u64) -> Poster {
     let off = lane * 256;
-    fill(&s.a_mem.mem, off as usize, 0x40 + lane as u8, LEN as usize);
+    fill(&a_mem.mem, off as usize, 0x40 + lane as u8, LEN as usize);
     Poster {
         qp: Raw(qp.ptr),
         lane,
         posted: 0,
-        src: (s.a_mem.mem.va + off, s.a_mem.mr.local_token()),
-        dst: s.b_mem.mem.va + off,
-        rkey: s.b_mem.mr.remote_token(),
+        src: (a_mem.mem.va + off, a_mem.mr.local_token()),
+        dst: b_mem.mem.va + off,
+        rkey: b_mem.mr.remote_token(),
     }
 }
 
@@ -368,7 +384,7 @@ fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_
     let share = TOTAL / 2;
     let threads: Vec<_> = (0..2u64)
         .map(|lane| {
-            let mut p = poster(&s, &qps_a[lane as usize], lane);
+            let mut p = poster(&s.a_mem, &s.b_mem, &qps_a[lane as usize], lane);
             let mut cons = Consumer {
                 cq: Raw(cqs_a[lane as usize].ptr),
                 watch: s.watches[lane as usize].clone(),
@@ -442,7 +458,7 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
     let done: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let posters: Vec<_> = (0..2u64)
         .map(|lane| {
-            let mut p = poster(&s, &qps_a[lane as usize], lane);
+            let mut p = poster(&s.a_mem, &s.b_mem, &qps_a[lane as usize], lane);
             let (posted, done) = (posted.clone(), done.clone());
             std::thread::spawn(move || {
                 let l = lane as usize;
@@ -535,4 +551,211 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
     eprintln!("shared CQ: {arms} arms, {cbs} callbacks");
     teardown(s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b);
     eprintln!("shared CQ: {TOTAL} requests in {:?}", t0.elapsed());
+}
+
+/// SEND/RECEIVE pairs per variant of the receive-side test.
+const PAIRS: u64 = 20_000;
+
+fn zero_results(n: usize) -> Vec<NDK_RESULT> {
+    vec![
+        NDK_RESULT {
+            Status: 0,
+            BytesTransferred: 0,
+            QPContext: std::ptr::null_mut(),
+            RequestContext: std::ptr::null_mut(),
+        };
+        n
+    ]
+}
+
+#[test]
+fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
+    let c = Cluster::new(Mode::Threaded, 2);
+    let pd_a = c.adapter(0).create_pd().expect("PD a");
+    let pd_b = c.adapter(1).create_pd().expect("PD b");
+    let watch = Arc::new(Watch::default());
+    let cq_b = c
+        .adapter(1)
+        .create_cq_with_callback(256, on_cq, Arc::as_ptr(&watch) as PVOID)
+        .expect("CQ b");
+    let cqs_a: Vec<_> = (0..2)
+        .map(|_| c.adapter(0).create_cq(128, None).expect("CQ a"))
+        .collect();
+    let mut spec = QpSpec::new(0);
+    spec.initiator_depth = 64;
+    spec.receive_depth = 64;
+    let mut qps_a = Vec::new();
+    let mut qps_b = Vec::new();
+    for (lane, cq) in cqs_a.iter().enumerate() {
+        spec.context = 0xA000 + lane;
+        qps_a.push(pd_a.create_qp(cq, cq, spec).expect("QP a"));
+        spec.context = 0xB000 + lane;
+        qps_b.push(pd_b.create_qp(&cq_b, &cq_b, spec).expect("QP b"));
+    }
+    for (a, b) in qps_a.iter().zip(&qps_b) {
+        c.connect(a, b);
+    }
+    let rw = NDK_MR_FLAG_ALLOW_LOCAL_WRITE;
+    let a_mem = Registered::new(c.host(0), &pd_a, 1, 0x1000_0000, rw);
+    let b_mem = Registered::new(c.host(1), &pd_b, 1, 0x7000_0000, rw);
+    let t0 = Instant::now();
+    let share = PAIRS / 2;
+    // Per lane: receives posted (the senders' credit) and receives retrieved (the receive
+    // posters' credit).
+    let recv_posted: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let recv_done: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut threads = Vec::new();
+    for lane in 0..2u64 {
+        let l = lane as usize;
+        // Receive poster on B: keeps up to DEPTH receives posted.
+        let (qp, posted, done) = (Raw(qps_b[l].ptr), recv_posted.clone(), recv_done.clone());
+        let (va, token) = (b_mem.mem.va + lane * 256, b_mem.mr.local_token());
+        threads.push(std::thread::spawn(move || {
+            let qp = qp;
+            // SAFETY: a live QP whose receive queue only this thread posts to.
+            let d = unsafe { (*qp.0).Dispatch };
+            // SAFETY: the provider's dispatch tables are statics.
+            let d = unsafe { &*d };
+            let deadline = Instant::now() + HANG;
+            let mut n = 0;
+            while n < share {
+                if n - done[l].load(Ordering::SeqCst) >= DEPTH {
+                    assert!(Instant::now() < deadline, "receive poster {lane} starved");
+                    std::thread::yield_now();
+                    continue;
+                }
+                let s = sge(va, 64, token);
+                let ctx = request_context(lane, n);
+                // SAFETY: a live QP; one SGE over registered memory.
+                let st = unsafe { (d.NdkReceive)(qp.0, ctx as PVOID, &s, 1) };
+                assert_eq!(st, STATUS_SUCCESS, "NdkReceive {ctx:#x}");
+                n += 1;
+                posted[l].store(n, Ordering::SeqCst);
+            }
+            n
+        }));
+        // Sender on A: sends only against posted receives, polls its own CQ.
+        let mut p = poster(&a_mem, &b_mem, &qps_a[l], lane);
+        let cq = Raw(cqs_a[l].ptr);
+        let posted = recv_posted.clone();
+        let qp_context = qps_a[l].context;
+        threads.push(std::thread::spawn(move || {
+            let cq = cq;
+            // SAFETY: a live CQ only this thread polls.
+            let d = unsafe { (*cq.0).Dispatch };
+            // SAFETY: the provider's dispatch tables are statics.
+            let d = unsafe { &*d };
+            let mut t = Tracker::new(lane, qp_context, share);
+            let mut buf = zero_results(32);
+            let deadline = Instant::now() + HANG;
+            while t.next < share {
+                assert!(Instant::now() < deadline, "sender {lane} stalled");
+                let credit = posted[l].load(Ordering::SeqCst);
+                if p.posted < credit && p.posted - t.next < DEPTH {
+                    p.send_one();
+                }
+                // SAFETY: a live CQ; `buf` holds 32 results.
+                let n = unsafe { (d.NdkGetCqResults)(cq.0, buf.as_mut_ptr(), 32) } as usize;
+                for r in &buf[..n] {
+                    t.take(r);
+                }
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            t.next
+        }));
+    }
+
+    // The consumer of B's shared CQ: the canonical loop over both lanes' receives.
+    let mut cons = Consumer {
+        cq: Raw(cq_b.ptr),
+        watch: watch.clone(),
+        arm_outstanding: false,
+    };
+    let mut trackers = [
+        Tracker::new(0, qps_b[0].context, share),
+        Tracker::new(1, qps_b[1].context, share),
+    ];
+    let mut buf = zero_results(32);
+    let mut take = |trackers: &mut [Tracker; 2], cons: &Consumer| {
+        let n = cons.poll(&mut buf);
+        for r in &buf[..n] {
+            let lane = ((r.RequestContext as u64) >> 40).wrapping_sub(1);
+            assert!(
+                lane < 2,
+                "unknown RequestContext {:#x}",
+                r.RequestContext as u64
+            );
+            assert_eq!(r.BytesTransferred, LEN, "bytes received");
+            trackers[lane as usize].take(r);
+        }
+        for (d, t) in recv_done.iter().zip(trackers.iter()) {
+            d.store(t.next, Ordering::SeqCst);
+        }
+        n
+    };
+    let deadline = Instant::now() + HANG;
+    while trackers.iter().any(|t| t.next < share) {
+        assert!(Instant::now() < deadline, "receive consumer stalled");
+        while take(&mut trackers, &cons) != 0 {}
+        // A receive completes only when a SEND arrives: arm only while a send is sure to
+        // come, i.e. a posted receive is not retrieved and its sender has not finished.
+        // Receives posted but not yet matched by a send get one eventually (the sender
+        // sends against every posted receive), so any unretrieved posted receive will do.
+        let outstanding = recv_posted
+            .iter()
+            .zip(&trackers)
+            .any(|(p, t)| p.load(Ordering::SeqCst) > t.next);
+        if !outstanding {
+            std::thread::yield_now();
+            continue;
+        }
+        cons.arm();
+        if take(&mut trackers, &cons) != 0 {
+            continue;
+        }
+        let progress = format!("received {}/{}", trackers[0].next, trackers[1].next);
+        cons.wait_callback(&progress);
+    }
+    if cons.arm_outstanding {
+        cons.wait_callback("at the end");
+    }
+    for h in threads {
+        assert_eq!(h.join().unwrap(), share);
+    }
+    for t in &trackers {
+        assert!(t.all_seen(), "every receive of lane {} completed", t.lane);
+    }
+    c.settle();
+    assert!(
+        cq_b.results(4).is_empty(),
+        "no result beyond the posted ones"
+    );
+    let (arms, cbs) = check_watch(&watch);
+    eprintln!(
+        "receives: {PAIRS} SEND/RECEIVE pairs in {:?}, {arms} arms, {cbs} callbacks",
+        t0.elapsed()
+    );
+    for lane in 0..2u64 {
+        let off = (lane * 256) as usize;
+        verify(
+            &b_mem.mem,
+            off,
+            &common::ndk::pattern(0x40 + lane as u8, LEN as usize),
+        );
+    }
+    for q in qps_a.into_iter().chain(qps_b) {
+        q.close();
+    }
+    let mems = [a_mem.close(), b_mem.close()];
+    for cq in cqs_a {
+        cq.close();
+    }
+    cq_b.close();
+    pd_a.close();
+    pd_b.close();
+    drop(mems);
+    c.finish();
+    drop(watch);
 }
