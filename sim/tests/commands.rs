@@ -528,3 +528,23 @@ fn garbage_commands_never_panic_and_always_answer() {
     h.dev.uar_write32(0, 1 | 3 << 30);
     h.dev.run_until_idle();
 }
+
+#[test]
+fn test_hook_fails_the_nth_matching_command_without_executing_it() {
+    let h = Host::default_up();
+    // Count CREATE_PD (2) only: the second CREATE_PD fails with 12; QUERY_PORT is not counted.
+    h.dev.with_core(|c| c.fail_nth_command(2, 12, 1 << 2));
+    let first = h.create_pd();
+    h.cmd_ok(&Req::new(0).u8(16, 1));
+    assert!(h.dev.with_core(|c| c.command_fault_pending()));
+    let r = h.cmd(&Req::new(2));
+    assert_eq!((r.err_reg, r.err(), r.ack()), (12, 12, 0x8000_0002));
+    assert!(!h.dev.with_core(|c| c.command_fault_pending()));
+    assert_eq!(
+        h.dev.with_core(|c| c.object_counts()).pds,
+        1,
+        "not executed"
+    );
+    // Disarmed after firing: the next CREATE_PD succeeds with the next free handle.
+    assert_eq!(h.create_pd(), first + 1);
+}

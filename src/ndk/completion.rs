@@ -227,9 +227,18 @@ impl OrderedQueue {
         Ok(index)
     }
 
-    /// Publishes the reserved index (after its WQE is written).
+    /// Publishes the reserved index. Done before its WQE reaches the ring: the device may
+    /// run a WQE as soon as `prod_tail` covers it, without waiting for its doorbell (M17
+    /// runs an SQ until empty), so its CQE can be polled on another thread before the post
+    /// returns.
     pub fn commit(&self, index: u32) {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Takes back a committed index whose WQE could not be written (the device never saw
+    /// it, so no CQE can name it).
+    pub fn withdraw(&self, index: u32) {
+        self.posted.store(index, Ordering::Release);
     }
 
     /// True if committed requests have not been indicated by a doorbell yet (DEFER).

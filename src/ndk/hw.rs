@@ -336,6 +336,13 @@ pub trait Hardware: Send + Sync {
     }
     /// DESTROY_MR.
     fn destroy_mr(&self, mr: u32);
+    /// DESTROY_MR for NdkDeregisterMr, which can still fail: `Err` when the command could
+    /// not be issued (the MR is then still registered in the device). The default issues
+    /// [`Hardware::destroy_mr`], which cannot fail.
+    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
+        self.destroy_mr(mr);
+        Ok(())
+    }
     /// CREATE_QP (RC) followed by RESET → INIT.
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError>;
     /// [`Hardware::create_qp`] completing through `done`; the default completes before

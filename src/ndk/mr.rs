@@ -124,12 +124,16 @@ impl Mr {
     /// NdkDeregisterMr (completes inline).
     ///
     /// # Errors
-    /// STATUS_INVALID_DEVICE_REQUEST if the MR is not registered.
+    /// STATUS_INVALID_DEVICE_REQUEST if the MR is not registered;
+    /// STATUS_INSUFFICIENT_RESOURCES if the DESTROY_MR could not be issued.
     pub fn deregister(&self) -> NdkResult<()> {
         let mut st = self.state.lock();
         match *st {
             MrState::Registered(k) => {
-                self.pd.adapter().hw().destroy_mr(k.handle);
+                // A DESTROY_MR that could not be issued leaves the MR registered (and its
+                // device object alive) rather than reporting a deregistration that never
+                // happened.
+                self.pd.adapter().hw().try_destroy_mr(k.handle)?;
                 *st = MrState::Idle;
                 Ok(())
             }

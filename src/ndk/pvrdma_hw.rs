@@ -732,6 +732,19 @@ impl Hardware for PvrdmaHardware {
         });
     }
 
+    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
+        let t = self.mr_dirs.clone();
+        // Unlike `submit_then`, a command that cannot be queued (no memory for its entry)
+        // is reported, not dropped: the completion is then never called.
+        self.dev
+            .cmd()
+            .submit(&DestroyMr { mr_handle: mr }, move |_| {
+                let gone = t.lock().remove(mr);
+                drop(gone);
+            })
+            .map_err(hw_error)
+    }
+
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
         let (q, cmd) = self.prepare_qp(spec)?;
         let h = self.exec(&cmd)?.qp_handle;

@@ -440,8 +440,11 @@ impl Qp {
         let index = self.sq.reserve(&rec)?;
         wqe.wr_id = wr_id(tag::SQ, index);
         let hw = self.pd.adapter().hw();
-        hw.write_send_wqe(self.handle, index, &wqe)?;
         self.sq.commit(index);
+        if let Err(e) = hw.write_send_wqe(self.handle, index, &wqe) {
+            self.sq.withdraw(index);
+            return Err(e.into());
+        }
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
             hw.ring_send(self.handle);
@@ -677,15 +680,19 @@ impl Qp {
             signaled: true,
         })?;
         let hw = self.pd.adapter().hw();
-        hw.write_recv_wqe(
+        rq.commit(index);
+        let written = hw.write_recv_wqe(
             self.handle,
             index,
             &RecvWqe {
                 wr_id: wr_id(tag::RQ, index),
                 sges,
             },
-        )?;
-        rq.commit(index);
+        );
+        if let Err(e) = written {
+            rq.withdraw(index);
+            return Err(e.into());
+        }
         hw.ring_recv(self.handle);
         rq.mark_rung();
         Ok(())

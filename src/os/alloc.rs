@@ -62,6 +62,12 @@ pub fn inject_failure_at(n: u64) {
     FAIL_COUNTDOWN.store(n, Ordering::SeqCst);
 }
 
+/// True while an [`inject_failure_at`] failure has not happened yet. Test hook: lets a
+/// test loop over `n` until a run makes fewer than `n` allocations.
+pub fn injection_pending() -> bool {
+    FAIL_COUNTDOWN.load(Ordering::SeqCst) != 0
+}
+
 #[cfg(test)]
 std::thread_local! {
     static ARMED_HERE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };

@@ -520,6 +520,10 @@ impl Cluster {
         let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
         pump.settle();
         for h in &hosts {
+            // A test that closed an adapter itself nulls its pointer.
+            if h.adapter.ptr.is_null() {
+                continue;
+            }
             // SAFETY: opened by `Cluster::with`, closed once here.
             unsafe { close_adapter(h.adapter.ptr) };
         }
@@ -695,6 +699,50 @@ impl Adapter {
             ptr: o.cast(),
             pended: c.inline == STATUS_PENDING,
             notes,
+            pump: self.pump.clone(),
+            host: self.host,
+        })
+    }
+
+    /// NdkCreateCq with the test's own notification callback and context (the context must
+    /// outlive the CQ); waits for CreateCompletion. The wrapper's `notifications()` stays
+    /// empty.
+    pub fn create_cq_with_callback(
+        &self,
+        depth: u32,
+        notify: NDK_FN_CQ_NOTIFICATION_CALLBACK,
+        notify_context: PVOID,
+    ) -> Result<Cq, NTSTATUS> {
+        let ctx = Arc::new(CreateCtx::default());
+        let mut out: *mut NDK_CQ = null_mut();
+        // SAFETY: live adapter; the create context lives in `c`, the notification context is
+        // the caller's.
+        let st = unsafe {
+            (self.d().NdkCreateCq)(
+                self.ptr,
+                depth,
+                notify,
+                notify_context,
+                null_mut(),
+                on_create,
+                ptr_of(&ctx),
+                &mut out,
+            )
+        };
+        let c = Creation {
+            inline: st,
+            out: out.cast(),
+            ctx,
+            pump: self.pump.clone(),
+        };
+        let (st, o) = c.wait();
+        if st != STATUS_SUCCESS {
+            return Err(st);
+        }
+        Ok(Cq {
+            ptr: o.cast(),
+            pended: c.inline == STATUS_PENDING,
+            notes: Arc::new(Notes::default()),
             pump: self.pump.clone(),
             host: self.host,
         })

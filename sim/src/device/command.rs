@@ -45,7 +45,10 @@ impl Core {
         }
         let hdr = ReqHeader::parse(&req);
         let v = Le(&req[..]);
-        let (len, result, resp) = self.dispatch(&hdr, &v);
+        let (len, result, resp) = match self.take_command_fault(hdr.cmd) {
+            Some(code) => (cmd::HDR, Err(code), None),
+            None => self.dispatch(&hdr, &v),
+        };
         let mut r = resp.unwrap_or_else(|| Response::new(&hdr, len));
         r.len = len.clamp(cmd::HDR, cmd::RESP_MAX);
         let e = match result {
@@ -65,6 +68,22 @@ impl Core {
             self.counters.dma_faults += 1;
         }
         self.intr.raise(crate::intr::VEC_CMD);
+    }
+
+    /// Consumes one step of a test-injected command fault matching `cmd`; returns the error
+    /// to answer when this command is the one to fail.
+    fn take_command_fault(&mut self, cmd: u32) -> Option<u32> {
+        let f = self.command_fault.as_mut()?;
+        if cmd >= 64 || f.mask & (1u64 << cmd) == 0 {
+            return None;
+        }
+        f.countdown -= 1;
+        if f.countdown != 0 {
+            return None;
+        }
+        let code = f.code;
+        self.command_fault = None;
+        Some(code)
     }
 
     fn dispatch(&mut self, hdr: &ReqHeader, v: &Le<&[u8]>) -> (usize, CmdResult, Option<Response>) {

@@ -121,6 +121,17 @@ pub struct Core {
     pub(crate) pending_cqnes: VecDeque<u32>,
     pub(crate) work: VecDeque<Work>,
     pub(crate) transport: Option<Box<dyn Transport>>,
+    /// Test hook: see [`Core::fail_nth_command`].
+    pub(crate) command_fault: Option<CommandFault>,
+}
+
+/// A command error injected by a test (not device behaviour): the `countdown`-th command
+/// whose code has its bit set in `mask` is answered with `code` and not executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommandFault {
+    pub(crate) countdown: u64,
+    pub(crate) code: u32,
+    pub(crate) mask: u64,
 }
 
 impl std::fmt::Debug for Core {
@@ -184,6 +195,7 @@ impl Device {
                 pending_cqnes: VecDeque::new(),
                 work: VecDeque::new(),
                 transport: None,
+                command_fault: None,
             }),
             cv: Condvar::new(),
             sink: Mutex::new(None),
@@ -473,6 +485,23 @@ impl Core {
     /// Statistics.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Test hook: the `n`-th command from now (1 = the next) whose code `c` has bit `1 << c`
+    /// set in `mask` fails with error `code` (e.g. 12 no resources, 22 invalid) without
+    /// being executed; `n = 0` disarms. Counted only over matching commands, so a test can
+    /// spare the destroys a driver cannot recover from.
+    pub fn fail_nth_command(&mut self, n: u64, code: u32, mask: u64) {
+        self.command_fault = (n != 0).then_some(CommandFault {
+            countdown: n,
+            code,
+            mask,
+        });
+    }
+
+    /// True while a [`Core::fail_nth_command`] failure has not been delivered yet.
+    pub fn command_fault_pending(&self) -> bool {
+        self.command_fault.is_some()
     }
 
     /// Live objects per type, for leak checks: a driver that destroyed everything it created
