@@ -16,7 +16,7 @@
 mod common;
 mod perfkit;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -259,7 +259,8 @@ struct Progress {
 
 impl Progress {
     fn tick(&mut self, done: u32, total: u32) {
-        if self.last.elapsed() > Duration::from_millis(500) {
+        // Only on a terminal: a progress line in a redirected log is noise.
+        if self.last.elapsed() > Duration::from_millis(500) && std::io::stderr().is_terminal() {
             eprint!("\r  {}: {done}/{total} ", self.label);
             let _ = std::io::stderr().flush();
             self.last = Instant::now();
