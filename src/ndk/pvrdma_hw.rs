@@ -8,11 +8,13 @@
 //!   asynchronously (STATUS_PENDING, CreateCompletion from the command-completion DPC);
 //!   DESTROY commands (object close) and NdkFlush's MODIFY_QP are submitted without
 //!   waiting, and queue memory is released from the DESTROY response (the device lets go of
-//!   it only then, style.md §6). NdkRegisterMr,
+//!   it only then, style.md §6). Each object's DESTROY (command entry and completion) is
+//!   reserved when the object is created (`Kills`), so a close or NdkDeregisterMr
+//!   allocates nothing and cannot fail (ndkpi.md §5.1). NdkRegisterMr,
 //!   NdkInitializeFastRegisterMr and NdkModifySrq complete the same way through
-//!   RequestCompletion; NdkDeregisterMr completes inline (its DESTROY_MR is not waited for). Queue memory
-//!   is allocated in the calling thread through the OS seam's DMA allocator, which is
-//!   PASSIVE_LEVEL; creates at DISPATCH_LEVEL need an asynchronous allocation there
+//!   RequestCompletion; NdkDeregisterMr completes inline (its DESTROY_MR is not waited for).
+//!   Queue memory is allocated in the calling thread through the OS seam's DMA allocator,
+//!   which is PASSIVE_LEVEL; creates at DISPATCH_LEVEL need an asynchronous allocation there
 //!   (NdisMAllocateSharedMemoryAsyncEx).
 //! - QP async events (QP_FATAL, QP_ACCESS_ERR, …) are not mapped yet.
 #![deny(unsafe_code)]
@@ -32,7 +34,7 @@ use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     CmdChannel, Command, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr,
     DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
-    SrqAttr, mr_flags, srq_attr_mask,
+    Reserved, SrqAttr, mr_flags, srq_attr_mask,
 };
 use crate::pvrdma::cqe::{BadCqe, Cqe};
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
@@ -207,18 +209,20 @@ impl SrqEvents for SrqHook {
     }
 }
 
-/// Files an MR's page directory under its handle; on failure destroys the MR and frees the
-/// directory after the device's response.
+/// Files an MR's DESTROY and page directory under its handle; on failure destroys the MR
+/// (the directory is freed after the device's response).
 fn file_mr(
     ch: &Arc<CmdChannel>,
     dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    kills: &Kills,
     r: crate::pvrdma::cmd::CreateMrResp,
     dir: Option<Arc<PageDir>>,
+    kill: Reserved<DestroyMr>,
 ) -> Result<MrKeys, HwError> {
     let h = r.mr_handle;
-    let filed = dir.map(|d| (dirs.lock().insert(h, d.clone()), d));
-    if let Some((Err(e), d)) = filed {
-        submit_then(ch, &DestroyMr { mr_handle: h }, move |_| drop(d));
+    file_kill(ch, &kills.mr, h, kill, &DestroyMr { mr_handle: h })?;
+    if let Some(Err(e)) = dir.map(|d| dirs.lock().insert(h, d)) {
+        destroy_mr_in(ch, dirs, kills, h);
         return Err(hw_error(e));
     }
     Ok(MrKeys {
@@ -245,39 +249,111 @@ fn init_qp(h: u32) -> ModifyQp {
     }
 }
 
-/// Destroys a QP whose setup failed after CREATE_QP; its queues are freed after the
-/// device's response (and removed from the table if they were filed).
-fn abandon_qp(
+/// Each live device object's DESTROY, reserved when the object was created, so that closing
+/// it allocates nothing (ndkpi.md §5.1: "A close request can never fail"). A reserved
+/// completion owns the object's queue memory, which it frees on the device's response
+/// (style.md §6). Filed under the handle the device returned; a DESTROY is submitted only
+/// by taking it out of its table, so each runs once.
+struct Kills {
+    pd: SpinLock<HandleTable<Reserved<DestroyPd>>>,
+    mr: SpinLock<HandleTable<Reserved<DestroyMr>>>,
+    cq: SpinLock<HandleTable<Reserved<DestroyCq>>>,
+    qp: SpinLock<HandleTable<Reserved<DestroyQp>>>,
+    srq: SpinLock<HandleTable<Reserved<DestroySrq>>>,
+}
+
+type KillTable<C> = SpinLock<HandleTable<Reserved<C>>>;
+type Kill<C> = Reserved<C>;
+/// A CREATE_MR, its page directory and its reserved DESTROY.
+type PreparedMr = (CreateMr, Option<Arc<PageDir>>, Kill<DestroyMr>);
+
+/// Reserves a DESTROY whose completion drops `keep` (the object's queue memory).
+fn reserve_kill<C: Command, K: Send + 'static>(
+    ch: &CmdChannel,
+    keep: K,
+) -> Result<Reserved<C>, HwError> {
+    ch.reserve::<C>(move |_| drop(keep)).map_err(hw_error)
+}
+
+/// Files `kill` under the new object's handle; when the handle is out of range or taken, the
+/// object is destroyed with it right away.
+fn file_kill<C: Command>(
+    ch: &CmdChannel,
+    table: &KillTable<C>,
+    h: u32,
+    kill: Reserved<C>,
+    cmd: &C,
+) -> Result<(), HwError> {
+    let filed = table.lock().try_put(h, kill);
+    filed.map_err(|kill| {
+        ch.submit_reserved(kill, cmd);
+        HwError::Invalid
+    })
+}
+
+/// Submits the DESTROY reserved for `h`, allocating nothing; false if there is none (an
+/// object this seam did not create, or one already destroyed).
+fn kill<C: Command>(ch: &CmdChannel, table: &KillTable<C>, h: u32, cmd: &C) -> bool {
+    let k = table.lock().remove(h);
+    match k {
+        Some(k) => {
+            ch.submit_reserved(k, cmd);
+            true
+        }
+        None => false,
+    }
+}
+
+/// DESTROY_MR for `h` (close, deregistration, or a create that failed after CREATE_MR).
+fn destroy_mr_in(
+    ch: &Arc<CmdChannel>,
+    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    kills: &Kills,
+    h: u32,
+) {
+    let dir = dirs.lock().remove(h);
+    if !kill(ch, &kills.mr, h, &DestroyMr { mr_handle: h }) {
+        submit_then(ch, &DestroyMr { mr_handle: h }, move |_| drop(dir));
+    }
+}
+
+/// DESTROY_QP for `h` (close, or a create that failed after CREATE_QP); the queues are freed
+/// on the device's response by the reserved completion.
+fn destroy_qp_in(
     ch: &Arc<CmdChannel>,
     qps: &Shared<HandleTable<Shared<QpQueues>>>,
+    kills: &Kills,
     h: u32,
-    q: Shared<QpQueues>,
 ) {
-    let qps = qps.clone();
-    submit_then(ch, &DestroyQp { qp_handle: h }, move |_| {
-        let mut t = qps.lock();
-        let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
-        let gone = if ours { t.remove(h) } else { None };
-        drop(t);
-        drop((gone, q));
-    });
+    let q = qps.lock().remove(h);
+    if !kill(ch, &kills.qp, h, &DestroyQp { qp_handle: h }) {
+        submit_then(ch, &DestroyQp { qp_handle: h }, move |_| drop(q));
+    }
 }
 
 /// What finishing a CREATE_SRQ needs (owned, so it can run in the command DPC).
 struct SrqInstall {
     dev: Arc<Device>,
     srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    kills: Arc<Kills>,
     sink: Sink,
 }
 
 impl SrqInstall {
-    /// Files the ring under its handle and registers the event hook; on failure destroys the
-    /// SRQ and frees the ring after the device's response.
-    fn install(&self, h: u32, q: Shared<SrqQueue>) -> Result<(), HwError> {
+    /// Files the DESTROY and the ring under the handle and registers the event hook; on
+    /// failure destroys the SRQ (the ring is freed after the device's response).
+    fn install(
+        &self,
+        h: u32,
+        q: Shared<SrqQueue>,
+        kill: Reserved<DestroySrq>,
+    ) -> Result<(), HwError> {
+        let cmd = DestroySrq { srq_handle: h };
+        file_kill(self.dev.cmd(), &self.kills.srq, h, kill, &cmd)?;
         let r = self
             .srqs
             .lock()
-            .insert(h, q.clone())
+            .insert(h, q)
             .map_err(hw_error)
             .and_then(|()| {
                 let hook = try_arc(SrqHook {
@@ -288,17 +364,19 @@ impl SrqInstall {
                 self.dev.register_srq(h, hook).map_err(hw_error)
             });
         if let Err(e) = r {
-            let srqs = self.srqs.clone();
-            submit_then(self.dev.cmd(), &DestroySrq { srq_handle: h }, move |_| {
-                let mut t = srqs.lock();
-                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &q));
-                let gone = if ours { t.remove(h) } else { None };
-                drop(t);
-                drop((gone, q));
-            });
+            self.destroy(h);
             return Err(e);
         }
         Ok(())
+    }
+
+    /// DESTROY_SRQ for `h`; the ring is freed on the device's response.
+    fn destroy(&self, h: u32) {
+        let q = self.srqs.lock().remove(h);
+        let cmd = DestroySrq { srq_handle: h };
+        if !kill(self.dev.cmd(), &self.kills.srq, h, &cmd) {
+            submit_then(self.dev.cmd(), &cmd, move |_| drop(q));
+        }
     }
 }
 
@@ -306,38 +384,43 @@ impl SrqInstall {
 struct CqInstall {
     dev: Arc<Device>,
     cqs: Shared<HandleTable<Shared<CqRing>>>,
+    kills: Arc<Kills>,
     sink: Sink,
 }
 
 impl CqInstall {
-    /// Adopts the device's entry count, files the ring under its handle and registers the
-    /// event hook. On failure the CQ is destroyed, and its ring freed only after the device's
-    /// DESTROY response.
+    /// Files the DESTROY, adopts the device's entry count, files the ring under its handle
+    /// and registers the event hook. On failure the CQ is destroyed, and its ring freed only
+    /// after the device's DESTROY response.
     fn install(
         &self,
         ring: Shared<CqRing>,
         resp: crate::pvrdma::cmd::CreateCqResp,
         affinity: Option<GROUP_AFFINITY>,
+        kill: Reserved<DestroyCq>,
     ) -> Result<(), HwError> {
         let h = resp.cq_handle;
-        let r = ring
-            .lock()
-            .set_device_entries(resp.cqe)
+        let cmd = DestroyCq { cq_handle: h };
+        file_kill(self.dev.cmd(), &self.kills.cq, h, kill, &cmd)?;
+        let entries = ring.lock().set_device_entries(resp.cqe);
+        let r = entries
             .map_err(hw_error)
-            .and_then(|()| self.cqs.lock().insert(h, ring.clone()).map_err(hw_error))
+            .and_then(|()| self.cqs.lock().insert(h, ring).map_err(hw_error))
             .and_then(|()| self.register(h, affinity));
         if let Err(e) = r {
-            let cqs = self.cqs.clone();
-            submit_then(self.dev.cmd(), &DestroyCq { cq_handle: h }, move |_| {
-                let mut t = cqs.lock();
-                let ours = t.get(h).is_some_and(|x| Arc::ptr_eq(x, &ring));
-                let gone = if ours { t.remove(h) } else { None };
-                drop(t);
-                drop((gone, ring));
-            });
+            self.destroy(h);
             return Err(e);
         }
         Ok(())
+    }
+
+    /// DESTROY_CQ for `h`; the ring is freed on the device's response.
+    fn destroy(&self, h: u32) {
+        let ring = self.cqs.lock().remove(h);
+        let cmd = DestroyCq { cq_handle: h };
+        if !kill(self.dev.cmd(), &self.kills.cq, h, &cmd) {
+            submit_then(self.dev.cmd(), &cmd, move |_| drop(ring));
+        }
     }
 
     fn register(&self, h: u32, affinity: Option<GROUP_AFFINITY>) -> Result<(), HwError> {
@@ -439,6 +522,7 @@ pub struct PvrdmaHardware {
     qps: Shared<HandleTable<Shared<QpQueues>>>,
     srqs: Shared<HandleTable<Shared<SrqQueue>>>,
     mr_dirs: Shared<HandleTable<Arc<PageDir>>>,
+    kills: Arc<Kills>,
     sink: Sink,
 }
 
@@ -458,6 +542,14 @@ impl PvrdmaHardware {
             qps: shared(table(c.max_qp)?)?,
             srqs: shared(table(c.max_srq)?)?,
             mr_dirs: shared(table(c.max_mr)?)?,
+            kills: try_arc(Kills {
+                pd: SpinLock::new(table(c.max_pd)?),
+                mr: SpinLock::new(table(c.max_mr)?),
+                cq: SpinLock::new(table(c.max_cq)?),
+                qp: SpinLock::new(table(c.max_qp)?),
+                srq: SpinLock::new(table(c.max_srq)?),
+            })
+            .map_err(|_| HwError::NoResources)?,
             sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
             dev,
             caps,
@@ -483,9 +575,12 @@ impl PvrdmaHardware {
         self.dev.cmd().execute(cmd).map_err(hw_error)
     }
 
-    /// Allocates a CQ ring (shared, so it can be filed before the device answers) and the
-    /// CREATE_CQ for it.
-    fn prepare_cq(&self, entries: u32) -> Result<(Shared<CqRing>, CreateCq), HwError> {
+    /// Allocates a CQ ring (shared, so it can be filed before the device answers), the
+    /// CREATE_CQ for it and its reserved DESTROY.
+    fn prepare_cq(
+        &self,
+        entries: u32,
+    ) -> Result<(Shared<CqRing>, CreateCq, Kill<DestroyCq>), HwError> {
         let dma = self.dev.platform().dma().clone();
         let ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
         let cmd = CreateCq {
@@ -494,20 +589,26 @@ impl PvrdmaHardware {
             cqe: entries,
             nchunks: ring.nchunks(),
         };
-        Ok((shared(ring)?, cmd))
+        let ring = shared(ring)?;
+        let kill = reserve_kill(self.dev.cmd(), ring.clone())?;
+        Ok((ring, cmd, kill))
     }
 
     fn cq_ctx(&self) -> CqInstall {
         CqInstall {
             dev: self.dev.clone(),
             cqs: self.cqs.clone(),
+            kills: self.kills.clone(),
             sink: self.sink.clone(),
         }
     }
 
-    /// Allocates a QP's queues (shared, so they can be filed once the handle is known) and
-    /// the CREATE_QP for them.
-    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp), HwError> {
+    /// Allocates a QP's queues (shared, so they can be filed once the handle is known), the
+    /// CREATE_QP for them and the QP's reserved DESTROY.
+    fn prepare_qp(
+        &self,
+        spec: &QpSpec,
+    ) -> Result<(Shared<QpQueues>, CreateQp, Kill<DestroyQp>), HwError> {
         let recv = match spec.srq {
             Some(_) => None,
             None => Some((spec.max_recv_wr, spec.max_recv_sge)),
@@ -535,12 +636,21 @@ impl PvrdmaHardware {
             qp_type: QpType::Rc,
             is_srq: u8::from(spec.srq.is_some()),
         };
-        Ok((shared(queues)?, cmd))
+        let queues = shared(queues)?;
+        let kill = reserve_kill(self.dev.cmd(), queues.clone())?;
+        Ok((queues, cmd, kill))
     }
 
-    /// The CREATE_MR for `spec` and the page directory it names (filled for a normal MR,
-    /// empty for an FRMR, whose fast-register WQEs rewrite it, §9 MRs).
-    fn prepare_mr(
+    /// The CREATE_MR for `spec`, the page directory it names (filled for a normal MR,
+    /// empty for an FRMR, whose fast-register WQEs rewrite it, §9 MRs) and the MR's
+    /// reserved DESTROY (which frees the directory).
+    fn prepare_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<PreparedMr, HwError> {
+        let (cmd, dir) = self.prepare_mr_dir(pd, spec)?;
+        let kill = reserve_kill(self.dev.cmd(), dir.clone())?;
+        Ok((cmd, dir, kill))
+    }
+
+    fn prepare_mr_dir(
         &self,
         pd: u32,
         spec: &MrSpec<'_>,
@@ -591,8 +701,11 @@ impl PvrdmaHardware {
         })
     }
 
-    /// Allocates an SRQ ring and the CREATE_SRQ for it.
-    fn prepare_srq(&self, spec: &SrqSpec) -> Result<(Shared<SrqQueue>, CreateSrq), HwError> {
+    /// Allocates an SRQ ring, the CREATE_SRQ for it and its reserved DESTROY.
+    fn prepare_srq(
+        &self,
+        spec: &SrqSpec,
+    ) -> Result<(Shared<SrqQueue>, CreateSrq, Kill<DestroySrq>), HwError> {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
         let dma = self.dev.platform().dma().clone();
         let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
@@ -607,13 +720,16 @@ impl PvrdmaHardware {
             },
             srq_type: 0,
         };
-        Ok((shared(q)?, cmd))
+        let q = shared(q)?;
+        let kill = reserve_kill(self.dev.cmd(), q.clone())?;
+        Ok((q, cmd, kill))
     }
 
     fn srq_ctx(&self) -> SrqInstall {
         SrqInstall {
             dev: self.dev.clone(),
             srqs: self.srqs.clone(),
+            kills: self.kills.clone(),
             sink: self.sink.clone(),
         }
     }
@@ -645,94 +761,131 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_pd(&self) -> Result<u32, HwError> {
-        self.exec(&CreatePd { ctx_handle: 0 })
+        let ch = self.dev.cmd();
+        let kill = reserve_kill::<DestroyPd, _>(ch, ())?;
+        let pd = self.exec(&CreatePd { ctx_handle: 0 })?;
+        file_kill(ch, &self.kills.pd, pd, kill, &DestroyPd { pd_handle: pd })?;
+        Ok(pd)
     }
 
     fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
         let ch = self.dev.cmd().clone();
-        submit_then(&ch.clone(), &CreatePd { ctx_handle: 0 }, move |r| match r {
-            Err(e) => done(Err(e)),
-            Ok(pd) => submit_then(&ch.clone(), &dma_mr(pd), move |r| match r {
-                Ok(k) => done(Ok((
-                    pd,
-                    MrKeys {
-                        handle: k.mr_handle,
-                        lkey: k.lkey,
-                        rkey: k.rkey,
-                    },
-                ))),
-                Err(e) => {
-                    submit_then(&ch, &DestroyPd { pd_handle: pd }, |_| {});
-                    done(Err(e));
+        let kills = self.kills.clone();
+        let reserved = reserve_kill::<DestroyPd, _>(&ch, ())
+            .and_then(|p| Ok((p, reserve_kill::<DestroyMr, _>(&ch, ())?)));
+        let (pd_kill, mr_kill) = match reserved {
+            Ok(k) => k,
+            Err(e) => return done(Err(e)),
+        };
+        submit_then(&ch.clone(), &CreatePd { ctx_handle: 0 }, move |r| {
+            let pd = match r {
+                Ok(pd) => pd,
+                Err(e) => return done(Err(e)),
+            };
+            let destroy = DestroyPd { pd_handle: pd };
+            if let Err(e) = file_kill(&ch, &kills.pd, pd, pd_kill, &destroy) {
+                return done(Err(e));
+            }
+            submit_then(&ch.clone(), &dma_mr(pd), move |r| {
+                let filed = r.and_then(|k| {
+                    let cmd = DestroyMr {
+                        mr_handle: k.mr_handle,
+                    };
+                    file_kill(&ch, &kills.mr, k.mr_handle, mr_kill, &cmd).map(|()| k)
+                });
+                match filed {
+                    Ok(k) => done(Ok((
+                        pd,
+                        MrKeys {
+                            handle: k.mr_handle,
+                            lkey: k.lkey,
+                            rkey: k.rkey,
+                        },
+                    ))),
+                    Err(e) => {
+                        kill(&ch, &kills.pd, pd, &destroy);
+                        done(Err(e));
+                    }
                 }
-            }),
+            });
         });
     }
 
     fn destroy_pd(&self, pd: u32) {
-        submit_then(self.dev.cmd(), &DestroyPd { pd_handle: pd }, |_| {});
+        let cmd = DestroyPd { pd_handle: pd };
+        if !kill(self.dev.cmd(), &self.kills.pd, pd, &cmd) {
+            submit_then(self.dev.cmd(), &cmd, |_| {});
+        }
     }
 
     fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
-        let (ring, cmd) = self.prepare_cq(entries)?;
+        let (ring, cmd, kill) = self.prepare_cq(entries)?;
         let resp = self.exec(&cmd);
         let ctx = self.cq_ctx();
         match resp {
-            Ok(resp) => ctx.install(ring, resp, affinity).map(|()| resp.cq_handle),
+            Ok(resp) => ctx
+                .install(ring, resp, affinity, kill)
+                .map(|()| resp.cq_handle),
             Err(e) => Err(e),
         }
     }
 
     fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
-        let (ring, cmd) = match self.prepare_cq(entries) {
+        let (ring, cmd, kill) = match self.prepare_cq(entries) {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
         };
         let ctx = self.cq_ctx();
         // The ring travels with the command: dropped unused if the device refuses it.
         submit_then(self.dev.cmd(), &cmd, move |r| match r {
-            Ok(resp) => done(ctx.install(ring, resp, affinity).map(|()| resp.cq_handle)),
+            Ok(resp) => done(
+                ctx.install(ring, resp, affinity, kill)
+                    .map(|()| resp.cq_handle),
+            ),
             Err(e) => done(Err(e)),
         });
     }
 
     fn destroy_cq(&self, cq: u32) {
         drop(self.dev.unregister_cq(cq));
-        let t = self.cqs.clone();
-        submit_then(self.dev.cmd(), &DestroyCq { cq_handle: cq }, move |_| {
-            let gone = t.lock().remove(cq);
-            drop(gone);
-        });
+        self.cq_ctx().destroy(cq);
     }
 
     fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
-        let (cmd, dir) = self.prepare_mr(pd, spec)?;
+        let (cmd, dir, kill) = self.prepare_mr(pd, spec)?;
         let r = self.exec(&cmd)?;
-        file_mr(self.dev.cmd(), &self.mr_dirs, r, dir)
+        file_mr(self.dev.cmd(), &self.mr_dirs, &self.kills, r, dir, kill)
     }
 
     fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
-        let (cmd, dir) = match self.prepare_mr(pd, spec) {
+        let (cmd, dir, kill) = match self.prepare_mr(pd, spec) {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
         };
         let ch = self.dev.cmd().clone();
         let dirs = self.mr_dirs.clone();
+        let kills = self.kills.clone();
         submit_then(&ch.clone(), &cmd, move |r| match r {
-            Ok(r) => done(file_mr(&ch, &dirs, r, dir)),
+            Ok(r) => done(file_mr(&ch, &dirs, &kills, r, dir, kill)),
             Err(e) => done(Err(e)),
         });
     }
 
     fn destroy_mr(&self, mr: u32) {
-        let t = self.mr_dirs.clone();
-        submit_then(self.dev.cmd(), &DestroyMr { mr_handle: mr }, move |_| {
-            let gone = t.lock().remove(mr);
-            drop(gone);
-        });
+        destroy_mr_in(self.dev.cmd(), &self.mr_dirs, &self.kills, mr);
     }
 
     fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
+        // The DESTROY reserved at registration needs no memory: deregistration cannot fail.
+        if kill(
+            self.dev.cmd(),
+            &self.kills.mr,
+            mr,
+            &DestroyMr { mr_handle: mr },
+        ) {
+            drop(self.mr_dirs.lock().remove(mr));
+            return Ok(());
+        }
         let t = self.mr_dirs.clone();
         // Unlike `submit_then`, a command that cannot be queued (no memory for its entry)
         // is reported, not dropped: the completion is then never called.
@@ -746,36 +899,42 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
-        let (q, cmd) = self.prepare_qp(spec)?;
+        let (q, cmd, kill) = self.prepare_qp(spec)?;
+        let ch = self.dev.cmd();
         let h = self.exec(&cmd)?.qp_handle;
-        let filed = self.qps.lock().insert(h, q.clone()).map_err(hw_error);
+        file_kill(ch, &self.kills.qp, h, kill, &DestroyQp { qp_handle: h })?;
+        let filed = self.qps.lock().insert(h, q).map_err(hw_error);
         if let Err(e) = filed.and_then(|()| self.exec(&init_qp(h))) {
-            abandon_qp(self.dev.cmd(), &self.qps, h, q);
+            destroy_qp_in(ch, &self.qps, &self.kills, h);
             return Err(e);
         }
         Ok(h)
     }
 
     fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
-        let (q, cmd) = match self.prepare_qp(spec) {
+        let (q, cmd, kill) = match self.prepare_qp(spec) {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
         };
         let ch = self.dev.cmd().clone();
         let qps = self.qps.clone();
+        let kills = self.kills.clone();
         submit_then(&ch.clone(), &cmd, move |r| {
             let h = match r {
                 Ok(resp) => resp.qp_handle,
                 Err(e) => return done(Err(e)),
             };
-            if let Err(e) = qps.lock().insert(h, q.clone()).map_err(hw_error) {
-                abandon_qp(&ch, &qps, h, q);
+            if let Err(e) = file_kill(&ch, &kills.qp, h, kill, &DestroyQp { qp_handle: h }) {
+                return done(Err(e));
+            }
+            if let Err(e) = qps.lock().insert(h, q).map_err(hw_error) {
+                destroy_qp_in(&ch, &qps, &kills, h);
                 return done(Err(e));
             }
             submit_then(&ch.clone(), &init_qp(h), move |r| match r {
                 Ok(()) => done(Ok(h)),
                 Err(e) => {
-                    abandon_qp(&ch, &qps, h, q);
+                    destroy_qp_in(&ch, &qps, &kills, h);
                     done(Err(e));
                 }
             });
@@ -783,11 +942,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn destroy_qp(&self, qp: u32) {
-        let t = self.qps.clone();
-        submit_then(self.dev.cmd(), &DestroyQp { qp_handle: qp }, move |_| {
-            let gone = t.lock().remove(qp);
-            drop(gone);
-        });
+        destroy_qp_in(self.dev.cmd(), &self.qps, &self.kills, qp);
     }
 
     fn flush_qp(&self, qp: u32) {
@@ -807,19 +962,19 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
-        let (q, cmd) = self.prepare_srq(spec)?;
+        let (q, cmd, kill) = self.prepare_srq(spec)?;
         let h = self.exec(&cmd)?;
-        self.srq_ctx().install(h, q).map(|()| h)
+        self.srq_ctx().install(h, q, kill).map(|()| h)
     }
 
     fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
-        let (q, cmd) = match self.prepare_srq(spec) {
+        let (q, cmd, kill) = match self.prepare_srq(spec) {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
         };
         let ctx = self.srq_ctx();
         submit_then(self.dev.cmd(), &cmd, move |r| match r {
-            Ok(h) => done(ctx.install(h, q).map(|()| h)),
+            Ok(h) => done(ctx.install(h, q, kill).map(|()| h)),
             Err(e) => done(Err(e)),
         });
     }
@@ -855,11 +1010,7 @@ impl Hardware for PvrdmaHardware {
 
     fn destroy_srq(&self, srq: u32) {
         drop(self.dev.unregister_srq(srq));
-        let t = self.srqs.clone();
-        submit_then(self.dev.cmd(), &DestroySrq { srq_handle: srq }, move |_| {
-            let gone = t.lock().remove(srq);
-            drop(gone);
-        });
+        self.srq_ctx().destroy(srq);
     }
 
     fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
@@ -1508,6 +1659,8 @@ mod tests {
         assert_eq!(SRQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
 
         // NdkRegisterMr: the MDL's pages become the MR's page directory (CREATE_MR flags 0).
+        // Handle 9: the PD's DMA MR holds 7, and a live handle twice is refused (table.rs).
+        fake.st.lock().unwrap().resp_body[0..4].copy_from_slice(&9u32.to_le_bytes());
         #[repr(C)]
         struct MdlPfn {
             mdl: MDL,

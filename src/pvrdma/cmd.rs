@@ -3,7 +3,8 @@
 //! Each command is a type implementing [`Command`]: its code, request length, an encoder for
 //! the request body at the reference's exact offsets, and a decoder for the response body.
 //! [`CmdChannel`] implements `pvrdma_cmd_post`: one command outstanding at a time, later ones
-//! wait in a FIFO (each entry allocated at submit time, never in a data path); the request is
+//! wait in a FIFO (each entry allocated at submit time, never in a data path, or reserved
+//! ahead with [`CmdChannel::reserve`] for a command that must not fail to queue); the request is
 //! copied into the command slot, REQUEST is written, then ERR is read; the response arrives
 //! with vector 0 and is accepted only if its `response` key matches the outstanding command
 //! (stale vector-0 interrupts are counted and ignored), `ack == code | 0x80000000` and
@@ -14,6 +15,7 @@
 #![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
+use core::marker::PhantomData;
 
 use crate::os::alloc::{KBox, try_arc, try_box};
 use crate::os::dma::PAGE_SIZE;
@@ -930,6 +932,13 @@ type RawResult = Result<[u8; RESP_MAX], PvrdmaError>;
 type ResultCell<T> = SpinLock<Option<Result<T, PvrdmaError>>>;
 type Completion = KBox<dyn FnOnce(RawResult) + Send>;
 
+/// A command entry and completion allocated in advance ([`CmdChannel::reserve`]); dropping it
+/// unsubmitted drops the completion uncalled.
+pub struct Reserved<C: Command> {
+    entry: KBox<Pending>,
+    _cmd: PhantomData<fn(C)>,
+}
+
 struct Pending {
     req: [u8; REQ_MAX],
     len: usize,
@@ -1088,13 +1097,26 @@ impl CmdChannel {
             result: None,
             next: None,
         })?;
+        if self.state.lock().closed {
+            return Err(PvrdmaError::Shutdown);
+        }
+        self.enqueue(entry);
+        Ok(())
+    }
+
+    /// Keys `entry`, queues it and starts it if the channel is idle; on a closed channel
+    /// completes it with [`PvrdmaError::Shutdown`].
+    fn enqueue(&self, mut entry: KBox<Pending>) {
         let mut finished = Fifo::default();
         {
             let mut st = self.state.lock();
             if st.closed {
-                return Err(PvrdmaError::Shutdown);
+                drop(st);
+                entry.result = Some(Err(PvrdmaError::Shutdown));
+                finished.push_back(entry);
+                run_finished(finished);
+                return;
             }
-            let mut entry = entry;
             entry.key = st.next_key;
             st.next_key = st.next_key.wrapping_add(1).max(1);
             let (key, code) = (entry.key, entry.code);
@@ -1106,7 +1128,47 @@ impl CmdChannel {
             self.start_next(&mut st, &mut finished);
         }
         run_finished(finished);
-        Ok(())
+    }
+
+    /// Allocates, ahead of time, everything a later [`CmdChannel::submit_reserved`] of a `C`
+    /// needs: the FIFO entry and the completion `done`. Object creates reserve their DESTROY
+    /// this way, so the close (which cannot fail, ndkpi.md §5.1) allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`PvrdmaError::NoMemory`]; `done` is then dropped uncalled.
+    pub fn reserve<C: Command>(
+        &self,
+        done: impl FnOnce(Result<C::Resp, PvrdmaError>) + Send + 'static,
+    ) -> Result<Reserved<C>, PvrdmaError> {
+        let device_version = self.device_version;
+        let typed = move |r: RawResult| {
+            done(r.and_then(|b| decode_response::<C>(&b, device_version)));
+        };
+        let completion: Completion =
+            try_box(typed)?.map_box(|b| b as alloc::boxed::Box<dyn FnOnce(RawResult) + Send>);
+        let entry = try_box(Pending {
+            req: [0u8; REQ_MAX],
+            len: C::REQ_LEN.min(REQ_MAX),
+            code: C::CODE,
+            key: 0,
+            done: Some(completion),
+            result: None,
+            next: None,
+        })?;
+        Ok(Reserved {
+            entry,
+            _cmd: PhantomData,
+        })
+    }
+
+    /// Queues `cmd` in the entry reserved for it; allocates nothing and cannot fail. The
+    /// reserved completion runs exactly once as for [`CmdChannel::submit`]; after
+    /// [`CmdChannel::shutdown`] it runs right away with [`PvrdmaError::Shutdown`].
+    pub fn submit_reserved<C: Command>(&self, reserved: Reserved<C>, cmd: &C) {
+        let mut entry = reserved.entry;
+        cmd.encode(&mut entry.req);
+        self.enqueue(entry);
     }
 
     /// Submits and waits (PASSIVE_LEVEL only).

@@ -53,6 +53,22 @@ impl<T> HandleTable<T> {
         }
     }
 
+    /// [`HandleTable::insert`] that hands `value` back when the handle is out of range or
+    /// taken (the caller still owns what it stands for).
+    ///
+    /// # Errors
+    ///
+    /// `value`.
+    pub fn try_put(&mut self, handle: u32, value: T) -> Result<(), T> {
+        match self.slots.get_mut(handle as usize) {
+            Some(slot @ None) => {
+                *slot = Some(value);
+                Ok(())
+            }
+            _ => Err(value),
+        }
+    }
+
     /// Unregisters `handle`.
     pub fn remove(&mut self, handle: u32) -> Option<T> {
         self.slots.get_mut(handle as usize)?.take()

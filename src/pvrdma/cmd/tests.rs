@@ -690,3 +690,61 @@ fn shutdown_fails_pending_and_refuses_new() {
         Err(PvrdmaError::Shutdown)
     );
 }
+
+fn reserve_logged<C: Command<Resp = ()>>(r: &Rig, tag: u32, log: &Log) -> Reserved<C> {
+    let l = log.clone();
+    r.ch.reserve::<C>(move |res| l.lock().unwrap().push((tag, res.map(|()| 0))))
+        .unwrap()
+}
+
+#[test]
+fn reserved_commands_queue_in_fifo_order_without_allocating() {
+    let r = rig(DEFAULT_TIMEOUT_NS);
+    r.fake.st.lock().unwrap().modes.extend([Mode::Defer]);
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    submit_pd(&r, 1, &log);
+    let cq = reserve_logged::<DestroyCq>(&r, 10, &log);
+    let pd = reserve_logged::<DestroyPd>(&r, 11, &log);
+    // Submitting a reservation takes no allocation: one armed to fail is never consumed.
+    crate::os::alloc::inject_failure_at(1);
+    r.ch.submit_reserved(cq, &DestroyCq { cq_handle: 5 });
+    r.ch.submit_reserved(pd, &DestroyPd { pd_handle: 6 });
+    let untouched = crate::os::alloc::injection_pending();
+    crate::os::alloc::inject_failure_at(0);
+    assert!(untouched, "submit_reserved allocated");
+    assert_eq!(r.fake.st.lock().unwrap().requests.len(), 1, "one in flight");
+    assert_eq!(r.ch.waiting(), 2);
+    r.fake.release();
+    wait_for(|| log.lock().unwrap().len() == 3);
+    assert_eq!(*log.lock().unwrap(), [(1, Ok(0)), (10, Ok(0)), (11, Ok(0))]);
+    let reqs = r.fake.st.lock().unwrap().requests.clone();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(
+        (&reqs[1][8..12], &reqs[1][16..20]),
+        (&le32(code::DESTROY_CQ)[..], &le32(5)[..])
+    );
+    assert_eq!(
+        (&reqs[2][8..12], &reqs[2][16..20]),
+        (&le32(code::DESTROY_PD)[..], &le32(6)[..])
+    );
+    let key = |i: usize| u64::from_le_bytes(reqs[i][0..8].try_into().unwrap());
+    assert!(key(1) != 0 && key(1) != key(0) && key(2) != key(1));
+    assert_eq!(r.ch.stats().submitted, 3);
+}
+
+#[test]
+fn reservation_after_shutdown_completes_and_unused_one_drops_uncalled() {
+    let r = rig(DEFAULT_TIMEOUT_NS);
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let late = reserve_logged::<DestroyMr>(&r, 1, &log);
+    let token = Arc::new(());
+    let t = token.clone();
+    let unused = r.ch.reserve::<DestroyMr>(move |_| drop(t)).unwrap();
+    assert_eq!(Arc::strong_count(&token), 2);
+    drop(unused);
+    assert_eq!(Arc::strong_count(&token), 1, "completion dropped with it");
+    r.ch.shutdown();
+    r.ch.submit_reserved(late, &DestroyMr { mr_handle: 3 });
+    assert_eq!(*log.lock().unwrap(), [(1, Err(PvrdmaError::Shutdown))]);
+    assert!(r.fake.st.lock().unwrap().requests.is_empty());
+}
