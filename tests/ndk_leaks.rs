@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use common::Mode;
-use common::ndk::{Cluster, QpSpec, sge};
+use common::ndk::{Cluster, Qp, QpSpec, sge};
 use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::alloc::{inject_failure_at, injection_pending};
@@ -367,5 +367,101 @@ fn cq_closed_before_its_qp_pends_until_the_qp_is_closed() {
     assert_eq!(closed.load(Ordering::SeqCst), 1, "one CloseCompletion");
     assert_eq!(c.host(0).model_objects().cqs, 0);
     pd.close();
+    c.finish();
+}
+
+/// Receives posted on a fresh QP, on `cq`, each with request context `0x700 + i`.
+fn flush_rig(c: &Cluster, n: usize, body: impl FnOnce(&Qp, &dyn Fn(usize)) -> Vec<usize>) {
+    let a = c.adapter(0);
+    let h = c.host(0);
+    let pd = a.create_pd().expect("pd");
+    let cq = a.create_cq(64, None).expect("cq");
+    let qp = pd.create_qp(&cq, &cq, QpSpec::new(0x61)).expect("qp");
+    let mem = h.mem(1, 0x3000_0000);
+    let mdl = mem.mdl(0, 4096);
+    let mr = pd.create_mr(false).expect("mr");
+    assert_eq!(
+        mr.register(&mdl, 4096, NDK_MR_FLAG_ALLOW_LOCAL_WRITE),
+        STATUS_SUCCESS
+    );
+    let token = mr.local_token();
+    let post = |i: usize| {
+        let st = qp.receive(0x700 + i, &[sge(mem.va + 64 * i as u64, 64, token)]);
+        assert_eq!(st, STATUS_SUCCESS, "NdkReceive {i}");
+    };
+    for i in 0..n {
+        post(i);
+    }
+    c.settle();
+    assert!(
+        cq.results(4).is_empty(),
+        "nothing completes before the flush"
+    );
+    let want = body(&qp, &post);
+    let got = cq.wait_results(want.len());
+    let statuses: Vec<NTSTATUS> = got.iter().map(|r| r.Status).collect();
+    let contexts: Vec<usize> = got.iter().map(|r| r.RequestContext as usize).collect();
+    let want_contexts: Vec<usize> = want.iter().map(|i| 0x700 + i).collect();
+    assert_eq!(statuses, vec![STATUS_CANCELLED; want.len()]);
+    assert_eq!(
+        contexts, want_contexts,
+        "each request cancelled once, in order"
+    );
+    assert!(got.iter().all(|r| r.QPContext as usize == 0x61));
+    assert_eq!(mr.deregister(), STATUS_SUCCESS);
+    mr.close();
+    qp.close();
+    cq.close();
+    pd.close();
+    drop(mdl);
+    drop(mem);
+}
+
+/// NdkFlush cannot report failure (ndkpi.md §5.6), so it allocates nothing: its MODIFY_QP
+/// was reserved when the QP was created. With the next allocation armed to fail, every
+/// posted receive still completes STATUS_CANCELLED and the armed failure is never consumed.
+#[test]
+fn flush_allocates_nothing_and_cancels_every_request() {
+    let c = Cluster::new(Mode::Deterministic, 1);
+    let mut untouched = false;
+    flush_rig(&c, 3, |qp, _| {
+        inject_failure_at(1);
+        qp.flush();
+        c.settle();
+        untouched = injection_pending();
+        inject_failure_at(0);
+        vec![0, 1, 2]
+    });
+    assert!(untouched, "NdkFlush allocated");
+    c.settle();
+    assert_eq!(c.host(0).model_objects(), Default::default());
+    c.finish();
+}
+
+/// A second NdkFlush while the first is in flight, and a third after the QP reached ERR,
+/// cancel nothing twice; a receive posted after the flush is flushed at its doorbell
+/// (pvrdma.md M17), once. None of them allocates.
+#[test]
+fn repeated_flushes_cancel_each_request_exactly_once() {
+    let c = Cluster::new(Mode::Deterministic, 1);
+    let mut untouched = false;
+    flush_rig(&c, 2, |qp, post| {
+        inject_failure_at(1);
+        qp.flush();
+        qp.flush();
+        c.settle();
+        qp.flush();
+        c.settle();
+        untouched = injection_pending();
+        inject_failure_at(0);
+        post(2);
+        c.settle();
+        qp.flush();
+        c.settle();
+        vec![0, 1, 2]
+    });
+    assert!(untouched, "NdkFlush allocated");
+    c.settle();
+    assert_eq!(c.host(0).model_objects(), Default::default());
     c.finish();
 }

@@ -249,6 +249,36 @@ fn init_qp(h: u32) -> ModifyQp {
     }
 }
 
+/// Any state → ERR: the device completes every outstanding WQE with WR_FLUSH_ERR (M32).
+fn flush_cmd(h: u32) -> ModifyQp {
+    ModifyQp {
+        qp_handle: h,
+        attr_mask: QpAttrMask::STATE,
+        attr: QpAttr {
+            qp_state: QpState::Err as u32,
+            ..QpAttr::default()
+        },
+    }
+}
+
+/// A QP's reserved commands: its DESTROY and its flush.
+struct QpKills {
+    destroy: Kill<DestroyQp>,
+    flush: Kill<ModifyQp>,
+}
+
+/// Files both of a new QP's reservations under its handle (see [`file_kill`]); when the
+/// flush cannot be filed the QP is destroyed through its just-filed DESTROY.
+fn file_qp_kills(ch: &CmdChannel, kills: &Kills, h: u32, k: QpKills) -> Result<(), HwError> {
+    file_kill(ch, &kills.qp, h, k.destroy, &DestroyQp { qp_handle: h })?;
+    let filed = kills.flush.lock().try_put(h, k.flush);
+    filed.map_err(|unused| {
+        drop(unused);
+        kill(ch, &kills.qp, h, &DestroyQp { qp_handle: h });
+        HwError::Invalid
+    })
+}
+
 /// Each live device object's DESTROY, reserved when the object was created, so that closing
 /// it allocates nothing (ndkpi.md §5.1: "A close request can never fail"). A reserved
 /// completion owns the object's queue memory, which it frees on the device's response
@@ -260,6 +290,11 @@ struct Kills {
     cq: SpinLock<HandleTable<Reserved<DestroyCq>>>,
     qp: SpinLock<HandleTable<Reserved<DestroyQp>>>,
     srq: SpinLock<HandleTable<Reserved<DestroySrq>>>,
+    /// Each QP's MODIFY_QP → ERR for NdkFlush, which cannot fail either (§5.6). The first
+    /// flush takes it; later ones find none and do nothing: the QP already is, or is about
+    /// to be, in ERR, where the device flushes every WQE posted later at its doorbell
+    /// (pvrdma.md M17), and this seam never moves a QP out of ERR.
+    flush: SpinLock<HandleTable<Reserved<ModifyQp>>>,
 }
 
 type KillTable<C> = SpinLock<HandleTable<Reserved<C>>>;
@@ -326,6 +361,9 @@ fn destroy_qp_in(
     h: u32,
 ) {
     let q = qps.lock().remove(h);
+    // An unused flush reservation is released uncalled; the DESTROY flushes anyway.
+    let unused = kills.flush.lock().remove(h);
+    drop(unused);
     if !kill(ch, &kills.qp, h, &DestroyQp { qp_handle: h }) {
         submit_then(ch, &DestroyQp { qp_handle: h }, move |_| drop(q));
     }
@@ -548,6 +586,7 @@ impl PvrdmaHardware {
                 cq: SpinLock::new(table(c.max_cq)?),
                 qp: SpinLock::new(table(c.max_qp)?),
                 srq: SpinLock::new(table(c.max_srq)?),
+                flush: SpinLock::new(table(c.max_qp)?),
             })
             .map_err(|_| HwError::NoResources)?,
             sink: try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?,
@@ -604,11 +643,8 @@ impl PvrdmaHardware {
     }
 
     /// Allocates a QP's queues (shared, so they can be filed once the handle is known), the
-    /// CREATE_QP for them and the QP's reserved DESTROY.
-    fn prepare_qp(
-        &self,
-        spec: &QpSpec,
-    ) -> Result<(Shared<QpQueues>, CreateQp, Kill<DestroyQp>), HwError> {
+    /// CREATE_QP for them and the QP's reserved DESTROY and flush.
+    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp, QpKills), HwError> {
         let recv = match spec.srq {
             Some(_) => None,
             None => Some((spec.max_recv_wr, spec.max_recv_sge)),
@@ -637,8 +673,10 @@ impl PvrdmaHardware {
             is_srq: u8::from(spec.srq.is_some()),
         };
         let queues = shared(queues)?;
-        let kill = reserve_kill(self.dev.cmd(), queues.clone())?;
-        Ok((queues, cmd, kill))
+        let ch = self.dev.cmd();
+        let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
+        let destroy = reserve_kill(ch, queues.clone())?;
+        Ok((queues, cmd, QpKills { destroy, flush }))
     }
 
     /// The CREATE_MR for `spec`, the page directory it names (filled for a normal MR,
@@ -902,7 +940,7 @@ impl Hardware for PvrdmaHardware {
         let (q, cmd, kill) = self.prepare_qp(spec)?;
         let ch = self.dev.cmd();
         let h = self.exec(&cmd)?.qp_handle;
-        file_kill(ch, &self.kills.qp, h, kill, &DestroyQp { qp_handle: h })?;
+        file_qp_kills(ch, &self.kills, h, kill)?;
         let filed = self.qps.lock().insert(h, q).map_err(hw_error);
         if let Err(e) = filed.and_then(|()| self.exec(&init_qp(h))) {
             destroy_qp_in(ch, &self.qps, &self.kills, h);
@@ -924,7 +962,7 @@ impl Hardware for PvrdmaHardware {
                 Ok(resp) => resp.qp_handle,
                 Err(e) => return done(Err(e)),
             };
-            if let Err(e) = file_kill(&ch, &kills.qp, h, kill, &DestroyQp { qp_handle: h }) {
+            if let Err(e) = file_qp_kills(&ch, &kills, h, kill) {
                 return done(Err(e));
             }
             if let Err(e) = qps.lock().insert(h, q).map_err(hw_error) {
@@ -946,19 +984,10 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn flush_qp(&self, qp: u32) {
-        // NdkFlush may run at DISPATCH_LEVEL: submit without waiting; the device writes the
-        // flush CQEs before its response (M32).
-        let _ = self.dev.cmd().submit(
-            &ModifyQp {
-                qp_handle: qp,
-                attr_mask: QpAttrMask::STATE,
-                attr: QpAttr {
-                    qp_state: QpState::Err as u32,
-                    ..QpAttr::default()
-                },
-            },
-            |_| {},
-        );
+        // NdkFlush may run at DISPATCH_LEVEL and cannot fail: submit the MODIFY_QP reserved
+        // at create without waiting; the device writes the flush CQEs before its response
+        // (M32). No reservation left means an earlier flush already took the QP to ERR.
+        kill(self.dev.cmd(), &self.kills.flush, qp, &flush_cmd(qp));
     }
 
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
