@@ -332,8 +332,21 @@ impl Cq {
         })
     }
 
-    fn fill(&self, wanted: usize, mut put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
-        const BATCH: usize = 16;
+    fn fill(&self, wanted: usize, put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
+        // A consumer reaping one result (or finding none) pays for a one-entry buffer, not
+        // for initialising sixteen.
+        if wanted <= 1 {
+            self.fill_batched::<1>(wanted, put)
+        } else {
+            self.fill_batched::<16>(wanted, put)
+        }
+    }
+
+    fn fill_batched<const BATCH: usize>(
+        &self,
+        wanted: usize,
+        mut put: impl FnMut(usize, NDK_RESULT_EX),
+    ) -> usize {
         let hw = self.adapter.hw();
         let mut buf = [HwCqe::EMPTY; BATCH];
         let mut last: Option<ObjRef<Qp>> = None;
