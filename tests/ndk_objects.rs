@@ -1518,6 +1518,13 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
         ]
     );
     assert_eq!(e.dev.bad_cqes(), 1);
+    // A live QP found by its handle, but on a CQ it does not complete on: not trusted.
+    let other = e.cq(3);
+    let other_h = e.fake.last("cq");
+    e.fake
+        .push_cqe(other_h, cqe(qp_h, wr_id(tag::SQ, 3), wc::SUCCESS));
+    assert_eq!(results_ex(other, 8).len(), 0);
+    assert_eq!(e.dev.bad_cqes(), 2);
     let mut inv = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     inv.byte_len = 100;
     inv.invalidated_rkey = Some(0x7707);
@@ -1556,7 +1563,7 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
         )
     );
     assert_eq!(results_ex(rcq, 4).len(), 0);
-    for p in [hdr(qp), hdr(scq), hdr(rcq), hdr(pd)] {
+    for p in [hdr(qp), hdr(scq), hdr(rcq), hdr(other), hdr(pd)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
     e.close_adapter();

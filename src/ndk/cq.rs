@@ -1,12 +1,11 @@
 //! NDK_CQ over a PVRDMA CQ (ndkpi.md §5.4; pvrdma.md §9, §11–§13, M18–M19).
 //!
-//! Retrieval maps each CQE to its QP through the CQ's attachment list and to the posted
+//! Retrieval maps each CQE to its QP through the device's bounds-checked QP handle table
+//! (O(1), then checked to complete on this CQ) and to the posted
 //! request through that queue's slot records ([`super::completion`]). Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 #![deny(unsafe_code)]
-
-use alloc::vec::Vec;
 
 use super::adapter::Adapter;
 use super::dispatch;
@@ -179,7 +178,6 @@ pub struct Cq {
     notify_context: usize,
     affinity: Option<GROUP_AFFINITY>,
     arm: SpinLock<ArmState>,
-    qps: SpinLock<Vec<ObjRef<Qp>>>,
 }
 
 impl NdkObject for Cq {
@@ -268,7 +266,6 @@ impl Cq {
             notify_context: p.notify_context,
             affinity: p.affinity,
             arm: SpinLock::new(ArmState::default()),
-            qps: SpinLock::new(Vec::new()),
         };
         let cq = match ObjRef::try_new(ndk, state) {
             Ok(cq) => cq,
@@ -305,32 +302,19 @@ impl Cq {
         &self.adapter
     }
 
-    /// Adds a QP whose queue completes here (QP creation, may allocate).
-    pub fn attach(&self, qp: &ObjRef<Qp>) -> NdkResult<()> {
-        let mut list = self.qps.lock();
-        list.try_reserve(1)
-            .map_err(|_| NdkError::InsufficientResources)?;
-        list.push(qp.clone());
-        Ok(())
-    }
-
-    /// Removes every attachment of `qp` (QP teardown).
-    pub fn detach(&self, qp_handle: u32) {
-        self.qps.lock().retain(|q| q.handle() != qp_handle);
-    }
-
+    /// The QP a CQE names, if it exists and completes on this CQ: an O(1) bounds-checked
+    /// lookup by device handle, whatever the number of QPs sharing the CQ.
     fn find_qp(&self, qp_handle: u32) -> Option<ObjRef<Qp>> {
-        self.qps
-            .lock()
-            .iter()
-            .find(|q| q.handle() == qp_handle)
-            .cloned()
+        self.adapter
+            .device()
+            .qp(qp_handle)
+            .filter(|q| q.completes_on(self))
     }
 
     /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation: CQEs are
     /// taken in batches (one ring lock and one `cons_head` update per batch, never more
     /// CQEs than results still wanted, so none is lost), and the QP of the previous CQE is
-    /// reused before the attachment list is consulted.
+    /// reused before the QP table is consulted.
     pub fn get_results_ex(&self, out: &mut [NDK_RESULT_EX]) -> usize {
         self.fill(out.len(), |i, r| {
             if let Some(slot) = out.get_mut(i) {
@@ -348,8 +332,21 @@ impl Cq {
         })
     }
 
-    fn fill(&self, wanted: usize, mut put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
-        const BATCH: usize = 16;
+    fn fill(&self, wanted: usize, put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
+        // A consumer reaping one result (or finding none) pays for a one-entry buffer, not
+        // for initialising sixteen.
+        if wanted <= 1 {
+            self.fill_batched::<1>(wanted, put)
+        } else {
+            self.fill_batched::<16>(wanted, put)
+        }
+    }
+
+    fn fill_batched<const BATCH: usize>(
+        &self,
+        wanted: usize,
+        mut put: impl FnMut(usize, NDK_RESULT_EX),
+    ) -> usize {
         let hw = self.adapter.hw();
         let mut buf = [HwCqe::EMPTY; BATCH];
         let mut last: Option<ObjRef<Qp>> = None;

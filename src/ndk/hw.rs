@@ -22,6 +22,8 @@ pub struct HwCaps {
     pub vendor_part_id: u32,
     /// `max_mr_size`.
     pub max_mr_size: u64,
+    /// `max_qp`: QP handles are below it (M10); sizes the QP handle table.
+    pub max_qp: u32,
     /// `max_qp_wr`: per-queue WR limit (QP rings are powers of two, M11).
     pub max_qp_wr: u32,
     /// `max_sge`.
@@ -56,6 +58,7 @@ impl HwCaps {
         vendor_id: 0x15AD,
         vendor_part_id: 0x0820,
         max_mr_size: 1 << 30,
+        max_qp: 1024,
         max_qp_wr: 4096,
         max_sge: 16,
         max_sge_rd: 16,
@@ -81,6 +84,7 @@ impl HwCaps {
             vendor_id: c.vendor_id,
             vendor_part_id: c.vendor_part_id,
             max_mr_size: c.max_mr_size,
+            max_qp: c.max_qp,
             max_qp_wr: c.max_qp_wr,
             max_sge: c.max_sge,
             max_sge_rd: c.max_sge_rd,
@@ -434,6 +438,7 @@ mod tests {
             vendor_id: 0x15AD,
             vendor_part_id: 0x0820,
             max_mr_size: 1 << 30,
+            max_qp: 1024,
             max_qp_wr: 4096,
             max_sge: 16,
             max_sge_rd: 16,

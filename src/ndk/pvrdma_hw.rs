@@ -68,10 +68,7 @@ pub fn hw_error(e: PvrdmaError) -> HwError {
 ///
 /// # Errors
 /// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs.
-pub fn convert_sges<'a>(
-    sges: &[NDK_SGE],
-    buf: &'a mut [Sge; MAX_POST_SGE],
-) -> Result<&'a [Sge], HwError> {
+pub fn convert_sges<'a>(sges: &[NDK_SGE], buf: &'a mut [Sge]) -> Result<&'a [Sge], HwError> {
     let out = buf.get_mut(..sges.len()).ok_or(HwError::Invalid)?;
     for (o, s) in out.iter_mut().zip(sges) {
         *o = Sge {
@@ -82,6 +79,28 @@ pub fn convert_sges<'a>(
     }
     Ok(out)
 }
+
+/// Converts `sges` into a stack buffer and runs `f` on the result. Posts of up to
+/// [`SMALL_SGE`] SGEs (the common case) use a 64-byte buffer instead of initialising the
+/// 512 bytes of the [`MAX_POST_SGE`] one.
+///
+/// # Errors
+/// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs, or what `f` returns.
+pub fn with_sges<R>(
+    sges: &[NDK_SGE],
+    f: impl FnOnce(&[Sge]) -> Result<R, HwError>,
+) -> Result<R, HwError> {
+    if sges.len() <= SMALL_SGE {
+        let mut buf = [Sge::default(); SMALL_SGE];
+        f(convert_sges(sges, &mut buf)?)
+    } else {
+        let mut buf = [Sge::default(); MAX_POST_SGE];
+        f(convert_sges(sges, &mut buf)?)
+    }
+}
+
+/// SGEs of the small conversion buffer of [`with_sges`].
+pub const SMALL_SGE: usize = 4;
 
 /// The PVRDMA send WR for an NDK WQE; `pl_pdir_dma` is the FRMR's page-list directory.
 pub fn send_wr<'a>(w: &SendWqe<'_>, sges: &'a [Sge], pl_pdir_dma: u64) -> SendWr<'a> {
@@ -1044,8 +1063,6 @@ impl Hardware for PvrdmaHardware {
 
     fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
-        let mut buf = [Sge::default(); MAX_POST_SGE];
-        let sges = convert_sges(w.sges, &mut buf)?;
         let pl = match w.fast_reg {
             Some(FastRegWqe {
                 mr_handle, pages, ..
@@ -1063,8 +1080,10 @@ impl Hardware for PvrdmaHardware {
             }
             None => 0,
         };
-        let wr = send_wr(w, sges, pl);
-        q.lock().sq.post(&wr).map(|_| ()).map_err(hw_error)
+        with_sges(w.sges, |sges| {
+            let wr = send_wr(w, sges, pl);
+            q.lock().sq.post(&wr).map(|_| ()).map_err(hw_error)
+        })
     }
 
     fn ring_send(&self, qp: u32) {
@@ -1073,11 +1092,11 @@ impl Hardware for PvrdmaHardware {
 
     fn write_recv_wqe(&self, qp: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
-        let mut buf = [Sge::default(); MAX_POST_SGE];
-        let sges = convert_sges(w.sges, &mut buf)?;
-        let mut g = q.lock();
-        let rq = g.rq.as_mut().ok_or(HwError::Invalid)?;
-        rq.post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+        with_sges(w.sges, |sges| {
+            let mut g = q.lock();
+            let rq = g.rq.as_mut().ok_or(HwError::Invalid)?;
+            rq.post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+        })
     }
 
     fn ring_recv(&self, qp: u32) {
@@ -1086,9 +1105,9 @@ impl Hardware for PvrdmaHardware {
 
     fn write_srq_wqe(&self, srq: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
         let q = self.srq(srq).ok_or(HwError::Invalid)?;
-        let mut buf = [Sge::default(); MAX_POST_SGE];
-        let sges = convert_sges(w.sges, &mut buf)?;
-        q.lock().post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+        with_sges(w.sges, |sges| {
+            q.lock().post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
+        })
     }
 
     fn ring_srq(&self, srq: u32) {
@@ -1114,21 +1133,17 @@ impl Hardware for PvrdmaHardware {
             return 0;
         };
         let limits = self.dev.cqe_limits();
-        let mut raw: [Result<Cqe, BadCqe>; BATCH] = core::array::from_fn(|_| {
-            Err(BadCqe {
-                wr_id: 0,
-                reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
-            })
-        });
         let want = out.len().min(BATCH);
-        let Some(raw) = raw.get_mut(..want) else {
-            return 0;
-        };
-        // One lock, one cons_head update for the batch.
-        let n = ring.lock().poll(raw, &limits).unwrap_or(0);
-        for (o, r) in out.iter_mut().zip(raw.iter().take(n)) {
-            *o = hw_cqe(r);
-        }
+        // One lock, one cons_head update for the batch; each CQE is decoded straight into
+        // its output entry (no intermediate array to initialise).
+        let n = ring
+            .lock()
+            .poll_each(want, &limits, |i, r| {
+                if let Some(o) = out.get_mut(i) {
+                    *o = hw_cqe(&r);
+                }
+            })
+            .unwrap_or(0);
         n.min(want)
     }
 
@@ -1188,6 +1203,26 @@ mod tests {
         );
         let many = [ndk_sge(0, 1, 1); MAX_POST_SGE + 1];
         assert_eq!(convert_sges(&many, &mut buf).err(), Some(HwError::Invalid));
+        // Both buffers of `with_sges`: the small one, the full one, and the limit.
+        for n in [0, 1, SMALL_SGE, SMALL_SGE + 1, MAX_POST_SGE] {
+            let src: Vec<NDK_SGE> = (0..n)
+                .map(|i| ndk_sge(i as u64 * 8, i as u32, 0x100 + i as u32))
+                .collect();
+            let got = with_sges(&src, |s| {
+                Ok(s.iter()
+                    .map(|g| (g.addr, g.length, g.lkey))
+                    .collect::<Vec<_>>())
+            });
+            let want: Vec<_> = (0..n)
+                .map(|i| (i as u64 * 8, i as u32, 0x100 + i as u32))
+                .collect();
+            assert_eq!(got, Ok(want), "{n} SGEs");
+        }
+        assert_eq!(
+            with_sges(&many, |_| Ok(())),
+            Err(HwError::Invalid),
+            "more than MAX_POST_SGE"
+        );
     }
 
     #[test]

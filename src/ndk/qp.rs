@@ -125,8 +125,7 @@ impl NdkObject for Qp {
         &self.life
     }
     fn teardown(&self) {
-        self.send_cq.detach(self.handle);
-        self.recv_cq.detach(self.handle);
+        self.pd.adapter().device().unregister_qp(self);
         self.pd.adapter().hw().destroy_qp(self.handle);
     }
     fn release_antecedents(&self) {
@@ -251,13 +250,8 @@ impl PendingQp {
                 return Err(e);
             }
         };
-        let attached = p
-            .initiator_cq
-            .attach(&qp)
-            .and_then(|()| p.receive_cq.attach(&qp));
-        if let Err(e) = attached {
-            p.initiator_cq.detach(handle);
-            p.receive_cq.detach(handle);
+        // Registered by device handle so its CQs find it from a CQE in O(1).
+        if let Err(e) = adapter.device().register_qp(&qp) {
             drop(qp);
             hw.destroy_qp(handle);
             return Err(e);
@@ -268,6 +262,12 @@ impl PendingQp {
 }
 
 impl Qp {
+    /// Whether this QP's send or receive queue completes on `cq` (a CQE naming a QP of
+    /// another CQ is not trusted).
+    pub(crate) fn completes_on(&self, cq: &Cq) -> bool {
+        core::ptr::eq(&*self.send_cq, cq) || core::ptr::eq(&*self.recv_cq, cq)
+    }
+
     /// NdkCreateQp / NdkCreateQpWithSrq; the device commands may complete later, and the
     /// result goes to `handoff` (inline or through CreateCompletion).
     ///

@@ -289,6 +289,62 @@ impl<'a> DmaView<'a> {
         }
     }
 
+    /// Volatile copy of the `W` little-endian 64-bit words at `off`: one bounds check for the
+    /// block, then `W` aligned 64-bit loads (a CQE is eight loads, not 64 checked byte reads).
+    /// `None` when the block is not inside the window or `off` is not 8-byte aligned.
+    pub fn read_words<const W: usize>(&self, off: usize) -> Option<[u64; W]> {
+        let bytes = W.checked_mul(8)?;
+        let end = off.checked_add(bytes)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: `off <= end <= len`: in bounds of the window (type invariant).
+        let p = unsafe { self.ptr.as_ptr().add(off) }.cast::<u64>();
+        if !p.is_aligned() {
+            return None;
+        }
+        let mut out = [0u64; W];
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: word `i < W` ends at `off + 8i + 8 <= end <= len`; `p` is aligned.
+            *o = u64::from_le(unsafe { core::ptr::read_volatile(p.wrapping_add(i)) });
+        }
+        Some(out)
+    }
+
+    /// Volatile copy of `data` to `off` with one bounds check for the block and 64-bit
+    /// volatile stores when `off` and the length allow (WQE headers and SGEs); returns false
+    /// and writes nothing when the block is not inside the window.
+    pub fn write_block(&self, off: usize, data: &[u8]) -> bool {
+        let Some(end) = off.checked_add(data.len()) else {
+            return false;
+        };
+        if end > self.len {
+            return false;
+        }
+        // SAFETY: `off <= end <= len`: in bounds of the window (type invariant).
+        let p = unsafe { self.ptr.as_ptr().add(off) };
+        if data.len().is_multiple_of(8) && (p as usize).is_multiple_of(8) {
+            for (i, chunk) in data.chunks_exact(8).enumerate() {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                // SAFETY: word `i` ends at `8i + 8 <= data.len()`, inside `off..end`, which
+                // is in bounds; `p` is 8-byte aligned.
+                unsafe {
+                    core::ptr::write_volatile(
+                        p.cast::<u64>().wrapping_add(i),
+                        u64::from_ne_bytes(w),
+                    )
+                }
+            }
+        } else {
+            for (i, d) in data.iter().enumerate() {
+                // SAFETY: `i < data.len()`, so `off + i < end <= len`.
+                unsafe { core::ptr::write_volatile(p.wrapping_add(i), *d) }
+            }
+        }
+        true
+    }
+
     /// Volatile byte write.
     pub fn write_u8(&self, off: usize, v: u8) {
         self.write_bytes(off, &[v]);
@@ -438,6 +494,27 @@ mod tests {
         a.store(9, Ordering::Release);
         assert_eq!(v.read_u32(12), 9);
         assert!(v.atomic_u32(13).is_none());
+        // Block accessors: one bounds check per block, wide accesses, nothing out of bounds.
+        assert!(v.write_block(64, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]));
+        assert_eq!(
+            v.read_words::<2>(64),
+            Some([0x0807_0605_0403_0201, 0x100F_0E0D_0C0B_0A09])
+        );
+        assert!(
+            v.write_block(81, &[0xAA, 0xBB, 0xCC]),
+            "unaligned block, byte stores"
+        );
+        assert_eq!(v.read_u32(80), 0xCCBB_AA00);
+        assert!(
+            !v.write_block(4090, &[0xEE; 8]),
+            "a block past the end writes nothing"
+        );
+        assert_eq!(v.read_u8(4090), 0);
+        assert!(!v.write_block(usize::MAX, &[1]));
+        assert_eq!(v.read_words::<1>(4088), Some([0xFF00_0000_0000_0000]));
+        assert_eq!(v.read_words::<2>(4088), None, "past the end");
+        assert_eq!(v.read_words::<1>(65), None, "unaligned");
+        assert_eq!(v.read_words::<1>(usize::MAX), None);
         assert_eq!(raw.live_count(), 1);
         assert_eq!(
             raw.cpu_of(s.logical() + 8),

@@ -45,7 +45,11 @@ impl Sink for [u8] {
 
 impl Sink for DmaView<'_> {
     fn put(&mut self, off: usize, data: &[u8]) {
-        self.write_bytes(off, data);
+        // One bounds check and wide stores for the block (encoders hand over whole headers
+        // and SGEs); a block that does not fit is dropped, as encoders size-check first.
+        if !self.write_block(off, data) {
+            self.write_bytes(off, data);
+        }
     }
     fn put_u32(&mut self, off: usize, v: u32) {
         self.write_u32(off, v);

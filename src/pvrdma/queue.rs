@@ -482,6 +482,25 @@ impl CqRing {
         out: &mut [Result<Cqe, BadCqe>],
         limits: &CqeLimits,
     ) -> Result<usize, PvrdmaError> {
+        self.poll_each(out.len(), limits, |i, r| {
+            if let Some(o) = out.get_mut(i) {
+                *o = r;
+            }
+        })
+    }
+
+    /// Polls up to `max` CQEs, handing the `i`-th (validated, or `Err(BadCqe)`, consumed
+    /// either way) to `f(i, cqe)`; returns how many. One `cons_head` update per call.
+    ///
+    /// # Errors
+    ///
+    /// [`PvrdmaError::RingCorrupt`] when `prod_tail` fails validation.
+    pub fn poll_each(
+        &mut self,
+        max: usize,
+        limits: &CqeLimits,
+        mut f: impl FnMut(usize, Result<Cqe, BadCqe>),
+    ) -> Result<usize, PvrdmaError> {
         let avail = self.pending()? as usize;
         if avail == 0 {
             return Ok(0);
@@ -490,13 +509,21 @@ impl CqRing {
         from_device_barrier();
         let mut head = self.head;
         let mut n = 0;
-        for o in out.iter_mut().take(avail) {
+        for i in 0..max.min(avail) {
             let off = PAGE_SIZE + self.ring.slot(head) as usize * CQE_SIZE;
+            // One bounds check and eight 64-bit loads; a slot outside the buffer (it cannot
+            // be: `slot < N` and the buffer holds N CQEs) parses as zeroes and fails as one.
             let mut raw = [0u8; CQE_SIZE];
-            if let Some(v) = self.buf.view(off, CQE_SIZE) {
-                v.read_bytes(0, &mut raw);
+            if let Some(w) = self
+                .buf
+                .view(off, CQE_SIZE)
+                .and_then(|v| v.read_words::<{ CQE_SIZE / 8 }>(0))
+            {
+                for (b, w) in raw.chunks_exact_mut(8).zip(w) {
+                    b.copy_from_slice(&w.to_le_bytes());
+                }
             }
-            *o = Cqe::parse(&raw, limits);
+            f(i, Cqe::parse(&raw, limits));
             head = self.ring.inc(head);
             n += 1;
         }

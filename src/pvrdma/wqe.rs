@@ -209,11 +209,15 @@ pub struct SendWr<'a> {
 }
 
 fn put_sges<S: Sink + ?Sized>(out: &mut S, base: usize, sges: &[Sge]) {
+    // Each SGE is assembled in registers and handed over as one 16-byte block (one bounds
+    // check and two 64-bit stores on a DMA slot).
     for (i, s) in sges.iter().enumerate() {
-        let o = base + i * SGE_SIZE;
-        out.put_u64(o, s.addr);
-        out.put_u32(o + 8, s.length);
-        out.put_u32(o + 12, s.lkey);
+        let mut b = [0u8; SGE_SIZE];
+        let bs: &mut [u8] = &mut b;
+        bs.put_u64(0, s.addr);
+        bs.put_u32(8, s.length);
+        bs.put_u32(12, s.lkey);
+        out.put(base + i * SGE_SIZE, &b);
     }
 }
 
@@ -236,53 +240,55 @@ pub fn encode_send<S: Sink + ?Sized>(out: &mut S, wr: &SendWr<'_>) -> Result<usi
     if len > out.capacity() {
         return Err(PvrdmaError::InvalidParameter);
     }
-    out.put_u64(0, wr.wr_id);
-    out.put_u32(8, wr.sges.len() as u32);
-    out.put_u32(12, 0);
-    out.put_u32(16, wr.opcode as u32);
-    out.put_u32(20, wr.flags.bits());
+    // The header is built in a local buffer (zeroed, so unused union bytes stay 0) and
+    // copied to the slot as one block: one bounds check and ten 64-bit stores instead of a
+    // checked store per field.
+    let mut hdr = [0u8; SQ_WQE_HDR_SIZE];
+    let h: &mut [u8] = &mut hdr;
+    h.put_u64(0, wr.wr_id);
+    h.put_u32(8, wr.sges.len() as u32);
+    h.put_u32(12, 0);
+    h.put_u32(16, wr.opcode as u32);
+    h.put_u32(20, wr.flags.bits());
     match wr.ex {
-        Ex::None => out.put_u32(24, 0),
-        Ex::Imm(b) => out.put(24, &b),
-        Ex::InvalidateRkey(k) => out.put_u32(24, k),
-    }
-    out.put_u32(28, 0);
-    for o in (32..SQ_WQE_HDR_SIZE).step_by(4) {
-        out.put_u32(o, 0);
+        Ex::None => h.put_u32(24, 0),
+        Ex::Imm(b) => h.put(24, &b),
+        Ex::InvalidateRkey(k) => h.put_u32(24, k),
     }
     match wr.body {
         WrBody::None => {}
         WrBody::Rdma { remote_addr, rkey } => {
-            out.put_u64(32, remote_addr);
-            out.put_u32(40, rkey);
+            h.put_u64(32, remote_addr);
+            h.put_u32(40, rkey);
         }
         WrBody::FastReg(f) => {
-            out.put_u64(32, f.iova_start);
-            out.put_u64(40, f.pl_pdir_dma);
-            out.put_u32(48, f.page_shift);
-            out.put_u32(52, f.page_list_len);
-            out.put_u32(56, f.length);
-            out.put_u32(60, f.access_flags.bits());
-            out.put_u32(64, f.rkey);
+            h.put_u64(32, f.iova_start);
+            h.put_u64(40, f.pl_pdir_dma);
+            h.put_u32(48, f.page_shift);
+            h.put_u32(52, f.page_list_len);
+            h.put_u32(56, f.length);
+            h.put_u32(60, f.access_flags.bits());
+            h.put_u32(64, f.rkey);
         }
         WrBody::Ud {
             remote_qpn,
             remote_qkey,
             av,
         } => {
-            out.put_u32(32, remote_qpn);
-            out.put_u32(36, remote_qkey);
+            h.put_u32(32, remote_qpn);
+            h.put_u32(36, remote_qkey);
             let a = 40;
-            out.put_u32(a, av.port_pd);
-            out.put_u32(a + 4, av.sl_tclass_flowlabel);
-            out.put(a + 8, &av.dgid);
-            out.put_u8(a + 24, av.src_path_bits);
-            out.put_u8(a + 25, av.gid_index);
-            out.put_u8(a + 26, av.stat_rate);
-            out.put_u8(a + 27, av.hop_limit);
-            out.put(a + 28, &av.dmac);
+            h.put_u32(a, av.port_pd);
+            h.put_u32(a + 4, av.sl_tclass_flowlabel);
+            h.put(a + 8, &av.dgid);
+            h.put_u8(a + 24, av.src_path_bits);
+            h.put_u8(a + 25, av.gid_index);
+            h.put_u8(a + 26, av.stat_rate);
+            h.put_u8(a + 27, av.hop_limit);
+            h.put(a + 28, &av.dmac);
         }
     }
+    out.put(0, &hdr);
     put_sges(out, SQ_WQE_HDR_SIZE, wr.sges);
     Ok(len)
 }
@@ -305,9 +311,11 @@ pub fn encode_recv<S: Sink + ?Sized>(
     if len > out.capacity() {
         return Err(PvrdmaError::InvalidParameter);
     }
-    out.put_u64(0, wr_id);
-    out.put_u32(8, sges.len() as u32);
-    out.put_u32(12, 0);
+    let mut hdr = [0u8; RQ_WQE_HDR_SIZE];
+    let h: &mut [u8] = &mut hdr;
+    h.put_u64(0, wr_id);
+    h.put_u32(8, sges.len() as u32);
+    out.put(0, &hdr);
     put_sges(out, RQ_WQE_HDR_SIZE, sges);
     Ok(len)
 }
