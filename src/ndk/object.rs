@@ -210,13 +210,24 @@ impl<T: NdkObject> Clone for ObjRef<T> {
     }
 }
 
+impl<T: NdkObject> ObjRef<T> {
+    /// The last count went away: frees the object (out of line, so the data path's drop of a
+    /// borrowed handle stays one atomic decrement).
+    #[cold]
+    #[inline(never)]
+    fn free_last(&mut self) {
+        core::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: called only after the last count was dropped (see `drop`), so no other
+        // handle or reference exists, and the allocation came from `Box` in `try_new`.
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+    }
+}
+
 impl<T: NdkObject> Drop for ObjRef<T> {
+    #[inline]
     fn drop(&mut self) {
         if self.obj().refs.fetch_sub(1, Ordering::Release) == 1 {
-            core::sync::atomic::fence(Ordering::Acquire);
-            // SAFETY: this was the last count, so no other handle or reference exists, and
-            // the allocation came from `Box` in `try_new`.
-            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+            self.free_last();
         }
     }
 }
