@@ -102,6 +102,24 @@ impl FakeDevice {
         }
     }
 
+    /// Publishes a shared ring index with one atomic 32-bit store, as a device does. Byte-wise
+    /// stores let the driver read a torn index (e.g. 0x00FF -> 0x0100 seen as 0x01FF), which it
+    /// rightly treats as a corrupt ring (M14) — a flaky test, not a driver bug.
+    pub fn write_index(&self, addr: u64, value: u32) {
+        let p = self
+            .dma
+            .cpu_of(addr)
+            .expect("device write of unmapped address");
+        assert!(
+            (p as usize).is_multiple_of(4),
+            "ring index not 4-byte aligned"
+        );
+        // SAFETY: `p` points into a live TestDma allocation, is 4-byte aligned (checked) and
+        // the driver accesses this word only atomically.
+        let cell = unsafe { core::sync::atomic::AtomicU32::from_ptr(p.cast::<u32>()) };
+        cell.store(value, core::sync::atomic::Ordering::Release);
+    }
+
     pub fn read_u64(&self, addr: u64) -> u64 {
         let mut b = [0u8; 8];
         self.read(addr, &mut b);
@@ -185,7 +203,7 @@ impl FakeDevice {
         let next = (tail + 1) & (2 * 1536 - 1);
         self.st.lock().unwrap().async_tail = next;
         let p0 = self.ring_page(32, 0);
-        self.write(p0 + 8, &next.to_le_bytes());
+        self.write_index(p0 + 8, next);
         self.raise(1);
     }
 
@@ -198,14 +216,14 @@ impl FakeDevice {
         let next = (tail + 1) & (2 * 3072 - 1);
         self.st.lock().unwrap().cq_tail = next;
         let p0 = self.ring_page(48, 0);
-        self.write(p0 + 8, &next.to_le_bytes());
+        self.write_index(p0 + 8, next);
         self.raise(2);
     }
 
     /// Overwrites the async ring's prod_tail (corruption tests) and raises vector 1.
     pub fn corrupt_async_tail(&self, v: u32) {
         let p0 = self.ring_page(32, 0);
-        self.write(p0 + 8, &v.to_le_bytes());
+        self.write_index(p0 + 8, v);
         self.raise(1);
     }
 
