@@ -36,7 +36,7 @@ use crate::pvrdma::cmd::{
     DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
     Reserved, SrqAttr, mr_flags, srq_attr_mask,
 };
-use crate::pvrdma::cqe::{BadCqe, Cqe};
+use crate::pvrdma::cqe::{BadCqe, CqeCore};
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
@@ -144,7 +144,7 @@ pub fn send_wr<'a>(w: &SendWqe<'_>, sges: &'a [Sge], pl_pdir_dma: u64) -> SendWr
 
 /// A polled CQE as the seam reports it. A CQE that failed validation keeps its `wr_id` and
 /// names no QP (`u32::MAX`), so the NDK layer drops and counts it.
-pub fn hw_cqe(r: &Result<Cqe, BadCqe>) -> HwCqe {
+pub fn hw_cqe(r: &Result<CqeCore, BadCqe>) -> HwCqe {
     match r {
         Ok(c) => HwCqe {
             wr_id: c.wr_id,
@@ -1117,14 +1117,11 @@ impl Hardware for PvrdmaHardware {
     fn poll_cq(&self, cq: u32) -> Option<HwCqe> {
         let ring = self.cq(cq)?;
         let limits = self.dev.cqe_limits();
-        let mut out = [Err(BadCqe {
-            wr_id: 0,
-            reason: crate::pvrdma::cqe::CqeError::Status(u32::MAX),
-        })];
-        match ring.lock().poll(&mut out, &limits) {
-            Ok(1) => out.first().map(hw_cqe),
-            _ => None,
-        }
+        let mut out = None;
+        let _ = ring
+            .lock()
+            .poll_each_core(1, &limits, |_, r| out = Some(hw_cqe(&r)));
+        out
     }
 
     fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
@@ -1138,7 +1135,7 @@ impl Hardware for PvrdmaHardware {
         // its output entry (no intermediate array to initialise).
         let n = ring
             .lock()
-            .poll_each(want, &limits, |i, r| {
+            .poll_each_core(want, &limits, |i, r| {
                 if let Some(o) = out.get_mut(i) {
                     *o = hw_cqe(&r);
                 }
@@ -1299,19 +1296,14 @@ mod tests {
 
     #[test]
     fn cqes_map_to_the_seam() {
-        let c = Cqe {
+        let c = CqeCore {
             wr_id: 0x2_0000_0001,
             qp: 5,
             status: WcStatus::RemAccessErr,
             opcode: Some(WcOpcode::Recv),
             byte_len: 64,
             ex: 0x1234_5601u32.to_le_bytes(),
-            src_qp: 0,
             wc_flags: WcFlags::WITH_INVALIDATE,
-            vendor_err: 0,
-            pkey_index: 0,
-            port_num: 1,
-            smac: [0; 6],
             network_hdr_type: None,
         };
         assert_eq!(

@@ -214,55 +214,81 @@ pub struct Cqe {
     pub network_hdr_type: Option<NetworkType>,
 }
 
-impl Cqe {
-    /// Decodes a CQE copied out of the ring (copy first, then parse: the device cannot change
-    /// it between check and use).
+/// The part of a validated CQE the completion path consumes: every check of [`Cqe::parse`]
+/// runs (the full decode is built on this one), but the fields only diagnostics read
+/// (source QP, vendor error, P_Key index, port, SMAC) are not extracted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeCore {
+    /// From the WQE.
+    pub wr_id: u64,
+    /// QP handle (validated against [`CqeLimits::qp_bound`]).
+    pub qp: u32,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode; `None` only for an error CQE whose opcode is unknown.
+    pub opcode: Option<WcOpcode>,
+    /// Bytes transferred (0 for error CQEs).
+    pub byte_len: u32,
+    /// Raw bytes @28: immediate data (network order) or the invalidated key (LE).
+    pub ex: [u8; 4],
+    /// Flags (empty for error CQEs).
+    pub wc_flags: WcFlags,
+    /// Network header type (valid with WITH_NETWORK_HDR_TYPE).
+    pub network_hdr_type: Option<NetworkType>,
+}
+
+/// A CQE as the eight little-endian 64-bit words the ring copy loads.
+pub type CqeWords = [u64; CQE_SIZE / 8];
+
+/// The low and high 32-bit halves of a little-endian word (fields @8k and @8k+4).
+const fn halves(w: u64) -> (u32, u32) {
+    (w as u32, (w >> 32) as u32)
+}
+
+impl CqeCore {
+    /// Decodes and validates a CQE copied out of the ring as words (copy first, then decode:
+    /// the device cannot change it between check and use).
     ///
     /// # Errors
     ///
     /// [`BadCqe`] with the first failing check.
-    pub fn parse(b: &[u8; CQE_SIZE], limits: &CqeLimits) -> Result<Cqe, BadCqe> {
-        let wr_id = get_u64(b, 0);
+    pub fn decode(w: &CqeWords, limits: &CqeLimits) -> Result<CqeCore, BadCqe> {
+        let [wr_id, qp_raw, op_status, len_ex, src_flags, _, _, w7] = *w;
         let bad = |reason| BadCqe { wr_id, reason };
-        let qp_raw = get_u64(b, 8);
         let qp = u32::try_from(qp_raw)
             .ok()
             .filter(|&q| q < limits.qp_bound)
             .ok_or(bad(CqeError::Qp(qp_raw)))?;
-        let status = WcStatus::try_from(get_u32(b, 20)).map_err(bad)?;
-        let raw_opcode = get_u32(b, 16);
-        let mut cqe = Cqe {
+        let (raw_opcode, raw_status) = halves(op_status);
+        let status = WcStatus::try_from(raw_status).map_err(bad)?;
+        let (raw_len, ex) = halves(len_ex);
+        let mut cqe = CqeCore {
             wr_id,
             qp,
             status,
             opcode: WcOpcode::try_from(raw_opcode).ok(),
             byte_len: 0,
-            ex: get(b, 28),
-            src_qp: get_u32(b, 32),
+            ex: ex.to_le_bytes(),
             wc_flags: WcFlags::empty(),
-            vendor_err: get_u32(b, 40),
-            pkey_index: get_u16(b, 44),
-            port_num: get_u8(b, 50),
-            smac: get(b, 51),
             network_hdr_type: None,
         };
         if status != WcStatus::Success {
             return Ok(cqe);
         }
         cqe.opcode = Some(WcOpcode::try_from(raw_opcode).map_err(bad)?);
-        let byte_len = get_u32(b, 24);
-        if byte_len > limits.max_byte_len {
-            return Err(bad(CqeError::Length(byte_len)));
+        if raw_len > limits.max_byte_len {
+            return Err(bad(CqeError::Length(raw_len)));
         }
-        cqe.byte_len = byte_len;
-        let raw_flags = get_u32(b, 36);
+        cqe.byte_len = raw_len;
+        let raw_flags = halves(src_flags).1;
         let flags = WcFlags::from_bits(raw_flags).ok_or(bad(CqeError::Flags(raw_flags)))?;
         if flags.contains(WcFlags::WITH_IMM | WcFlags::WITH_INVALIDATE) {
             return Err(bad(CqeError::Flags(raw_flags)));
         }
         cqe.wc_flags = flags;
         if flags.contains(WcFlags::WITH_NETWORK_HDR_TYPE) {
-            let t = get_u8(b, 57);
+            // Byte 57 is the second byte of word 7.
+            let t = (w7 >> 8) as u8;
             cqe.network_hdr_type = Some(match t {
                 0 => NetworkType::Ib,
                 1 => NetworkType::Ipv4,
@@ -271,6 +297,49 @@ impl Cqe {
             });
         }
         Ok(cqe)
+    }
+
+    /// Immediate data, when WITH_IMM.
+    pub fn imm_data(&self) -> Option<[u8; 4]> {
+        self.wc_flags.contains(WcFlags::WITH_IMM).then_some(self.ex)
+    }
+
+    /// The remotely invalidated key (LE, M28), when WITH_INVALIDATE.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_INVALIDATE)
+            .then_some(u32::from_le_bytes(self.ex))
+    }
+}
+
+impl Cqe {
+    /// Decodes a CQE copied out of the ring (copy first, then parse: the device cannot change
+    /// it between check and use).
+    ///
+    /// # Errors
+    ///
+    /// [`BadCqe`] with the first failing check.
+    pub fn parse(b: &[u8; CQE_SIZE], limits: &CqeLimits) -> Result<Cqe, BadCqe> {
+        let mut w: CqeWords = [0; CQE_SIZE / 8];
+        for (i, o) in w.iter_mut().enumerate() {
+            *o = get_u64(b, i * 8);
+        }
+        let c = CqeCore::decode(&w, limits)?;
+        Ok(Cqe {
+            wr_id: c.wr_id,
+            qp: c.qp,
+            status: c.status,
+            opcode: c.opcode,
+            byte_len: c.byte_len,
+            ex: c.ex,
+            src_qp: get_u32(b, 32),
+            wc_flags: c.wc_flags,
+            vendor_err: get_u32(b, 40),
+            pkey_index: get_u16(b, 44),
+            port_num: get_u8(b, 50),
+            smac: get(b, 51),
+            network_hdr_type: c.network_hdr_type,
+        })
     }
 
     /// Immediate data, when WITH_IMM.
@@ -388,6 +457,70 @@ mod tests {
             Cqe::parse(&b, &LIM).unwrap_err().reason,
             CqeError::Length(u32::MAX)
         );
+    }
+
+    fn words(b: &[u8; 64]) -> CqeWords {
+        core::array::from_fn(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+    }
+
+    #[test]
+    fn word_decode_agrees_with_the_full_parse() {
+        // Every case the full parse accepts or rejects, mutated one byte at a time: the
+        // narrow decode must reach the same verdict and the same fields.
+        let mut cases = alloc::vec![ud_recv()];
+        for (at, v) in [
+            (16, 11),
+            (16, 129),
+            (20, 22),
+            (20, 5),
+            (8, 0xFF),
+            (12, 1),
+            (37, 1),
+            (36, 0x02),
+            (36, 0x04),
+            (36, 0x06),
+            (57, 3),
+            (57, 2),
+            (27, 0xFF),
+        ] {
+            let mut b = ud_recv();
+            b[28..32].copy_from_slice(&[0xDE, 0xAD, 0xBE, 0xEF]);
+            b[at] = v;
+            cases.push(b);
+        }
+        let lim = CqeLimits {
+            qp_bound: 1024,
+            max_byte_len: 0x100,
+        };
+        for b in cases {
+            for l in [LIM, lim] {
+                let full = Cqe::parse(&b, &l);
+                let core = CqeCore::decode(&words(&b), &l);
+                match (full, core) {
+                    (Ok(f), Ok(c)) => {
+                        assert_eq!(
+                            (f.wr_id, f.qp, f.status, f.opcode, f.byte_len, f.ex),
+                            (c.wr_id, c.qp, c.status, c.opcode, c.byte_len, c.ex)
+                        );
+                        assert_eq!(
+                            (f.wc_flags, f.network_hdr_type),
+                            (c.wc_flags, c.network_hdr_type)
+                        );
+                        assert_eq!(f.imm_data(), c.imm_data());
+                        assert_eq!(f.invalidated_rkey(), c.invalidated_rkey());
+                    }
+                    (Err(f), Err(c)) => assert_eq!(f, c),
+                    (f, c) => panic!("full {f:?} vs narrow {c:?}"),
+                }
+            }
+        }
+        let mut b = ud_recv();
+        b[36] = 0x04;
+        b[28..32].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        let c = CqeCore::decode(&words(&b), &LIM).unwrap();
+        assert_eq!(c.invalidated_rkey(), Some(0x1234_5678));
+        assert_eq!(c.network_hdr_type, None);
+        assert_eq!(c.byte_len, 296);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::os::alloc::try_arc;
 use crate::os::dma::PAGE_SIZE;
 use crate::os::sync::{from_device_barrier, to_device_barrier};
 
-use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeLimits};
+use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeCore, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
 use super::ring::{Ring, RingCorrupt};
@@ -501,6 +501,37 @@ impl CqRing {
         limits: &CqeLimits,
         mut f: impl FnMut(usize, Result<Cqe, BadCqe>),
     ) -> Result<usize, PvrdmaError> {
+        self.poll_words(max, |i, w| {
+            let mut raw = [0u8; CQE_SIZE];
+            for (b, w) in raw.chunks_exact_mut(8).zip(w) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
+            f(i, Cqe::parse(&raw, limits));
+        })
+    }
+
+    /// [`CqRing::poll_each`] decoding only the completion-path fields ([`CqeCore`], the same
+    /// checks) straight from the loaded words: the data-path poll.
+    ///
+    /// # Errors
+    ///
+    /// [`PvrdmaError::RingCorrupt`] when `prod_tail` fails validation.
+    pub fn poll_each_core(
+        &mut self,
+        max: usize,
+        limits: &CqeLimits,
+        mut f: impl FnMut(usize, Result<CqeCore, BadCqe>),
+    ) -> Result<usize, PvrdmaError> {
+        self.poll_words(max, |i, w| f(i, CqeCore::decode(w, limits)))
+    }
+
+    /// The ring walk under both polls: hands the `i`-th raw CQE (copied out, not yet
+    /// validated) to `f`; every CQE handed over is consumed. One `cons_head` update per call.
+    fn poll_words(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(usize, &CqeWords),
+    ) -> Result<usize, PvrdmaError> {
         let avail = self.pending()? as usize;
         if avail == 0 {
             return Ok(0);
@@ -512,18 +543,13 @@ impl CqRing {
         for i in 0..max.min(avail) {
             let off = PAGE_SIZE + self.ring.slot(head) as usize * CQE_SIZE;
             // One bounds check and eight 64-bit loads; a slot outside the buffer (it cannot
-            // be: `slot < N` and the buffer holds N CQEs) parses as zeroes and fails as one.
-            let mut raw = [0u8; CQE_SIZE];
-            if let Some(w) = self
+            // be: `slot < N` and the buffer holds N CQEs) decodes as zeroes.
+            let w = self
                 .buf
                 .view(off, CQE_SIZE)
                 .and_then(|v| v.read_words::<{ CQE_SIZE / 8 }>(0))
-            {
-                for (b, w) in raw.chunks_exact_mut(8).zip(w) {
-                    b.copy_from_slice(&w.to_le_bytes());
-                }
-            }
-            f(i, Cqe::parse(&raw, limits));
+                .unwrap_or([0; CQE_SIZE / 8]);
+            f(i, &w);
             head = self.ring.inc(head);
             n += 1;
         }
