@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use common::memory::ConsumerMem;
-use common::objects::{modify, rts_attrs};
+use common::objects::{rc_rtr_rts, rts_attrs};
 use common::{Mode, Rig, RigConfig};
 use pvrdma_ndk::ndk::NdkDevice;
 use pvrdma_ndk::ndk::completion::wc;
 use pvrdma_ndk::ndk::dispatch;
 use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::pvrdma::cmd::{QpAttrMask, QpState};
 use pvrdma_ndk::pvrdma::device::DeviceConfig as DrvConfig;
 use pvrdma_sim::ObjectCounts;
 
@@ -327,16 +326,11 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
     let [qa, qb] = qps;
     // The connection manager is a later issue: connect the two device QPs by hand (handles
     // 1 and 2, QPNs 0x101 and 0x102 on VERSION 20, M10), then tell the NDK layer.
-    type M = QpAttrMask;
-    let rtr =
-        M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
     for (h, peer) in [(1, 0x102), (2, 0x101)] {
         let mut at = rts_attrs(peer);
         at.sq_psn = at.rq_psn; // both directions use the same PSN
         at.ah_attr.dmac = mac;
-        modify(&dev, h, QpState::Rtr, rtr, at).expect("RTR");
-        modify(&dev, h, QpState::Rts, rts, at).expect("RTS");
+        rc_rtr_rts(&dev, h, at).expect("RTR/RTS");
     }
     // SAFETY: live QPs.
     unsafe { pvrdma_ndk::ndk::set_qp_connected(qa, true) };

@@ -26,11 +26,10 @@ use pvrdma_ndk::ndk::{NdkDevice, Qp, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform};
-use pvrdma_ndk::pvrdma::cmd::{QpAttrMask, QpState};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::world::World;
 
-use crate::common::objects::{modify, rts_attrs};
+use crate::common::objects::{rc_rtr_rts, rts_attrs};
 use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma};
 
 /// One simulated host.
@@ -452,14 +451,6 @@ impl Cluster {
         let (na, nb) = (&self.nodes[a], &self.nodes[b]);
         let (ha, hb) = (qp_handle(qa), qp_handle(qb));
         let (qpn_a, qpn_b) = (qpn(&na.dev, ha), qpn(&nb.dev, hb));
-        type M = QpAttrMask;
-        let rtr = M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
         for (n, h, peer, peer_qpn, sq_psn, rq_psn) in [
             (na, ha, nb, qpn_b, 0x100, 0x200),
             (nb, hb, na, qpn_a, 0x200, 0x100),
@@ -474,8 +465,7 @@ impl Cluster {
             at.rnr_retry = 7;
             at.ah_attr.dgid = peer.gid;
             at.ah_attr.dmac = peer.mac;
-            modify(&n.dev, h, QpState::Rtr, rtr, at).expect("RTR");
-            modify(&n.dev, h, QpState::Rts, rts, at).expect("RTS");
+            rc_rtr_rts(&n.dev, h, at).expect("RTR/RTS");
         }
         // SAFETY: both are live QPs of this provider.
         unsafe { set_qp_connected(qa, true) };

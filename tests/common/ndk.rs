@@ -29,13 +29,12 @@ use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
-use pvrdma_ndk::pvrdma::cmd::{QpAttrMask, QpState};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{NodeConfig, World};
 
 use super::memory::{BuiltMdl, ConsumerMem};
-use super::objects::{modify, rts_attrs};
+use super::objects::{rc_rtr_rts, rts_attrs};
 use super::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
 
 /// Bound on every wait: a hang, not a timing assertion.
@@ -1485,10 +1484,6 @@ pub const PSN_BA: u32 = 0x0020_0000;
 /// MODIFY_QP with the peer's QPN (from the peer model), GID and MAC, then both are marked
 /// connected so the NDK layer accepts initiator requests.
 pub fn connect(c: &Cluster, a: &Qp, b: &Qp) {
-    type M = QpAttrMask;
-    let rtr =
-        M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    let rts = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
     let qpn = |q: &Qp| {
         let h = q.handle();
         c.hosts[q.host]
@@ -1506,9 +1501,7 @@ pub fn connect(c: &Cluster, a: &Qp, b: &Qp) {
         at.ah_attr.dgid = ph.gid;
         at.ah_attr.dmac = ph.mac;
         at.ah_attr.sgid_index = 0;
-        let dev = &c.hosts[me.host].dev;
-        modify(dev, me.handle(), QpState::Rtr, rtr, at).expect("RTR");
-        modify(dev, me.handle(), QpState::Rts, rts, at).expect("RTS");
+        rc_rtr_rts(&c.hosts[me.host].dev, me.handle(), at).expect("RTR/RTS");
     }
     for q in [a, b] {
         // SAFETY: a live QP of this provider.

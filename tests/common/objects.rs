@@ -201,6 +201,28 @@ pub fn rts_attrs(dest_qpn: u32) -> QpAttr {
     }
 }
 
+/// Attributes an RC QP needs for INIT → RTR (pvrdma.md §8 transition table).
+pub const RC_RTR_MASK: QpAttrMask = QpAttrMask::AV
+    .union(QpAttrMask::PATH_MTU)
+    .union(QpAttrMask::DEST_QPN)
+    .union(QpAttrMask::RQ_PSN)
+    .union(QpAttrMask::MAX_DEST_RD_ATOMIC)
+    .union(QpAttrMask::MIN_RNR_TIMER);
+
+/// Attributes an RC QP needs for RTR → RTS (pvrdma.md §8 transition table).
+pub const RC_RTS_MASK: QpAttrMask = QpAttrMask::TIMEOUT
+    .union(QpAttrMask::RETRY_CNT)
+    .union(QpAttrMask::RNR_RETRY)
+    .union(QpAttrMask::SQ_PSN)
+    .union(QpAttrMask::MAX_QP_RD_ATOMIC);
+
+/// An RC QP in INIT to RTR, then RTS, with `attr` (the test wiring that stands in for the
+/// connection manager: `attr` names the peer's QPN, GID, MAC and the PSNs).
+pub fn rc_rtr_rts(dev: &Device, qp: u32, attr: QpAttr) -> Result<(), PvrdmaError> {
+    modify(dev, qp, QpState::Rtr, RC_RTR_MASK, attr)?;
+    modify(dev, qp, QpState::Rts, RC_RTS_MASK, attr)
+}
+
 /// RESET → INIT → RTR → RTS with the masks IB requires per type (pvrdma.md §14 table).
 pub fn to_rts(dev: &Device, qp: u32, ty: QpType, dest_qpn: u32) -> Result<(), PvrdmaError> {
     let a = rts_attrs(dest_qpn);
@@ -208,13 +230,8 @@ pub fn to_rts(dev: &Device, qp: u32, ty: QpType, dest_qpn: u32) -> Result<(), Pv
     let (init, rtr, rts) = match ty {
         QpType::Rc => (
             M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-            M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
+            RC_RTR_MASK,
+            RC_RTS_MASK,
         ),
         QpType::Ud => (M::PKEY_INDEX | M::PORT | M::QKEY, M::empty(), M::SQ_PSN),
         QpType::Gsi => (M::PKEY_INDEX | M::QKEY, M::empty(), M::SQ_PSN),
