@@ -15,7 +15,6 @@
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::error::{NdkError, NdkResult};
-use super::hw::HwCqe;
 use super::object::try_vec;
 use crate::ndkpi::*;
 
@@ -96,13 +95,30 @@ pub struct SlotRecord {
     pub signaled: bool,
 }
 
+/// What a validated CQE says about the request it completes (pvrdma.md §11: in an error CQE
+/// only the status is meaningful).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// `enum pvrdma_wc_status` value.
+    pub status: u32,
+    /// `byte_len` (receives).
+    pub byte_len: u32,
+    /// The key a SEND_WITH_INV invalidated (`WITH_INVALIDATE`, M28).
+    pub invalidated_rkey: Option<u32>,
+}
+
 /// Builds the result of a retired request; `None` for a silent success.
 ///
 /// Type: the record's operation, except a receive whose CQE carries an invalidated key,
 /// which is ReceiveAndInvalidate with the key in TypeSpecificCompletionOutput.
 /// ProviderErrorCode: the WC status on failure, 0 on success (NDKPI 2.1).
 /// BytesTransferred: the CQE's `byte_len` for receives, 0 otherwise (undefined by NDK).
-pub fn make_result(rec: &SlotRecord, cqe: &HwCqe, qp_context: usize) -> Option<NDK_RESULT_EX> {
+#[inline(always)]
+pub fn make_result(
+    rec: &SlotRecord,
+    cqe: &Completion,
+    qp_context: usize,
+) -> Option<NDK_RESULT_EX> {
     let ok = cqe.status == wc::SUCCESS;
     if ok && !rec.signaled {
         return None;
@@ -132,6 +148,7 @@ pub fn make_result(rec: &SlotRecord, cqe: &HwCqe, qp_context: usize) -> Option<N
 }
 
 /// The NDK_RESULT view of a result.
+#[inline(always)]
 pub fn to_result(r: &NDK_RESULT_EX) -> NDK_RESULT {
     NDK_RESULT {
         Status: r.Status,
@@ -152,11 +169,13 @@ pub mod tag {
 }
 
 /// `wr_id` for slot `index` of a queue with tag `tag`.
+#[inline(always)]
 pub const fn wr_id(tag: u32, index: u32) -> u64 {
     ((tag as u64) << 32) | index as u64
 }
 
 /// Splits a device-written `wr_id` into (tag, index).
+#[inline(always)]
 pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
     ((wr_id >> 32) as u32, wr_id as u32)
 }
@@ -213,32 +232,42 @@ impl OrderedQueue {
             .wrapping_sub(self.retired.load(Ordering::Acquire))
     }
 
-    /// Index for the next post, recording `rec` in its slot; fails when `depth` requests are
-    /// outstanding. The index becomes visible to the retirer only at [`Self::commit`].
-    pub fn reserve(&self, rec: &SlotRecord) -> NdkResult<u32> {
-        if self.outstanding() >= self.depth {
-            return Err(NdkError::InsufficientResources);
+    /// The index of the next post, `None` when `depth` requests are outstanding (the
+    /// queue's single poster calls this; a retired slot is free in the ring too, because the
+    /// device consumes WQEs in order and completes a slot only after consuming it).
+    #[inline(always)]
+    pub fn next(&self) -> Option<u32> {
+        let posted = self.posted.load(Ordering::Relaxed);
+        if posted.wrapping_sub(self.retired.load(Ordering::Acquire)) >= self.depth {
+            return None;
         }
-        let index = self.posted.load(Ordering::Relaxed);
+        Some(posted)
+    }
+
+    /// Records the request posted at `index` (from [`Self::next`]).
+    #[inline(always)]
+    pub fn record(&self, index: u32, rec: &SlotRecord) {
         let slot = self.slot(index);
         slot.context.store(rec.request_context, Ordering::Relaxed);
         let meta = (rec.op.0 as u32 & !SIGNALED_BIT) | if rec.signaled { SIGNALED_BIT } else { 0 };
         slot.meta.store(meta, Ordering::Relaxed);
+    }
+
+    /// Index for the next post, recording `rec` in its slot; fails when `depth` requests are
+    /// outstanding. The index becomes visible to the retirer only at [`Self::commit`].
+    pub fn reserve(&self, rec: &SlotRecord) -> NdkResult<u32> {
+        let index = self.next().ok_or(NdkError::InsufficientResources)?;
+        self.record(index, rec);
         Ok(index)
     }
 
-    /// Publishes the reserved index. Done before its WQE reaches the ring: the device may
-    /// run a WQE as soon as `prod_tail` covers it, without waiting for its doorbell (M17
-    /// runs an SQ until empty), so its CQE can be polled on another thread before the post
-    /// returns.
+    /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
+    /// the device may run a WQE as soon as `prod_tail` covers it, without waiting for its
+    /// doorbell (M17 runs an SQ until empty), so its CQE can be polled on another thread
+    /// before the post returns.
+    #[inline(always)]
     pub fn commit(&self, index: u32) {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
-    }
-
-    /// Takes back a committed index whose WQE could not be written (the device never saw
-    /// it, so no CQE can name it).
-    pub fn withdraw(&self, index: u32) {
-        self.posted.store(index, Ordering::Release);
     }
 
     /// True if committed requests have not been indicated by a doorbell yet (DEFER).
@@ -246,14 +275,20 @@ impl OrderedQueue {
         self.rung.load(Ordering::Relaxed) != self.posted.load(Ordering::Relaxed)
     }
 
-    /// Records that the doorbell covered everything committed so far.
-    pub fn mark_rung(&self) {
-        self.rung
-            .store(self.posted.load(Ordering::Relaxed), Ordering::Relaxed);
+    /// Records that the doorbell covered every index before `upto`.
+    #[inline(always)]
+    pub fn mark_rung(&self, upto: u32) {
+        self.rung.store(upto, Ordering::Relaxed);
+    }
+
+    /// Every committed index (for [`Self::mark_rung`] after a doorbell for all of them).
+    pub fn committed(&self) -> u32 {
+        self.posted.load(Ordering::Relaxed)
     }
 
     /// Retires outstanding index `index` (and every earlier one) and returns its record;
     /// `None` if `index` is not outstanding (a device-written value that fails validation).
+    #[inline(always)]
     pub fn retire(&self, index: u32) -> Option<SlotRecord> {
         let retired = self.retired.load(Ordering::Relaxed);
         let posted = self.posted.load(Ordering::Acquire);
@@ -271,15 +306,13 @@ impl OrderedQueue {
         Some(rec)
     }
 
+    #[inline(always)]
+    #[allow(unsafe_code)]
     fn slot(&self, index: u32) -> &Slot {
-        // PANIC: `mask` = len − 1 with len a power of two (so len ≥ 1, checked in `new`): the
-        // masked index is in bounds and the fallback to slot 0 exists, so neither panics.
         let i = (index & self.mask) as usize;
-        match self.slots.get(i) {
-            Some(s) => s,
-            #[allow(clippy::indexing_slicing)]
-            None => &self.slots[0],
-        }
+        // SAFETY: `slots.len()` = `mask + 1` (a power of two, set in `new` and never
+        // changed), so the masked index is in bounds.
+        unsafe { self.slots.get_unchecked(i) }
     }
 }
 
@@ -287,10 +320,8 @@ impl OrderedQueue {
 mod tests {
     use super::*;
 
-    fn cqe(wr_id: u64, status: u32) -> HwCqe {
-        HwCqe {
-            wr_id,
-            qp: 1,
+    fn cqe(_wr_id: u64, status: u32) -> Completion {
+        Completion {
             status,
             byte_len: 77,
             invalidated_rkey: None,
@@ -401,6 +432,7 @@ mod tests {
             let i = q.reserve(&rec(c)).expect("space");
             q.commit(i);
         }
+        assert_eq!(q.next(), None);
         assert_eq!(q.reserve(&rec(4)), Err(NdkError::InsufficientResources));
         assert_eq!(q.retire(7), None, "never posted");
         // A CQE for index 2 retires the silent index 1 as well.
@@ -430,7 +462,7 @@ mod tests {
         let i = q.reserve(&rec).expect("space");
         q.commit(i);
         assert!(q.doorbell_pending());
-        q.mark_rung();
+        q.mark_rung(q.committed());
         assert!(!q.doorbell_pending());
     }
 }

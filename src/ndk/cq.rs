@@ -1,21 +1,29 @@
 //! NDK_CQ over a PVRDMA CQ (ndkpi.md §5.4; pvrdma.md §9, §11–§13, M18–M19).
 //!
-//! Retrieval maps each CQE to its QP through the device's bounds-checked QP handle table
-//! (O(1), then checked to complete on this CQ) and to the posted
-//! request through that queue's slot records ([`super::completion`]). Notification is the
+//! Retrieval reads CQEs straight out of the ring through the CQ's port
+//! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the QP of the previous CQE is
+//! cached across polls; otherwise the device's bounds-checked QP handle table, O(1), then
+//! checked to complete on this CQ) and to the posted request through that queue's slot
+//! records ([`super::completion`]). Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
-#![deny(unsafe_code)]
 
 use super::adapter::Adapter;
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwCqe, HwDone, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
+use super::completion::{Completion, SlotRecord, make_result, split_wr_id, to_result};
+use super::hw::{HwDone, pow2_ceil};
+use super::object::{CachedRef, CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
+use crate::pvrdma::port::{CqPort, CqState, CqeView};
+
+/// `wc_flags` WITH_IMM (pvrdma.md §11).
+const WITH_IMM: u32 = 1 << 1;
+/// `wc_flags` WITH_INVALIDATE.
+const WITH_INVALIDATE: u32 = 1 << 2;
 
 /// Effective arm type, ordered so that combining two arms is `max` (§5.4 table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -178,6 +186,11 @@ pub struct Cq {
     notify_context: usize,
     affinity: Option<GROUP_AFFINITY>,
     arm: SpinLock<ArmState>,
+    port: CqPort,
+    /// The QP of the last CQE (polls are serialized per CQ, §5.4).
+    last_qp: CachedRef<Qp>,
+    /// Largest `byte_len` a receive CQE may carry (MaxTransferLength).
+    max_byte_len: u32,
 }
 
 impl NdkObject for Cq {
@@ -186,6 +199,8 @@ impl NdkObject for Cq {
         &self.life
     }
     fn teardown(&self) {
+        // The cached QP holds this CQ's memory through its own handles: let it go.
+        drop(self.last_qp.take());
         self.adapter.device().unregister_cq(self.handle);
         self.adapter.hw().destroy_cq(self.handle);
     }
@@ -253,6 +268,13 @@ impl Cq {
 
     fn wrap(adapter: &ObjRef<Adapter>, handle: u32, p: CqParams) -> NdkResult<ObjRef<Cq>> {
         let hw = adapter.hw();
+        let port = match hw.cq_port(handle) {
+            Ok(p) => p,
+            Err(e) => {
+                hw.destroy_cq(handle);
+                return Err(e.into());
+            }
+        };
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
             Dispatch: &dispatch::CQ_DISPATCH,
@@ -266,6 +288,9 @@ impl Cq {
             notify_context: p.notify_context,
             affinity: p.affinity,
             arm: SpinLock::new(ArmState::default()),
+            port,
+            last_qp: CachedRef::new(),
+            max_byte_len: adapter.info().MaxTransferLength,
         };
         let cq = match ObjRef::try_new(ndk, state) {
             Ok(cq) => cq,
@@ -303,85 +328,192 @@ impl Cq {
     }
 
     /// The QP a CQE names, if it exists and completes on this CQ: an O(1) bounds-checked
-    /// lookup by device handle, whatever the number of QPs sharing the CQ.
-    fn find_qp(&self, qp_handle: u32) -> Option<ObjRef<Qp>> {
-        self.adapter
+    /// lookup by device handle, whatever the number of QPs sharing the CQ. The QP is cached
+    /// for the next CQE.
+    ///
+    /// # Safety
+    /// Polls of this CQ are serialized (§5.4), and the result is not used after the next
+    /// lookup.
+    #[cold]
+    #[inline(never)]
+    unsafe fn find_qp<'a>(&self, qp: u64) -> Option<&'a Qp> {
+        let handle = u32::try_from(qp).ok()?;
+        let q = self
+            .adapter
             .device()
-            .qp(qp_handle)
-            .filter(|q| q.completes_on(self))
+            .qp(handle)
+            .filter(|q| q.completes_on(self))?;
+        // SAFETY: caller contract (serialized polls; earlier references are dead).
+        unsafe {
+            self.last_qp.set(q);
+            self.last_qp.get()
+        }
     }
 
-    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation: CQEs are
-    /// taken in batches (one ring lock and one `cons_head` update per batch, never more
-    /// CQEs than results still wanted, so none is lost), and the QP of the previous CQE is
-    /// reused before the QP table is consulted.
+    /// The QP of a CQE: the cached one when the handle matches and it is still live, else
+    /// the table.
+    ///
+    /// # Safety
+    /// As [`Self::find_qp`].
+    #[inline(always)]
+    unsafe fn qp_of<'a>(&self, qp: u64) -> Option<&'a Qp> {
+        // SAFETY: caller contract.
+        match unsafe { self.last_qp.get() } {
+            Some(q) if u64::from(q.handle()) == qp && q.is_live() => Some(q),
+            // SAFETY: caller contract.
+            _ => unsafe { self.find_qp(qp) },
+        }
+    }
+
+    /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation, no lock:
+    /// CQEs are read in place, never more than results still wanted (so none is lost), and
+    /// `cons_head` is published once per call.
+    #[inline(always)]
     pub fn get_results_ex(&self, out: &mut [NDK_RESULT_EX]) -> usize {
-        self.fill(out.len(), |i, r| {
-            if let Some(slot) = out.get_mut(i) {
-                *slot = r;
-            }
-        })
+        self.fill(out)
     }
 
     /// NdkGetCqResults: the same results without Type and the other Ex fields.
+    #[inline(always)]
     pub fn get_results(&self, out: &mut [NDK_RESULT]) -> usize {
-        self.fill(out.len(), |i, r| {
-            if let Some(slot) = out.get_mut(i) {
-                *slot = super::completion::to_result(&r);
-            }
-        })
+        self.fill(out)
     }
 
-    fn fill(&self, wanted: usize, put: impl FnMut(usize, NDK_RESULT_EX)) -> usize {
-        // A consumer reaping one result (or finding none) pays for a one-entry buffer, not
-        // for initialising sixteen.
-        if wanted <= 1 {
-            self.fill_batched::<1>(wanted, put)
-        } else {
-            self.fill_batched::<16>(wanted, put)
-        }
-    }
-
-    fn fill_batched<const BATCH: usize>(
-        &self,
-        wanted: usize,
-        mut put: impl FnMut(usize, NDK_RESULT_EX),
-    ) -> usize {
-        let hw = self.adapter.hw();
-        let mut buf = [HwCqe::EMPTY; BATCH];
-        let mut last: Option<ObjRef<Qp>> = None;
+    #[inline(always)]
+    fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {
+        let port = &self.port;
+        let mut head = port.head();
+        let ready = match port.ready(head) {
+            CqState::Ready(n) => n as usize,
+            CqState::Empty => return 0,
+            CqState::Corrupt => return self.corrupt(),
+        };
         let mut n = 0;
-        while n < wanted {
-            let want = (wanted - n).min(BATCH);
-            let Some(batch) = buf.get_mut(..want) else {
+        let mut taken = 0;
+        while n < out.len() && taken < ready {
+            let c = port.load(head);
+            head = port.next(head);
+            taken += 1;
+            // SAFETY: polls of this CQ are serialized (§5.4), and `qp` is not used after the
+            // next lookup (the next loop iteration).
+            let Some(qp) = (unsafe { self.qp_of(c.qp) }) else {
+                self.adapter.device().count_bad_cqe();
+                continue;
+            };
+            let (t, index) = split_wr_id(c.wr_id);
+            let Some(rec) = qp.retire(t, index) else {
+                continue;
+            };
+            let Some(slot) = out.get_mut(n) else {
                 break;
             };
-            let got = hw.poll_cq_batch(self.handle, batch).min(want);
-            if got == 0 {
-                break;
-            }
-            for cqe in buf.iter().take(got) {
-                if last.as_ref().is_none_or(|q| q.handle() != cqe.qp) {
-                    last = self.find_qp(cqe.qp);
-                }
-                // A CQE naming no QP of this CQ, or a slot that is not outstanding, is
-                // dropped (and counted) rather than trusted (style.md §10).
-                let Some(qp) = &last else {
-                    self.adapter.device().count_bad_cqe();
-                    continue;
-                };
-                if let Some(r) = qp.complete(cqe) {
-                    if r.Type == NdkOperationTypeReceiveAndInvalidate {
-                        // CAST: `make_result` widened the u32 key.
-                        let key = r.TypeSpecificCompletionOutput as u32;
-                        self.adapter.device().note_remote_invalidate(key);
-                    }
-                    put(n, r);
+            if c.status == 0 && rec.op != NdkOperationTypeReceive {
+                // The common initiator success: no length, no key, no mapping.
+                if rec.signaled {
+                    slot.success(qp.context(), rec.request_context, rec.op);
                     n += 1;
                 }
+                continue;
+            }
+            if self.complete_slow(qp, &rec, &c, slot) {
+                n += 1;
             }
         }
+        port.consume(head);
         n
+    }
+
+    /// Receives and failures: the length and the invalidated key are validated, the WC
+    /// status mapped. Returns whether `slot` was filled.
+    #[inline(never)]
+    fn complete_slow<R: CqResult>(
+        &self,
+        qp: &Qp,
+        rec: &SlotRecord,
+        c: &CqeView,
+        slot: &mut R,
+    ) -> bool {
+        let ok = c.status == 0;
+        // A success whose length exceeds any buffer NDK can post, or whose flags claim both
+        // immediate data and an invalidation, is not trusted: the request is reported failed
+        // (STATUS_INTERNAL_ERROR) instead of with device garbage.
+        let both = WITH_IMM | WITH_INVALIDATE;
+        let sane = !ok || (c.byte_len <= self.max_byte_len && c.wc_flags & both != both);
+        let done = if sane {
+            Completion {
+                status: c.status,
+                byte_len: if ok { c.byte_len } else { 0 },
+                invalidated_rkey: (ok && c.wc_flags & WITH_INVALIDATE != 0).then_some(c.ex),
+            }
+        } else {
+            self.adapter.device().count_bad_cqe();
+            Completion {
+                status: super::completion::wc::GENERAL_ERR,
+                byte_len: 0,
+                invalidated_rkey: None,
+            }
+        };
+        let Some(r) = make_result(rec, &done, qp.context()) else {
+            return false;
+        };
+        if r.Type == NdkOperationTypeReceiveAndInvalidate {
+            // CAST: `make_result` widened the u32 key.
+            let key = r.TypeSpecificCompletionOutput as u32;
+            self.adapter.device().note_remote_invalidate(key);
+        }
+        slot.set(&r);
+        true
+    }
+
+    /// The device's `prod_tail` failed validation (M14): nothing is read from the ring.
+    #[cold]
+    #[inline(never)]
+    fn corrupt(&self) -> usize {
+        self.adapter.device().count_bad_cqe();
+        0
+    }
+}
+
+/// An NDK result type the poll fills.
+trait CqResult {
+    /// A successful initiator request (no bytes, no type-specific output).
+    fn success(&mut self, qp_context: usize, request_context: usize, op: NDK_OPERATION_TYPE);
+    /// Any result.
+    fn set(&mut self, r: &NDK_RESULT_EX);
+}
+
+impl CqResult for NDK_RESULT {
+    #[inline(always)]
+    fn success(&mut self, qp_context: usize, request_context: usize, _op: NDK_OPERATION_TYPE) {
+        // CAST: the contexts were PVOIDs stored as integers.
+        *self = NDK_RESULT {
+            Status: STATUS_SUCCESS,
+            BytesTransferred: 0,
+            QPContext: qp_context as PVOID,
+            RequestContext: request_context as PVOID,
+        };
+    }
+    fn set(&mut self, r: &NDK_RESULT_EX) {
+        *self = to_result(r);
+    }
+}
+
+impl CqResult for NDK_RESULT_EX {
+    #[inline(always)]
+    fn success(&mut self, qp_context: usize, request_context: usize, op: NDK_OPERATION_TYPE) {
+        // CAST: as above.
+        *self = NDK_RESULT_EX {
+            Status: STATUS_SUCCESS,
+            BytesTransferred: 0,
+            QPContext: qp_context as PVOID,
+            RequestContext: request_context as PVOID,
+            Type: op,
+            ProviderErrorCode: 0,
+            TypeSpecificCompletionOutput: 0,
+        };
+    }
+    fn set(&mut self, r: &NDK_RESULT_EX) {
+        *self = *r;
     }
 }
 
@@ -389,7 +521,6 @@ impl ObjRef<Cq> {
     /// NdkArmCq: records the arm, arms the device, then re-checks the ring because CQEs
     /// already present never notify (pitfall 11).
     pub fn arm(&self, t: ULONG) {
-        let hw = self.adapter.hw();
         let fire = {
             let mut st = self.arm.lock();
             let t = ArmType::from_ndk(t);
@@ -400,9 +531,9 @@ impl ObjRef<Cq> {
                 ArmType::Errors => None,
             };
             if let Some(sol) = solicited_only {
-                hw.arm_cq(self.handle, sol);
+                self.port.arm(sol);
             }
-            st.arm(t, hw.cq_has_entries(self.handle))
+            st.arm(t, self.port.has_entries())
         };
         if let Some(status) = fire {
             self.deliver(status);

@@ -36,7 +36,9 @@ use super::qp::{Qp, QpParams};
 use super::shared_endpoint::SharedEndpoint;
 use super::srq::{Srq, SrqParams};
 use crate::ndkpi::*;
+use crate::pvrdma::wqe::Sge;
 
+#[inline(always)]
 fn status(r: NdkResult<()>) -> NTSTATUS {
     match r {
         Ok(()) => STATUS_SUCCESS,
@@ -59,19 +61,34 @@ unsafe fn publish<T: NdkObject>(r: NdkResult<ObjRef<T>>, pp: *mut *mut T::Ndk) -
     }
 }
 
-/// The consumer's SGE array as a slice.
+// NDK_SGE and `pvrdma_sge` are the same 16 bytes: address @0 (the VirtualAddress /
+// LogicalAddress union, 64 bits either way), length @8, token @12. A consumer's SGE array is
+// therefore handed to the rings as it is.
+const _: () = {
+    assert!(core::mem::size_of::<NDK_SGE>() == core::mem::size_of::<Sge>());
+    assert!(core::mem::align_of::<NDK_SGE>() >= core::mem::align_of::<Sge>());
+    assert!(core::mem::offset_of!(NDK_SGE, Length) == core::mem::offset_of!(Sge, length));
+    assert!(
+        core::mem::offset_of!(NDK_SGE, MemoryRegionToken) == core::mem::offset_of!(Sge, lkey)
+    );
+    assert!(core::mem::offset_of!(Sge, addr) == 0);
+};
+
+/// The consumer's SGE array, as the rings' SGE type (same layout, asserted above).
 ///
 /// # Safety
-/// `p` is null or valid for reads of `n` SGEs for the call.
-unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [NDK_SGE]> {
+/// `p` is null only if `n` is 0, else valid for reads of `n` entries for the call.
+#[inline(always)]
+unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
         return Err(NdkError::InvalidParameter);
     }
+    // CAST: identical layout (asserted); every bit pattern is a valid `Sge`.
     // SAFETY: non-null, and valid for `n` elements by the caller's contract.
-    Ok(unsafe { core::slice::from_raw_parts(p, n as usize) })
+    Ok(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), n as usize) })
 }
 
 /// An SGE's address: the `VirtualAddress`/`LogicalAddress` union as 64 bits (§3.1).
@@ -774,8 +791,8 @@ unsafe extern "system" fn get_cq_results(
     pResults: *mut NDK_RESULT,
     nResults: ULONG,
 ) -> ULONG {
-    // SAFETY: module contract.
-    let Some(cq) = (unsafe { ObjRef::<Cq>::borrow(pNdkCq) }) else {
+    // SAFETY: module contract; a poll starts no callback.
+    let Some(cq) = (unsafe { ObjRef::<Cq>::peek(pNdkCq) }) else {
         return 0;
     };
     if pResults.is_null() || nResults == 0 {
@@ -806,8 +823,8 @@ unsafe extern "system" fn get_cq_results_ex(
     pResults: *mut NDK_RESULT_EX,
     nResults: ULONG,
 ) -> ULONG {
-    // SAFETY: module contract.
-    let Some(cq) = (unsafe { ObjRef::<Cq>::borrow(pNdkCq) }) else {
+    // SAFETY: module contract; a poll starts no callback.
+    let Some(cq) = (unsafe { ObjRef::<Cq>::peek(pNdkCq) }) else {
         return 0;
     };
     if pResults.is_null() || nResults == 0 {
@@ -968,18 +985,16 @@ unsafe extern "system" fn send(
     nSge: ULONG,
     Flags: ULONG,
 ) -> NTSTATUS {
-    // SAFETY: module contract.
-    let Some(qp) = (unsafe { ObjRef::<Qp>::borrow(pNdkQp) }) else {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract (`pSgl` holds `nSge` entries).
-    let r =
-        unsafe { sgl(pSgl, nSge) }.and_then(|s| qp.send(RequestContext as usize, s, Flags, None));
-    if r.is_err() {
+    match unsafe { sgl(pSgl, nSge) } {
+        Ok(s) => status(qp.send(RequestContext as usize, s, Flags, None)),
         // The SGL failure path too must indicate deferred requests (§5.5).
-        let _ = qp.fail_initiator(NdkError::InvalidParameter);
+        Err(e) => status(qp.fail_initiator(e)),
     }
-    status(r)
 }
 
 /// # Safety
@@ -990,8 +1005,8 @@ unsafe extern "system" fn receive(
     pSgl: *const NDK_SGE,
     nSge: ULONG,
 ) -> NTSTATUS {
-    // SAFETY: module contract.
-    let Some(qp) = (unsafe { ObjRef::<Qp>::borrow(pNdkQp) }) else {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.
@@ -1090,6 +1105,7 @@ unsafe extern "system" fn invalidate(
 /// # Safety
 /// See the module contract.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn rdma(
     read: bool,
     pNdkQp: *mut NDK_QP,
@@ -1100,8 +1116,8 @@ unsafe fn rdma(
     RemoteToken: UINT32,
     Flags: ULONG,
 ) -> NTSTATUS {
-    // SAFETY: module contract.
-    let Some(qp) = (unsafe { ObjRef::<Qp>::borrow(pNdkQp) }) else {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.
@@ -1180,8 +1196,8 @@ unsafe extern "system" fn send_and_invalidate(
     Flags: ULONG,
     RemoteToken: UINT32,
 ) -> NTSTATUS {
-    // SAFETY: module contract.
-    let Some(qp) = (unsafe { ObjRef::<Qp>::borrow(pNdkQp) }) else {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.
@@ -1239,8 +1255,8 @@ unsafe extern "system" fn srq_receive(
     pSgl: *const NDK_SGE,
     nSge: ULONG,
 ) -> NTSTATUS {
-    // SAFETY: module contract.
-    let Some(srq) = (unsafe { ObjRef::<Srq>::borrow(pNdkSrq) }) else {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(srq) = (unsafe { ObjRef::<Srq>::peek(pNdkSrq) }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.

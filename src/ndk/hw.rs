@@ -3,14 +3,18 @@
 //!
 //! The PVRDMA hardware layer (`src/pvrdma`) implements it over the command channel, the
 //! queue rings and the UAR doorbells; `tests/` implement it with a recording fake. Handles
-//! are the device's handles (PD, CQ, QP, SRQ, MR). Slot indices are free-running `u32`
-//! counters: a queue of N entries uses slot `index % N`, and the hardware publishes
-//! `prod_tail` as it writes each WQE, while the doorbell is a separate call so that several
-//! deferred WQEs share one (ndkpi.md §5.5, pvrdma.md §12 "one doorbell write per batch").
+//! are the device's handles (PD, CQ, QP, SRQ, MR). Object commands go through the trait;
+//! the data path does not: when an NDK queue object is built it takes the queue's *ports*
+//! (`pvrdma::port`), through which posts write WQEs and ring doorbells and polls read CQEs
+//! directly, with no call, lock or lookup (ndkpi.md §5.3: the consumer serializes each
+//! queue). Slot indices are free-running `u32` counters: a ring of N entries uses slot
+//! `index % N` and `prod_tail = index mod 2N`; the doorbell is separate from publishing so
+//! that deferred WQEs share one (ndkpi.md §5.5, pvrdma.md §12 "one doorbell write per batch").
 #![deny(unsafe_code)]
 
 use super::error::HwError;
-use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS, NDK_SGE};
+use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
+use crate::pvrdma::port::{CqPort, WqPort};
 
 /// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
 /// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
@@ -210,89 +214,14 @@ pub mod send_flags {
     pub const SOLICITED: u32 = 1 << 2;
 }
 
-/// FAST_REG_MR fields (pvrdma.md §10 `fast_reg`, §1 mapping).
-#[derive(Clone, Copy, Debug)]
-pub struct FastRegWqe<'a> {
-    /// The FRMR's handle (the hardware owns its page-list directory).
-    pub mr_handle: u32,
-    /// `iova_start` = BaseVirtualAddress.
-    pub iova_start: u64,
-    /// Page list (`page_shift` = 12, `page_list_len` = its length).
-    pub pages: &'a [NDK_LOGICAL_ADDRESS],
-    /// Bytes.
-    pub length: u32,
-    /// IB access bits.
-    pub access: u32,
-    /// The new key (`rkey`).
-    pub key: u32,
-}
-
-/// One send-queue WQE, borrowed from the consumer's call.
-#[derive(Clone, Copy)]
-pub struct SendWqe<'a> {
-    /// Copied into the CQE; the NDK layer's slot tag.
-    pub wr_id: u64,
-    /// Operation.
-    pub opcode: WrOpcode,
-    /// [`send_flags`] bits.
-    pub send_flags: u32,
-    /// Gather list (consumer memory, valid only during the post call).
-    pub sges: &'a [NDK_SGE],
-    /// RDMA remote address.
-    pub remote_addr: u64,
-    /// RDMA rkey.
-    pub rkey: u32,
-    /// `ex.invalidate_rkey` for SEND_WITH_INV and LOCAL_INV.
-    pub invalidate_rkey: u32,
-    /// FAST_REG_MR fields.
-    pub fast_reg: Option<FastRegWqe<'a>>,
-}
-
-/// One receive WQE (RQ or SRQ).
-#[derive(Clone, Copy)]
-pub struct RecvWqe<'a> {
-    /// Copied into the CQE.
-    pub wr_id: u64,
-    /// Scatter list.
-    pub sges: &'a [NDK_SGE],
-}
-
-/// A decoded, validated CQE (pvrdma.md §11; in error CQEs only `wr_id`, `qp`, `status` are
-/// meaningful, pitfall 10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HwCqe {
-    /// `wr_id`.
-    pub wr_id: u64,
-    /// QP handle.
-    pub qp: u32,
-    /// `enum pvrdma_wc_status` value.
-    pub status: u32,
-    /// `byte_len`.
-    pub byte_len: u32,
-    /// The key a SEND_WITH_INV invalidated (`WITH_INVALIDATE`, key @28, M28).
-    pub invalidated_rkey: Option<u32>,
-}
-
 /// Completion of an object command issued asynchronously; runs exactly once, possibly before
 /// the issuing call returns, at IRQL ≤ DISPATCH_LEVEL.
 pub type HwDone<T> = alloc::boxed::Box<dyn FnOnce(Result<T, HwError>) + Send>;
 
-impl HwCqe {
-    /// A placeholder for poll buffers.
-    pub const EMPTY: HwCqe = HwCqe {
-        wr_id: 0,
-        qp: u32::MAX,
-        status: 0,
-        byte_len: 0,
-        invalidated_rkey: None,
-    };
-}
-
 /// The PVRDMA device as the NDK objects use it.
 ///
 /// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
-/// them; `write_*`, `ring_*`, `poll_cq` and `arm_cq` are the post/poll hot path and must not
-/// allocate or issue commands.
+/// them; `fast_reg_pages` runs in a post and must not allocate or issue commands.
 pub trait Hardware: Send + Sync {
     /// Device limits.
     fn caps(&self) -> &HwCaps;
@@ -377,41 +306,17 @@ pub trait Hardware: Send + Sync {
     /// DESTROY_SRQ.
     fn destroy_srq(&self, srq: u32);
 
-    /// Writes SQ WQE `index` and publishes it in `prod_tail`; no doorbell. Fails (and
-    /// publishes nothing) when the ring is full or corrupt.
-    fn write_send_wqe(&self, qp: u32, index: u32, wqe: &SendWqe<'_>) -> Result<(), HwError>;
-    /// SQ doorbell (`qp_handle | 1<<30`).
-    fn ring_send(&self, qp: u32);
-    /// Writes RQ WQE `index` and publishes it; no doorbell.
-    fn write_recv_wqe(&self, qp: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
-    /// RQ doorbell (`qp_handle | 1<<31`).
-    fn ring_recv(&self, qp: u32);
-    /// Writes SRQ WQE `index` and publishes it; no doorbell.
-    fn write_srq_wqe(&self, srq: u32, index: u32, wqe: &RecvWqe<'_>) -> Result<(), HwError>;
-    /// SRQ doorbell (`srq_handle | 1<<30`).
-    fn ring_srq(&self, srq: u32);
-    /// Takes the next CQE of `cq`, if any.
-    fn poll_cq(&self, cq: u32) -> Option<HwCqe>;
-    /// Takes up to `out.len()` CQEs of `cq` into `out`; returns how many. The default polls
-    /// one at a time; the hardware binding reads them under one ring lock and advances
-    /// `cons_head` once.
-    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
-        let mut n = 0;
-        for o in out.iter_mut() {
-            match self.poll_cq(cq) {
-                Some(c) => {
-                    *o = c;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        n
-    }
-    /// True if `cq` holds an unpolled CQE (the re-check after arming, pitfall 11).
-    fn cq_has_entries(&self, cq: u32) -> bool;
-    /// Arm doorbell: `CQ_ARM_SOL` if `solicited_only`, else `CQ_ARM`.
-    fn arm_cq(&self, cq: u32, solicited_only: bool);
+    /// The data-path ports of QP `qp`: its send queue and, unless it takes receives from an
+    /// SRQ, its receive queue. Taken once, when the NDK QP is built; posts then write WQEs,
+    /// publish `prod_tail` and ring doorbells through them without calling the hardware.
+    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError>;
+    /// The data-path port of SRQ `srq`.
+    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError>;
+    /// The data-path port of CQ `cq` (its ring and its arm doorbells).
+    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError>;
+    /// Writes the page list of a FAST_REG_MR WQE for FRMR `mr` into the FRMR's page-list
+    /// directory (§9 MRs) and returns the directory's address (`pl_pdir_dma`).
+    fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError>;
 }
 
 /// Largest power of two ≤ `n` (0 for 0): ring sizes the device accepts (M11).

@@ -39,7 +39,7 @@ pub mod srq;
 
 pub use adapter::{NdkDevice, negotiate_version};
 pub use error::{HwError, NdkError};
-pub use hw::{Hardware, HwCaps, HwCqe};
+pub use hw::{Hardware, HwCaps};
 pub use qp::Qp;
 
 /// Marks a QP connected (initiator requests accepted) or not. The connection manager (a

@@ -155,6 +155,21 @@ impl<T: NdkObject> ObjRef<T> {
         Some(ObjRef { ptr })
     }
 
+    /// The object behind a consumer pointer, without taking a count; `None` for null. For
+    /// the data-path functions (post, poll), which start no callback: the consumer does not
+    /// close an object while one of its functions runs (ndkpi.md §5.2), so the object
+    /// outlives the call.
+    ///
+    /// # Safety
+    /// As [`ObjRef::borrow`], and the reference must not be used after the call into the
+    /// provider that received `p` returns, nor across a callback into the consumer.
+    #[inline(always)]
+    pub unsafe fn peek<'a>(p: *mut T::Ndk) -> Option<&'a T> {
+        let ptr = NonNull::new(p.cast::<ProviderObject<T>>())?;
+        // SAFETY: caller contract: the object is live for the call.
+        Some(unsafe { &ptr.as_ref().state })
+    }
+
     /// Drops one close count (successor, request, callback); drains the object if it was the
     /// last one after a close.
     pub fn put(&self) {
@@ -229,6 +244,70 @@ impl<T: NdkObject> Drop for ObjRef<T> {
         if self.obj().refs.fetch_sub(1, Ordering::Release) == 1 {
             self.free_last();
         }
+    }
+}
+
+/// One counted handle that a single, serialized user swaps (a CQ's poller caching the QP of
+/// its last CQE, ndkpi.md §5.4: polls on a CQ are never concurrent), readable without taking
+/// a count.
+pub struct CachedRef<T: NdkObject> {
+    // INVARIANT: null, or a pointer this cell owns one count of (from `ObjRef::into_raw`).
+    ptr: core::sync::atomic::AtomicPtr<ProviderObject<T>>,
+}
+
+impl<T: NdkObject> CachedRef<T> {
+    /// Empty.
+    pub const fn new() -> Self {
+        CachedRef {
+            ptr: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// The cached object.
+    ///
+    /// # Safety
+    /// Calls of `get`, `set` and `take` on this cell are serialized, and the reference is not
+    /// used after the next `set` or `take`.
+    #[inline(always)]
+    pub unsafe fn get<'a>(&self) -> Option<&'a T> {
+        let p = NonNull::new(self.ptr.load(Ordering::Relaxed))?;
+        // SAFETY: the cell owns a count (type invariant), kept until the next `set`/`take`,
+        // which the caller does not pass while using the reference.
+        Some(unsafe { &p.as_ref().state })
+    }
+
+    /// Caches `r`, dropping the previous handle.
+    ///
+    /// # Safety
+    /// As [`Self::get`]: no reference from an earlier `get` is used after this.
+    pub unsafe fn set(&self, r: ObjRef<T>) {
+        let new = r.ptr.as_ptr();
+        core::mem::forget(r);
+        // INVARIANT: the count `r` owned moves into the cell.
+        let old = self.ptr.swap(new, Ordering::AcqRel);
+        if let Some(old) = NonNull::new(old) {
+            // INVARIANT: the count the cell owned for `old` moves back into a handle.
+            drop(ObjRef { ptr: old });
+        }
+    }
+
+    /// Empties the cell, returning its handle.
+    pub fn take(&self) -> Option<ObjRef<T>> {
+        let old = NonNull::new(self.ptr.swap(core::ptr::null_mut(), Ordering::AcqRel))?;
+        // INVARIANT: the cell's count moves into the returned handle.
+        Some(ObjRef { ptr: old })
+    }
+}
+
+impl<T: NdkObject> Default for CachedRef<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: NdkObject> Drop for CachedRef<T> {
+    fn drop(&mut self) {
+        drop(self.take());
     }
 }
 

@@ -23,11 +23,8 @@ use alloc::sync::{Arc, Weak};
 
 use super::adapter::NdkDevice;
 use super::error::HwError;
-use super::hw::{
-    FastRegWqe, Hardware, HwCaps, HwCqe, HwDone, MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec,
-    WrOpcode,
-};
-use crate::ndkpi::{GROUP_AFFINITY, NDK_SGE};
+use super::hw::{Hardware, HwCaps, HwDone, MrKeys, MrSpec, QpSpec, SrqSpec};
+use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
 use crate::os::alloc::try_arc;
 use crate::os::{Dpc, DpcHandler, Processor, SpinLock};
 use crate::pvrdma::PvrdmaError;
@@ -36,17 +33,17 @@ use crate::pvrdma::cmd::{
     DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
     Reserved, SrqAttr, mr_flags, srq_attr_mask,
 };
-use crate::pvrdma::cqe::{BadCqe, CqeCore};
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
-use crate::pvrdma::wqe::{self, AccessFlags, Ex, FastReg, SendFlags, SendWr, Sge, WrBody};
+use crate::pvrdma::port::{CqPort, WqPort};
+use crate::pvrdma::wqe::AccessFlags;
 
-/// SGEs one post can carry through the stack buffer that converts NDK SGEs to PVRDMA SGEs
-/// without allocating; the adapter never advertises more ([`HwCaps::max_sge`] is capped).
+/// SGEs per request the adapter advertises at most (the NDK SGE arrays are handed to the
+/// rings as they are, so this only bounds the WQE stride).
 pub const MAX_POST_SGE: usize = 32;
 
 /// The device's error as the seam reports it (M8 codes: 12 no resources, 22/95 invalid).
@@ -61,105 +58,6 @@ pub fn hw_error(e: PvrdmaError) -> HwError {
         | PvrdmaError::InvalidParameter
         | PvrdmaError::NotSupported => HwError::Invalid,
         _ => HwError::Failed,
-    }
-}
-
-/// Converts the NDK SGEs into `buf` (no allocation).
-///
-/// # Errors
-/// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs.
-pub fn convert_sges<'a>(sges: &[NDK_SGE], buf: &'a mut [Sge]) -> Result<&'a [Sge], HwError> {
-    let out = buf.get_mut(..sges.len()).ok_or(HwError::Invalid)?;
-    for (o, s) in out.iter_mut().zip(sges) {
-        *o = Sge {
-            addr: super::dispatch::sge_address(s),
-            length: s.Length,
-            lkey: s.MemoryRegionToken,
-        };
-    }
-    Ok(out)
-}
-
-/// Converts `sges` into a stack buffer and runs `f` on the result. Posts of up to
-/// [`SMALL_SGE`] SGEs (the common case) use a 64-byte buffer instead of initialising the
-/// 512 bytes of the [`MAX_POST_SGE`] one.
-///
-/// # Errors
-/// [`HwError::Invalid`] for more than [`MAX_POST_SGE`] SGEs, or what `f` returns.
-pub fn with_sges<R>(
-    sges: &[NDK_SGE],
-    f: impl FnOnce(&[Sge]) -> Result<R, HwError>,
-) -> Result<R, HwError> {
-    if sges.len() <= SMALL_SGE {
-        let mut buf = [Sge::default(); SMALL_SGE];
-        f(convert_sges(sges, &mut buf)?)
-    } else {
-        let mut buf = [Sge::default(); MAX_POST_SGE];
-        f(convert_sges(sges, &mut buf)?)
-    }
-}
-
-/// SGEs of the small conversion buffer of [`with_sges`].
-pub const SMALL_SGE: usize = 4;
-
-/// The PVRDMA send WR for an NDK WQE; `pl_pdir_dma` is the FRMR's page-list directory.
-pub fn send_wr<'a>(w: &SendWqe<'_>, sges: &'a [Sge], pl_pdir_dma: u64) -> SendWr<'a> {
-    let opcode = match w.opcode {
-        WrOpcode::RdmaWrite => wqe::WrOpcode::RdmaWrite,
-        WrOpcode::Send => wqe::WrOpcode::Send,
-        WrOpcode::RdmaRead => wqe::WrOpcode::RdmaRead,
-        WrOpcode::SendWithInv => wqe::WrOpcode::SendWithInv,
-        WrOpcode::LocalInv => wqe::WrOpcode::LocalInv,
-        WrOpcode::FastRegMr => wqe::WrOpcode::FastRegMr,
-    };
-    let ex = match w.opcode {
-        WrOpcode::SendWithInv | WrOpcode::LocalInv => Ex::InvalidateRkey(w.invalidate_rkey),
-        _ => Ex::None,
-    };
-    let body = match (w.opcode, w.fast_reg) {
-        (WrOpcode::RdmaWrite | WrOpcode::RdmaRead, _) => WrBody::Rdma {
-            remote_addr: w.remote_addr,
-            rkey: w.rkey,
-        },
-        (WrOpcode::FastRegMr, Some(f)) => WrBody::FastReg(FastReg {
-            iova_start: f.iova_start,
-            pl_pdir_dma,
-            page_shift: 12,
-            page_list_len: f.pages.len() as u32,
-            length: f.length,
-            access_flags: AccessFlags::from_bits_truncate(f.access),
-            rkey: f.key,
-        }),
-        _ => WrBody::None,
-    };
-    SendWr {
-        wr_id: w.wr_id,
-        opcode,
-        flags: SendFlags::from_bits_truncate(w.send_flags),
-        ex,
-        body,
-        sges,
-    }
-}
-
-/// A polled CQE as the seam reports it. A CQE that failed validation keeps its `wr_id` and
-/// names no QP (`u32::MAX`), so the NDK layer drops and counts it.
-pub fn hw_cqe(r: &Result<CqeCore, BadCqe>) -> HwCqe {
-    match r {
-        Ok(c) => HwCqe {
-            wr_id: c.wr_id,
-            qp: c.qp,
-            status: c.status as u32,
-            byte_len: c.byte_len,
-            invalidated_rkey: c.invalidated_rkey(),
-        },
-        Err(b) => HwCqe {
-            wr_id: b.wr_id,
-            qp: u32::MAX,
-            status: super::completion::wc::GENERAL_ERR,
-            byte_len: 0,
-            invalidated_rkey: None,
-        },
     }
 }
 
@@ -1061,100 +959,52 @@ impl Hardware for PvrdmaHardware {
         self.srq_ctx().destroy(srq);
     }
 
-    fn write_send_wqe(&self, qp: u32, _index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
+    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
-        let pl = match w.fast_reg {
-            Some(FastRegWqe {
-                mr_handle, pages, ..
-            }) => {
-                let dir = self
-                    .mr_dirs
-                    .lock()
-                    .get(mr_handle)
-                    .cloned()
-                    .ok_or(HwError::Invalid)?;
-                for (i, &p) in pages.iter().enumerate() {
-                    dir.set_page(i as u32, p as u64).map_err(hw_error)?;
-                }
-                dir.dma()
-            }
-            None => 0,
+        let g = q.lock();
+        let sq = g
+            .sq
+            .port(self.dev.bell(QpDoorbell::send(qp)))
+            .map_err(hw_error)?;
+        let rq = match &g.rq {
+            Some(rq) => Some(
+                rq.port(self.dev.bell(QpDoorbell::recv(qp)))
+                    .map_err(hw_error)?,
+            ),
+            None => None,
         };
-        with_sges(w.sges, |sges| {
-            let wr = send_wr(w, sges, pl);
-            q.lock().sq.post(&wr).map(|_| ()).map_err(hw_error)
-        })
+        Ok((sq, rq))
     }
 
-    fn ring_send(&self, qp: u32) {
-        self.dev.ring(QpDoorbell::send(qp));
-    }
-
-    fn write_recv_wqe(&self, qp: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
-        let q = self.qp(qp).ok_or(HwError::Invalid)?;
-        with_sges(w.sges, |sges| {
-            let mut g = q.lock();
-            let rq = g.rq.as_mut().ok_or(HwError::Invalid)?;
-            rq.post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
-        })
-    }
-
-    fn ring_recv(&self, qp: u32) {
-        self.dev.ring(QpDoorbell::recv(qp));
-    }
-
-    fn write_srq_wqe(&self, srq: u32, _index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
+    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError> {
         let q = self.srq(srq).ok_or(HwError::Invalid)?;
-        with_sges(w.sges, |sges| {
-            q.lock().post(w.wr_id, sges).map(|_| ()).map_err(hw_error)
-        })
+        q.lock()
+            .port(self.dev.bell(SrqDoorbell::recv(srq)))
+            .map_err(hw_error)
     }
 
-    fn ring_srq(&self, srq: u32) {
-        self.dev.ring(SrqDoorbell::recv(srq));
+    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError> {
+        let ring = self.cq(cq).ok_or(HwError::Invalid)?;
+        ring.lock()
+            .port(
+                self.dev.bell(CqDoorbell::arm(cq)),
+                self.dev.bell(CqDoorbell::arm_solicited(cq)),
+            )
+            .map_err(hw_error)
     }
 
-    fn poll_cq(&self, cq: u32) -> Option<HwCqe> {
-        let ring = self.cq(cq)?;
-        let limits = self.dev.cqe_limits();
-        let mut out = None;
-        let _ = ring
+    fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
+        let dir = self
+            .mr_dirs
             .lock()
-            .poll_each_core(1, &limits, |_, r| out = Some(hw_cqe(&r)));
-        out
-    }
-
-    fn poll_cq_batch(&self, cq: u32, out: &mut [HwCqe]) -> usize {
-        const BATCH: usize = 16;
-        let Some(ring) = self.cq(cq) else {
-            return 0;
-        };
-        let limits = self.dev.cqe_limits();
-        let want = out.len().min(BATCH);
-        // One lock, one cons_head update for the batch; each CQE is decoded straight into
-        // its output entry (no intermediate array to initialise).
-        let n = ring
-            .lock()
-            .poll_each_core(want, &limits, |i, r| {
-                if let Some(o) = out.get_mut(i) {
-                    *o = hw_cqe(&r);
-                }
-            })
-            .unwrap_or(0);
-        n.min(want)
-    }
-
-    fn cq_has_entries(&self, cq: u32) -> bool {
-        self.cq(cq)
-            .is_some_and(|r| r.lock().pending().is_ok_and(|n| n > 0))
-    }
-
-    fn arm_cq(&self, cq: u32, solicited_only: bool) {
-        if solicited_only {
-            self.dev.ring(CqDoorbell::arm_solicited(cq));
-        } else {
-            self.dev.ring(CqDoorbell::arm(cq));
+            .get(mr)
+            .cloned()
+            .ok_or(HwError::Invalid)?;
+        for (i, &p) in pages.iter().enumerate() {
+            // CAST: a logical address is a 64-bit bus address.
+            dir.set_page(i as u32, p as u64).map_err(hw_error)?;
         }
+        Ok(dir.dma())
     }
 }
 
@@ -1163,165 +1013,6 @@ impl Hardware for PvrdmaHardware {
 #[allow(unsafe_code)]
 mod tests {
     use super::*;
-    use crate::pvrdma::cqe::{CqeError, WcFlags, WcOpcode, WcStatus};
-
-    fn ndk_sge(addr: u64, len: u32, key: u32) -> NDK_SGE {
-        NDK_SGE {
-            Anonymous: crate::ndkpi::NDK_SGE_0 {
-                LogicalAddress: addr as i64,
-            },
-            Length: len,
-            MemoryRegionToken: key,
-        }
-    }
-
-    #[test]
-    fn sges_convert_without_allocation_and_are_bounded() {
-        let mut buf = [Sge::default(); MAX_POST_SGE];
-        let s = [
-            ndk_sge(0xFFFF_8000_1234_0000, 7, 0x301),
-            ndk_sge(0x10, 0, 0x402),
-        ];
-        let out = convert_sges(&s, &mut buf).expect("fits");
-        assert_eq!(
-            out,
-            &[
-                Sge {
-                    addr: 0xFFFF_8000_1234_0000,
-                    length: 7,
-                    lkey: 0x301
-                },
-                Sge {
-                    addr: 0x10,
-                    length: 0,
-                    lkey: 0x402
-                },
-            ]
-        );
-        let many = [ndk_sge(0, 1, 1); MAX_POST_SGE + 1];
-        assert_eq!(convert_sges(&many, &mut buf).err(), Some(HwError::Invalid));
-        // Both buffers of `with_sges`: the small one, the full one, and the limit.
-        for n in [0, 1, SMALL_SGE, SMALL_SGE + 1, MAX_POST_SGE] {
-            let src: Vec<NDK_SGE> = (0..n)
-                .map(|i| ndk_sge(i as u64 * 8, i as u32, 0x100 + i as u32))
-                .collect();
-            let got = with_sges(&src, |s| {
-                Ok(s.iter()
-                    .map(|g| (g.addr, g.length, g.lkey))
-                    .collect::<Vec<_>>())
-            });
-            let want: Vec<_> = (0..n)
-                .map(|i| (i as u64 * 8, i as u32, 0x100 + i as u32))
-                .collect();
-            assert_eq!(got, Ok(want), "{n} SGEs");
-        }
-        assert_eq!(
-            with_sges(&many, |_| Ok(())),
-            Err(HwError::Invalid),
-            "more than MAX_POST_SGE"
-        );
-    }
-
-    #[test]
-    fn ndk_wqes_map_to_pvrdma_wrs() {
-        let base = SendWqe {
-            wr_id: 0x1_0000_0003,
-            opcode: WrOpcode::RdmaRead,
-            send_flags: 0b011,
-            sges: &[],
-            remote_addr: 0xAB_0000,
-            rkey: 0x1234,
-            invalidate_rkey: 0,
-            fast_reg: None,
-        };
-        let wr = send_wr(&base, &[], 0);
-        assert_eq!(wr.opcode, wqe::WrOpcode::RdmaRead);
-        assert_eq!(wr.flags, SendFlags::FENCE | SendFlags::SIGNALED);
-        assert_eq!(
-            wr.body,
-            WrBody::Rdma {
-                remote_addr: 0xAB_0000,
-                rkey: 0x1234
-            }
-        );
-        assert_eq!(wr.ex, Ex::None);
-        let inv = SendWqe {
-            opcode: WrOpcode::SendWithInv,
-            invalidate_rkey: 0x77,
-            ..base
-        };
-        let wr = send_wr(&inv, &[], 0);
-        assert_eq!(
-            (wr.opcode, wr.ex, wr.body),
-            (
-                wqe::WrOpcode::SendWithInv,
-                Ex::InvalidateRkey(0x77),
-                WrBody::None
-            )
-        );
-        let li = SendWqe {
-            opcode: WrOpcode::LocalInv,
-            invalidate_rkey: 0x78,
-            ..base
-        };
-        assert_eq!(send_wr(&li, &[], 0).opcode as u32, 10);
-        let pages = [0x1000i64, 0x5000];
-        let fr = SendWqe {
-            opcode: WrOpcode::FastRegMr,
-            fast_reg: Some(FastRegWqe {
-                mr_handle: 3,
-                iova_start: 0x7000_0010,
-                pages: &pages,
-                length: 0x1FF0,
-                access: 0b101,
-                key: 0x305,
-            }),
-            ..base
-        };
-        let wr = send_wr(&fr, &[], 0xD000);
-        assert_eq!(wr.opcode as u32, 11);
-        assert_eq!(
-            wr.body,
-            WrBody::FastReg(FastReg {
-                iova_start: 0x7000_0010,
-                pl_pdir_dma: 0xD000,
-                page_shift: 12,
-                page_list_len: 2,
-                length: 0x1FF0,
-                access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-                rkey: 0x305,
-            })
-        );
-    }
-
-    #[test]
-    fn cqes_map_to_the_seam() {
-        let c = CqeCore {
-            wr_id: 0x2_0000_0001,
-            qp: 5,
-            status: WcStatus::RemAccessErr,
-            opcode: Some(WcOpcode::Recv),
-            byte_len: 64,
-            ex: 0x1234_5601u32.to_le_bytes(),
-            wc_flags: WcFlags::WITH_INVALIDATE,
-            network_hdr_type: None,
-        };
-        assert_eq!(
-            hw_cqe(&Ok(c)),
-            HwCqe {
-                wr_id: 0x2_0000_0001,
-                qp: 5,
-                status: 10,
-                byte_len: 64,
-                invalidated_rkey: Some(0x1234_5601)
-            }
-        );
-        let bad = BadCqe {
-            wr_id: 9,
-            reason: CqeError::Status(99),
-        };
-        assert_eq!(hw_cqe(&Err(bad)).qp, u32::MAX);
-    }
 
     #[test]
     fn device_errors_map_to_seam_errors() {

@@ -11,19 +11,19 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use super::completion::{OrderedQueue, SlotRecord, make_result, split_wr_id, tag, wr_id};
+use super::completion::{OrderedQueue, SlotRecord, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{
-    FastRegWqe, HwDone, QpSpec, RecvWqe, SendWqe, WrOpcode, access, pow2_ceil, send_flags,
-};
+use super::hw::{HwDone, QpSpec, WrOpcode, access, pow2_ceil, send_flags};
 use super::mr::Mr;
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
 use super::pd::{Pd, take_successor};
 use super::srq::Srq;
 use crate::ndkpi::*;
+use crate::pvrdma::port::{SqHeader, WqPort};
+use crate::pvrdma::wqe::Sge;
 
 /// Every NDK_OP_FLAG_* bit NDKPI defines.
 const KNOWN_FLAGS: u32 = NDK_OP_FLAG_SILENT_SUCCESS
@@ -64,18 +64,32 @@ pub fn check_flags(flags: u32, allowed: u32) -> NdkResult<()> {
     Ok(())
 }
 
-fn wqe_flags(flags: u32) -> u32 {
+/// `send_flags` for each combination of SILENT_SUCCESS, READ_FENCE and
+/// SEND_AND_SOLICIT_EVENT (NDK bits 0–2): SIGNALED unless silent, FENCE, SOLICITED.
+const WQE_FLAGS: [u32; 8] = {
+    let mut t = [0u32; 8];
     let mut f = 0;
-    if flags & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
-        f |= send_flags::SIGNALED;
+    while f < 8 {
+        let f32 = f as u32;
+        let mut w = 0;
+        if f32 & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
+            w |= send_flags::SIGNALED;
+        }
+        if f32 & NDK_OP_FLAG_READ_FENCE != 0 {
+            w |= send_flags::FENCE;
+        }
+        if f32 & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
+            w |= send_flags::SOLICITED;
+        }
+        t[f] = w;
+        f += 1;
     }
-    if flags & NDK_OP_FLAG_READ_FENCE != 0 {
-        f |= send_flags::FENCE;
-    }
-    if flags & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
-        f |= send_flags::SOLICITED;
-    }
-    f
+    t
+};
+
+#[inline(always)]
+fn wqe_flags(flags: u32) -> u32 {
+    WQE_FLAGS[(flags & 7) as usize]
 }
 
 /// NdkCreateQp / NdkCreateQpWithSrq parameters.
@@ -100,6 +114,19 @@ pub struct QpParams {
     pub inline_data: u32,
 }
 
+/// Sum of the SGE lengths (u64: cannot overflow for 2^32 SGEs); out of line, the common
+/// single-SGE post does not loop.
+#[inline(never)]
+fn total_length(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
+
+/// One work queue of a QP: its bookkeeping and its ring.
+struct WorkQueue {
+    book: OrderedQueue,
+    port: WqPort,
+}
+
 /// A queue pair.
 pub struct Qp {
     life: Lifetime,
@@ -109,8 +136,11 @@ pub struct Qp {
     srq: Option<ObjRef<Srq>>,
     handle: u32,
     context: usize,
-    sq: OrderedQueue,
-    rq: Option<OrderedQueue>,
+    sq: WorkQueue,
+    rq: Option<WorkQueue>,
+    /// Cleared at teardown: a CQ's cached QP for a handle is then stale (the device may
+    /// reuse the handle).
+    live: AtomicBool,
     max_send_sge: u32,
     max_recv_sge: u32,
     max_read_sge: u32,
@@ -125,6 +155,7 @@ impl NdkObject for Qp {
         &self.life
     }
     fn teardown(&self) {
+        self.live.store(false, Ordering::Release);
         self.pd.adapter().device().unregister_qp(self);
         self.pd.adapter().hw().destroy_qp(self.handle);
     }
@@ -224,6 +255,21 @@ impl PendingQp {
             Some(s) => s.max_sge(),
             None => p.max_receive_sge,
         };
+        let (sq_port, rq_port) = match hw.qp_ports(handle) {
+            Ok(ports) => ports,
+            Err(e) => {
+                hw.destroy_qp(handle);
+                return Err(e.into());
+            }
+        };
+        let rq = match (rq, rq_port) {
+            (Some(book), Some(port)) => Some(WorkQueue { book, port }),
+            (None, None) => None,
+            _ => {
+                hw.destroy_qp(handle);
+                return Err(NdkError::InsufficientResources);
+            }
+        };
         let qp = match ObjRef::try_new(
             ndk,
             Qp {
@@ -234,8 +280,9 @@ impl PendingQp {
                 srq: p.srq.clone(),
                 handle,
                 context: p.context,
-                sq,
+                sq: WorkQueue { book: sq, port: sq_port },
                 rq,
+                live: AtomicBool::new(true),
                 max_send_sge: p.max_initiator_sge,
                 max_recv_sge,
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
@@ -369,109 +416,143 @@ impl Qp {
         self.connected.store(connected, Ordering::Release);
     }
 
-    /// Retires the request a CQE completes and builds its result (`None` for a silent
-    /// success or a CQE that names no outstanding request).
-    pub fn complete(&self, cqe: &super::hw::HwCqe) -> Option<NDK_RESULT_EX> {
-        let (t, index) = split_wr_id(cqe.wr_id);
+    /// Whether the QP has not been torn down (its handle still names it).
+    #[inline(always)]
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Retires the request of queue `t` (a `wr_id` tag) at `index`; `None` (and counted)
+    /// when the CQE names no outstanding request of this QP.
+    #[inline(always)]
+    pub(crate) fn retire(&self, t: u32, index: u32) -> Option<SlotRecord> {
         let rec = match t {
-            tag::SQ => self.sq.retire(index),
-            tag::RQ => self.rq.as_ref().and_then(|q| q.retire(index)),
-            tag::SRQ => self.srq.as_ref().and_then(|s| s.retire(index)),
+            tag::SQ => self.sq.book.retire(index),
+            tag::RQ => match &self.rq {
+                Some(q) => q.book.retire(index),
+                None => None,
+            },
+            tag::SRQ => match &self.srq {
+                Some(s) => s.retire(index),
+                None => None,
+            },
             _ => None,
         };
-        match rec {
-            Some(rec) => make_result(&rec, cqe, self.context),
-            None => {
-                self.bad_cqes.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        if rec.is_none() {
+            self.count_bad_cqe();
         }
+        rec
     }
 
-    fn check_sges(&self, sges: &[NDK_SGE], max: u32) -> NdkResult<()> {
+    #[cold]
+    #[inline(never)]
+    fn count_bad_cqe(&self) {
+        self.bad_cqes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// SGE count and total length checks shared by every post.
+    #[inline(always)]
+    fn sges_ok(&self, sges: &[Sge], max: u32) -> bool {
         if sges.len() > max as usize {
-            return Err(NdkError::InvalidParameter);
+            return false;
         }
-        let mut total: u64 = 0;
-        for s in sges {
-            total = total.saturating_add(u64::from(s.Length));
-        }
-        if total > u64::from(self.max_transfer) {
-            return Err(NdkError::InvalidParameter);
-        }
-        Ok(())
+        let total = match sges {
+            [] => 0,
+            [one] => u64::from(one.length),
+            many => total_length(many),
+        };
+        total <= u64::from(self.max_transfer)
     }
 
+    /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
     fn ring_deferred(&self) {
-        if self.sq.doorbell_pending() {
-            self.pd.adapter().hw().ring_send(self.handle);
-            self.sq.mark_rung();
+        if self.sq.book.doorbell_pending() {
+            self.sq.port.ring();
+            self.sq.book.mark_rung(self.sq.book.committed());
         }
     }
 
-    /// The common initiator path: on any inline failure the deferred WQEs are indicated
-    /// first (§5.5).
-    fn post_initiator<'a>(
-        &self,
-        flags: u32,
-        allowed: u32,
-        build: impl FnOnce() -> NdkResult<(SlotRecord, SendWqe<'a>)>,
-        posted: impl FnOnce(),
-    ) -> NdkResult<()> {
-        let r = self.try_post_initiator(flags, allowed, build, posted);
-        if r.is_err() {
-            self.ring_deferred();
-        }
-        r
+    /// An initiator request failed inline: the WQEs it would have shared a doorbell with
+    /// are indicated first (§5.5), then the error is returned. Out of line: the post path
+    /// keeps only the checks.
+    #[cold]
+    #[inline(never)]
+    fn fail(&self, e: NdkError) -> NdkResult<()> {
+        self.ring_deferred();
+        Err(e)
     }
 
-    fn try_post_initiator<'a>(
+    /// The inline failure of a request whose flags or connection state were refused.
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, flags: u32, allowed: u32) -> NdkResult<()> {
+        let e = if !self.connected.load(Ordering::Acquire) {
+            NdkError::ConnectionInvalid
+        } else {
+            match check_flags(flags, allowed) {
+                Err(e) => e,
+                Ok(()) => NdkError::InvalidParameter,
+            }
+        };
+        self.fail(e)
+    }
+
+    /// The common initiator post: connection and flag checks, SGE checks, queue space,
+    /// the slot record, the WQE written straight into the ring, `prod_tail`, and the
+    /// doorbell unless DEFER. `header` runs once the slot is known and may still refuse;
+    /// `posted` runs once the WQE is in the ring.
+    #[inline(always)]
+    fn post_initiator(
         &self,
         flags: u32,
         allowed: u32,
-        build: impl FnOnce() -> NdkResult<(SlotRecord, SendWqe<'a>)>,
+        op: NDK_OPERATION_TYPE,
+        ctx: usize,
+        sges: &[Sge],
+        max_sge: u32,
+        header: impl FnOnce() -> NdkResult<SqHeader>,
         posted: impl FnOnce(),
     ) -> NdkResult<()> {
-        if !self.connected.load(Ordering::Acquire) {
-            return Err(NdkError::ConnectionInvalid);
+        // One test for "not connected", "unknown or disallowed flag" and INLINE; the cold
+        // path works out which.
+        let refused = flags & !(allowed & !NDK_OP_FLAG_INLINE) != 0;
+        if refused | !self.connected.load(Ordering::Acquire) {
+            return self.refuse(flags, allowed);
         }
-        check_flags(flags, allowed)?;
-        let (rec, mut wqe) = build()?;
-        let index = self.sq.reserve(&rec)?;
-        wqe.wr_id = wr_id(tag::SQ, index);
-        let hw = self.pd.adapter().hw();
-        self.sq.commit(index);
-        if let Err(e) = hw.write_send_wqe(self.handle, index, &wqe) {
-            self.sq.withdraw(index);
-            return Err(e.into());
+        if !self.sges_ok(sges, max_sge) {
+            return self.fail(NdkError::InvalidParameter);
         }
+        let Some(index) = self.sq.book.next() else {
+            return self.fail(NdkError::InsufficientResources);
+        };
+        let h = match header() {
+            Ok(h) => h,
+            Err(e) => return self.fail(e),
+        };
+        self.sq.book.record(
+            index,
+            &SlotRecord {
+                request_context: ctx,
+                op,
+                signaled: flags & NDK_OP_FLAG_SILENT_SUCCESS == 0,
+            },
+        );
+        if !self
+            .sq
+            .port
+            .write_send(index, wr_id(tag::SQ, index), &h, sges)
+        {
+            return self.fail(NdkError::InvalidParameter);
+        }
+        let next = index.wrapping_add(1);
+        self.sq.book.commit(index);
+        self.sq.port.publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
-            hw.ring_send(self.handle);
-            self.sq.mark_rung();
+            self.sq.port.ring();
+            self.sq.book.mark_rung(next);
         }
         Ok(())
-    }
-
-    fn record(ctx: usize, op: NDK_OPERATION_TYPE, flags: u32) -> SlotRecord {
-        SlotRecord {
-            request_context: ctx,
-            op,
-            signaled: flags & NDK_OP_FLAG_SILENT_SUCCESS == 0,
-        }
-    }
-
-    fn plain_wqe<'a>(opcode: WrOpcode, flags: u32, sges: &'a [NDK_SGE]) -> SendWqe<'a> {
-        SendWqe {
-            wr_id: 0,
-            opcode,
-            send_flags: wqe_flags(flags),
-            sges,
-            remote_addr: 0,
-            rkey: 0,
-            invalidate_rkey: 0,
-            fast_reg: None,
-        }
     }
 
     /// NdkSend, or NdkSendAndInvalidate with `invalidate` (sender Type is Send either way).
@@ -480,24 +561,32 @@ impl Qp {
     /// STATUS_CONNECTION_INVALID, STATUS_INVALID_PARAMETER (flags, SGE count above the QP's
     /// MaxInitiatorRequestSge, total above MaxTransferLength), STATUS_NOT_SUPPORTED (INLINE),
     /// STATUS_INSUFFICIENT_RESOURCES (queue full).
+    #[inline(always)]
     pub fn send(
         &self,
         ctx: usize,
-        sges: &[NDK_SGE],
+        sges: &[Sge],
         flags: u32,
         invalidate: Option<u32>,
     ) -> NdkResult<()> {
+        let (opcode, ex) = match invalidate {
+            Some(k) => (WrOpcode::SendWithInv, k),
+            None => (WrOpcode::Send, 0),
+        };
         self.post_initiator(
             flags,
             SEND_FLAGS,
+            NdkOperationTypeSend,
+            ctx,
+            sges,
+            self.max_send_sge,
             || {
-                self.check_sges(sges, self.max_send_sge)?;
-                let mut wqe = match invalidate {
-                    Some(_) => Self::plain_wqe(WrOpcode::SendWithInv, flags, sges),
-                    None => Self::plain_wqe(WrOpcode::Send, flags, sges),
-                };
-                wqe.invalidate_rkey = invalidate.unwrap_or(0);
-                Ok((Self::record(ctx, NdkOperationTypeSend, flags), wqe))
+                Ok(SqHeader {
+                    opcode: opcode as u32,
+                    send_flags: wqe_flags(flags),
+                    ex,
+                    body: [0; 6],
+                })
             },
             || {},
         )
@@ -507,11 +596,12 @@ impl Qp {
     ///
     /// # Errors
     /// As [`Self::send`]; a read's SGE count is bounded by MaxReadRequestSge too.
+    #[inline(always)]
     pub fn rdma(
         &self,
         read: bool,
         ctx: usize,
-        sges: &[NDK_SGE],
+        sges: &[Sge],
         remote_addr: u64,
         rkey: u32,
         flags: u32,
@@ -534,12 +624,17 @@ impl Qp {
         self.post_initiator(
             flags,
             allowed,
+            op,
+            ctx,
+            sges,
+            max,
             || {
-                self.check_sges(sges, max)?;
-                let mut wqe = Self::plain_wqe(opcode, flags, sges);
-                wqe.remote_addr = remote_addr;
-                wqe.rkey = rkey;
-                Ok((Self::record(ctx, op, flags), wqe))
+                Ok(SqHeader {
+                    opcode: opcode as u32,
+                    send_flags: wqe_flags(flags),
+                    ex: 0,
+                    body: SqHeader::rdma_body(remote_addr, rkey),
+                })
             },
             || {},
         )
@@ -568,6 +663,10 @@ impl Qp {
         self.post_initiator(
             flags,
             FAST_REGISTER_FLAGS,
+            NdkOperationTypeFastRegister,
+            ctx,
+            &[],
+            0,
             || {
                 // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
                 // ALLOW_REMOTE_READ ask for remote access.
@@ -601,17 +700,27 @@ impl Qp {
                 if flags & NDK_OP_FLAG_ALLOW_REMOTE_WRITE == NDK_OP_FLAG_ALLOW_REMOTE_WRITE {
                     acc |= access::REMOTE_WRITE;
                 }
+                // The slot is ours: the page list may be written now.
+                let pl = self
+                    .pd
+                    .adapter()
+                    .hw()
+                    .fast_reg_pages(t.handle, pages)
+                    .map_err(NdkError::from)?;
                 ticket.set(Some(t));
-                let mut wqe = Self::plain_wqe(WrOpcode::FastRegMr, flags, &[]);
-                wqe.fast_reg = Some(FastRegWqe {
-                    mr_handle: t.handle,
-                    iova_start: base_va,
-                    pages,
-                    length: length64 as u32,
-                    access: acc,
-                    key: t.new_key,
-                });
-                Ok((Self::record(ctx, NdkOperationTypeFastRegister, flags), wqe))
+                Ok(SqHeader {
+                    opcode: WrOpcode::FastRegMr as u32,
+                    send_flags: wqe_flags(flags),
+                    ex: 0,
+                    body: SqHeader::fast_reg_body(
+                        base_va,
+                        pl,
+                        count,
+                        length64 as u32,
+                        acc,
+                        t.new_key,
+                    ),
+                })
             },
             || {
                 if let Some(t) = ticket.get() {
@@ -634,6 +743,10 @@ impl Qp {
         self.post_initiator(
             flags,
             INVALIDATE_FLAGS,
+            NdkOperationTypeInvalidate,
+            ctx,
+            &[],
+            0,
             || {
                 let key = mr.invalidate_key(self.pd.handle())?;
                 // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
@@ -641,9 +754,12 @@ impl Qp {
                 if self.pd.adapter().device().remotely_invalidated(key) {
                     return Err(NdkError::InvalidDeviceRequest);
                 }
-                let mut wqe = Self::plain_wqe(WrOpcode::LocalInv, flags, &[]);
-                wqe.invalidate_rkey = key;
-                Ok((Self::record(ctx, NdkOperationTypeInvalidate, flags), wqe))
+                Ok(SqHeader {
+                    opcode: WrOpcode::LocalInv as u32,
+                    send_flags: wqe_flags(flags),
+                    ex: key,
+                    body: [0; 6],
+                })
             },
             || {},
         )
@@ -671,30 +787,33 @@ impl Qp {
     /// STATUS_INVALID_DEVICE_REQUEST on a QP with an SRQ; STATUS_INVALID_PARAMETER for an SGE
     /// count above the QP's MaxReceiveRequestSge or a total above MaxTransferLength;
     /// STATUS_INSUFFICIENT_RESOURCES when the queue is full.
-    pub fn receive(&self, ctx: usize, sges: &[NDK_SGE]) -> NdkResult<()> {
-        let rq = self.rq.as_ref().ok_or(NdkError::InvalidDeviceRequest)?;
-        self.check_sges(sges, self.max_recv_sge)?;
-        let index = rq.reserve(&SlotRecord {
-            request_context: ctx,
-            op: NdkOperationTypeReceive,
-            signaled: true,
-        })?;
-        let hw = self.pd.adapter().hw();
-        rq.commit(index);
-        let written = hw.write_recv_wqe(
-            self.handle,
+    #[inline(always)]
+    pub fn receive(&self, ctx: usize, sges: &[Sge]) -> NdkResult<()> {
+        let Some(rq) = &self.rq else {
+            return Err(NdkError::InvalidDeviceRequest);
+        };
+        if !self.sges_ok(sges, self.max_recv_sge) {
+            return Err(NdkError::InvalidParameter);
+        }
+        let Some(index) = rq.book.next() else {
+            return Err(NdkError::InsufficientResources);
+        };
+        rq.book.record(
             index,
-            &RecvWqe {
-                wr_id: wr_id(tag::RQ, index),
-                sges,
+            &SlotRecord {
+                request_context: ctx,
+                op: NdkOperationTypeReceive,
+                signaled: true,
             },
         );
-        if let Err(e) = written {
-            rq.withdraw(index);
-            return Err(e.into());
+        if !rq.port.write_recv(index, wr_id(tag::RQ, index), sges) {
+            return Err(NdkError::InvalidParameter);
         }
-        hw.ring_recv(self.handle);
-        rq.mark_rung();
+        let next = index.wrapping_add(1);
+        rq.book.commit(index);
+        rq.port.publish(next);
+        rq.port.ring();
+        rq.book.mark_rung(next);
         Ok(())
     }
 

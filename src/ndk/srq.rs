@@ -10,10 +10,12 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use super::completion::{SlotRecord, tag, wr_id};
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
-use super::hw::{HwDone, RecvWqe, SrqSpec, pow2_ceil};
+use super::hw::{HwDone, SrqSpec, pow2_ceil};
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
+use crate::pvrdma::port::WqPort;
+use crate::pvrdma::wqe::Sge;
 
 struct Record {
     busy: AtomicBool,
@@ -53,6 +55,7 @@ pub struct Srq {
     cursor: AtomicU32,
     outstanding: AtomicU32,
     posted: AtomicU32,
+    port: WqPort,
 }
 
 impl NdkObject for Srq {
@@ -135,6 +138,13 @@ impl Srq {
     ) -> NdkResult<ObjRef<Srq>> {
         let adapter = pd.adapter();
         let hw = adapter.hw();
+        let port = match hw.srq_port(handle) {
+            Ok(p) => p,
+            Err(e) => {
+                hw.destroy_srq(handle);
+                return Err(e.into());
+            }
+        };
         let ndk = NDK_SRQ {
             Header: header(adapter.version(), NdkObjectTypeSrq),
             Dispatch: &dispatch::SRQ_DISPATCH,
@@ -158,6 +168,7 @@ impl Srq {
                 cursor: AtomicU32::new(0),
                 outstanding: AtomicU32::new(0),
                 posted: AtomicU32::new(0),
+                port,
             },
         ) {
             Ok(s) => s,
@@ -199,10 +210,12 @@ impl Srq {
     /// # Errors
     /// STATUS_INVALID_PARAMETER for too many SGEs; STATUS_INSUFFICIENT_RESOURCES when the
     /// SRQ holds its depth of receives.
-    pub fn receive(&self, ctx: usize, sges: &[NDK_SGE]) -> NdkResult<()> {
+    pub fn receive(&self, ctx: usize, sges: &[Sge]) -> NdkResult<()> {
         if sges.len() > self.max_sge as usize {
             return Err(NdkError::InvalidParameter);
         }
+        // Records in flight bound the WQEs in the ring (a WQE leaves the ring when a QP
+        // takes it, its record when its CQE is reaped), so a free record means a free slot.
         if self.outstanding.load(Ordering::Acquire) >= self.cap.load(Ordering::Relaxed) {
             return Err(NdkError::InsufficientResources);
         }
@@ -221,24 +234,18 @@ impl Srq {
         }
         let (id, rec) = found.ok_or(NdkError::InsufficientResources)?;
         let index = self.posted.load(Ordering::Relaxed);
-        let hw = self.pd.adapter().hw();
         rec.context.store(ctx, Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
-        if let Err(e) = hw.write_srq_wqe(
-            self.handle,
-            index,
-            &RecvWqe {
-                wr_id: wr_id(tag::SRQ, id),
-                sges,
-            },
-        ) {
+        if !self.port.write_recv(index, wr_id(tag::SRQ, id), sges) {
             rec.busy.store(false, Ordering::Release);
-            return Err(e.into());
+            return Err(NdkError::InvalidParameter);
         }
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
-        self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
-        hw.ring_srq(self.handle);
+        let next = index.wrapping_add(1);
+        self.posted.store(next, Ordering::Relaxed);
+        self.port.publish(next);
+        self.port.ring();
         Ok(())
     }
 

@@ -213,6 +213,12 @@ impl<'a> DmaView<'a> {
         self.len
     }
 
+    /// The window's first byte, for data-path ports that precompute element addresses
+    /// (`pvrdma::port`); valid for `len` bytes while the borrowed region lives.
+    pub fn as_non_null(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// True when the window is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0

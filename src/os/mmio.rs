@@ -60,6 +60,24 @@ impl Uar {
         self
     }
 
+    /// The doorbell word at byte offset `off` (reduced to `off & 0xFFC` as in
+    /// [`Uar::write32`]), for data-path ports that precompute it. Store to it only with
+    /// a volatile 32-bit store, then call [`Uar::after_store`] on the host.
+    pub fn word(&self, off: u32) -> NonNull<u32> {
+        let word = ((off & 0xFFC) >> 2) as usize;
+        // SAFETY: `word < 1024`, so the pointer stays inside the mapped page (type invariant).
+        unsafe { self.base.add(word) }
+    }
+
+    /// Host only: what [`Uar::write32`] does after its store (the harness hook).
+    #[cfg(not(target_os = "windows"))]
+    #[inline(always)]
+    pub fn after_store(&self, off: u32, val: u32) {
+        if let Some(hook) = &self.hook {
+            hook(off & 0xFFC, val);
+        }
+    }
+
     /// Stores `val` at byte offset `off` of the page. The offset is reduced to an aligned
     /// offset inside the page (`off & 0xFFC`), so no value can reach outside the mapping.
     /// Callers use the typed doorbells of `pvrdma::uar`, never raw offsets.

@@ -6,6 +6,7 @@
 //! - [`cmd`]: typed commands and the command channel (§8);
 //! - [`wqe`], [`cqe`], [`eqe`]: WQE, CQE and async-event formats (§10, §11, §13);
 //! - [`uar`]: doorbell values (§12); [`queue`]: SQ/RQ/SRQ/CQ rings over page directories (§9);
+//! - [`port`]: the data path's direct view of those rings (post, poll, doorbell);
 //! - [`device`]: bring-up, teardown, interrupts and event dispatch (§5, §13);
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
@@ -17,6 +18,7 @@ pub mod dsr;
 pub mod eqe;
 pub mod error;
 pub mod pdir;
+pub mod port;
 pub mod queue;
 pub mod regs;
 pub mod ring;

@@ -21,7 +21,10 @@ use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeCore, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
 use super::ring::{Ring, RingCorrupt};
-use super::wqe::{SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride};
+use super::port::{Bell, CqPort, WqGeometry, WqPort};
+use super::wqe::{
+    RQ_WQE_HDR_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride,
+};
 
 fn pages_for(bytes: u64) -> Option<u32> {
     u32::try_from(bytes.div_ceil(PAGE_SIZE as u64)).ok()
@@ -184,8 +187,14 @@ impl WorkQueue {
             .ok_or(RingCorrupt)
     }
 
+    /// From the published `prod_tail` in shared memory, not our private copy: a data-path
+    /// port ([`WqPort`]) may have posted since.
     fn outstanding(&self) -> Result<u32, RingCorrupt> {
-        self.ring.occupancy(self.tail, self.cons_head()?)
+        let tail = self
+            .index(self.state)
+            .map(|a| a.load(Ordering::Relaxed))
+            .ok_or(RingCorrupt)?;
+        self.ring.occupancy(tail, self.cons_head()?)
     }
 
     /// Claims the next slot: `Ok(None)` when full.
@@ -217,6 +226,21 @@ impl WorkQueue {
         encode_recv(&mut view, wr_id, sges)?;
         self.publish();
         Ok(slot)
+    }
+
+    fn port(&self, header: usize, bell: Bell) -> Result<WqPort, PvrdmaError> {
+        WqPort::new(
+            self.buf.clone(),
+            WqGeometry {
+                first_page: self.layout.offset / PAGE_SIZE as u32,
+                n: self.layout.n,
+                stride: self.layout.stride,
+                max_sge: self.layout.max_sge,
+                state: self.state,
+                header,
+            },
+            bell,
+        )
     }
 
     fn reset(&mut self) {
@@ -269,6 +293,14 @@ pub struct SendQueue {
 wq_common!(SendQueue);
 
 impl SendQueue {
+    /// The data-path port on this queue (rings `bell`, the QP's SQ doorbell).
+    ///
+    /// # Errors
+    /// [`PvrdmaError::NoMemory`].
+    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
+        self.wq.port(SQ_WQE_HDR_SIZE, bell)
+    }
+
     /// Writes `wr` into the next slot and publishes it; returns the slot (for per-slot
     /// records, §16 item 10). No doorbell: the caller rings `QpDoorbell::send` once per batch.
     ///
@@ -297,6 +329,16 @@ pub struct RecvQueue {
 }
 
 wq_common!(RecvQueue);
+
+impl RecvQueue {
+    /// The data-path port on this queue (rings `bell`, the QP's RQ doorbell).
+    ///
+    /// # Errors
+    /// [`PvrdmaError::NoMemory`].
+    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
+        self.wq.port(RQ_WQE_HDR_SIZE, bell)
+    }
+}
 
 impl RecvQueue {
     /// Writes a receive WQE and publishes it; returns the slot. The caller rings
@@ -330,6 +372,14 @@ impl SrqQueue {
             wq: WorkQueue::new(buf, layout.wq, RX_PROD)?,
             nchunks: layout.nchunks,
         })
+    }
+
+    /// The data-path port on this SRQ (rings `bell`, the SRQ doorbell).
+    ///
+    /// # Errors
+    /// [`PvrdmaError::NoMemory`].
+    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
+        self.wq.port(RQ_WQE_HDR_SIZE, bell)
     }
 
     /// CREATE_SRQ `pdir_dma`.
@@ -396,7 +446,7 @@ impl QpQueues {
 
 /// A completion queue ring: 64-byte CQEs from byte 4096, device produces on `rx` (@8/@12).
 pub struct CqRing {
-    buf: PagedBuffer,
+    buf: Arc<PagedBuffer>,
     ring: Ring,
     alloc_entries: u32,
     /// Our `cons_head`.
@@ -418,7 +468,7 @@ impl CqRing {
             .filter(|&p| p <= MAX_PAGES)
             .ok_or(PvrdmaError::InvalidParameter)?;
         Ok(CqRing {
-            buf: PagedBuffer::alloc(dma, pages)?,
+            buf: try_arc(PagedBuffer::alloc(dma, pages)?)?,
             ring: Ring::new(entries).ok_or(PvrdmaError::InvalidParameter)?,
             alloc_entries: entries,
             head: 0,
@@ -438,6 +488,15 @@ impl CqRing {
     /// N.
     pub fn entries(&self) -> u32 {
         self.ring.n()
+    }
+
+    /// The data-path port on this CQ (N as set by the CREATE_CQ response), with its arm
+    /// doorbells.
+    ///
+    /// # Errors
+    /// [`PvrdmaError::NoMemory`].
+    pub fn port(&self, arm: Bell, arm_solicited: Bell) -> Result<CqPort, PvrdmaError> {
+        CqPort::new(self.buf.clone(), self.ring.n(), arm, arm_solicited)
     }
 
     /// Adopts the `cqe` of the CREATE_CQ response as N (§8), which must be a power of two no

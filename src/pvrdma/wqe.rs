@@ -93,8 +93,10 @@ bitflags! {
     }
 }
 
-/// `pvrdma_sge`.
+/// `pvrdma_sge`. `#[repr(C)]`: the same 16 bytes as `NDK_SGE` (address @0, length @8, token
+/// @12), which lets the NDK layer hand a consumer's SGE array to a port without converting it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Sge {
     /// Address (in the MR's address space).
     pub addr: u64,
@@ -103,6 +105,13 @@ pub struct Sge {
     /// Local key.
     pub lkey: u32,
 }
+
+const _: () = {
+    assert!(core::mem::size_of::<Sge>() == SGE_SIZE);
+    assert!(core::mem::offset_of!(Sge, addr) == 0);
+    assert!(core::mem::offset_of!(Sge, length) == 8);
+    assert!(core::mem::offset_of!(Sge, lkey) == 12);
+};
 
 /// `pvrdma_av` (UD address vector).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

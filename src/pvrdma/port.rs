@@ -1,0 +1,631 @@
+//! Data-path ports (§7, §9–§12): everything a post or a poll touches, resolved once when the
+//! queue is created, so that posting a WQE is a handful of stores and reaping a CQE a handful
+//! of loads, with no lock, no table lookup and no allocation.
+//!
+//! - [`WqPort`]: the producer side of a driver-produced ring (QP send queue, QP receive queue,
+//!   SRQ): write the WQE into its slot, publish `prod_tail`, ring the doorbell.
+//! - [`CqPort`]: the consumer side of a CQ ring: read the device's `prod_tail` (validated,
+//!   M14), load CQEs, publish `cons_head`.
+//! - [`Bell`]: one doorbell value bound to the mapped UAR page (one volatile store).
+//!
+//! A port addresses its elements through a table of the ring's page pointers (the buffer is
+//! allocated page by page, §6): element `i` lives at `pages[(i·stride) >> 12] + (i·stride &
+//! 4095)`; strides are powers of two ≤ 4096, so an element never straddles a page. A port
+//! keeps its buffer alive ([`Arc<PagedBuffer>`]), so the memory outlives every post or poll
+//! even when the device's DESTROY response has already released the queue's other owner.
+//!
+//! Ports are `Sync` but not internally synchronized beyond single-word atomics: each ring has
+//! one producer (the consumer serializes posts per queue, ndkpi.md §5.3) or one consumer
+//! (polls and arms are serialized per CQ, §5.4). Two concurrent producers would interleave
+//! WQEs, never touch memory outside the ring.
+#![allow(unsafe_code)]
+
+use alloc::sync::Arc;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::os::Uar;
+use crate::os::alloc::KVec;
+use crate::os::dma::PAGE_SIZE;
+use crate::os::sync::{from_device_barrier, to_device_barrier};
+
+use super::cqe::CQE_SIZE;
+use super::error::PvrdmaError;
+use super::pdir::PagedBuffer;
+use super::uar::Doorbell;
+use super::wqe::{RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, Sge};
+
+const PAGE_SHIFT: u32 = 12;
+const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
+
+/// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
+pub struct Bell {
+    // INVARIANT: `uar` points to a `Uar` that `_keep` keeps alive, and `word` is
+    // `uar.word(offset)`.
+    uar: NonNull<Uar>,
+    word: NonNull<u32>,
+    offset: u32,
+    value: u32,
+    _keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `Bell` only ever hands out `&Uar`, which is `Sync` (a doorbell is one volatile store
+// that any processor may issue), and owns its keeper `Arc`.
+unsafe impl Send for Bell {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Bell {}
+
+impl Bell {
+    /// A bell on a UAR page this bell co-owns.
+    pub fn new(uar: Arc<Uar>, db: impl Doorbell) -> Bell {
+        Bell {
+            uar: NonNull::from(&*uar),
+            word: uar.word(db.offset()),
+            offset: db.offset(),
+            value: db.value(),
+            _keep: uar,
+        }
+    }
+
+    /// A bell on the UAR page that `owner` holds (`uar` projects it), co-owning `owner`.
+    pub fn owned_by<K: Send + Sync + 'static>(
+        owner: Arc<K>,
+        uar: fn(&K) -> &Uar,
+        db: impl Doorbell,
+    ) -> Bell {
+        let u = uar(&owner);
+        Bell {
+            // The reference lives as long as `owner`, which the bell keeps.
+            uar: NonNull::from(u),
+            word: u.word(db.offset()),
+            offset: db.offset(),
+            value: db.value(),
+            _keep: owner,
+        }
+    }
+
+    /// The same UAR page with another doorbell value.
+    pub fn with(&self, db: impl Doorbell) -> Bell {
+        // SAFETY: type invariant.
+        let u = unsafe { self.uar.as_ref() };
+        Bell {
+            uar: self.uar,
+            word: u.word(db.offset()),
+            offset: db.offset(),
+            value: db.value(),
+            _keep: self._keep.clone(),
+        }
+    }
+
+    /// The value this bell stores.
+    pub fn value(&self) -> u32 {
+        self.value
+    }
+
+    /// Orders every earlier store to shared memory (`prod_tail`) before the doorbell (§12),
+    /// then stores the value.
+    #[inline(always)]
+    pub fn ring(&self) {
+        to_device_barrier();
+        // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
+        unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
+        #[cfg(not(target_os = "windows"))]
+        {
+            // SAFETY: type invariant: the UAR outlives `self`.
+            let uar = unsafe { self.uar.as_ref() };
+            uar.after_store(self.offset, self.value);
+        }
+    }
+}
+
+/// The element pages of one ring.
+struct Pages {
+    // INVARIANT: every entry is the CPU address of a live, page-aligned 4 KiB page of the
+    // owning buffer, in ring order, and `(mask + 1) << shift <= ptrs.len() * PAGE_SIZE`.
+    ptrs: KVec<NonNull<u8>>,
+    /// log2 of the element size (≤ 12).
+    shift: u32,
+    /// N − 1 (N a power of two).
+    mask: u32,
+}
+
+impl Pages {
+    fn new(buf: &PagedBuffer, first: u32, n: u32, stride: u32) -> Result<Pages, PvrdmaError> {
+        if !n.is_power_of_two() || !stride.is_power_of_two() || stride as usize > PAGE_SIZE {
+            return Err(PvrdmaError::InvalidParameter);
+        }
+        let bytes = u64::from(n) * u64::from(stride);
+        let count = bytes.div_ceil(PAGE_SIZE as u64);
+        let count = u32::try_from(count).map_err(|_| PvrdmaError::InvalidParameter)?;
+        let mut ptrs = KVec::try_with_capacity(count as usize)?;
+        for i in 0..count {
+            let page = first
+                .checked_add(i)
+                .and_then(|p| buf.page(p))
+                .ok_or(PvrdmaError::InvalidParameter)?;
+            let view = page.view();
+            if view.len() < PAGE_SIZE {
+                return Err(PvrdmaError::InvalidParameter);
+            }
+            ptrs.push_within_capacity(view.as_non_null())
+                .map_err(|_| PvrdmaError::NoMemory)?;
+        }
+        Ok(Pages {
+            ptrs,
+            shift: stride.trailing_zeros(),
+            mask: n - 1,
+        })
+    }
+
+    /// The element of free-running index `i`.
+    #[inline(always)]
+    fn element(&self, i: u32) -> *mut u8 {
+        let off = ((i & self.mask) as usize) << self.shift;
+        // SAFETY: `i & mask < N`, so `off < N << shift ≤ ptrs.len() * PAGE_SIZE` and the page
+        // index is in bounds (type invariant).
+        let page = unsafe { *self.ptrs.as_ptr().add(off >> PAGE_SHIFT) };
+        // SAFETY: `off & 4095` plus the element size stays within the page (elements are
+        // power-of-two sized, at most a page, and page-aligned runs).
+        unsafe { page.as_ptr().add(off & (PAGE_SIZE - 1)) }
+    }
+
+    fn stride(&self) -> usize {
+        1 << self.shift
+    }
+}
+
+/// # Safety
+/// `p` is valid for an aligned 8-byte write.
+#[inline(always)]
+unsafe fn put64(p: *mut u8, off: usize, v: u64) {
+    // SAFETY: caller contract (every element offset used here is 8-aligned in a page-aligned,
+    // power-of-two sized element).
+    unsafe { core::ptr::write_volatile(p.add(off).cast::<u64>(), v.to_le()) }
+}
+
+/// # Safety
+/// `p + off` is valid for an aligned 8-byte read.
+#[inline(always)]
+unsafe fn get64(p: *const u8, off: usize) -> u64 {
+    // SAFETY: caller contract.
+    u64::from_le(unsafe { core::ptr::read_volatile(p.add(off).cast::<u64>()) })
+}
+
+/// The words of a send-WQE header (§10) after `wr_id` and `num_sge`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqHeader {
+    /// `opcode` (`PVRDMA_WR_*`).
+    pub opcode: u32,
+    /// `send_flags`.
+    pub send_flags: u32,
+    /// `ex`: `invalidate_rkey` (or 0).
+    pub ex: u32,
+    /// The `wr` union as six little-endian words (@32..@80).
+    pub body: [u64; 6],
+}
+
+impl SqHeader {
+    /// The `rdma` union member: `remote_addr` @32, `rkey` @40.
+    pub const fn rdma_body(remote_addr: u64, rkey: u32) -> [u64; 6] {
+        [remote_addr, rkey as u64, 0, 0, 0, 0]
+    }
+
+    /// The `fast_reg` union member: `iova_start` @32, `pl_pdir_dma` @40, `page_shift` @48,
+    /// `page_list_len` @52, `length` @56, `access_flags` @60, `rkey` @64.
+    pub const fn fast_reg_body(
+        iova_start: u64,
+        pl_pdir_dma: u64,
+        page_list_len: u32,
+        length: u32,
+        access_flags: u32,
+        rkey: u32,
+    ) -> [u64; 6] {
+        [
+            iova_start,
+            pl_pdir_dma,
+            PAGE_SHIFT as u64 | (page_list_len as u64) << 32,
+            length as u64 | (access_flags as u64) << 32,
+            rkey as u64,
+            0,
+        ]
+    }
+}
+
+/// Where a driver-produced ring lives in its buffer (§9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WqGeometry {
+    /// Page of WQE 0.
+    pub first_page: u32,
+    /// N (a power of two).
+    pub n: u32,
+    /// Bytes per WQE (a power of two ≤ 4096).
+    pub stride: u32,
+    /// SGEs per WQE.
+    pub max_sge: u32,
+    /// Byte offset of `prod_tail` in page 0 (`cons_head` follows).
+    pub state: usize,
+    /// Header bytes before the SGEs (80 send, 16 receive).
+    pub header: usize,
+}
+
+/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ).
+pub struct WqPort {
+    pages: Pages,
+    // INVARIANT: points to this ring's `prod_tail` word in page 0 of `_buf`.
+    prod_tail: NonNull<AtomicU32>,
+    /// 2N − 1.
+    wrap: u32,
+    /// SGEs a WQE of this ring can hold.
+    max_sge: u32,
+    bell: Bell,
+    _buf: Arc<PagedBuffer>,
+}
+
+// SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
+// device; all access is volatile or atomic.
+unsafe impl Send for WqPort {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for WqPort {}
+
+impl WqPort {
+    /// A port on the ring `g` of `buf`.
+    ///
+    /// # Errors
+    /// [`PvrdmaError::InvalidParameter`] for a geometry outside the buffer or a stride that
+    /// cannot hold `max_sge` SGEs; [`PvrdmaError::NoMemory`].
+    pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<WqPort, PvrdmaError> {
+        let WqGeometry {
+            first_page,
+            n,
+            stride,
+            max_sge,
+            state,
+            header,
+        } = g;
+        let need = (max_sge as usize)
+            .checked_mul(SGE_SIZE)
+            .and_then(|b| b.checked_add(header))
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        if need > stride as usize || n > 1 << 30 {
+            return Err(PvrdmaError::InvalidParameter);
+        }
+        let pages = Pages::new(&buf, first_page, n, stride)?;
+        let prod_tail = buf
+            .page(0)
+            .and_then(|p| p.view().atomic_u32(state))
+            .filter(|_| state + 8 <= PAGE_SIZE)
+            .map(NonNull::from)
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        Ok(WqPort {
+            pages,
+            prod_tail,
+            wrap: 2 * n - 1,
+            max_sge,
+            bell,
+            _buf: buf,
+        })
+    }
+
+    /// N.
+    pub fn entries(&self) -> u32 {
+        self.pages.mask + 1
+    }
+
+    /// SGEs per WQE.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// The doorbell of this ring.
+    pub fn bell(&self) -> &Bell {
+        &self.bell
+    }
+
+    fn prod_tail(&self) -> &AtomicU32 {
+        // SAFETY: type invariant.
+        unsafe { self.prod_tail.as_ref() }
+    }
+
+    /// Writes send WQE `index` (a free-running index; the caller owns the slot: it was
+    /// retired); `false` (nothing written) for more SGEs than the ring holds.
+    #[inline(always)]
+    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
+        if sges.len() > self.max_sge as usize {
+            return false;
+        }
+        let p = self.pages.element(index);
+        // SAFETY: `p` is a whole element of the ring (`element`), 80 + 16·max_sge bytes at
+        // least (checked in `new`), page-aligned runs so every word offset is aligned.
+        unsafe {
+            put64(p, 0, wr_id);
+            put64(p, 8, sges.len() as u64);
+            put64(p, 16, u64::from(h.opcode) | u64::from(h.send_flags) << 32);
+            put64(p, 24, u64::from(h.ex));
+            let [b0, b1, b2, b3, b4, b5] = h.body;
+            put64(p, 32, b0);
+            put64(p, 40, b1);
+            put64(p, 48, b2);
+            put64(p, 56, b3);
+            put64(p, 64, b4);
+            put64(p, 72, b5);
+        }
+        // SAFETY: `sges.len() <= max_sge`, which the element holds after the header.
+        unsafe { put_sges(p.add(SQ_WQE_HDR_SIZE), sges) };
+        true
+    }
+
+    /// Writes receive WQE `index` (RQ or SRQ format); `false` for too many SGEs.
+    #[inline(always)]
+    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
+        if sges.len() > self.max_sge as usize {
+            return false;
+        }
+        let p = self.pages.element(index);
+        // SAFETY: as in `write_send`, with the 16-byte receive header.
+        unsafe {
+            put64(p, 0, wr_id);
+            put64(p, 8, sges.len() as u64);
+            put_sges(p.add(RQ_WQE_HDR_SIZE), sges);
+        }
+        true
+    }
+
+    /// Hands every WQE before free-running index `next` to the device: barrier, then
+    /// `prod_tail` = `next mod 2N` (§7).
+    #[inline(always)]
+    pub fn publish(&self, next: u32) {
+        to_device_barrier();
+        self.prod_tail().store(next & self.wrap, Ordering::Release);
+    }
+
+    /// Rings this ring's doorbell.
+    #[inline(always)]
+    pub fn ring(&self) {
+        self.bell.ring();
+    }
+
+    /// Our `prod_tail` as last published (diagnostics and tests).
+    pub fn published(&self) -> u32 {
+        self.prod_tail().load(Ordering::Relaxed)
+    }
+
+    /// The device's `cons_head` as it stands (diagnostics; never used to post).
+    pub fn device_cons_head(&self) -> u32 {
+        // SAFETY: `cons_head` follows `prod_tail` in the same 8-byte ring state (§7).
+        let c = unsafe { &*self.prod_tail.as_ptr().add(1) };
+        c.load(Ordering::Relaxed)
+    }
+
+    /// Copies WQE `index` out of the ring (tests and diagnostics).
+    pub fn read_element(&self, index: u32, out: &mut [u8]) {
+        let p = self.pages.element(index);
+        for (i, o) in out.iter_mut().take(self.pages.stride()).enumerate() {
+            // SAFETY: `i` < stride: inside the element.
+            *o = unsafe { core::ptr::read_volatile(p.add(i)) };
+        }
+    }
+}
+
+/// # Safety
+/// `p` is 8-aligned and valid for `16 · sges.len()` bytes of writes.
+#[inline(always)]
+unsafe fn put_sges(p: *mut u8, sges: &[Sge]) {
+    match sges {
+        [] => {}
+        // SAFETY: caller contract (one SGE).
+        [one] => unsafe { put_sge(p, one) },
+        // SAFETY: caller contract.
+        many => unsafe { put_many_sges(p, many) },
+    }
+}
+
+/// # Safety
+/// `p` is 8-aligned and valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn put_sge(p: *mut u8, s: &Sge) {
+    // SAFETY: caller contract.
+    unsafe {
+        put64(p, 0, s.addr);
+        put64(p, 8, u64::from(s.length) | u64::from(s.lkey) << 32);
+    }
+}
+
+/// [`put_sges`] for two or more SGEs, out of line.
+///
+/// # Safety
+/// As [`put_sges`].
+#[inline(never)]
+unsafe fn put_many_sges(p: *mut u8, sges: &[Sge]) {
+    for (i, s) in sges.iter().enumerate() {
+        let o = i * SGE_SIZE;
+        // SAFETY: caller contract.
+        unsafe {
+            put64(p, o, s.addr);
+            put64(p, o + 8, u64::from(s.length) | u64::from(s.lkey) << 32);
+        }
+    }
+}
+
+/// The fields of a CQE (§11) the completion path reads, straight from the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeView {
+    /// `wr_id` @0.
+    pub wr_id: u64,
+    /// `qp` @8 (64 bits as written; validate before use).
+    pub qp: u64,
+    /// `opcode` @16.
+    pub opcode: u32,
+    /// `status` @20.
+    pub status: u32,
+    /// `byte_len` @24.
+    pub byte_len: u32,
+    /// `imm_data` / invalidated rkey @28 (LE).
+    pub ex: u32,
+    /// `wc_flags` @36.
+    pub wc_flags: u32,
+}
+
+/// Result of checking a CQ's `prod_tail` against our `cons_head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqState {
+    /// CQEs ready, the count.
+    Ready(u32),
+    /// Nothing new.
+    Empty,
+    /// The device's index failed validation (M14): the ring is unusable.
+    Corrupt,
+}
+
+/// The consumer side of a CQ ring.
+pub struct CqPort {
+    pages: Pages,
+    // INVARIANT: points to the `rx.prod_tail` word of page 0 of `_buf` (`cons_head` follows).
+    prod_tail: NonNull<AtomicU32>,
+    /// Our `cons_head` in [0, 2N).
+    head: AtomicU32,
+    /// 2N − 1.
+    wrap: u32,
+    arm: Bell,
+    arm_solicited: Bell,
+    _buf: Arc<PagedBuffer>,
+}
+
+// SAFETY: as for `WqPort`.
+unsafe impl Send for CqPort {}
+// SAFETY: as for `WqPort`.
+unsafe impl Sync for CqPort {}
+
+impl CqPort {
+    /// A port on a CQ of `n` CQEs from page 1 of `buf`, its ring state in page 0 (`rx` @8).
+    ///
+    /// # Errors
+    /// As [`WqPort::new`].
+    pub fn new(
+        buf: Arc<PagedBuffer>,
+        n: u32,
+        arm: Bell,
+        arm_solicited: Bell,
+    ) -> Result<CqPort, PvrdmaError> {
+        if n > 1 << 30 {
+            return Err(PvrdmaError::InvalidParameter);
+        }
+        let pages = Pages::new(&buf, 1, n, CQE_SIZE as u32)?;
+        let prod_tail = buf
+            .page(0)
+            .and_then(|p| p.view().atomic_u32(8))
+            .map(NonNull::from)
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        Ok(CqPort {
+            pages,
+            prod_tail,
+            head: AtomicU32::new(0),
+            wrap: 2 * n - 1,
+            arm,
+            arm_solicited,
+            _buf: buf,
+        })
+    }
+
+    /// N.
+    pub fn entries(&self) -> u32 {
+        self.pages.mask + 1
+    }
+
+    fn index(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: type invariant; `i` ≤ 1 stays in the 8-byte `rx` ring state.
+        unsafe { &*self.prod_tail.as_ptr().add(i) }
+    }
+
+    /// Our `cons_head`.
+    #[inline(always)]
+    pub fn head(&self) -> u32 {
+        self.head.load(Ordering::Relaxed)
+    }
+
+    /// CQEs between `head` and the device's `prod_tail`, after validating it (M14: in
+    /// [0, 2N) and at most N ahead); CQE reads that follow are ordered after it.
+    #[inline(always)]
+    pub fn ready(&self, head: u32) -> CqState {
+        let tail = self.index(0).load(Ordering::Acquire);
+        if tail == head {
+            return CqState::Empty;
+        }
+        let d = tail.wrapping_sub(head) & self.wrap;
+        if tail & !self.wrap != 0 || d > self.pages.mask + 1 {
+            return CqState::Corrupt;
+        }
+        from_device_barrier();
+        CqState::Ready(d)
+    }
+
+    /// Loads the CQE at free-running index `i` (one of those [`Self::ready`] counted).
+    #[inline(always)]
+    pub fn load(&self, i: u32) -> CqeView {
+        let p = self.pages.element(i);
+        // SAFETY: `p` is a 64-byte CQE slot of the ring; the offsets are 8-aligned.
+        let (w0, w1, w2, w3, w4) =
+            unsafe { (get64(p, 0), get64(p, 8), get64(p, 16), get64(p, 24), get64(p, 32)) };
+        CqeView {
+            wr_id: w0,
+            qp: w1,
+            opcode: w2 as u32,
+            status: (w2 >> 32) as u32,
+            byte_len: w3 as u32,
+            ex: (w3 >> 32) as u32,
+            wc_flags: (w4 >> 32) as u32,
+        }
+    }
+
+    /// Consumes every CQE before `head` (a value from [`Self::next`]): our reads of them
+    /// happen before the device may reuse their slots.
+    #[inline(always)]
+    pub fn consume(&self, head: u32) {
+        self.head.store(head, Ordering::Relaxed);
+        self.index(1).store(head, Ordering::Release);
+    }
+
+    /// The index after `i`.
+    #[inline(always)]
+    pub fn next(&self, i: u32) -> u32 {
+        i.wrapping_add(1) & self.wrap
+    }
+
+    /// True when CQEs are waiting (or the ring is corrupt: the caller must look).
+    pub fn has_entries(&self) -> bool {
+        self.ready(self.head()) != CqState::Empty
+    }
+
+    /// Arms the CQ: CQ_ARM_SOL if `solicited_only`, else CQ_ARM (§12, M18).
+    pub fn arm(&self, solicited_only: bool) {
+        if solicited_only {
+            self.arm_solicited.ring();
+        } else {
+            self.arm.ring();
+        }
+    }
+
+    /// Copies CQE `i` out of the ring (tests and diagnostics).
+    pub fn read_element(&self, i: u32) -> [u8; CQE_SIZE] {
+        let p = self.pages.element(i);
+        let mut out = [0u8; CQE_SIZE];
+        for (k, o) in out.iter_mut().enumerate() {
+            // SAFETY: `k` < 64: inside the CQE.
+            *o = unsafe { core::ptr::read_volatile(p.add(k)) };
+        }
+        out
+    }
+
+    /// Test producer: writes `cqe` at the device's `prod_tail` and advances it, as the
+    /// device would (fakes of the hardware seam use it; the driver never produces CQEs).
+    #[doc(hidden)]
+    pub fn produce_for_test(&self, cqe: &[u8; CQE_SIZE]) {
+        let tail = self.index(0).load(Ordering::Relaxed);
+        let p = self.pages.element(tail);
+        for (k, b) in cqe.iter().enumerate() {
+            // SAFETY: `k` < 64: inside the CQE.
+            unsafe { core::ptr::write_volatile(p.add(k), *b) };
+        }
+        self.index(0)
+            .store(tail.wrapping_add(1) & self.wrap, Ordering::Release);
+    }
+}
