@@ -180,11 +180,13 @@ pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
     ((wr_id >> 32) as u32, wr_id as u32)
 }
 
-const SIGNALED_BIT: u32 = 1 << 31;
+/// Set for SILENT_SUCCESS requests (NDK_OP_FLAG_SILENT_SUCCESS is bit 0: a post stores
+/// `flags << 31`).
+const SILENT_BIT: u32 = 1 << 31;
 
 struct Slot {
     context: AtomicUsize,
-    // Operation type in bits 30..0 (values ≤ 0x8001), SIGNALED_BIT.
+    // Operation type in bits 30..0 (values ≤ 0x8001), SILENT_BIT.
     meta: AtomicU32,
 }
 
@@ -249,7 +251,7 @@ impl OrderedQueue {
     pub fn record(&self, index: u32, rec: &SlotRecord) {
         let slot = self.slot(index);
         slot.context.store(rec.request_context, Ordering::Relaxed);
-        let meta = (rec.op.0 as u32 & !SIGNALED_BIT) | if rec.signaled { SIGNALED_BIT } else { 0 };
+        let meta = (rec.op.0 as u32 & !SILENT_BIT) | u32::from(!rec.signaled) << 31;
         slot.meta.store(meta, Ordering::Relaxed);
     }
 
@@ -299,8 +301,8 @@ impl OrderedQueue {
         let meta = slot.meta.load(Ordering::Relaxed);
         let rec = SlotRecord {
             request_context: slot.context.load(Ordering::Relaxed),
-            op: NDK_OPERATION_TYPE((meta & !SIGNALED_BIT) as i32),
-            signaled: meta & SIGNALED_BIT != 0,
+            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
+            signaled: meta & SILENT_BIT == 0,
         };
         self.retired.store(index.wrapping_add(1), Ordering::Release);
         Some(rec)

@@ -91,6 +91,21 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
     Ok(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), n as usize) })
 }
 
+/// The consumer's SGE array when it holds exactly one entry (the data path's common case,
+/// compiled without loops); `None` otherwise.
+///
+/// # Safety
+/// As [`sgl`].
+#[inline(always)]
+unsafe fn one_sge<'a>(p: *const NDK_SGE, n: ULONG) -> Option<&'a [Sge]> {
+    if n != 1 || p.is_null() {
+        return None;
+    }
+    // CAST: identical layout (asserted).
+    // SAFETY: non-null and valid for one element by the caller's contract.
+    Some(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), 1) })
+}
+
 /// An SGE's address: the `VirtualAddress`/`LogicalAddress` union as 64 bits (§3.1).
 pub fn sge_address(s: &NDK_SGE) -> u64 {
     // SAFETY: both union members are 8-byte plain values at offset 0 for which every bit
@@ -1106,8 +1121,52 @@ unsafe extern "system" fn invalidate(
 /// See the module contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn rdma(
-    read: bool,
+unsafe fn rdma<const READ: bool>(
+    pNdkQp: *mut NDK_QP,
+    RequestContext: PVOID,
+    pSgl: *const NDK_SGE,
+    nSge: ULONG,
+    RemoteAddress: UINT64,
+    RemoteToken: UINT32,
+    Flags: ULONG,
+) -> NTSTATUS {
+    // SAFETY: module contract; a post starts no callback.
+    let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: module contract.
+    match unsafe { one_sge(pSgl, nSge) } {
+        // The common single-SGE request is compiled with its length known: no loops.
+        Some(s) => status(qp.rdma(
+            READ,
+            RequestContext as usize,
+            s,
+            RemoteAddress,
+            RemoteToken,
+            Flags,
+        )),
+        // SAFETY: forwarded contract; the same arguments, so this is a jump.
+        None => unsafe {
+            rdma_any::<READ>(
+                pNdkQp,
+                RequestContext,
+                pSgl,
+                nSge,
+                RemoteAddress,
+                RemoteToken,
+                Flags,
+            )
+        },
+    }
+}
+
+/// [`rdma`] for any SGE count, out of line.
+///
+/// # Safety
+/// See the module contract.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe extern "system" fn rdma_any<const READ: bool>(
     pNdkQp: *mut NDK_QP,
     RequestContext: PVOID,
     pSgl: *const NDK_SGE,
@@ -1123,7 +1182,7 @@ unsafe fn rdma(
     // SAFETY: module contract.
     match unsafe { sgl(pSgl, nSge) } {
         Ok(s) => status(qp.rdma(
-            read,
+            READ,
             RequestContext as usize,
             s,
             RemoteAddress,
@@ -1147,8 +1206,7 @@ unsafe extern "system" fn read(
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
     unsafe {
-        rdma(
-            true,
+        rdma::<true>(
             pNdkQp,
             RequestContext,
             pSgl,
@@ -1173,8 +1231,7 @@ unsafe extern "system" fn write(
 ) -> NTSTATUS {
     // SAFETY: forwarded contract.
     unsafe {
-        rdma(
-            false,
+        rdma::<false>(
             pNdkQp,
             RequestContext,
             pSgl,

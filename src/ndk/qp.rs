@@ -549,8 +549,9 @@ impl Qp {
         self.sq.port.publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
-            self.sq.port.ring();
+            // Only the poster reads `rung`: recording it first leaves the doorbell last.
             self.sq.book.mark_rung(next);
+            self.sq.port.ring();
         }
         Ok(())
     }
@@ -812,8 +813,8 @@ impl Qp {
         let next = index.wrapping_add(1);
         rq.book.commit(index);
         rq.port.publish(next);
-        rq.port.ring();
         rq.book.mark_rung(next);
+        rq.port.ring();
         Ok(())
     }
 

@@ -629,3 +629,218 @@ impl CqPort {
             .store(tail.wrapping_add(1) & self.wrap, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::dma::test_alloc::TestDma;
+    use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues};
+    use crate::pvrdma::uar::{CqDoorbell, QpDoorbell};
+    use crate::pvrdma::wqe::{
+        AccessFlags, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode, encode_recv, encode_send,
+    };
+    use std::boxed::Box;
+    use std::sync::Mutex;
+    use std::vec::Vec;
+
+    /// A UAR page whose hook records every doorbell.
+    fn uar() -> (Arc<Uar>, Arc<Mutex<Vec<(u32, u32)>>>) {
+        let page: &'static mut [u32; 1024] = Box::leak(Box::new([0u32; 1024]));
+        let base = NonNull::from(&mut page[0]);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        // SAFETY: the page is leaked: valid, aligned and writable forever.
+        let u = unsafe { Uar::new(base) }.with_hook(Arc::new(move |o, v| {
+            l.lock().unwrap().push((o, v));
+        }));
+        (Arc::new(u), log)
+    }
+
+    fn sge(i: u64) -> Sge {
+        Sge {
+            addr: 0x1000_0000_0000 + i * 0x111,
+            length: 100 + i as u32,
+            lkey: 0x500 + i as u32,
+        }
+    }
+
+    #[test]
+    fn send_and_receive_wqes_match_the_reference_encoder() {
+        let dma = TestDma::new_dyn();
+        let (u, log) = uar();
+        let layout = QpLayout::new(8, 4, Some((4, 3))).unwrap();
+        let q = QpQueues::alloc(&dma, &layout).unwrap();
+        let sq = q.sq.port(Bell::new(u.clone(), QpDoorbell::send(7))).unwrap();
+        let rq = q
+            .rq
+            .as_ref()
+            .unwrap()
+            .port(Bell::new(u.clone(), QpDoorbell::recv(7)))
+            .unwrap();
+        assert_eq!((sq.entries(), sq.max_sge(), rq.entries()), (8, 4, 4));
+        let sges: Vec<Sge> = (0..3).map(sge).collect();
+        let cases = [
+            (
+                SqHeader {
+                    opcode: WrOpcode::RdmaRead as u32,
+                    send_flags: 3,
+                    ex: 0,
+                    body: SqHeader::rdma_body(0xAB_CDEF_0123, 0x4455),
+                },
+                SendWr {
+                    wr_id: 0x1_0000_0009,
+                    opcode: WrOpcode::RdmaRead,
+                    flags: SendFlags::FENCE | SendFlags::SIGNALED,
+                    ex: Ex::None,
+                    body: WrBody::Rdma {
+                        remote_addr: 0xAB_CDEF_0123,
+                        rkey: 0x4455,
+                    },
+                    sges: &sges,
+                },
+            ),
+            (
+                SqHeader {
+                    opcode: WrOpcode::FastRegMr as u32,
+                    send_flags: 2,
+                    ex: 0,
+                    body: SqHeader::fast_reg_body(0x7000_1000, 0xD1D1_0000, 16, 65000, 7, 0x1234),
+                },
+                SendWr {
+                    wr_id: 0x1_0000_0009,
+                    opcode: WrOpcode::FastRegMr,
+                    flags: SendFlags::SIGNALED,
+                    ex: Ex::None,
+                    body: WrBody::FastReg(FastReg {
+                        iova_start: 0x7000_1000,
+                        pl_pdir_dma: 0xD1D1_0000,
+                        page_shift: 12,
+                        page_list_len: 16,
+                        length: 65000,
+                        access_flags: AccessFlags::from_bits_truncate(7),
+                        rkey: 0x1234,
+                    }),
+                    sges: &[],
+                },
+            ),
+            (
+                SqHeader {
+                    opcode: WrOpcode::SendWithInv as u32,
+                    send_flags: 6,
+                    ex: 0xCAFE_0101,
+                    body: [0; 6],
+                },
+                SendWr {
+                    wr_id: 0x1_0000_0009,
+                    opcode: WrOpcode::SendWithInv,
+                    flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
+                    ex: Ex::InvalidateRkey(0xCAFE_0101),
+                    body: WrBody::None,
+                    sges: &sges[..1],
+                },
+            ),
+        ];
+        for (h, wr) in cases {
+            // Slot 9 & 7 = 1 holds stale bytes from an earlier, longer WQE first.
+            let mut stale = [0u8; 144];
+            assert!(sq.write_send(1, u64::MAX, &cases[1].0, &sges));
+            assert!(sq.write_send(9, wr.wr_id, &h, wr.sges));
+            let mut got = [0u8; 144];
+            sq.read_element(9, &mut got);
+            let n = encode_send(&mut stale[..], &wr).unwrap();
+            assert_eq!(&got[..n], &stale[..n], "{:?}", wr.opcode);
+        }
+        // Too many SGEs: refused, nothing written.
+        let five: Vec<Sge> = (0..5).map(sge).collect();
+        let mut before = [0u8; 144];
+        sq.read_element(2, &mut before);
+        assert!(!sq.write_send(2, 1, &cases[0].0, &five));
+        let mut after = [0u8; 144];
+        sq.read_element(2, &mut after);
+        assert_eq!(before, after);
+
+        assert!(rq.write_recv(6, 0x2_0000_0006, &sges));
+        let mut got = [0u8; 64];
+        rq.read_element(6, &mut got);
+        let mut want = [0u8; 64];
+        let n = encode_recv(&mut want[..], 0x2_0000_0006, &sges).unwrap();
+        assert_eq!(&got[..n], &want[..n]);
+        assert!(!rq.write_recv(0, 1, &five[..4]));
+
+        // prod_tail wraps at 2N; the doorbell is one store with the QP handle.
+        sq.publish(17);
+        assert_eq!(sq.published(), 1);
+        rq.publish(8);
+        assert_eq!(rq.published(), 0);
+        sq.ring();
+        rq.ring();
+        assert_eq!(*log.lock().unwrap(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
+        assert_eq!(sq.device_cons_head(), 0);
+    }
+
+    #[test]
+    fn cq_port_validates_the_device_index_and_decodes_cqes() {
+        let dma = TestDma::new_dyn();
+        let (u, log) = uar();
+        let ring = CqRing::alloc(&dma, 4).unwrap();
+        let cq = ring
+            .port(
+                Bell::new(u.clone(), CqDoorbell::arm(3)),
+                Bell::new(u.clone(), CqDoorbell::arm_solicited(3)),
+            )
+            .unwrap();
+        // A second port stands in for the device (its producer side).
+        let dev = ring
+            .port(
+                Bell::new(u.clone(), CqDoorbell::arm(3)),
+                Bell::new(u, CqDoorbell::arm_solicited(3)),
+            )
+            .unwrap();
+        assert_eq!(cq.ready(0), CqState::Empty);
+        assert!(!cq.has_entries());
+        let mut b = [0u8; 64];
+        b[0..8].copy_from_slice(&0x2_0000_0005u64.to_le_bytes());
+        b[8] = 9;
+        b[16] = 128;
+        b[20] = 0;
+        b[24..28].copy_from_slice(&4096u32.to_le_bytes());
+        b[28..32].copy_from_slice(&0x77u32.to_le_bytes());
+        b[36] = 4;
+        for _ in 0..3 {
+            dev.produce_for_test(&b);
+        }
+        assert_eq!(cq.ready(0), CqState::Ready(3));
+        assert!(cq.has_entries());
+        let c = cq.load(2);
+        assert_eq!(
+            c,
+            CqeView {
+                wr_id: 0x2_0000_0005,
+                qp: 9,
+                opcode: 128,
+                status: 0,
+                byte_len: 4096,
+                ex: 0x77,
+                wc_flags: 4,
+            }
+        );
+        assert_eq!(cq.read_element(2), b);
+        // Consume two: cons_head (@12) follows, the rest stays ready.
+        cq.consume(cq.next(cq.next(0)));
+        assert_eq!(cq.head(), 2);
+        assert_eq!(cq.ready(2), CqState::Ready(1));
+        // Indices wrap at 2N = 8.
+        assert_eq!(cq.next(7), 0);
+        // A device index outside [0, 2N), or more than N ahead, is corrupt (M14).
+        let tail = cq.index(0);
+        tail.store(8, Ordering::Relaxed);
+        assert_eq!(cq.ready(2), CqState::Corrupt);
+        tail.store(7, Ordering::Relaxed);
+        assert_eq!(cq.ready(2), CqState::Corrupt, "5 ahead of a 4-entry ring");
+        tail.store(6, Ordering::Relaxed);
+        assert_eq!(cq.ready(2), CqState::Ready(4));
+        cq.arm(false);
+        cq.arm(true);
+        assert_eq!(*log.lock().unwrap(), [(4, 0x4000_0003), (4, 0x2000_0003)]);
+    }
+}
