@@ -3,16 +3,25 @@
 //! seam (`pvrdma_ndk::ndk::Hardware`). Asserts exact NTSTATUS values, callback counts and
 //! callback order (ndkpi.md §5), the WQEs and doorbells the posts produce (§5.5, pvrdma.md
 //! §1 mapping), and the results built from CQEs (§3.3, Project decision (c)).
+//!
+//! The fake gives the NDK objects real rings (the crate's own queue types over host memory)
+//! and one fake UAR page: the WQEs are read back out of ring memory, the doorbells come
+//! through the UAR hook, and CQEs are produced into the CQ rings as the device would.
 
-use core::ptr::null_mut;
+use core::ptr::{NonNull, null_mut};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use pvrdma_ndk::ndk::completion::{tag, wc, wr_id};
-use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, RecvWqe, SendWqe, SrqSpec, WrOpcode};
-use pvrdma_ndk::ndk::{HwCaps, HwCqe, HwError, NdkDevice, dispatch, set_qp_connected};
+use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, SrqSpec, WrOpcode};
+use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
+use pvrdma_ndk::pvrdma::port::{Bell, CqPort, WqPort};
+use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
+use pvrdma_ndk::pvrdma::uar::{CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
 
 // ---------------------------------------------------------------- fake hardware
 
@@ -41,6 +50,8 @@ enum Hw {
     Arm(u32, bool),
     Flush(u32),
     SrqLimit(u32, u32),
+    /// A UAR store that is none of the doorbells above: (offset, value).
+    Doorbell(u32, u32),
 }
 
 /// What CREATE_MR was asked for (an owned copy of `MrSpec`).
@@ -56,22 +67,266 @@ enum MrRec {
     FastReg(u32),
 }
 
+/// A completion the fake device produces (encoded into a 64-byte CQE, pvrdma.md §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HwCqe {
+    wr_id: u64,
+    qp: u32,
+    status: u32,
+    byte_len: u32,
+    invalidated_rkey: Option<u32>,
+}
+
+/// `wc_flags` WITH_INVALIDATE (pvrdma.md §11).
+const WC_WITH_INVALIDATE: u32 = 1 << 2;
+/// CQE `opcode` of a receive completion (`PVRDMA_WC_RECV`).
+const WC_RECV: u32 = 128;
+
+impl HwCqe {
+    /// The CQE as the device writes it: wr_id @0, qp @8, opcode @16, status @20,
+    /// byte_len @24, invalidated key @28, src_qp @32, wc_flags @36.
+    fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        let receive = matches!((self.wr_id >> 32) as u32, tag::RQ | tag::SRQ);
+        let opcode = if receive { WC_RECV } else { 0 };
+        let (flags, key) = match self.invalidated_rkey {
+            Some(k) => (WC_WITH_INVALIDATE, k),
+            None => (0, 0),
+        };
+        b[0..8].copy_from_slice(&self.wr_id.to_le_bytes());
+        b[8..16].copy_from_slice(&u64::from(self.qp).to_le_bytes());
+        b[16..20].copy_from_slice(&opcode.to_le_bytes());
+        b[20..24].copy_from_slice(&self.status.to_le_bytes());
+        b[24..28].copy_from_slice(&self.byte_len.to_le_bytes());
+        b[28..32].copy_from_slice(&key.to_le_bytes());
+        b[36..40].copy_from_slice(&flags.to_le_bytes());
+        b
+    }
+}
+
+const PAGE: usize = 4096;
+
+/// Host DMA memory: zeroed, page-aligned std allocations with fake bus addresses.
+struct HostDma {
+    next: Mutex<u64>,
+}
+
+// SAFETY: every region is a fresh zeroed allocation of `len` (whole pages) bytes, aligned to
+// a page, unaliased until `free`; the logical addresses are page-aligned and never reused.
+unsafe impl DmaAllocator for HostDma {
+    fn alloc(&self, len: usize) -> Option<DmaRegion> {
+        let len = len.max(1).div_ceil(PAGE) * PAGE;
+        let layout = Layout::from_size_align(len, PAGE).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let cpu = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let mut next = self.next.lock().unwrap();
+        let logical = *next;
+        *next += (len + PAGE) as u64;
+        Some(DmaRegion { cpu, logical, len })
+    }
+    fn free(&self, region: DmaRegion) {
+        let layout = Layout::from_size_align(region.len, PAGE).unwrap();
+        // SAFETY: allocated by `alloc` with this layout.
+        unsafe { dealloc(region.cpu.as_ptr(), layout) }
+    }
+}
+
+/// The fake UAR page: host memory the doorbell stores land in, and the `Uar` over it whose
+/// hook reports each store to the fake.
+struct UarPage {
+    uar: Uar,
+    mem: NonNull<[u32; 1024]>,
+}
+
+// SAFETY: the page is only written through `Uar` (volatile stores, `Sync`), and owned here.
+unsafe impl Send for UarPage {}
+// SAFETY: as above.
+unsafe impl Sync for UarPage {}
+
+impl UarPage {
+    fn new(hook: Arc<dyn Fn(u32, u32) + Send + Sync>) -> Arc<UarPage> {
+        let mem = NonNull::from(Box::leak(Box::new([0u32; 1024])));
+        // SAFETY: a 4-byte-aligned, writable 4 KiB allocation, freed only when the page (and
+        // with it the `Uar`) is dropped.
+        let uar = unsafe { Uar::new(mem.cast()) }.with_hook(hook);
+        Arc::new(UarPage { uar, mem })
+    }
+
+    fn bell(self: &Arc<Self>, db: impl Doorbell) -> Bell {
+        Bell::owned_by(self.clone(), |p: &UarPage| &p.uar, db)
+    }
+}
+
+impl Drop for UarPage {
+    fn drop(&mut self) {
+        // SAFETY: leaked in `new`; the `Uar` over it goes with `self`.
+        drop(unsafe { Box::from_raw(self.mem.as_ptr()) });
+    }
+}
+
+/// The fake's own view of a driver-produced ring: which WQEs it has already logged.
+struct Reader {
+    port: WqPort,
+    /// Free-running index of the next WQE to log.
+    seen: u32,
+    /// Bytes of a WQE worth reading (header and SGEs).
+    bytes: usize,
+}
+
+impl Reader {
+    fn new(port: WqPort, header: usize) -> Reader {
+        let bytes = header + 16 * port.max_sge() as usize;
+        Reader {
+            port,
+            seen: 0,
+            bytes,
+        }
+    }
+
+    /// The WQEs published since the last call, by free-running index.
+    fn take_new(&mut self) -> Vec<(u32, Vec<u8>)> {
+        let wrap = 2 * self.port.entries();
+        let ahead = self.port.published().wrapping_sub(self.seen) & (wrap - 1);
+        (0..ahead)
+            .map(|_| {
+                let index = self.seen;
+                let mut buf = vec![0u8; self.bytes];
+                self.port.read_element(index, &mut buf);
+                self.seen = index.wrapping_add(1);
+                (index, buf)
+            })
+            .collect()
+    }
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+fn le64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+struct QpRings {
+    queues: QpQueues,
+    sq: Reader,
+    rq: Option<Reader>,
+}
+
+struct SrqRings {
+    queue: SrqQueue,
+    reader: Reader,
+}
+
+struct CqRings {
+    ring: CqRing,
+    /// The fake device's producer side of the ring.
+    producer: CqPort,
+}
+
+/// `pl_pdir_dma` the fake hands out for FRMR `mr` (distinct per MR).
+const PL_BASE: u64 = 0x7f00_0000_0000;
+
+fn fake_pl(mr: u32) -> u64 {
+    PL_BASE + (u64::from(mr) << 12)
+}
+
 #[derive(Default)]
 struct FakeState {
     next: u32,
     log: Vec<Hw>,
-    wqes: Vec<Wqe>,
+    /// Send WQEs as read from the rings: (qp, free-running index, bytes).
+    sq_raw: Vec<(u32, u32, Vec<u8>)>,
     recvs: Vec<(u32, u32, u64, usize)>,
     srq_wqes: Vec<(u32, u32, u64)>,
-    cqes: HashMap<u32, VecDeque<HwCqe>>,
+    /// Every `fast_reg_pages` call: (mr, pages).
+    fast_regs: Vec<(u32, Vec<u64>)>,
+    qp_rings: BTreeMap<u32, QpRings>,
+    srq_rings: BTreeMap<u32, SrqRings>,
+    cq_rings: BTreeMap<u32, CqRings>,
     mrs: Vec<(u32, MrRec)>,
     qps: Vec<QpSpec>,
     srqs: Vec<SrqSpec>,
     srq_queued: u32,
-    /// The device ring refuses WQEs (full or corrupt).
-    ring_full: bool,
     /// CREATE_QP answers "no resources".
     fail_qp: bool,
+}
+
+impl FakeState {
+    /// Logs every WQE published since the last look, queue by queue.
+    fn sync(&mut self) {
+        let FakeState {
+            sq_raw,
+            recvs,
+            srq_wqes,
+            qp_rings,
+            srq_rings,
+            ..
+        } = self;
+        for (&h, q) in qp_rings.iter_mut() {
+            for (index, b) in q.sq.take_new() {
+                sq_raw.push((h, index, b));
+            }
+            if let Some(rq) = &mut q.rq {
+                for (index, b) in rq.take_new() {
+                    recvs.push((h, index, le64(&b, 0), le32(&b, 8) as usize));
+                }
+            }
+        }
+        for (&h, s) in srq_rings.iter_mut() {
+            for (index, b) in s.reader.take_new() {
+                srq_wqes.push((h, index, le64(&b, 0)));
+            }
+        }
+    }
+}
+
+fn opcode(v: u32) -> WrOpcode {
+    match v {
+        0 => WrOpcode::RdmaWrite,
+        2 => WrOpcode::Send,
+        4 => WrOpcode::RdmaRead,
+        8 => WrOpcode::SendWithInv,
+        10 => WrOpcode::LocalInv,
+        11 => WrOpcode::FastRegMr,
+        _ => panic!("unexpected WQE opcode {v}"),
+    }
+}
+
+/// Decodes a send WQE (pvrdma.md §10).
+fn decode_send(qp: u32, index: u32, b: &[u8], fast_regs: &[(u32, Vec<u64>)]) -> Wqe {
+    let op = opcode(le32(b, 16));
+    let fast = op == WrOpcode::FastRegMr;
+    let fast_reg = fast.then(|| {
+        let pl = le64(b, 40);
+        let mr = fast_regs
+            .iter()
+            .rev()
+            .map(|f| f.0)
+            .find(|&mr| fake_pl(mr) == pl)
+            .unwrap_or_else(|| panic!("pl_pdir_dma {pl:#x} names no fast_reg_pages call"));
+        assert_eq!(le32(b, 48), 12, "page_shift");
+        (
+            mr,
+            le64(b, 32),
+            le32(b, 52) as usize,
+            le32(b, 56),
+            le32(b, 60),
+            le32(b, 64),
+        )
+    });
+    Wqe {
+        qp,
+        index,
+        wr_id: le64(b, 0),
+        opcode: op,
+        send_flags: le32(b, 20),
+        nsge: le32(b, 8) as usize,
+        remote_addr: if fast { 0 } else { le64(b, 32) },
+        rkey: if fast { 0 } else { le32(b, 40) },
+        invalidate_rkey: le32(b, 24),
+        fast_reg,
+    }
 }
 
 struct Fake {
@@ -80,19 +335,48 @@ struct Fake {
     /// Run inside `wait_until` (stands for another thread finishing the closes).
     wait_hook: Mutex<Option<Box<dyn FnMut() + Send>>>,
     waits: Mutex<Vec<bool>>,
+    dma: Arc<dyn DmaAllocator>,
+    uar: Arc<UarPage>,
 }
 
 impl Fake {
     fn new(caps: HwCaps) -> Arc<Fake> {
-        Arc::new(Fake {
-            caps,
-            st: Mutex::new(FakeState {
-                next: 1,
-                ..Default::default()
-            }),
-            wait_hook: Mutex::new(None),
-            waits: Mutex::new(Vec::new()),
+        Arc::new_cyclic(|me: &Weak<Fake>| {
+            let me = me.clone();
+            let hook = Arc::new(move |off: u32, val: u32| {
+                if let Some(f) = me.upgrade() {
+                    f.doorbell(off, val);
+                }
+            });
+            Fake {
+                caps,
+                st: Mutex::new(FakeState {
+                    next: 1,
+                    ..Default::default()
+                }),
+                wait_hook: Mutex::new(None),
+                waits: Mutex::new(Vec::new()),
+                dma: Arc::new(HostDma {
+                    next: Mutex::new(0x7e00_0000_0000),
+                }),
+                uar: UarPage::new(hook),
+            }
         })
+    }
+    /// The UAR hook: a doorbell store, decoded (pvrdma.md §12).
+    fn doorbell(&self, off: u32, val: u32) {
+        let h = val & 0x00FF_FFFF;
+        let ev = match (off, val & !0x00FF_FFFF) {
+            (0, v) if v == 1 << 30 => Hw::RingSend(h),
+            (0, v) if v == 1 << 31 => Hw::RingRecv(h),
+            (4, v) if v == 1 << 30 => Hw::Arm(h, false),
+            (4, v) if v == 1 << 29 => Hw::Arm(h, true),
+            (8, v) if v == 1 << 30 => Hw::RingSrq(h),
+            _ => Hw::Doorbell(off, val),
+        };
+        let mut s = self.st.lock().unwrap();
+        s.sync();
+        s.log.push(ev);
     }
     fn handle(&self, kind: &'static str) -> u32 {
         let mut s = self.st.lock().unwrap();
@@ -110,17 +394,40 @@ impl Fake {
     fn count(&self, h: &Hw) -> usize {
         self.log().iter().filter(|x| *x == h).count()
     }
+    /// Every send WQE ever posted, in posting order.
     fn wqes(&self) -> Vec<Wqe> {
-        self.st.lock().unwrap().wqes.clone()
+        let mut s = self.st.lock().unwrap();
+        s.sync();
+        s.sq_raw
+            .iter()
+            .map(|(qp, index, b)| decode_send(*qp, *index, b, &s.fast_regs))
+            .collect()
     }
+    /// Every QP receive WQE: (qp, index, wr_id, SGEs).
+    fn recvs(&self) -> Vec<(u32, u32, u64, usize)> {
+        let mut s = self.st.lock().unwrap();
+        s.sync();
+        s.recvs.clone()
+    }
+    /// Every SRQ WQE: (srq, index, wr_id).
+    fn srq_wqes(&self) -> Vec<(u32, u32, u64)> {
+        let mut s = self.st.lock().unwrap();
+        s.sync();
+        s.srq_wqes.clone()
+    }
+    /// Every `fast_reg_pages` call: (mr, pages).
+    fn fast_regs(&self) -> Vec<(u32, Vec<u64>)> {
+        self.st.lock().unwrap().fast_regs.clone()
+    }
+    /// The device writes `cqe` into CQ `cq` and advances its `prod_tail`.
     fn push_cqe(&self, cq: u32, cqe: HwCqe) {
-        self.st
-            .lock()
-            .unwrap()
-            .cqes
-            .entry(cq)
-            .or_default()
-            .push_back(cqe);
+        self.push_raw_cqe(cq, cqe.encode());
+    }
+    /// The device writes the 64 bytes `cqe` into CQ `cq` and advances its `prod_tail`.
+    fn push_raw_cqe(&self, cq: u32, cqe: [u8; 64]) {
+        let s = self.st.lock().unwrap();
+        let c = s.cq_rings.get(&cq).expect("a CQ the fake created");
+        c.producer.produce_for_test(&cqe);
     }
     fn last(&self, kind: &'static str) -> u32 {
         self.log()
@@ -131,6 +438,12 @@ impl Fake {
                 _ => None,
             })
             .expect("created")
+    }
+    fn cq_bells(&self, cq: u32) -> (Bell, Bell) {
+        (
+            self.uar.bell(CqDoorbell::arm(cq)),
+            self.uar.bell(CqDoorbell::arm_solicited(cq)),
+        )
     }
 }
 
@@ -151,8 +464,17 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_pd(&self, pd: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("pd", pd));
     }
-    fn create_cq(&self, _entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
-        Ok(self.handle("cq"))
+    fn create_cq(&self, entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
+        let ring = CqRing::alloc(&self.dma, entries).map_err(|_| HwError::NoResources)?;
+        let h = self.handle("cq");
+        let (arm, sol) = self.cq_bells(h);
+        let producer = ring.port(arm, sol).map_err(|_| HwError::NoResources)?;
+        self.st
+            .lock()
+            .unwrap()
+            .cq_rings
+            .insert(h, CqRings { ring, producer });
+        Ok(h)
     }
     fn destroy_cq(&self, cq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("cq", cq));
@@ -190,8 +512,36 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         if self.st.lock().unwrap().fail_qp {
             return Err(HwError::NoResources);
         }
+        let recv = spec
+            .srq
+            .is_none()
+            .then_some((spec.max_recv_wr, spec.max_recv_sge));
+        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv)
+            .map_err(|_| HwError::Invalid)?;
+        let queues = QpQueues::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
         let h = self.handle("qp");
-        self.st.lock().unwrap().qps.push(*spec);
+        let sq = queues
+            .sq
+            .port(self.uar.bell(QpDoorbell::send(h)))
+            .map_err(|_| HwError::NoResources)?;
+        let rq = match &queues.rq {
+            Some(rq) => Some(Reader::new(
+                rq.port(self.uar.bell(QpDoorbell::recv(h)))
+                    .map_err(|_| HwError::NoResources)?,
+                16,
+            )),
+            None => None,
+        };
+        let mut s = self.st.lock().unwrap();
+        s.qps.push(*spec);
+        s.qp_rings.insert(
+            h,
+            QpRings {
+                queues,
+                sq: Reader::new(sq, 80),
+                rq,
+            },
+        );
         Ok(h)
     }
     fn destroy_qp(&self, qp: u32) {
@@ -201,8 +551,21 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         self.st.lock().unwrap().log.push(Hw::Flush(qp));
     }
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
+        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(|_| HwError::Invalid)?;
+        let queue = SrqQueue::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
         let h = self.handle("srq");
-        self.st.lock().unwrap().srqs.push(*spec);
+        let port = queue
+            .port(self.uar.bell(SrqDoorbell::recv(h)))
+            .map_err(|_| HwError::NoResources)?;
+        let mut s = self.st.lock().unwrap();
+        s.srqs.push(*spec);
+        s.srq_rings.insert(
+            h,
+            SrqRings {
+                queue,
+                reader: Reader::new(port, 16),
+            },
+        );
         Ok(h)
     }
     fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError> {
@@ -215,71 +578,42 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_srq(&self, srq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
     }
-    fn write_send_wqe(&self, qp: u32, index: u32, w: &SendWqe<'_>) -> Result<(), HwError> {
-        if self.st.lock().unwrap().ring_full {
-            return Err(HwError::NoResources);
-        }
-        self.st.lock().unwrap().wqes.push(Wqe {
-            qp,
-            index,
-            wr_id: w.wr_id,
-            opcode: w.opcode,
-            send_flags: w.send_flags,
-            nsge: w.sges.len(),
-            remote_addr: w.remote_addr,
-            rkey: w.rkey,
-            invalidate_rkey: w.invalidate_rkey,
-            fast_reg: w.fast_reg.map(|f| {
-                (
-                    f.mr_handle,
-                    f.iova_start,
-                    f.pages.len(),
-                    f.length,
-                    f.access,
-                    f.key,
-                )
-            }),
-        });
-        Ok(())
+    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError> {
+        let s = self.st.lock().unwrap();
+        let q = s.qp_rings.get(&qp).ok_or(HwError::Invalid)?;
+        let sq = q
+            .queues
+            .sq
+            .port(self.uar.bell(QpDoorbell::send(qp)))
+            .map_err(|_| HwError::NoResources)?;
+        let rq = match &q.queues.rq {
+            Some(rq) => Some(
+                rq.port(self.uar.bell(QpDoorbell::recv(qp)))
+                    .map_err(|_| HwError::NoResources)?,
+            ),
+            None => None,
+        };
+        Ok((sq, rq))
     }
-    fn ring_send(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::RingSend(qp));
+    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError> {
+        let s = self.st.lock().unwrap();
+        let q = s.srq_rings.get(&srq).ok_or(HwError::Invalid)?;
+        q.queue
+            .port(self.uar.bell(SrqDoorbell::recv(srq)))
+            .map_err(|_| HwError::NoResources)
     }
-    fn write_recv_wqe(&self, qp: u32, index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
-        self.st
-            .lock()
-            .unwrap()
-            .recvs
-            .push((qp, index, w.wr_id, w.sges.len()));
-        Ok(())
+    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError> {
+        let s = self.st.lock().unwrap();
+        let c = s.cq_rings.get(&cq).ok_or(HwError::Invalid)?;
+        let (arm, sol) = self.cq_bells(cq);
+        c.ring.port(arm, sol).map_err(|_| HwError::NoResources)
     }
-    fn ring_recv(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::RingRecv(qp));
-    }
-    fn write_srq_wqe(&self, srq: u32, index: u32, w: &RecvWqe<'_>) -> Result<(), HwError> {
-        self.st.lock().unwrap().srq_wqes.push((srq, index, w.wr_id));
-        Ok(())
-    }
-    fn ring_srq(&self, srq: u32) {
-        self.st.lock().unwrap().log.push(Hw::RingSrq(srq));
-    }
-    fn poll_cq(&self, cq: u32) -> Option<HwCqe> {
-        self.st.lock().unwrap().cqes.get_mut(&cq)?.pop_front()
-    }
-    fn cq_has_entries(&self, cq: u32) -> bool {
-        self.st
-            .lock()
-            .unwrap()
-            .cqes
-            .get(&cq)
-            .is_some_and(|q| !q.is_empty())
-    }
-    fn arm_cq(&self, cq: u32, solicited_only: bool) {
-        self.st
-            .lock()
-            .unwrap()
-            .log
-            .push(Hw::Arm(cq, solicited_only));
+    fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
+        let mut s = self.st.lock().unwrap();
+        // CAST: logical addresses are 64-bit bus addresses.
+        let pages = pages.iter().map(|&p| p as u64).collect();
+        s.fast_regs.push((mr, pages));
+        Ok(fake_pl(mr))
     }
 }
 
@@ -968,10 +1302,7 @@ fn initiator_requests_need_a_connection_receives_do_not() {
     assert_eq!(e.fake.wqes(), vec![]);
     assert_eq!(receive(qp, 7, &s), STATUS_SUCCESS);
     let qp_h = e.fake.last("qp");
-    assert_eq!(
-        e.fake.st.lock().unwrap().recvs,
-        vec![(qp_h, 0, wr_id(tag::RQ, 0), 1)]
-    );
+    assert_eq!(e.fake.recvs(), vec![(qp_h, 0, wr_id(tag::RQ, 0), 1)]);
     assert_eq!(e.fake.count(&Hw::RingRecv(qp_h)), 1);
     for p in [hdr(mr), hdr(qp)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
@@ -988,7 +1319,7 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
     connect(qp);
-    let qp_h = e.fake.last("qp");
+    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
     e.fake.clear_log();
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(send(qp, 1, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
@@ -1033,19 +1364,31 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
     assert_eq!(e.fake.wqes().len(), 4, "the failed request wrote nothing");
     assert_eq!(e.fake.wqes()[3].send_flags, 2 | 1, "SIGNALED | FENCE");
-    // The hardware refusing the WQE is an inline failure too: deferred WQEs are rung first,
-    // and the slot is not consumed.
+    // A full initiator queue is an inline failure too: deferred WQEs are rung first, and
+    // the slot is not consumed. (The device ring itself cannot refuse a WQE: queue space is
+    // tracked from completions.) Indexes 4..=7 fill the queue of depth 8.
     e.fake.clear_log();
-    assert_eq!(send(qp, 7, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
-    e.fake.st.lock().unwrap().ring_full = true;
+    for c in 70..74 {
+        assert_eq!(send(qp, c, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
+    }
     assert_eq!(send(qp, 8, &s, 0), STATUS_INSUFFICIENT_RESOURCES);
-    e.fake.st.lock().unwrap().ring_full = false;
     assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
+    assert_eq!(e.fake.wqes().len(), 8, "the refused request wrote nothing");
+    // Completing index 0 frees one slot.
+    e.fake
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
+    let r = results_ex(cq, 8);
+    assert_eq!(
+        r.iter()
+            .map(|r| r.RequestContext as usize)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
     assert_eq!(send(qp, 9, &s, 0), STATUS_SUCCESS);
     assert_eq!(
-        e.fake.wqes().last().map(|w| w.index),
-        Some(5),
-        "the refused index 5 is used by the next post"
+        e.fake.wqes().last().map(|w| (w.index, w.wr_id)),
+        Some((8, wr_id(tag::SQ, 8))),
+        "the refused index 8 is used by the next post"
     );
     // A failure with nothing deferred rings nothing.
     e.fake.clear_log();
@@ -1206,6 +1549,11 @@ fn fast_register_rules_and_tokens() {
         STATUS_INVALID_PARAMETER
     );
     assert_eq!(e.fake.wqes(), vec![]);
+    assert_eq!(
+        e.fake.fast_regs(),
+        vec![],
+        "no page list for a refused request"
+    );
     // SAFETY: live MR.
     let key0 = unsafe { (NDK_MR::disp(mr).NdkGetRemoteTokenFromMr)(mr) };
     assert_eq!(key0, mr_h2 << 8);
@@ -1226,6 +1574,11 @@ fn fast_register_rules_and_tokens() {
     assert_eq!(
         w[0].fast_reg,
         Some((mr_h2, 0x5000_0010, 3, 3 * 4096 - 0x10, 0b011, key1))
+    );
+    // The page list went to the FRMR's directory, which the WQE names.
+    assert_eq!(
+        e.fake.fast_regs(),
+        vec![(mr_h2, vec![0x10_0000, 0x23_0000, 0x7_7000])]
     );
     // Invalidate names the current key; a registered (non-fast) MR is no target.
     // SAFETY: live objects.
@@ -1827,7 +2180,7 @@ fn srq_limits_notifications_and_completions() {
     assert_eq!(srq_recv(20, &[sge(0, 1, 1); 3]), STATUS_INVALID_PARAMETER);
     assert_eq!(srq_recv(20, &s), STATUS_SUCCESS);
     assert_eq!(srq_recv(21, &s), STATUS_SUCCESS);
-    let wqes = e.fake.st.lock().unwrap().srq_wqes.clone();
+    let wqes = e.fake.srq_wqes();
     assert_eq!(
         wqes,
         vec![
@@ -2130,6 +2483,100 @@ fn small_result_arrays_lose_no_completion() {
     }
     assert_eq!(results_ex(cq, 1).len(), 0);
     for p in [hdr(qp), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}
+
+#[test]
+fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    // Initiator queue depth 1.
+    let (st, qp) = e.qp_status(pd, cq, cq, 8, 1, 4, 4, 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    connect(qp);
+    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let max = e.info().MaxTransferLength;
+    let s = [sge(0x1000, 8, 0x100)];
+    // A success longer than MaxTransferLength, or claiming both immediate data and an
+    // invalidation, fails its request (STATUS_INTERNAL_ERROR, GENERAL_ERR) and is counted.
+    for c in 10..13 {
+        assert_eq!(receive(qp, c, &s), STATUS_SUCCESS);
+    }
+    let mut long = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
+    long.byte_len = max + 1;
+    e.fake.push_cqe(cq_h, long);
+    let mut both = cqe(qp_h, wr_id(tag::RQ, 1), wc::SUCCESS);
+    both.byte_len = 8;
+    both.invalidated_rkey = Some(0x4401);
+    let mut raw = both.encode();
+    raw[36..40].copy_from_slice(&((1u32 << 1) | (1 << 2)).to_le_bytes());
+    e.fake.push_raw_cqe(cq_h, raw);
+    let mut full = cqe(qp_h, wr_id(tag::RQ, 2), wc::SUCCESS);
+    full.byte_len = max;
+    e.fake.push_cqe(cq_h, full);
+    let r = results_ex(cq, 8);
+    let view: Vec<_> = r
+        .iter()
+        .map(|r| {
+            (
+                r.Status,
+                r.RequestContext as usize,
+                r.Type,
+                r.ProviderErrorCode,
+                r.BytesTransferred,
+            )
+        })
+        .collect();
+    assert_eq!(
+        view,
+        vec![
+            (
+                STATUS_INTERNAL_ERROR,
+                10,
+                NdkOperationTypeReceive,
+                wc::GENERAL_ERR,
+                0
+            ),
+            (
+                STATUS_INTERNAL_ERROR,
+                11,
+                NdkOperationTypeReceive,
+                wc::GENERAL_ERR,
+                0
+            ),
+            (STATUS_SUCCESS, 12, NdkOperationTypeReceive, 0, max),
+        ]
+    );
+    assert_eq!(e.dev.bad_cqes(), 2);
+    // A full initiator queue is reported before the request's own checks.
+    let plain = e.mr(pd, false);
+    assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
+    let rr = NDK_OP_FLAG_ALLOW_REMOTE_READ;
+    assert_eq!(
+        fast_register(qp, 2, plain, &[0x1000], 0, 100, 0x5000_0000, rr),
+        STATUS_INSUFFICIENT_RESOURCES
+    );
+    // SAFETY: live objects.
+    let st = unsafe { (NDK_QP::disp(qp).NdkInvalidate)(qp, ctx(3), hdr(plain), 0) };
+    assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES);
+    e.fake
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
+    assert_eq!(results_ex(cq, 8).len(), 1);
+    // With room, the same requests fail their own checks.
+    assert_eq!(
+        fast_register(qp, 2, plain, &[0x1000], 0, 100, 0x5000_0000, rr),
+        STATUS_INVALID_PARAMETER
+    );
+    // SAFETY: live objects.
+    let st = unsafe { (NDK_QP::disp(qp).NdkInvalidate)(qp, ctx(3), hdr(plain), 0) };
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
+    assert_eq!(e.fake.wqes().len(), 1);
+    assert_eq!(e.fake.fast_regs(), vec![]);
+    assert_eq!(events(), vec![]);
+    for p in [hdr(plain), hdr(qp), hdr(cq), hdr(pd)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
     e.close_adapter();

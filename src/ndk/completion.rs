@@ -114,11 +114,7 @@ pub struct Completion {
 /// ProviderErrorCode: the WC status on failure, 0 on success (NDKPI 2.1).
 /// BytesTransferred: the CQE's `byte_len` for receives, 0 otherwise (undefined by NDK).
 #[inline(always)]
-pub fn make_result(
-    rec: &SlotRecord,
-    cqe: &Completion,
-    qp_context: usize,
-) -> Option<NDK_RESULT_EX> {
+pub fn make_result(rec: &SlotRecord, cqe: &Completion, qp_context: usize) -> Option<NDK_RESULT_EX> {
     let ok = cqe.status == wc::SUCCESS;
     if ok && !rec.signaled {
         return None;
@@ -188,6 +184,15 @@ struct Slot {
     context: AtomicUsize,
     // Operation type in bits 30..0 (values ≤ 0x8001), SILENT_BIT.
     meta: AtomicU32,
+}
+
+/// The state of a run of retirements ([`OrderedQueue::run`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RetireRun {
+    /// `tag << 32 | retired`.
+    next: u64,
+    /// `tag << 32 | posted`.
+    end: u64,
 }
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
@@ -306,6 +311,46 @@ impl OrderedQueue {
         };
         self.retired.store(index.wrapping_add(1), Ordering::Release);
         Some(rec)
+    }
+
+    /// Starts a run of retirements by the queue's single retirer for `wr_id`s tagged
+    /// `tag`: the retired and committed counts as they stand (a post committing meanwhile
+    /// is simply not seen by this run).
+    #[inline(always)]
+    pub fn run(&self, tag: u32) -> RetireRun {
+        let t = u64::from(tag) << 32;
+        RetireRun {
+            next: t | u64::from(self.retired.load(Ordering::Relaxed)),
+            end: t | u64::from(self.posted.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Retires `wr_id` within `run` if it names an outstanding slot of this queue; `None`
+    /// leaves `run` as it was. The slots before it, silent successes, retire with it.
+    #[inline(always)]
+    pub fn retire_in(&self, run: &mut RetireRun, wr_id: u64) -> Option<SlotRecord> {
+        // One compare checks both halves: the tag must match exactly and the index lie in
+        // [retired, posted). A run whose indices wrap past 2^32 fails here, and the caller
+        // falls back to `retire`, which works modulo 2^32.
+        if wr_id.wrapping_sub(run.next) >= run.end.wrapping_sub(run.next) {
+            return None;
+        }
+        let slot = self.slot(wr_id as u32);
+        let meta = slot.meta.load(Ordering::Relaxed);
+        let rec = SlotRecord {
+            request_context: slot.context.load(Ordering::Relaxed),
+            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
+            signaled: meta & SILENT_BIT == 0,
+        };
+        run.next = wr_id.wrapping_add(1);
+        Some(rec)
+    }
+
+    /// Publishes a run's retirements (the poster may reuse their slots from now on).
+    #[inline(always)]
+    pub fn end_run(&self, run: &RetireRun) {
+        // CAST: the low half is the index.
+        self.retired.store(run.next as u32, Ordering::Release);
     }
 
     #[inline(always)]

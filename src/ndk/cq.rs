@@ -9,10 +9,10 @@
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 
 use super::adapter::Adapter;
+use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::completion::{Completion, SlotRecord, make_result, split_wr_id, to_result};
 use super::hw::{HwDone, pow2_ceil};
 use super::object::{CachedRef, CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
@@ -337,17 +337,17 @@ impl Cq {
     #[cold]
     #[inline(never)]
     unsafe fn find_qp<'a>(&self, qp: u64) -> Option<&'a Qp> {
-        let handle = u32::try_from(qp).ok()?;
+        // CAST: the handle is the low half of the CQE's `qp` (see `fill`).
+        let handle = qp as u32;
         let q = self
             .adapter
             .device()
             .qp(handle)
             .filter(|q| q.completes_on(self))?;
         // SAFETY: caller contract (serialized polls; earlier references are dead).
-        unsafe {
-            self.last_qp.set(q);
-            self.last_qp.get()
-        }
+        unsafe { self.last_qp.set(q) };
+        // SAFETY: as above; the reference lives until the next lookup.
+        unsafe { self.last_qp.get() }
     }
 
     /// The QP of a CQE: the cached one when the handle matches and it is still live, else
@@ -359,7 +359,7 @@ impl Cq {
     unsafe fn qp_of<'a>(&self, qp: u64) -> Option<&'a Qp> {
         // SAFETY: caller contract.
         match unsafe { self.last_qp.get() } {
-            Some(q) if u64::from(q.handle()) == qp && q.is_live() => Some(q),
+            Some(q) if q.live_handle() == u64::from(qp as u32) => Some(q),
             // SAFETY: caller contract.
             _ => unsafe { self.find_qp(qp) },
         }
@@ -379,21 +379,73 @@ impl Cq {
         self.fill(out)
     }
 
+    /// The poll. The fast loop handles what a data path reaps almost always: a successful
+    /// initiator completion of the QP cached from the previous CQE. It makes no call, so it
+    /// needs no saved registers; anything else (another QP, a receive, a failure, a CQE
+    /// that does not validate) hands the rest of the poll to [`Self::fill_general`].
     #[inline(always)]
     fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {
         let port = &self.port;
         let mut head = port.head();
-        let ready = match port.ready(head) {
+        let mut left = match port.ready(head) {
             CqState::Ready(n) => n as usize,
             CqState::Empty => return 0,
             CqState::Corrupt => return self.corrupt(),
         };
+        // SAFETY: polls of this CQ are serialized (§5.4); the reference is not used after
+        // `fill_general`, the only place that replaces the cached QP.
+        let Some(qp) = (unsafe { self.last_qp.get() }) else {
+            return self.fill_general(out, 0, head, left);
+        };
+        let book = qp.send_book();
+        let mut run = book.run(tag::SQ);
+        let handle = qp.live_handle();
+        let context = qp.context();
         let mut n = 0;
-        let mut taken = 0;
-        while n < out.len() && taken < ready {
+        while left != 0 {
+            let Some(slot) = out.get_mut(n) else {
+                break;
+            };
+            let (wr_id, qp_handle, status) = port.load_core(head);
+            // The handle is the low half of `qp` (Linux matches only its low bits; the upper
+            // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
+            let mine = u64::from(qp_handle as u32) == handle && status == 0;
+            // `retire_in` runs only for a CQE this loop will complete: it retires the slot.
+            let Some(rec) = (if mine {
+                book.retire_in(&mut run, wr_id)
+            } else {
+                None
+            }) else {
+                book.end_run(&run);
+                return self.fill_general(out, n, head, left);
+            };
+            if rec.signaled {
+                slot.success(context, rec.request_context, rec.op);
+                n += 1;
+            }
+            head = port.next(head);
+            left -= 1;
+        }
+        book.end_run(&run);
+        port.consume(head);
+        n
+    }
+
+    /// Every CQE, from `head` on (`left` of them ready, `n` results already in `out`):
+    /// QP lookup, receives, failures and validation.
+    #[inline(never)]
+    fn fill_general<R: CqResult>(
+        &self,
+        out: &mut [R],
+        mut n: usize,
+        mut head: u32,
+        mut left: usize,
+    ) -> usize {
+        let port = &self.port;
+        while n < out.len() && left != 0 {
             let c = port.load(head);
             head = port.next(head);
-            taken += 1;
+            left -= 1;
             // SAFETY: polls of this CQ are serialized (§5.4), and `qp` is not used after the
             // next lookup (the next loop iteration).
             let Some(qp) = (unsafe { self.qp_of(c.qp) }) else {
@@ -408,7 +460,6 @@ impl Cq {
                 break;
             };
             if c.status == 0 && rec.op != NdkOperationTypeReceive {
-                // The common initiator success: no length, no key, no mapping.
                 if rec.signaled {
                     slot.success(qp.context(), rec.request_context, rec.op);
                     n += 1;

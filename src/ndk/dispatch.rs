@@ -68,9 +68,7 @@ const _: () = {
     assert!(core::mem::size_of::<NDK_SGE>() == core::mem::size_of::<Sge>());
     assert!(core::mem::align_of::<NDK_SGE>() >= core::mem::align_of::<Sge>());
     assert!(core::mem::offset_of!(NDK_SGE, Length) == core::mem::offset_of!(Sge, length));
-    assert!(
-        core::mem::offset_of!(NDK_SGE, MemoryRegionToken) == core::mem::offset_of!(Sge, lkey)
-    );
+    assert!(core::mem::offset_of!(NDK_SGE, MemoryRegionToken) == core::mem::offset_of!(Sge, lkey));
     assert!(core::mem::offset_of!(Sge, addr) == 0);
 };
 

@@ -36,10 +36,10 @@ use crate::pvrdma::cmd::{
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
+use crate::pvrdma::port::{CqPort, WqPort};
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
-use crate::pvrdma::port::{CqPort, WqPort};
 use crate::pvrdma::wqe::AccessFlags;
 
 /// SGEs per request the adapter advertises at most (the NDK SGE arrays are handed to the
@@ -962,10 +962,9 @@ impl Hardware for PvrdmaHardware {
     fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
         let g = q.lock();
-        let sq = g
-            .sq
-            .port(self.dev.bell(QpDoorbell::send(qp)))
-            .map_err(hw_error)?;
+        let sq =
+            g.sq.port(self.dev.bell(QpDoorbell::send(qp)))
+                .map_err(hw_error)?;
         let rq = match &g.rq {
             Some(rq) => Some(
                 rq.port(self.dev.bell(QpDoorbell::recv(qp)))

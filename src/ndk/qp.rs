@@ -9,7 +9,7 @@
 //! allocate.
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::completion::{OrderedQueue, SlotRecord, tag, wr_id};
 use super::cq::Cq;
@@ -66,6 +66,7 @@ pub fn check_flags(flags: u32, allowed: u32) -> NdkResult<()> {
 
 /// `send_flags` for each combination of SILENT_SUCCESS, READ_FENCE and
 /// SEND_AND_SOLICIT_EVENT (NDK bits 0–2): SIGNALED unless silent, FENCE, SOLICITED.
+#[allow(clippy::indexing_slicing)] // const evaluation: an out-of-bounds index fails the build
 const WQE_FLAGS: [u32; 8] = {
     let mut t = [0u32; 8];
     let mut f = 0;
@@ -89,7 +90,8 @@ const WQE_FLAGS: [u32; 8] = {
 
 #[inline(always)]
 fn wqe_flags(flags: u32) -> u32 {
-    WQE_FLAGS[(flags & 7) as usize]
+    // The index is below 8: the fallback is never taken (and compiled away).
+    WQE_FLAGS.get((flags & 7) as usize).copied().unwrap_or(0)
 }
 
 /// NdkCreateQp / NdkCreateQpWithSrq parameters.
@@ -138,9 +140,10 @@ pub struct Qp {
     context: usize,
     sq: WorkQueue,
     rq: Option<WorkQueue>,
-    /// Cleared at teardown: a CQ's cached QP for a handle is then stale (the device may
-    /// reuse the handle).
-    live: AtomicBool,
+    /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
+    /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
+    /// reuse the handle) never matches.
+    live_handle: AtomicU64,
     max_send_sge: u32,
     max_recv_sge: u32,
     max_read_sge: u32,
@@ -155,7 +158,7 @@ impl NdkObject for Qp {
         &self.life
     }
     fn teardown(&self) {
-        self.live.store(false, Ordering::Release);
+        self.live_handle.store(u64::MAX, Ordering::Release);
         self.pd.adapter().device().unregister_qp(self);
         self.pd.adapter().hw().destroy_qp(self.handle);
     }
@@ -280,9 +283,12 @@ impl PendingQp {
                 srq: p.srq.clone(),
                 handle,
                 context: p.context,
-                sq: WorkQueue { book: sq, port: sq_port },
+                sq: WorkQueue {
+                    book: sq,
+                    port: sq_port,
+                },
                 rq,
-                live: AtomicBool::new(true),
+                live_handle: AtomicU64::new(u64::from(handle)),
                 max_send_sge: p.max_initiator_sge,
                 max_recv_sge,
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
@@ -416,10 +422,16 @@ impl Qp {
         self.connected.store(connected, Ordering::Release);
     }
 
-    /// Whether the QP has not been torn down (its handle still names it).
+    /// The device handle while the QP lives, `u64::MAX` once torn down.
     #[inline(always)]
-    pub(crate) fn is_live(&self) -> bool {
-        self.live.load(Ordering::Acquire)
+    pub(crate) fn live_handle(&self) -> u64 {
+        self.live_handle.load(Ordering::Relaxed)
+    }
+
+    /// The send queue's bookkeeping, for the poll's fast path (runs of retirements).
+    #[inline(always)]
+    pub(crate) fn send_book(&self) -> &OrderedQueue {
+        &self.sq.book
     }
 
     /// Retires the request of queue `t` (a `wr_id` tag) at `index`; `None` (and counted)
@@ -502,6 +514,7 @@ impl Qp {
     /// doorbell unless DEFER. `header` runs once the slot is known and may still refuse;
     /// `posted` runs once the WQE is in the ring.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn post_initiator(
         &self,
         flags: u32,

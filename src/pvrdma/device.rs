@@ -32,10 +32,10 @@ use super::dsr::{self, CAPS_SIZE, Caps, DsrInit, GosInfo, RingPages};
 use super::eqe::{EQE_SIZE, Eqe, EqeType, EventTarget};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
+use super::port::Bell;
 use super::regs::{self, Ctl, IMR_ALL_ENABLED, IMR_ALL_MASKED};
 use super::ring::{Ring, RingCorrupt};
 use super::table::HandleTable;
-use super::port::Bell;
 use super::uar::{self, Doorbell};
 
 /// `PVRDMA_NUM_RING_PAGES` (M13).

@@ -20,8 +20,8 @@ use crate::os::sync::{from_device_barrier, to_device_barrier};
 use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeCore, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
-use super::ring::{Ring, RingCorrupt};
 use super::port::{Bell, CqPort, WqGeometry, WqPort};
+use super::ring::{Ring, RingCorrupt};
 use super::wqe::{
     RQ_WQE_HDR_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride,
 };
