@@ -2581,3 +2581,62 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     }
     e.close_adapter();
 }
+
+/// The poll's fast path (successful send-queue completions of the QP of the previous CQE)
+/// hands every other CQE to the general path without consuming it: a failure, a receive,
+/// a silent success and another QP's completion interleaved with fast ones each yield
+/// exactly their result, in CQE order, across polls of one result at a time too.
+#[test]
+fn fast_and_general_completions_interleave_in_order() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let (st, qp) = e.qp_status(pd, cq, cq, 8, 8, 4, 4, 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    let qp_h = e.fake.last("qp");
+    let (st, qp2) = e.qp_status(pd, cq, cq, 8, 8, 4, 4, 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    let qp2_h = e.fake.last("qp");
+    let cq_h = e.fake.last("cq");
+    connect(qp);
+    connect(qp2);
+    let s = [sge(0x1000, 8, 0x100)];
+    for c in 1..=4 {
+        let flags = if c == 3 {
+            NDK_OP_FLAG_SILENT_SUCCESS
+        } else {
+            0
+        };
+        assert_eq!(send(qp, c, &s, flags), STATUS_SUCCESS);
+    }
+    assert_eq!(send(qp2, 20, &s, 0), STATUS_SUCCESS);
+    assert_eq!(receive(qp, 30, &s), STATUS_SUCCESS);
+    // Fills the cache with `qp`, then: a failure on `qp`, a receive, `qp2`, a silent
+    // success retired by the next CQE, and a success.
+    for c in [
+        cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS),
+        cqe(qp_h, wr_id(tag::SQ, 1), wc::REM_ACCESS_ERR),
+        cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS),
+        cqe(qp2_h, wr_id(tag::SQ, 0), wc::SUCCESS),
+        cqe(qp_h, wr_id(tag::SQ, 3), wc::SUCCESS),
+    ] {
+        e.fake.push_cqe(cq_h, c);
+    }
+    let mut got = Vec::new();
+    for _ in 0..8 {
+        got.extend(
+            results_ex(cq, 1)
+                .iter()
+                .map(|r| (r.Status, r.RequestContext as usize, r.Type)),
+        );
+    }
+    let want_types = [
+        (STATUS_SUCCESS, 1, NdkOperationTypeSend),
+        (STATUS_ACCESS_VIOLATION, 2, NdkOperationTypeSend),
+        (STATUS_SUCCESS, 30, NdkOperationTypeReceive),
+        (STATUS_SUCCESS, 20, NdkOperationTypeSend),
+        (STATUS_SUCCESS, 4, NdkOperationTypeSend),
+    ];
+    assert_eq!(got, want_types);
+    assert_eq!(e.dev.bad_cqes(), 0);
+}

@@ -393,34 +393,46 @@ impl Cq {
             CqState::Corrupt => return self.corrupt(),
         };
         // SAFETY: polls of this CQ are serialized (§5.4); the reference is not used after
-        // `fill_general`, the only place that replaces the cached QP.
-        let Some(qp) = (unsafe { self.last_qp.get() }) else {
+        // the cache is replaced (`find_qp`, `fill_general`).
+        let Some(mut qp) = (unsafe { self.last_qp.get() }) else {
             return self.fill_general(out, 0, head, left);
         };
-        let book = qp.send_book();
+        let mut book = qp.send_book();
         let mut run = book.run(tag::SQ);
-        let handle = qp.live_handle();
-        let context = qp.context();
+        let mut handle = qp.live_handle();
         let mut n = 0;
         while left != 0 {
             let Some(slot) = out.get_mut(n) else {
                 break;
             };
-            let (wr_id, qp_handle, status) = port.load_core(head);
+            let (wr_id, qp_raw, status) = port.load_core(head);
             // The handle is the low half of `qp` (Linux matches only its low bits; the upper
             // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
-            let mine = u64::from(qp_handle as u32) == handle && status == 0;
-            // `retire_in` runs only for a CQE this loop will complete: it retires the slot.
-            let Some(rec) = (if mine {
-                book.retire_in(&mut run, wr_id)
-            } else {
-                None
-            }) else {
+            let qp_handle = u64::from(qp_raw as u32);
+            if status != 0 {
+                book.end_run(&run);
+                return self.fill_general(out, n, head, left);
+            }
+            if qp_handle != handle {
+                // Another QP of this CQ: switch the cache to it and stay on the fast path.
+                book.end_run(&run);
+                // SAFETY: serialized polls; `qp`, the only earlier reference, is replaced
+                // here and not used again.
+                let Some(next) = (unsafe { self.find_qp(qp_handle) }) else {
+                    return self.fill_general(out, n, head, left);
+                };
+                qp = next;
+                book = qp.send_book();
+                run = book.run(tag::SQ);
+                handle = qp.live_handle();
+            }
+            // Retires the slot: only for a CQE this loop completes.
+            let Some(rec) = book.retire_in(&mut run, wr_id) else {
                 book.end_run(&run);
                 return self.fill_general(out, n, head, left);
             };
             if rec.signaled {
-                slot.success(context, rec.request_context, rec.op);
+                slot.success(qp.context(), rec.request_context, rec.op);
                 n += 1;
             }
             head = port.next(head);
