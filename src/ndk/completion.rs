@@ -260,14 +260,6 @@ impl OrderedQueue {
         slot.meta.store(meta, Ordering::Relaxed);
     }
 
-    /// Index for the next post, recording `rec` in its slot; fails when `depth` requests are
-    /// outstanding. The index becomes visible to the retirer only at [`Self::commit`].
-    pub fn reserve(&self, rec: &SlotRecord) -> NdkResult<u32> {
-        let index = self.next().ok_or(NdkError::InsufficientResources)?;
-        self.record(index, rec);
-        Ok(index)
-    }
-
     /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
     /// the device may run a WQE as soon as `prod_tail` covers it, without waiting for its
     /// doorbell (M17 runs an SQ until empty), so its CQE can be polled on another thread
@@ -302,13 +294,7 @@ impl OrderedQueue {
         if index.wrapping_sub(retired) >= posted.wrapping_sub(retired) {
             return None;
         }
-        let slot = self.slot(index);
-        let meta = slot.meta.load(Ordering::Relaxed);
-        let rec = SlotRecord {
-            request_context: slot.context.load(Ordering::Relaxed),
-            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
-            signaled: meta & SILENT_BIT == 0,
-        };
+        let rec = self.recorded(index);
         self.retired.store(index.wrapping_add(1), Ordering::Release);
         Some(rec)
     }
@@ -335,13 +321,8 @@ impl OrderedQueue {
         if wr_id.wrapping_sub(run.next) >= run.end.wrapping_sub(run.next) {
             return None;
         }
-        let slot = self.slot(wr_id as u32);
-        let meta = slot.meta.load(Ordering::Relaxed);
-        let rec = SlotRecord {
-            request_context: slot.context.load(Ordering::Relaxed),
-            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
-            signaled: meta & SILENT_BIT == 0,
-        };
+        // CAST: the low half is the index.
+        let rec = self.recorded(wr_id as u32);
         run.next = wr_id.wrapping_add(1);
         Some(rec)
     }
@@ -351,6 +332,18 @@ impl OrderedQueue {
     pub fn end_run(&self, run: &RetireRun) {
         // CAST: the low half is the index.
         self.retired.store(run.next as u32, Ordering::Release);
+    }
+
+    /// The record [`Self::record`] stored for `index`.
+    #[inline(always)]
+    fn recorded(&self, index: u32) -> SlotRecord {
+        let slot = self.slot(index);
+        let meta = slot.meta.load(Ordering::Relaxed);
+        SlotRecord {
+            request_context: slot.context.load(Ordering::Relaxed),
+            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
+            signaled: meta & SILENT_BIT == 0,
+        }
     }
 
     #[inline(always)]
@@ -366,6 +359,13 @@ impl OrderedQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A post's bookkeeping: the next index with `rec` recorded in its slot.
+    fn reserve(q: &OrderedQueue, rec: &SlotRecord) -> NdkResult<u32> {
+        let index = q.next().ok_or(NdkError::InsufficientResources)?;
+        q.record(index, rec);
+        Ok(index)
+    }
 
     fn cqe(_wr_id: u64, status: u32) -> Completion {
         Completion {
@@ -476,11 +476,11 @@ mod tests {
             signaled: c != 2,
         };
         for c in 1..=3 {
-            let i = q.reserve(&rec(c)).expect("space");
+            let i = reserve(&q, &rec(c)).expect("space");
             q.commit(i);
         }
         assert_eq!(q.next(), None);
-        assert_eq!(q.reserve(&rec(4)), Err(NdkError::InsufficientResources));
+        assert_eq!(reserve(&q, &rec(4)), Err(NdkError::InsufficientResources));
         assert_eq!(q.retire(7), None, "never posted");
         // A CQE for index 2 retires the silent index 1 as well.
         assert_eq!(q.retire(2), Some(rec(3)));
@@ -488,7 +488,7 @@ mod tests {
         assert_eq!(q.retire(0), None, "already retired");
         // Wraps: the ring has 4 slots.
         for c in 10..13 {
-            let i = q.reserve(&rec(c)).expect("space");
+            let i = reserve(&q, &rec(c)).expect("space");
             q.commit(i);
         }
         assert_eq!(q.retire(3), Some(rec(10)));
@@ -506,7 +506,7 @@ mod tests {
             op: NdkOperationTypeSend,
             signaled: true,
         };
-        let i = q.reserve(&rec).expect("space");
+        let i = reserve(&q, &rec).expect("space");
         q.commit(i);
         assert!(q.doorbell_pending());
         q.mark_rung(q.committed());

@@ -96,12 +96,11 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
 /// As [`sgl`].
 #[inline(always)]
 unsafe fn one_sge<'a>(p: *const NDK_SGE, n: ULONG) -> Option<&'a [Sge]> {
-    if n != 1 || p.is_null() {
+    if n != 1 {
         return None;
     }
-    // CAST: identical layout (asserted).
-    // SAFETY: non-null and valid for one element by the caller's contract.
-    Some(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), 1) })
+    // SAFETY: caller contract.
+    unsafe { sgl(p, 1) }.ok()
 }
 
 /// An SGE's address: the `VirtualAddress`/`LogicalAddress` union as 64 bits (§3.1).

@@ -45,7 +45,8 @@ const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
 /// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
 pub struct Bell {
     // INVARIANT: `uar` points to a `Uar` that `_keep` keeps alive, and `word` is
-    // `uar.word(offset)`.
+    // `uar.word(offset)`. The UAR itself is read only for the host's hook.
+    #[cfg_attr(target_os = "windows", allow(dead_code))]
     uar: NonNull<Uar>,
     word: NonNull<u32>,
     #[cfg_attr(target_os = "windows", allow(dead_code))]
@@ -87,24 +88,6 @@ impl Bell {
             value: db.value(),
             _keep: owner,
         }
-    }
-
-    /// The same UAR page with another doorbell value.
-    pub fn with(&self, db: impl Doorbell) -> Bell {
-        // SAFETY: type invariant.
-        let u = unsafe { self.uar.as_ref() };
-        Bell {
-            uar: self.uar,
-            word: u.word(db.offset()),
-            offset: db.offset(),
-            value: db.value(),
-            _keep: self._keep.clone(),
-        }
-    }
-
-    /// The value this bell stores.
-    pub fn value(&self) -> u32 {
-        self.value
     }
 
     /// Orders every earlier store to shared memory (`prod_tail`) before the doorbell (§12),
@@ -315,11 +298,6 @@ impl WqPort {
     /// SGEs per WQE.
     pub fn max_sge(&self) -> u32 {
         self.max_sge
-    }
-
-    /// The doorbell of this ring.
-    pub fn bell(&self) -> &Bell {
-        &self.bell
     }
 
     fn prod_tail(&self) -> &AtomicU32 {

@@ -17,7 +17,7 @@ use crate::os::alloc::try_arc;
 use crate::os::dma::PAGE_SIZE;
 use crate::os::sync::{from_device_barrier, to_device_barrier};
 
-use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeCore, CqeLimits, CqeWords};
+use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
 use super::port::{Bell, CqPort, WqGeometry, WqPort};
@@ -569,22 +569,7 @@ impl CqRing {
         })
     }
 
-    /// [`CqRing::poll_each`] decoding only the completion-path fields ([`CqeCore`], the same
-    /// checks) straight from the loaded words: the data-path poll.
-    ///
-    /// # Errors
-    ///
-    /// [`PvrdmaError::RingCorrupt`] when `prod_tail` fails validation.
-    pub fn poll_each_core(
-        &mut self,
-        max: usize,
-        limits: &CqeLimits,
-        mut f: impl FnMut(usize, Result<CqeCore, BadCqe>),
-    ) -> Result<usize, PvrdmaError> {
-        self.poll_words(max, |i, w| f(i, CqeCore::decode(w, limits)))
-    }
-
-    /// The ring walk under both polls: hands the `i`-th raw CQE (copied out, not yet
+    /// The ring walk under the poll: hands the `i`-th raw CQE (copied out, not yet
     /// validated) to `f`; every CQE handed over is consumed. One `cons_head` update per call.
     fn poll_words(
         &mut self,
