@@ -9,7 +9,7 @@ use std::ptr::null_mut;
 
 use common::Mode;
 use common::memory::ConsumerMem;
-use common::ndk::{Cluster, QpSpec, Registered, fill, read, sge, sge_logical, verify};
+use common::ndk::{Cluster, Qp, QpSpec, Registered, fill, read, sge, sge_logical, verify};
 use ndk_dp::*;
 use pvrdma_ndk::ndkpi::*;
 
@@ -689,5 +689,79 @@ fn invalidate_of_a_token_the_peer_invalidated_fails() {
     s.mr.close();
     drop([s.mem, ma.close(), mb.close()]);
     p.close();
+    c.finish();
+}
+
+/// A CQ shared by two QPs keeps the QP of its last completion without a count. Closing
+/// that QP must neither free it under the poller nor keep it for ever: its memory (DMA
+/// rings included) goes when the CQ's poller next switches QPs, the other QP's completions
+/// keep coming, and a QP closed after the last poll goes with the CQ's close (no leak at
+/// `finish`).
+#[test]
+fn closed_qp_cached_by_a_shared_cq_is_released_at_the_next_switch() {
+    const QPC_A2: usize = 0xA2A2;
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A2))
+        .expect("QP a2");
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(0xB2B2))
+        .expect("QP b2");
+    c.connect(&qa2, &qb2);
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, REMOTE);
+    let src = fill(&mb.mem, 0, 0x41, 64);
+    let read_into = |qp: &Qp, ctx: usize, at: usize| {
+        let st = qp.read(
+            ctx,
+            &[ma.sge(at as u64, 16)],
+            mb.mem.va,
+            mb.mr.remote_token(),
+            0,
+        );
+        assert_eq!(st, STATUS_SUCCESS);
+    };
+
+    read_into(&p.qa, 1, 0);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_SUCCESS, QPC_A, 1, NdkOperationTypeRead)
+    );
+    let dma = || c.host(0).dma.live();
+    let before_close = dma();
+    assert_eq!(p.qa.close(), STATUS_SUCCESS);
+    assert_eq!(
+        dma(),
+        before_close,
+        "the CQ may still be using the QP: its rings stay until the next switch"
+    );
+
+    read_into(&qa2, 2, 16);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_SUCCESS, QPC_A2, 2, NdkOperationTypeRead)
+    );
+    assert!(
+        dma() < before_close,
+        "the closed QP's rings are freed at the switch ({} regions before, {} after)",
+        before_close,
+        dma()
+    );
+    verify(&ma.mem, 0, &[&src[..16], &src[..16]].concat());
+
+    // The cached QP closes and the CQ is never polled again: the CQ's close releases it.
+    assert_eq!(qa2.close(), STATUS_SUCCESS);
+    assert_eq!(qb2.close(), STATUS_SUCCESS);
+    drop([ma.close(), mb.close()]);
+    p.qb.close();
+    p.cq_a.close();
+    p.cq_b.close();
+    p.pd_a.close();
+    p.pd_b.close();
     c.finish();
 }

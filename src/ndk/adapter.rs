@@ -16,6 +16,7 @@ use super::error::{NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
 use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
 use super::qp::Qp;
+use super::qp_table::QpTable;
 use super::srq::Srq;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -138,18 +139,6 @@ impl<T: NdkObject> HandleTable<T> {
         }
     }
 
-    /// Unregisters `handle` only if it still names `obj` (a device that reused a handle
-    /// cannot make one object's teardown unregister another).
-    fn remove_exact(&self, handle: u32, obj: &T) -> Option<ObjRef<T>> {
-        let mut t = self.slots.lock();
-        let slot = t.get_mut(handle as usize)?;
-        if slot.as_ref().is_some_and(|o| core::ptr::eq(&**o, obj)) {
-            slot.take()
-        } else {
-            None
-        }
-    }
-
     fn remove(&self, handle: u32) -> Option<ObjRef<T>> {
         self.slots
             .lock()
@@ -194,9 +183,9 @@ pub struct NdkDevice {
     hw: Arc<dyn Hardware>,
     cqs: HandleTable<Cq>,
     srqs: HandleTable<Srq>,
-    /// QPs by device handle: a CQE's `qp` finds its QP here in O(1) (bounds-checked), and
-    /// the CQ then checks the QP completes on it.
-    qps: HandleTable<Qp>,
+    /// QPs by device handle: a CQE's `qp` finds its QP here in O(1), bounds-checked and
+    /// without a lock, if the QP completes on the polled CQ.
+    qps: QpTable,
     bad_cqes: AtomicU64,
     /// Per MR index: the key a peer's SendAndInvalidate last invalidated (0 = none), so a
     /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
@@ -217,7 +206,7 @@ impl NdkDevice {
         Ok(Arc::new(NdkDevice {
             cqs: HandleTable::new(caps.max_cq.min(MAX_TABLE))?,
             srqs: HandleTable::new(caps.max_srq.min(MAX_TABLE))?,
-            qps: HandleTable::new(caps.max_qp.min(MAX_TABLE))?,
+            qps: QpTable::new(caps.max_qp.min(MAX_TABLE))?,
             remote_invalidated: try_vec(caps.max_mr.min(MAX_TABLE) as usize, || AtomicU32::new(0))?,
             hw,
             bad_cqes: AtomicU64::new(0),
@@ -264,16 +253,19 @@ impl NdkDevice {
     }
 
     pub(crate) fn register_qp(&self, qp: &ObjRef<Qp>) -> NdkResult<()> {
-        self.qps.insert(qp.handle(), qp)
+        let (send_cq, recv_cq) = qp.cq_handles();
+        self.qps.insert(qp.handle(), qp, send_cq, recv_cq)
     }
 
-    pub(crate) fn unregister_qp(&self, qp: &Qp) {
-        drop(self.qps.remove_exact(qp.handle(), qp));
+    /// Unregisters `qp`, returning the table's count of it (for its CQs' graveyards).
+    pub(crate) fn unregister_qp(&self, qp: &Qp) -> Option<ObjRef<Qp>> {
+        self.qps.remove_exact(qp.handle(), qp)
     }
 
-    /// The QP registered under a device handle (a CQE's `qp`), if any.
-    pub(crate) fn qp(&self, handle: u32) -> Option<ObjRef<Qp>> {
-        self.qps.get(handle)
+    /// QPs by device handle, for the CQ pollers.
+    #[inline(always)]
+    pub(crate) fn qp_table(&self) -> &QpTable {
+        &self.qps
     }
 
     pub(crate) fn register_srq(&self, srq: &ObjRef<Srq>) -> NdkResult<()> {

@@ -2,11 +2,14 @@
 //!
 //! Retrieval reads CQEs straight out of the ring through the CQ's port
 //! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the QP of the previous CQE is
-//! cached across polls; otherwise the device's bounds-checked QP handle table, O(1), then
-//! checked to complete on this CQ) and to the posted request through that queue's slot
-//! records ([`super::completion`]). Notification is the
+//! cached across polls; otherwise the device's QP table, O(1), bounds-checked and lock-free,
+//! which answers only for QPs completing on this CQ: [`super::qp_table`]) and to the posted
+//! request through that queue's slot records ([`super::completion`]). Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::adapter::Adapter;
 use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
@@ -14,8 +17,9 @@ use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, pow2_ceil};
-use super::object::{CachedRef, CreateHandoff, Lifetime, NdkObject, ObjRef};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject};
 use super::qp::Qp;
+use super::qp_table::{Graveyard, RawQp};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::pvrdma::port::{CqPort, CqState, CqeView};
@@ -187,8 +191,11 @@ pub struct Cq {
     affinity: Option<GROUP_AFFINITY>,
     arm: SpinLock<ArmState>,
     port: CqPort,
-    /// The QP of the last CQE (polls are serialized per CQ, §5.4).
-    last_qp: CachedRef<Qp>,
+    /// The QP of the last CQE, without a count: polls are serialized per CQ (§5.4), and
+    /// the QP's memory outlives the cache (`qp_table`).
+    last_qp: AtomicPtr<ProviderObject<Qp>>,
+    /// QPs of this CQ that tore down: released before the poller's next lookup.
+    graveyard: Graveyard,
     /// Largest `byte_len` a receive CQE may carry (MaxTransferLength).
     max_byte_len: u32,
 }
@@ -199,8 +206,11 @@ impl NdkObject for Cq {
         &self.life
     }
     fn teardown(&self) {
-        // The cached QP holds this CQ's memory through its own handles: let it go.
-        drop(self.last_qp.take());
+        // No poll runs after the close (§5.2), and every QP of this CQ has torn down (its
+        // successor count was released after): the graveyard holds them all, and each
+        // holds this CQ's memory through its own handles.
+        self.last_qp.store(core::ptr::null_mut(), Ordering::Relaxed);
+        self.graveyard.drain(|_| ());
         self.adapter.device().unregister_cq(self.handle);
         self.adapter.hw().destroy_cq(self.handle);
     }
@@ -289,7 +299,8 @@ impl Cq {
             affinity: p.affinity,
             arm: SpinLock::new(ArmState::default()),
             port,
-            last_qp: CachedRef::new(),
+            last_qp: AtomicPtr::new(core::ptr::null_mut()),
+            graveyard: Graveyard::new(handle),
             max_byte_len: adapter.info().MaxTransferLength,
         };
         let cq = match ObjRef::try_new(ndk, state) {
@@ -327,38 +338,73 @@ impl Cq {
         &self.adapter
     }
 
-    /// The QP a CQE names, if it exists and completes on this CQ: an O(1) bounds-checked
-    /// lookup by device handle, whatever the number of QPs sharing the CQ. The QP is cached
-    /// for the next CQE.
-    ///
-    /// # Safety
-    /// Polls of this CQ are serialized (§5.4), and the result is not used after the next
-    /// lookup.
+    /// A QP of this CQ tore down: it stays alive until this CQ's next poll (`qp_table`).
+    pub(crate) fn bury(&self, qp: ObjRef<Qp>) {
+        self.graveyard.push(qp);
+    }
+
+    /// Before a lookup: releases the QPs that tore down since the last one, first
+    /// forgetting the cached one if it is among them.
     #[cold]
     #[inline(never)]
+    fn release_buried(&self) {
+        self.graveyard.drain(|p| {
+            let _ = self.last_qp.compare_exchange(
+                p.as_ptr(),
+                core::ptr::null_mut(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        });
+    }
+
+    /// The cached QP.
+    ///
+    /// # Safety
+    /// Called by this CQ's poller (polls are serialized, §5.4); the reference is not used
+    /// after the next [`Self::find_qp`] (which may release it) nor after the poll.
+    #[inline(always)]
+    unsafe fn cached<'a>(&self) -> Option<&'a Qp> {
+        let p = NonNull::new(self.last_qp.load(Ordering::Relaxed))?;
+        // SAFETY: the cache holds only QPs `lookup` found for this CQ, and forgets each
+        // before releasing it from the graveyard; until then the QP is alive (`qp_table`).
+        Some(unsafe { p.as_ref() }.state())
+    }
+
+    /// The QP a CQE names, if it exists and completes on this CQ: an O(1) lock-free lookup
+    /// by device handle, whatever the number of QPs sharing the CQ. The QP is cached for the
+    /// next CQE.
+    ///
+    /// # Safety
+    /// As [`Self::cached`]: every QP reference the caller took earlier is dead.
+    #[inline(always)]
     unsafe fn find_qp<'a>(&self, qp: u64) -> Option<&'a Qp> {
+        // The callers hold no QP reference from before the lookup: the moment to release
+        // the QPs that tore down (a dead cached QP misses here, at its next CQE).
+        if !self.graveyard.is_empty() {
+            self.release_buried();
+        }
         // CAST: the handle is the low half of the CQE's `qp` (see `fill`).
-        let handle = qp as u32;
-        let q = self
+        let p: RawQp = self
             .adapter
             .device()
-            .qp(handle)
-            .filter(|q| q.completes_on(self))?;
-        // SAFETY: caller contract (serialized polls; earlier references are dead).
-        unsafe { self.last_qp.set(q) };
-        // SAFETY: as above; the reference lives until the next lookup.
-        unsafe { self.last_qp.get() }
+            .qp_table()
+            .lookup(qp as u32, self.handle)?;
+        self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
+        // SAFETY: `lookup` answered this CQ's poller: the QP stays alive at least until
+        // this poller's next `release_buried` (`qp_table`).
+        Some(unsafe { p.as_ref() }.state())
     }
 
     /// The QP of a CQE: the cached one when the handle matches and it is still live, else
     /// the table.
     ///
     /// # Safety
-    /// As [`Self::find_qp`].
+    /// As [`Self::cached`].
     #[inline(always)]
     unsafe fn qp_of<'a>(&self, qp: u64) -> Option<&'a Qp> {
         // SAFETY: caller contract.
-        match unsafe { self.last_qp.get() } {
+        match unsafe { self.cached() } {
             Some(q) if q.live_handle() == u64::from(qp as u32) => Some(q),
             // SAFETY: caller contract.
             _ => unsafe { self.find_qp(qp) },
@@ -379,10 +425,12 @@ impl Cq {
         self.fill(out)
     }
 
-    /// The poll. The fast loop handles what a data path reaps almost always: a successful
-    /// initiator completion of the QP cached from the previous CQE. It makes no call, so it
-    /// needs no saved registers; anything else (another QP, a receive, a failure, a CQE
-    /// that does not validate) hands the rest of the poll to [`Self::fill_general`].
+    /// The poll. The fast loop handles what a data path reaps almost always: successful
+    /// initiator completions, of the QP cached from the previous CQE or of any other QP of
+    /// this CQ (a lock-free table lookup switches the cache). It makes no call; anything
+    /// else (a receive, a failure, a CQE that does not validate) hands the rest of the poll
+    /// to [`Self::fill_general`]. The first CQE is peeled off the loop, so a run of
+    /// retirements is set up only for the QP it names.
     #[inline(always)]
     fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {
         let port = &self.port;
@@ -392,51 +440,68 @@ impl Cq {
             CqState::Empty => return 0,
             CqState::Corrupt => return self.corrupt(),
         };
-        // SAFETY: polls of this CQ are serialized (§5.4); the reference is not used after
-        // the cache is replaced (`find_qp`, `fill_general`).
-        let Some(mut qp) = (unsafe { self.last_qp.get() }) else {
+        if out.is_empty() {
+            return 0;
+        }
+        let (mut wr_id, qp_raw, status) = port.load_core(head);
+        // The handle is the low half of `qp` (Linux matches only its low bits; the upper
+        // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
+        let mut handle = u64::from(qp_raw as u32);
+        if status != 0 {
             return self.fill_general(out, 0, head, left);
+        }
+        // SAFETY: this is the CQ's poller (polls are serialized, §5.4); no QP reference
+        // exists yet, and none outlives the poll.
+        let cached = unsafe { self.cached() };
+        let mut qp = match cached {
+            Some(q) if q.live_handle() == handle => q,
+            // SAFETY: as above; the cached QP is not used on this arm.
+            _ => match unsafe { self.find_qp(handle) } {
+                Some(q) => q,
+                None => return self.fill_general(out, 0, head, left),
+            },
         };
         let mut book = qp.send_book();
         let mut run = book.run(tag::SQ);
-        let mut handle = qp.live_handle();
         let mut n = 0;
-        while left != 0 {
-            let Some(slot) = out.get_mut(n) else {
-                break;
-            };
-            let (wr_id, qp_raw, status) = port.load_core(head);
-            // The handle is the low half of `qp` (Linux matches only its low bits; the upper
-            // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
-            let qp_handle = u64::from(qp_raw as u32);
-            if status != 0 {
-                book.end_run(&run);
-                return self.fill_general(out, n, head, left);
-            }
-            if qp_handle != handle {
-                // Another QP of this CQ: switch the cache to it and stay on the fast path.
-                book.end_run(&run);
-                // SAFETY: serialized polls; `qp`, the only earlier reference, is replaced
-                // here and not used again.
-                let Some(next) = (unsafe { self.find_qp(qp_handle) }) else {
-                    return self.fill_general(out, n, head, left);
-                };
-                qp = next;
-                book = qp.send_book();
-                run = book.run(tag::SQ);
-                handle = qp.live_handle();
-            }
+        loop {
+            // Here the CQE at `head` succeeded and names `qp`, whose run is `run`.
             // Retires the slot: only for a CQE this loop completes.
             let Some(rec) = book.retire_in(&mut run, wr_id) else {
                 book.end_run(&run);
                 return self.fill_general(out, n, head, left);
             };
             if rec.signaled {
+                let Some(slot) = out.get_mut(n) else {
+                    break;
+                };
                 slot.success(qp.context(), rec.request_context, rec.op);
                 n += 1;
             }
             head = port.next(head);
             left -= 1;
+            if left == 0 || n == out.len() {
+                break;
+            }
+            let (w, qp_raw, status) = port.load_core(head);
+            wr_id = w;
+            if status != 0 {
+                book.end_run(&run);
+                return self.fill_general(out, n, head, left);
+            }
+            let h = u64::from(qp_raw as u32);
+            if h != handle {
+                // Another QP of this CQ: switch the cache to it and stay on the fast path.
+                book.end_run(&run);
+                // SAFETY: as for the first CQE; `qp` is not used again.
+                let Some(next) = (unsafe { self.find_qp(h) }) else {
+                    return self.fill_general(out, n, head, left);
+                };
+                qp = next;
+                handle = h;
+                book = qp.send_book();
+                run = book.run(tag::SQ);
+            }
         }
         book.end_run(&run);
         port.consume(head);
@@ -458,8 +523,8 @@ impl Cq {
             let c = port.load(head);
             head = port.next(head);
             left -= 1;
-            // SAFETY: polls of this CQ are serialized (§5.4), and `qp` is not used after the
-            // next lookup (the next loop iteration).
+            // SAFETY: this CQ's poller; the previous iteration's `qp` is dead, and no
+            // reference outlives the poll.
             let Some(qp) = (unsafe { self.qp_of(c.qp) }) else {
                 self.adapter.device().count_bad_cqe();
                 continue;

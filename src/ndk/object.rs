@@ -247,67 +247,29 @@ impl<T: NdkObject> Drop for ObjRef<T> {
     }
 }
 
-/// One counted handle that a single, serialized user swaps (a CQ's poller caching the QP of
-/// its last CQE, ndkpi.md §5.4: polls on a CQ are never concurrent), readable without taking
-/// a count.
-pub struct CachedRef<T: NdkObject> {
-    // INVARIANT: null, or a pointer this cell owns one count of (from `ObjRef::into_raw`).
-    ptr: core::sync::atomic::AtomicPtr<ProviderObject<T>>,
-}
-
-impl<T: NdkObject> CachedRef<T> {
-    /// Empty.
-    pub const fn new() -> Self {
-        CachedRef {
-            ptr: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
-        }
+impl<T: NdkObject> ObjRef<T> {
+    /// Gives this handle's count to the returned address (for lock-free tables and lists,
+    /// [`super::qp_table`]); [`ObjRef::from_raw`] takes it back.
+    pub(crate) fn into_raw(self) -> NonNull<ProviderObject<T>> {
+        let p = self.ptr;
+        core::mem::forget(self);
+        p
     }
 
-    /// The cached object.
+    /// Takes back the count [`ObjRef::into_raw`] gave to `p`.
     ///
     /// # Safety
-    /// Calls of `get`, `set` and `take` on this cell are serialized, and the reference is not
-    /// used after the next `set` or `take`.
-    #[inline(always)]
-    pub unsafe fn get<'a>(&self) -> Option<&'a T> {
-        let p = NonNull::new(self.ptr.load(Ordering::Relaxed))?;
-        // SAFETY: the cell owns a count (type invariant), kept until the next `set`/`take`,
-        // which the caller does not pass while using the reference.
-        Some(unsafe { &p.as_ref().state })
-    }
-
-    /// Caches `r`, dropping the previous handle.
-    ///
-    /// # Safety
-    /// As [`Self::get`]: no reference from an earlier `get` is used after this.
-    pub unsafe fn set(&self, r: ObjRef<T>) {
-        let new = r.ptr.as_ptr();
-        core::mem::forget(r);
-        // INVARIANT: the count `r` owned moves into the cell.
-        let old = self.ptr.swap(new, Ordering::AcqRel);
-        if let Some(old) = NonNull::new(old) {
-            // INVARIANT: the count the cell owned for `old` moves back into a handle.
-            drop(ObjRef { ptr: old });
-        }
-    }
-
-    /// Empties the cell, returning its handle.
-    pub fn take(&self) -> Option<ObjRef<T>> {
-        let old = NonNull::new(self.ptr.swap(core::ptr::null_mut(), Ordering::AcqRel))?;
-        // INVARIANT: the cell's count moves into the returned handle.
-        Some(ObjRef { ptr: old })
+    /// `p` came from `into_raw`, and its count is taken back only once.
+    pub(crate) unsafe fn from_raw(p: NonNull<ProviderObject<T>>) -> Self {
+        // INVARIANT: the count `into_raw` gave away moves back into a handle.
+        ObjRef { ptr: p }
     }
 }
 
-impl<T: NdkObject> Default for CachedRef<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T: NdkObject> Drop for CachedRef<T> {
-    fn drop(&mut self) {
-        drop(self.take());
+impl<T: NdkObject> ProviderObject<T> {
+    /// The object's state.
+    pub(crate) fn state(&self) -> &T {
+        &self.state
     }
 }
 

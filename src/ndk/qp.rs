@@ -9,7 +9,7 @@
 //! allocate.
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use super::completion::{OrderedQueue, SlotRecord, tag, wr_id};
 use super::cq::Cq;
@@ -18,8 +18,9 @@ use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, QpSpec, WrOpcode, access, pow2_ceil, send_flags};
 use super::mr::Mr;
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject, header};
 use super::pd::{Pd, take_successor};
+use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use crate::ndkpi::*;
 use crate::pvrdma::port::{SqHeader, WqPort};
@@ -144,6 +145,8 @@ pub struct Qp {
     /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
     /// reuse the handle) never matches.
     live_handle: AtomicU64,
+    /// Links in the CQs' graveyards once torn down.
+    grave: GraveLinks,
     max_send_sge: u32,
     max_recv_sge: u32,
     max_read_sge: u32,
@@ -159,7 +162,14 @@ impl NdkObject for Qp {
     }
     fn teardown(&self) {
         self.live_handle.store(u64::MAX, Ordering::Release);
-        self.pd.adapter().device().unregister_qp(self);
+        // The table's count goes to the CQs' pollers, which may still be using the QP: they
+        // release it at their next poll (see `qp_table`).
+        if let Some(q) = self.pd.adapter().device().unregister_qp(self) {
+            if !core::ptr::eq(&*self.send_cq, &*self.recv_cq) {
+                self.recv_cq.bury(q.clone());
+            }
+            self.send_cq.bury(q);
+        }
         self.pd.adapter().hw().destroy_qp(self.handle);
     }
     fn release_antecedents(&self) {
@@ -289,6 +299,7 @@ impl PendingQp {
                 },
                 rq,
                 live_handle: AtomicU64::new(u64::from(handle)),
+                grave: GraveLinks::default(),
                 max_send_sge: p.max_initiator_sge,
                 max_recv_sge,
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
@@ -315,10 +326,14 @@ impl PendingQp {
 }
 
 impl Qp {
-    /// Whether this QP's send or receive queue completes on `cq` (a CQE naming a QP of
-    /// another CQ is not trusted).
-    pub(crate) fn completes_on(&self, cq: &Cq) -> bool {
-        core::ptr::eq(&*self.send_cq, cq) || core::ptr::eq(&*self.recv_cq, cq)
+    /// The handles of the CQs its send and receive queues complete on.
+    pub(crate) fn cq_handles(&self) -> (u32, u32) {
+        (self.send_cq.handle(), self.recv_cq.handle())
+    }
+
+    /// Its link in the graveyard of CQ `cq` (one of its CQs).
+    pub(crate) fn grave_link(&self, cq: u32) -> &AtomicPtr<ProviderObject<Qp>> {
+        self.grave.link(self.send_cq.handle() == cq)
     }
 
     /// NdkCreateQp / NdkCreateQpWithSrq; the device commands may complete later, and the

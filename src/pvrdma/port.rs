@@ -464,6 +464,8 @@ pub struct CqPort {
     head: AtomicU32,
     /// 2N − 1.
     wrap: u32,
+    /// N, the number of CQEs.
+    n: u32,
     arm: Bell,
     arm_solicited: Bell,
     _buf: Arc<PagedBuffer>,
@@ -499,6 +501,7 @@ impl CqPort {
             prod_tail,
             head: AtomicU32::new(0),
             wrap: 2 * n - 1,
+            n,
             arm,
             arm_solicited,
             _buf: buf,
@@ -530,7 +533,8 @@ impl CqPort {
             return CqState::Empty;
         }
         let d = tail.wrapping_sub(head) & self.wrap;
-        if tail & !self.wrap != 0 || d > self.pages.mask + 1 {
+        // `wrap` is 2N − 1, all ones: `tail > wrap` is `tail ∉ [0, 2N)`.
+        if tail > self.wrap || d > self.n {
             return CqState::Corrupt;
         }
         from_device_barrier();

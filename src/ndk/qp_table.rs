@@ -1,0 +1,210 @@
+//! The device's QPs by handle, as the CQ pollers see them: a CQE names its QP by device
+//! handle, and the poller finds the QP with a few loads, without a lock or a count, however
+//! many QPs share the CQ.
+//!
+//! Polls are serialized per CQ (ndkpi.md §5.4) but not across CQs, and a QP may close while
+//! its CQs are polled. Memory safety without counts on the poll path rests on three rules:
+//! - A slot owns one count of its QP and records the handles of the QP's two CQs. A poller
+//!   of CQ `c` accepts a slot's QP only if `c` is one of them, which it checks on the slot
+//!   itself: it never dereferences a QP of another CQ (a CQE is device memory and may name
+//!   any handle).
+//! - At the QP's teardown its slot is emptied (writers take a lock) and the slot's count
+//!   moves to the [`Graveyard`] of each of the QP's CQs. Only that CQ's poller empties its
+//!   graveyard, just before one of its own lookups, where it uses no QP reference from
+//!   before except its cache, which it clears if it names a QP being released. So a poller
+//!   that found the QP before its slot was emptied keeps it alive for as long as it uses it,
+//!   and its cache never outlives the QP. A torn-down QP's memory thus goes at its CQ's next
+//!   lookup (the next CQE of another QP, including the first after the cached QP died).
+//! - The CQ's teardown empties its graveyard: no poll runs after the close (§5.2), and a CQ
+//!   closes only after its QPs have (§1.6), so every QP of the CQ is in it by then.
+
+use alloc::boxed::Box;
+use core::ptr::{NonNull, null_mut};
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use super::error::{NdkError, NdkResult};
+use super::object::{ObjRef, ProviderObject, try_vec};
+use super::qp::Qp;
+use crate::os::SpinLock;
+
+/// A QP's address, valid as the module docs say.
+pub(crate) type RawQp = NonNull<ProviderObject<Qp>>;
+
+struct Slot {
+    /// Null, or a QP this slot owns one count of.
+    qp: AtomicPtr<ProviderObject<Qp>>,
+    /// The QP's CQ handles: send in the low half, receive in the high half.
+    cqs: AtomicU64,
+}
+
+/// QPs by device handle.
+pub(crate) struct QpTable {
+    writers: SpinLock<()>,
+    slots: Box<[Slot]>,
+}
+
+impl QpTable {
+    /// Room for handles `0..n`.
+    pub(crate) fn new(n: u32) -> NdkResult<Self> {
+        Ok(QpTable {
+            writers: SpinLock::new(()),
+            slots: try_vec(n as usize, || Slot {
+                qp: AtomicPtr::new(null_mut()),
+                cqs: AtomicU64::new(0),
+            })?,
+        })
+    }
+
+    /// Registers `qp` under `handle`, completing on CQs `send_cq` and `recv_cq`.
+    ///
+    /// # Errors
+    /// NdkError::Device for a handle outside the table or already in use (the device
+    /// misbehaves).
+    pub(crate) fn insert(
+        &self,
+        handle: u32,
+        qp: &ObjRef<Qp>,
+        send_cq: u32,
+        recv_cq: u32,
+    ) -> NdkResult<()> {
+        let _w = self.writers.lock();
+        let slot = self.slots.get(handle as usize).ok_or(NdkError::Device)?;
+        if !slot.qp.load(Ordering::Relaxed).is_null() {
+            return Err(NdkError::Device);
+        }
+        // Release on both: a poller that reads these CQ handles also sees the emptying of
+        // the slot that preceded them (see `lookup`).
+        slot.cqs.store(
+            u64::from(send_cq) | u64::from(recv_cq) << 32,
+            Ordering::Release,
+        );
+        slot.qp
+            .store(qp.clone().into_raw().as_ptr(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Empties `handle` if it still holds `qp` (a device that reused a handle cannot make
+    /// one QP's teardown unregister another), returning the slot's count.
+    pub(crate) fn remove_exact(&self, handle: u32, qp: &Qp) -> Option<ObjRef<Qp>> {
+        let _w = self.writers.lock();
+        let slot = self.slots.get(handle as usize)?;
+        let p = NonNull::new(slot.qp.load(Ordering::Relaxed))?;
+        // SAFETY: a non-null slot owns a count, and only writers (serialized by the lock
+        // held here) drop it.
+        if !core::ptr::eq(unsafe { p.as_ref() }.state(), qp) {
+            return None;
+        }
+        slot.qp.store(null_mut(), Ordering::Release);
+        // SAFETY: the slot's count, given by `into_raw` in `insert`, moves to the handle.
+        Some(unsafe { ObjRef::from_raw(p) })
+    }
+
+    /// For the poller of CQ `cq`: the QP registered under `handle`, if it completes on `cq`.
+    /// Dereferencing the result is sound until that poller next empties its graveyard
+    /// (module docs).
+    #[inline(always)]
+    pub(crate) fn lookup(&self, handle: u32, cq: u32) -> Option<RawQp> {
+        let slot = self.slots.get(handle as usize)?;
+        let p = slot.qp.load(Ordering::Acquire);
+        let cqs = slot.cqs.load(Ordering::Acquire);
+        // The CQ handles are `p`'s only if the slot still holds `p` after reading them: a
+        // slot emptied and refilled meanwhile holds another address, or (the allocator
+        // reused the memory) a QP that those handles do describe.
+        if slot.qp.load(Ordering::Relaxed) != p {
+            return None;
+        }
+        let p = NonNull::new(p)?;
+        // CAST: the two halves of `cqs`.
+        (cqs as u32 == cq || (cqs >> 32) as u32 == cq).then_some(p)
+    }
+}
+
+impl Drop for QpTable {
+    fn drop(&mut self) {
+        for s in self.slots.iter() {
+            if let Some(p) = NonNull::new(s.qp.swap(null_mut(), Ordering::Acquire)) {
+                // SAFETY: the slot's count (from `insert`), dropped once.
+                drop(unsafe { ObjRef::from_raw(p) });
+            }
+        }
+    }
+}
+
+/// A QP's links in its CQs' graveyards (one per CQ; a QP whose CQs are one uses the first).
+#[derive(Default)]
+pub(crate) struct GraveLinks([AtomicPtr<ProviderObject<Qp>>; 2]);
+
+impl GraveLinks {
+    /// The link for the CQ that is the QP's send CQ (`send`) or only its receive CQ.
+    pub(crate) fn link(&self, send: bool) -> &AtomicPtr<ProviderObject<Qp>> {
+        let [first, second] = &self.0;
+        if send { first } else { second }
+    }
+}
+
+/// QPs a CQ's poller must let go (module docs): a lock-free stack that closing QPs push
+/// onto and the poller takes whole.
+pub(crate) struct Graveyard {
+    head: AtomicPtr<ProviderObject<Qp>>,
+    /// The CQ's handle: which of a QP's links it uses.
+    cq: u32,
+}
+
+impl Graveyard {
+    /// The graveyard of CQ `cq`.
+    pub(crate) const fn new(cq: u32) -> Self {
+        Graveyard {
+            head: AtomicPtr::new(null_mut()),
+            cq,
+        }
+    }
+
+    /// Hands one count of `qp` (a QP completing on this CQ) to the CQ's poller.
+    pub(crate) fn push(&self, qp: ObjRef<Qp>) {
+        let p = qp.into_raw();
+        // SAFETY: the count just given to `p` keeps the QP alive.
+        let link = unsafe { p.as_ref() }.state().grave_link(self.cq);
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            link.store(head, Ordering::Relaxed);
+            match self.head.compare_exchange_weak(
+                head,
+                p.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Whether nothing waits (the poller's test at the start of a poll).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Relaxed).is_null()
+    }
+
+    /// The CQ's poller (or its teardown) drops every count handed over, showing each QP to
+    /// `each` first.
+    pub(crate) fn drain(&self, mut each: impl FnMut(RawQp)) {
+        let mut next = self.head.swap(null_mut(), Ordering::Acquire);
+        while let Some(p) = NonNull::new(next) {
+            // SAFETY: each entry owns the count `push` gave it; the link was written before
+            // the entry was published (release/acquire on `head`).
+            next = unsafe { p.as_ref() }
+                .state()
+                .grave_link(self.cq)
+                .load(Ordering::Relaxed);
+            each(p);
+            // SAFETY: that count, taken back once.
+            drop(unsafe { ObjRef::from_raw(p) });
+        }
+    }
+}
+
+impl Drop for Graveyard {
+    fn drop(&mut self) {
+        self.drain(|_| ());
+    }
+}
