@@ -8,10 +8,11 @@
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 
+use alloc::sync::Arc;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::adapter::Adapter;
+use super::adapter::{Adapter, NdkDevice};
 use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
 use super::dispatch;
 use super::error::HwError;
@@ -196,6 +197,9 @@ pub struct Cq {
     last_qp: AtomicPtr<ProviderObject<Qp>>,
     /// QPs of this CQ that tore down: released before the poller's next lookup.
     graveyard: Graveyard,
+    /// The device (also reachable through `adapter`; held here so a lookup starts one load
+    /// nearer its QP table).
+    device: Arc<NdkDevice>,
     /// Largest `byte_len` a receive CQE may carry (MaxTransferLength).
     max_byte_len: u32,
 }
@@ -301,6 +305,7 @@ impl Cq {
             port,
             last_qp: AtomicPtr::new(core::ptr::null_mut()),
             graveyard: Graveyard::new(handle),
+            device: adapter.device().clone(),
             max_byte_len: adapter.info().MaxTransferLength,
         };
         let cq = match ObjRef::try_new(ndk, state) {
@@ -385,11 +390,7 @@ impl Cq {
             self.release_buried();
         }
         // CAST: the handle is the low half of the CQE's `qp` (see `fill`).
-        let p: RawQp = self
-            .adapter
-            .device()
-            .qp_table()
-            .lookup(qp as u32, self.handle)?;
+        let p: RawQp = self.device.qp_table().lookup(qp as u32, self.handle)?;
         self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
         // SAFETY: `lookup` answered this CQ's poller: the QP stays alive at least until
         // this poller's next `release_buried` (`qp_table`).
