@@ -182,10 +182,9 @@ unsafe fn get64(p: *const u8, off: usize) -> u64 {
 /// The words of a send-WQE header (§10) after `wr_id` and `num_sge`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SqHeader {
-    /// `opcode` (`PVRDMA_WR_*`).
-    pub opcode: u32,
-    /// `send_flags`.
-    pub send_flags: u32,
+    /// `opcode` (`PVRDMA_WR_*`) @16 and `send_flags` @20 as one little-endian word
+    /// ([`SqHeader::op_word`]): posters look it up whole in a table built at compile time.
+    pub op_word: u64,
     /// `ex`: `invalidate_rkey` (or 0).
     pub ex: u32,
     /// The `wr` union as six little-endian words (@32..@80).
@@ -193,6 +192,11 @@ pub struct SqHeader {
 }
 
 impl SqHeader {
+    /// The word @16: `opcode` in the low half, `send_flags` in the high half.
+    pub const fn op_word(opcode: u32, send_flags: u32) -> u64 {
+        opcode as u64 | (send_flags as u64) << 32
+    }
+
     /// The `rdma` union member: `remote_addr` @32, `rkey` @40.
     pub const fn rdma_body(remote_addr: u64, rkey: u32) -> [u64; 6] {
         [remote_addr, rkey as u64, 0, 0, 0, 0]
@@ -322,7 +326,7 @@ impl WqPort {
         unsafe {
             put64(p, 0, wr_id);
             put64(p, 8, sges.len() as u64);
-            put64(p, 16, u64::from(h.opcode) | u64::from(h.send_flags) << 32);
+            put64(p, 16, h.op_word);
             put64(p, 24, u64::from(h.ex));
             let [b0, b1, b2, b3, b4, b5] = h.body;
             put64(p, 32, b0);
@@ -721,8 +725,7 @@ mod tests {
         let cases = [
             (
                 SqHeader {
-                    opcode: WrOpcode::RdmaRead as u32,
-                    send_flags: 3,
+                    op_word: SqHeader::op_word(WrOpcode::RdmaRead as u32, 3),
                     ex: 0,
                     body: SqHeader::rdma_body(0xAB_CDEF_0123, 0x4455),
                 },
@@ -740,8 +743,7 @@ mod tests {
             ),
             (
                 SqHeader {
-                    opcode: WrOpcode::FastRegMr as u32,
-                    send_flags: 2,
+                    op_word: SqHeader::op_word(WrOpcode::FastRegMr as u32, 2),
                     ex: 0,
                     body: SqHeader::fast_reg_body(0x7000_1000, 0xD1D1_0000, 16, 65000, 7, 0x1234),
                 },
@@ -764,8 +766,7 @@ mod tests {
             ),
             (
                 SqHeader {
-                    opcode: WrOpcode::SendWithInv as u32,
-                    send_flags: 6,
+                    op_word: SqHeader::op_word(WrOpcode::SendWithInv as u32, 6),
                     ex: 0xCAFE_0101,
                     body: [0; 6],
                 },
