@@ -10,14 +10,16 @@
 # `extern "system"` thunk in src/ndk/dispatch.rs, e.g. pvrdma_ndk::ndk::dispatch::read),
 # so the count is every instruction executed from that thunk's entry to its return,
 # inclusive of everything it calls, and nothing else: not the harness, not the device
-# model, not the fabric. The doorbell hook is unset in this binary, so a doorbell is one
-# volatile store to the UAR page, as in the Windows build; the harness hands the stored
-# word to the model after the thunk returned. Counts are totals / requests handled.
+# model, not the fabric. The binary is built with the feature `bare-doorbell`, which
+# compiles the host build's doorbell hook out (not even the test for one is left), so a
+# doorbell is exactly the Windows build's one volatile store to the UAR page; the harness
+# hands the stored word to the model after the thunk returned. Counts are totals /
+# requests handled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is required" >&2; exit 1; }
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release --example instr -q
+cargo build --release --example instr --features bare-doorbell -q
 BIN=target/release/examples/instr
 OUT=${OUT:-target/callgrind}
 mkdir -p "$OUT"

@@ -4,8 +4,10 @@
 //!
 //! `instr <shape> [iterations] [qps] [shared|separate] [cq-depth]`; prints
 //! `requests=<n>` (how many work requests or completions the measured calls handled) on
-//! stderr. Doorbells are not hooked: a doorbell is one volatile store to the UAR page, and
-//! the harness forwards the stored word to the model after the measured call returns.
+//! stderr. Doorbells are not hooked (the script builds this example with the feature
+//! `bare-doorbell`, which compiles the hook out): a doorbell is one volatile store to the UAR
+//! page, and the harness forwards the stored word to the model after the measured call
+//! returns.
 //! `instr mem [qps] [cq-depth]` prints host memory per QP and per CQ from the OS seam's
 //! accounting (no valgrind needed).
 

@@ -644,6 +644,41 @@ fn defer_chain_cut_by_an_inline_failure_still_completes_what_was_posted() {
     c.finish();
 }
 
+/// NdkRead and NdkWrite of one SGE with a null SGL: STATUS_INVALID_PARAMETER inline, and the
+/// deferred request before them is indicated anyway (§5.5).
+#[test]
+fn single_sge_rdma_with_a_null_sgl_fails_and_rings_for_deferred_requests() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, REMOTE);
+    let t = mb.mr.remote_token();
+    // SAFETY: a live QP.
+    let d = unsafe { (*p.qa.ptr).Dispatch };
+    // SAFETY: the provider's dispatch tables are statics.
+    let d = unsafe { &*d };
+    for (ctx, read) in [(1usize, true), (2, false)] {
+        let w = fill(&ma.mem, 0, 0x70 + ctx as u8, 64);
+        assert_eq!(
+            p.qa.write(ctx, &[ma.sge(0, 64)], mb.mem.va, t, NDK_OP_FLAG_DEFER),
+            STATUS_SUCCESS
+        );
+        c.settle();
+        let db = c.world.counters(0).device.db_qp_send;
+        let f = if read { d.NdkRead } else { d.NdkWrite };
+        // SAFETY: a live QP; the null SGL is what is under test (one entry announced).
+        let st = unsafe { f(p.qa.ptr, 9 as PVOID, null_mut(), 1, mb.mem.va, t, 0) };
+        assert_eq!(st, STATUS_INVALID_PARAMETER, "read: {read}");
+        assert_eq!(c.world.counters(0).device.db_qp_send, db + 1);
+        let r = p.cq_a.wait_results(1);
+        assert_eq!(res(&r[0]).0, STATUS_SUCCESS);
+        verify(&mb.mem, 0, &w);
+    }
+    drop([ma.close(), mb.close()]);
+    p.close();
+    c.finish();
+}
+
 /// §5.4: after a peer's SendAndInvalidate, a local NdkInvalidate of that token fails
 /// (inline, no result; the device itself would accept it, M27). A new fast register makes
 /// the MR invalidatable again.

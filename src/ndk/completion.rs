@@ -176,13 +176,36 @@ pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
     ((wr_id >> 32) as u32, wr_id as u32)
 }
 
-/// Set for SILENT_SUCCESS requests (NDK_OP_FLAG_SILENT_SUCCESS is bit 0: a post stores
-/// `flags << 31`).
+/// Set in a [`SlotMeta`] for SILENT_SUCCESS requests.
 const SILENT_BIT: u32 = 1 << 31;
+
+/// A slot record's operation type and signalling, as the one word a post stores: the
+/// operation type in bits 30..0 (values ≤ 0x8001), [`SILENT_BIT`]. Posters build them at
+/// compile time ([`SlotMeta::new`] is `const`) and store one per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotMeta(u32);
+
+impl SlotMeta {
+    /// The word for a request of type `op`, signalled unless SILENT_SUCCESS.
+    pub const fn new(op: NDK_OPERATION_TYPE, signaled: bool) -> SlotMeta {
+        // CAST: operation types are small non-negative values.
+        let op = op.0 as u32 & !SILENT_BIT;
+        SlotMeta(if signaled { op } else { op | SILENT_BIT })
+    }
+
+    /// The word for a request of type `op` posted with NDK_OP_FLAG_* `flags` (signalled
+    /// unless SILENT_SUCCESS, bit 0; the other bits are ignored).
+    #[inline(always)]
+    pub const fn from_flags(op: NDK_OPERATION_TYPE, flags: u32) -> SlotMeta {
+        const _: () = assert!(NDK_OP_FLAG_SILENT_SUCCESS == 1);
+        // CAST: as in `new`.
+        SlotMeta(op.0 as u32 & !SILENT_BIT | flags << 31)
+    }
+}
 
 struct Slot {
     context: AtomicUsize,
-    // Operation type in bits 30..0 (values ≤ 0x8001), SILENT_BIT.
+    /// A [`SlotMeta`].
     meta: AtomicU32,
 }
 
@@ -203,6 +226,10 @@ pub struct OrderedQueue {
     mask: u32,
     depth: u32,
     posted: AtomicU32,
+    /// The poster's bound on `posted`: `retired + depth` as of the poster's last look at
+    /// `retired` (never above the true bound, since `retired` only grows). A post compares
+    /// against it and reads `retired` only when it is reached.
+    limit: AtomicU32,
     retired: AtomicU32,
     rung: AtomicU32,
 }
@@ -222,6 +249,7 @@ impl OrderedQueue {
             mask: ring - 1,
             depth,
             posted: AtomicU32::new(0),
+            limit: AtomicU32::new(depth),
             retired: AtomicU32::new(0),
             rung: AtomicU32::new(0),
         })
@@ -245,19 +273,32 @@ impl OrderedQueue {
     #[inline(always)]
     pub fn next(&self) -> Option<u32> {
         let posted = self.posted.load(Ordering::Relaxed);
-        if posted.wrapping_sub(self.retired.load(Ordering::Acquire)) >= self.depth {
-            return None;
+        if posted == self.limit.load(Ordering::Relaxed) {
+            // The cached bound is reached: look at `retired` again. Its Acquire orders the
+            // retirer's last reads of the slots it freed before our reuse of them (every
+            // later post stays below this bound, so it is ordered too). `posted` − `retired`
+            // ≤ `depth` always, so `posted` never passes the bound: equal means full. Inline
+            // (a load, an add, a store): a call here would make the whole post save
+            // registers.
+            let limit = self
+                .retired
+                .load(Ordering::Acquire)
+                .wrapping_add(self.depth);
+            self.limit.store(limit, Ordering::Relaxed);
+            if posted == limit {
+                return None;
+            }
         }
         Some(posted)
     }
 
-    /// Records the request posted at `index` (from [`Self::next`]).
+    /// Records the request posted at `index` (from [`Self::next`]): the consumer's
+    /// RequestContext, its operation type and signalling.
     #[inline(always)]
-    pub fn record(&self, index: u32, rec: &SlotRecord) {
+    pub fn record(&self, index: u32, request_context: usize, meta: SlotMeta) {
         let slot = self.slot(index);
-        slot.context.store(rec.request_context, Ordering::Relaxed);
-        let meta = (rec.op.0 as u32 & !SILENT_BIT) | u32::from(!rec.signaled) << 31;
-        slot.meta.store(meta, Ordering::Relaxed);
+        slot.context.store(request_context, Ordering::Relaxed);
+        slot.meta.store(meta.0, Ordering::Relaxed);
     }
 
     /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
@@ -341,6 +382,7 @@ impl OrderedQueue {
         let meta = slot.meta.load(Ordering::Relaxed);
         SlotRecord {
             request_context: slot.context.load(Ordering::Relaxed),
+            // CAST: bits 30..0 are the operation type `SlotMeta::new` stored.
             op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
             signaled: meta & SILENT_BIT == 0,
         }
@@ -363,7 +405,11 @@ mod tests {
     /// A post's bookkeeping: the next index with `rec` recorded in its slot.
     fn reserve(q: &OrderedQueue, rec: &SlotRecord) -> NdkResult<u32> {
         let index = q.next().ok_or(NdkError::InsufficientResources)?;
-        q.record(index, rec);
+        q.record(
+            index,
+            rec.request_context,
+            SlotMeta::new(rec.op, rec.signaled),
+        );
         Ok(index)
     }
 
@@ -495,6 +541,41 @@ mod tests {
         assert_eq!(q.retire(4), Some(rec(11)));
         assert_eq!(wr_id(tag::SQ, 4), 0x1_0000_0004);
         assert_eq!(split_wr_id(0x2_0000_0009), (tag::RQ, 9));
+    }
+
+    #[test]
+    fn the_posting_bound_follows_retirements_and_wraps() {
+        let q = OrderedQueue::new(2, 4).expect("queue");
+        // Free-running indices about to wrap past 2^32.
+        let start = u32::MAX - 2;
+        q.posted.store(start, Ordering::Relaxed);
+        q.retired.store(start, Ordering::Relaxed);
+        q.limit.store(start, Ordering::Relaxed); // stale: refreshed on first use
+        let rec = SlotRecord {
+            request_context: 7,
+            op: NdkOperationTypeWrite,
+            signaled: false,
+        };
+        let mut expect = start;
+        for round in 0..4 {
+            for _ in 0..2 {
+                let i = reserve(&q, &rec).expect("space");
+                assert_eq!(i, expect, "round {round}");
+                q.commit(i);
+                expect = expect.wrapping_add(1);
+            }
+            assert_eq!(q.next(), None, "depth 2 outstanding");
+            assert_eq!(q.outstanding(), 2);
+            // One retirement frees exactly one post.
+            assert_eq!(q.retire(expect.wrapping_sub(2)), Some(rec));
+            let i = reserve(&q, &rec).expect("space");
+            q.commit(i);
+            expect = expect.wrapping_add(1);
+            assert_eq!(q.next(), None);
+            assert_eq!(q.retire(expect.wrapping_sub(1)), Some(rec));
+        }
+        let none = OrderedQueue::new(0, 1).expect("queue");
+        assert_eq!(none.next(), None, "depth 0 takes nothing");
     }
 
     #[test]

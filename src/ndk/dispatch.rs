@@ -89,20 +89,6 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
     Ok(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), n as usize) })
 }
 
-/// The consumer's SGE array when it holds exactly one entry (the data path's common case,
-/// compiled without loops); `None` otherwise.
-///
-/// # Safety
-/// As [`sgl`].
-#[inline(always)]
-unsafe fn one_sge<'a>(p: *const NDK_SGE, n: ULONG) -> Option<&'a [Sge]> {
-    if n != 1 {
-        return None;
-    }
-    // SAFETY: caller contract.
-    unsafe { sgl(p, 1) }.ok()
-}
-
 /// An SGE's address: the `VirtualAddress`/`LogicalAddress` union as 64 bits (§3.1).
 pub fn sge_address(s: &NDK_SGE) -> u64 {
     // SAFETY: both union members are 8-byte plain values at offset 0 for which every bit
@@ -1131,19 +1117,9 @@ unsafe fn rdma<const READ: bool>(
     let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    // SAFETY: module contract.
-    match unsafe { one_sge(pSgl, nSge) } {
-        // The common single-SGE request is compiled with its length known: no loops.
-        Some(s) => status(qp.rdma(
-            READ,
-            RequestContext as usize,
-            s,
-            RemoteAddress,
-            RemoteToken,
-            Flags,
-        )),
+    if nSge != 1 {
         // SAFETY: forwarded contract; the same arguments, so this is a jump.
-        None => unsafe {
+        return unsafe {
             rdma_any::<READ>(
                 pNdkQp,
                 RequestContext,
@@ -1153,7 +1129,22 @@ unsafe fn rdma<const READ: bool>(
                 RemoteToken,
                 Flags,
             )
-        },
+        };
+    }
+    // The common single-SGE request is compiled with its length known: no loops. A null
+    // SGL fails here as `rdma_any` would fail it (its own branch target: two tests and
+    // jumps, where one shared target costs two flag materializations more).
+    // SAFETY: module contract (`pSgl` holds one entry).
+    match unsafe { sgl(pSgl, 1) } {
+        Ok(s) => status(qp.rdma(
+            READ,
+            RequestContext as usize,
+            s,
+            RemoteAddress,
+            RemoteToken,
+            Flags,
+        )),
+        Err(e) => status(qp.fail_initiator(e)),
     }
 }
 

@@ -11,7 +11,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use super::completion::{OrderedQueue, SlotRecord, tag, wr_id};
+use super::completion::{OrderedQueue, SlotMeta, SlotRecord, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
@@ -65,35 +65,56 @@ pub fn check_flags(flags: u32, allowed: u32) -> NdkResult<()> {
     Ok(())
 }
 
-/// `send_flags` for each combination of SILENT_SUCCESS, READ_FENCE and
-/// SEND_AND_SOLICIT_EVENT (NDK bits 0–2): SIGNALED unless silent, FENCE, SOLICITED.
-#[allow(clippy::indexing_slicing)] // const evaluation: an out-of-bounds index fails the build
-const WQE_FLAGS: [u32; 8] = {
-    let mut t = [0u32; 8];
-    let mut f = 0;
-    while f < 8 {
-        let f32 = f as u32;
-        let mut w = 0;
-        if f32 & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
-            w |= send_flags::SIGNALED;
-        }
-        if f32 & NDK_OP_FLAG_READ_FENCE != 0 {
-            w |= send_flags::FENCE;
-        }
-        if f32 & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
-            w |= send_flags::SOLICITED;
-        }
-        t[f] = w;
-        f += 1;
-    }
-    t
-};
-
-#[inline(always)]
-fn wqe_flags(flags: u32) -> u32 {
-    // The index is below 8: the fallback is never taken (and compiled away).
-    WQE_FLAGS.get((flags & 7) as usize).copied().unwrap_or(0)
+/// The words an initiator post of one kind writes besides its operands: its WQE
+/// `opcode`/`send_flags` word ([`SqHeader::op_word`]) for each combination of
+/// SILENT_SUCCESS, READ_FENCE and SEND_AND_SOLICIT_EVENT (NDK bits 0–2: SIGNALED unless
+/// silent, FENCE, SOLICITED), one indexed load per request; and its operation type.
+struct PostKind {
+    op_words: [u64; 8],
+    op: NDK_OPERATION_TYPE,
 }
+
+impl PostKind {
+    #[allow(clippy::indexing_slicing)] // const evaluation: an out-of-bounds index fails the build
+    const fn new(opcode: WrOpcode, op: NDK_OPERATION_TYPE) -> PostKind {
+        let mut op_words = [0u64; 8];
+        let mut f = 0;
+        while f < 8 {
+            let f32 = f as u32;
+            let mut w = 0;
+            if f32 & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
+                w |= send_flags::SIGNALED;
+            }
+            if f32 & NDK_OP_FLAG_READ_FENCE != 0 {
+                w |= send_flags::FENCE;
+            }
+            if f32 & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
+                w |= send_flags::SOLICITED;
+            }
+            op_words[f] = SqHeader::op_word(opcode as u32, w);
+            f += 1;
+        }
+        PostKind { op_words, op }
+    }
+
+    /// The WQE word for `flags`.
+    #[inline(always)]
+    fn op_word(&self, flags: u32) -> u64 {
+        // The index is below 8: the fallback is never taken (and compiled away).
+        self.op_words
+            .get((flags & 7) as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+const READ: PostKind = PostKind::new(WrOpcode::RdmaRead, NdkOperationTypeRead);
+const WRITE: PostKind = PostKind::new(WrOpcode::RdmaWrite, NdkOperationTypeWrite);
+const SEND: PostKind = PostKind::new(WrOpcode::Send, NdkOperationTypeSend);
+/// SendAndInvalidate: the sender's result Type is Send too.
+const SEND_INV: PostKind = PostKind::new(WrOpcode::SendWithInv, NdkOperationTypeSend);
+const FAST_REGISTER: PostKind = PostKind::new(WrOpcode::FastRegMr, NdkOperationTypeFastRegister);
+const INVALIDATE: PostKind = PostKind::new(WrOpcode::LocalInv, NdkOperationTypeInvalidate);
 
 /// NdkCreateQp / NdkCreateQpWithSrq parameters.
 pub struct QpParams {
@@ -526,19 +547,19 @@ impl Qp {
 
     /// The common initiator post: connection and flag checks, SGE checks, queue space,
     /// the slot record, the WQE written straight into the ring, `prod_tail`, and the
-    /// doorbell unless DEFER. `header` runs once the slot is known and may still refuse;
-    /// `posted` runs once the WQE is in the ring.
+    /// doorbell unless DEFER. `header` gets the `op_word` for `flags`, runs once the slot is known and may still
+    /// refuse; `posted` runs once the WQE is in the ring.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn post_initiator(
         &self,
         flags: u32,
         allowed: u32,
-        op: NDK_OPERATION_TYPE,
+        kind: &PostKind,
         ctx: usize,
         sges: &[Sge],
         max_sge: u32,
-        header: impl FnOnce() -> NdkResult<SqHeader>,
+        header: impl FnOnce(u64) -> NdkResult<SqHeader>,
         posted: impl FnOnce(),
     ) -> NdkResult<()> {
         // One test for "not connected", "unknown or disallowed flag" and INLINE; the cold
@@ -553,18 +574,15 @@ impl Qp {
         let Some(index) = self.sq.book.next() else {
             return self.fail(NdkError::InsufficientResources);
         };
-        let h = match header() {
+        // Recorded first (a refused header leaves a record nobody reads: the slot is not
+        // committed), so the record's values are dead before the header's are loaded.
+        self.sq
+            .book
+            .record(index, ctx, SlotMeta::from_flags(kind.op, flags));
+        let h = match header(kind.op_word(flags)) {
             Ok(h) => h,
             Err(e) => return self.fail(e),
         };
-        self.sq.book.record(
-            index,
-            &SlotRecord {
-                request_context: ctx,
-                op,
-                signaled: flags & NDK_OP_FLAG_SILENT_SUCCESS == 0,
-            },
-        );
         if !self
             .sq
             .port
@@ -598,21 +616,20 @@ impl Qp {
         flags: u32,
         invalidate: Option<u32>,
     ) -> NdkResult<()> {
-        let (opcode, ex) = match invalidate {
-            Some(k) => (WrOpcode::SendWithInv, k),
-            None => (WrOpcode::Send, 0),
+        let (kind, ex) = match invalidate {
+            Some(k) => (&SEND_INV, k),
+            None => (&SEND, 0),
         };
         self.post_initiator(
             flags,
             SEND_FLAGS,
-            NdkOperationTypeSend,
+            kind,
             ctx,
             sges,
             self.max_send_sge,
-            || {
+            |op_word| {
                 Ok(SqHeader {
-                    opcode: opcode as u32,
-                    send_flags: wqe_flags(flags),
+                    op_word,
                     ex,
                     body: [0; 6],
                 })
@@ -635,32 +652,21 @@ impl Qp {
         rkey: u32,
         flags: u32,
     ) -> NdkResult<()> {
-        let (allowed, max, opcode, op) = if read {
-            (
-                READ_FLAGS,
-                self.max_read_sge,
-                WrOpcode::RdmaRead,
-                NdkOperationTypeRead,
-            )
+        let (allowed, max, kind) = if read {
+            (READ_FLAGS, self.max_read_sge, &READ)
         } else {
-            (
-                WRITE_FLAGS,
-                self.max_send_sge,
-                WrOpcode::RdmaWrite,
-                NdkOperationTypeWrite,
-            )
+            (WRITE_FLAGS, self.max_send_sge, &WRITE)
         };
         self.post_initiator(
             flags,
             allowed,
-            op,
+            kind,
             ctx,
             sges,
             max,
-            || {
+            |op_word| {
                 Ok(SqHeader {
-                    opcode: opcode as u32,
-                    send_flags: wqe_flags(flags),
+                    op_word,
                     ex: 0,
                     body: SqHeader::rdma_body(remote_addr, rkey),
                 })
@@ -692,11 +698,11 @@ impl Qp {
         self.post_initiator(
             flags,
             FAST_REGISTER_FLAGS,
-            NdkOperationTypeFastRegister,
+            &FAST_REGISTER,
             ctx,
             &[],
             0,
-            || {
+            |op_word| {
                 // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
                 // ALLOW_REMOTE_READ ask for remote access.
                 let remote = flags & (NDK_OP_FLAG_ALLOW_REMOTE_READ | 0x20) != 0;
@@ -738,8 +744,7 @@ impl Qp {
                     .map_err(NdkError::from)?;
                 ticket.set(Some(t));
                 Ok(SqHeader {
-                    opcode: WrOpcode::FastRegMr as u32,
-                    send_flags: wqe_flags(flags),
+                    op_word,
                     ex: 0,
                     body: SqHeader::fast_reg_body(
                         base_va,
@@ -772,11 +777,11 @@ impl Qp {
         self.post_initiator(
             flags,
             INVALIDATE_FLAGS,
-            NdkOperationTypeInvalidate,
+            &INVALIDATE,
             ctx,
             &[],
             0,
-            || {
+            |op_word| {
                 let key = mr.invalidate_key(self.pd.handle())?;
                 // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
                 // invalidated again.
@@ -784,8 +789,7 @@ impl Qp {
                     return Err(NdkError::InvalidDeviceRequest);
                 }
                 Ok(SqHeader {
-                    opcode: WrOpcode::LocalInv as u32,
-                    send_flags: wqe_flags(flags),
+                    op_word,
                     ex: key,
                     body: [0; 6],
                 })
@@ -827,14 +831,8 @@ impl Qp {
         let Some(index) = rq.book.next() else {
             return Err(NdkError::InsufficientResources);
         };
-        rq.book.record(
-            index,
-            &SlotRecord {
-                request_context: ctx,
-                op: NdkOperationTypeReceive,
-                signaled: true,
-            },
-        );
+        rq.book
+            .record(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
         if !rq.port.write_recv(index, wr_id(tag::RQ, index), sges) {
             return Err(NdkError::InvalidParameter);
         }
@@ -852,5 +850,52 @@ impl Qp {
     pub fn flush(&self) {
         self.ring_deferred();
         self.pd.adapter().hw().flush_qp(self.handle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pvrdma::wqe::{SendFlags, WrOpcode as RefOpcode};
+
+    /// The post tables against the WQE encoder's own opcode and flag values, and the slot
+    /// record's signalling against SILENT_SUCCESS.
+    #[test]
+    fn post_tables_match_the_wqe_encoding() {
+        let kinds = [
+            (&READ, RefOpcode::RdmaRead, NdkOperationTypeRead),
+            (&WRITE, RefOpcode::RdmaWrite, NdkOperationTypeWrite),
+            (&SEND, RefOpcode::Send, NdkOperationTypeSend),
+            (&SEND_INV, RefOpcode::SendWithInv, NdkOperationTypeSend),
+            (
+                &FAST_REGISTER,
+                RefOpcode::FastRegMr,
+                NdkOperationTypeFastRegister,
+            ),
+            (&INVALIDATE, RefOpcode::LocalInv, NdkOperationTypeInvalidate),
+        ];
+        for (kind, opcode, op) in kinds {
+            assert_eq!(kind.op, op);
+            for f in 0..16u32 {
+                let flags = f | NDK_OP_FLAG_DEFER;
+                let mut want = SendFlags::empty();
+                if flags & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
+                    want |= SendFlags::SIGNALED;
+                }
+                if flags & NDK_OP_FLAG_READ_FENCE != 0 {
+                    want |= SendFlags::FENCE;
+                }
+                if flags & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
+                    want |= SendFlags::SOLICITED;
+                }
+                let w = kind.op_word(flags);
+                assert_eq!(w as u32, opcode as u32, "{op:?} {flags:#x}");
+                assert_eq!((w >> 32) as u32, want.bits(), "{op:?} {flags:#x}");
+                assert_eq!(
+                    SlotMeta::from_flags(op, flags),
+                    SlotMeta::new(op, flags & NDK_OP_FLAG_SILENT_SUCCESS == 0)
+                );
+            }
+        }
     }
 }

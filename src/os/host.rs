@@ -336,10 +336,15 @@ impl Platform for HostPlatform {
         // SAFETY: the page is a 4 KiB, 4096-aligned heap allocation owned by `self`, which the
         // device keeps alive (it holds the platform `Arc`) for as long as it uses the Uar.
         let uar = unsafe { Uar::new(base) };
-        Ok(match &self.dev.doorbell {
-            Some(h) => uar.with_hook(h.clone()),
-            None => uar,
-        })
+        match &self.dev.doorbell {
+            #[cfg(not(feature = "bare-doorbell"))]
+            Some(h) => Ok(uar.with_hook(h.clone())),
+            // A `bare-doorbell` build has no hook to forward doorbells with: refuse the
+            // mapping rather than leave the model deaf to them.
+            #[cfg(feature = "bare-doorbell")]
+            Some(_) => Err(OsError::Unavailable),
+            None => Ok(uar),
+        }
     }
     fn uar_pfn(&self) -> u64 {
         self.dev.uar_pfn

@@ -24,11 +24,12 @@ pub type DoorbellHook = Arc<dyn Fn(u32, u32) + Send + Sync>;
 ///
 /// On the Linux host build a `Uar` may also carry a hook, called after the store with
 /// `(offset, value)`, through which the test harness forwards doorbells to the device model.
-/// With the hook unset the host path is the bare store too.
+/// The cargo feature `bare-doorbell` (instruction counting) compiles the hook out, so the
+/// host doorbell is the Windows build's bare store, not even the test for a hook.
 pub struct Uar {
     // INVARIANT: points to a mapped, writable, 4-byte-aligned 4 KiB page that outlives `self`.
     base: NonNull<u32>,
-    #[cfg(not(target_os = "windows"))]
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     hook: Option<DoorbellHook>,
 }
 
@@ -48,13 +49,13 @@ impl Uar {
     pub unsafe fn new(base: NonNull<u32>) -> Self {
         Uar {
             base,
-            #[cfg(not(target_os = "windows"))]
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
             hook: None,
         }
     }
 
-    /// Host only: adds the doorbell-forwarding hook.
-    #[cfg(not(target_os = "windows"))]
+    /// Host only (and not with `bare-doorbell`): adds the doorbell-forwarding hook.
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     pub fn with_hook(mut self, hook: DoorbellHook) -> Self {
         self.hook = Some(hook);
         self
@@ -62,7 +63,7 @@ impl Uar {
 
     /// The doorbell word at byte offset `off` (reduced to `off & 0xFFC` as in
     /// [`Uar::write32`]), for data-path ports that precompute it. Store to it only with
-    /// a volatile 32-bit store, then call [`Uar::after_store`] on the host.
+    /// a volatile 32-bit store, then call `Uar::after_store` where the host hook exists.
     pub fn word(&self, off: u32) -> NonNull<u32> {
         let word = ((off & 0xFFC) >> 2) as usize;
         // SAFETY: `word < 1024`, so the pointer stays inside the mapped page (type invariant).
@@ -70,7 +71,7 @@ impl Uar {
     }
 
     /// Host only: what [`Uar::write32`] does after its store (the harness hook).
-    #[cfg(not(target_os = "windows"))]
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     #[inline(always)]
     pub fn after_store(&self, off: u32, val: u32) {
         if let Some(hook) = &self.hook {
@@ -88,7 +89,7 @@ impl Uar {
         let p = unsafe { self.base.as_ptr().add(word) };
         // SAFETY: `p` is in bounds, aligned and writable (type invariant).
         unsafe { core::ptr::write_volatile(p, val.to_le()) }
-        #[cfg(not(target_os = "windows"))]
+        #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
         if let Some(hook) = &self.hook {
             hook(off & 0xFFC, val);
         }

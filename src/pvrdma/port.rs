@@ -44,12 +44,12 @@ const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
 
 /// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
 pub struct Bell {
-    // INVARIANT: `uar` points to a `Uar` that `_keep` keeps alive, and `word` is
-    // `uar.word(offset)`. The UAR itself is read only for the host's hook.
-    #[cfg_attr(target_os = "windows", allow(dead_code))]
+    // INVARIANT: `word` is `uar.word(offset)` of a `Uar` that `_keep` keeps alive (and `uar`
+    // points to it where the host's doorbell hook exists: the only reason to read it).
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     uar: NonNull<Uar>,
     word: NonNull<u32>,
-    #[cfg_attr(target_os = "windows", allow(dead_code))]
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     offset: u32,
     value: u32,
     _keep: Arc<dyn Send + Sync>,
@@ -65,8 +65,10 @@ impl Bell {
     /// A bell on a UAR page this bell co-owns.
     pub fn new(uar: Arc<Uar>, db: impl Doorbell) -> Bell {
         Bell {
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
             uar: NonNull::from(&*uar),
             word: uar.word(db.offset()),
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
             offset: db.offset(),
             value: db.value(),
             _keep: uar,
@@ -82,8 +84,10 @@ impl Bell {
         let u = uar(&owner);
         Bell {
             // The reference lives as long as `owner`, which the bell keeps.
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
             uar: NonNull::from(u),
             word: u.word(db.offset()),
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
             offset: db.offset(),
             value: db.value(),
             _keep: owner,
@@ -97,7 +101,7 @@ impl Bell {
         to_device_barrier();
         // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
         unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
-        #[cfg(not(target_os = "windows"))]
+        #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
         {
             // SAFETY: type invariant: the UAR outlives `self`.
             let uar = unsafe { self.uar.as_ref() };
@@ -178,10 +182,9 @@ unsafe fn get64(p: *const u8, off: usize) -> u64 {
 /// The words of a send-WQE header (§10) after `wr_id` and `num_sge`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SqHeader {
-    /// `opcode` (`PVRDMA_WR_*`).
-    pub opcode: u32,
-    /// `send_flags`.
-    pub send_flags: u32,
+    /// `opcode` (`PVRDMA_WR_*`) @16 and `send_flags` @20 as one little-endian word
+    /// ([`SqHeader::op_word`]): posters look it up whole in a table built at compile time.
+    pub op_word: u64,
     /// `ex`: `invalidate_rkey` (or 0).
     pub ex: u32,
     /// The `wr` union as six little-endian words (@32..@80).
@@ -189,6 +192,11 @@ pub struct SqHeader {
 }
 
 impl SqHeader {
+    /// The word @16: `opcode` in the low half, `send_flags` in the high half.
+    pub const fn op_word(opcode: u32, send_flags: u32) -> u64 {
+        opcode as u64 | (send_flags as u64) << 32
+    }
+
     /// The `rdma` union member: `remote_addr` @32, `rkey` @40.
     pub const fn rdma_body(remote_addr: u64, rkey: u32) -> [u64; 6] {
         [remote_addr, rkey as u64, 0, 0, 0, 0]
@@ -318,7 +326,7 @@ impl WqPort {
         unsafe {
             put64(p, 0, wr_id);
             put64(p, 8, sges.len() as u64);
-            put64(p, 16, u64::from(h.opcode) | u64::from(h.send_flags) << 32);
+            put64(p, 16, h.op_word);
             put64(p, 24, u64::from(h.ex));
             let [b0, b1, b2, b3, b4, b5] = h.body;
             put64(p, 32, b0);
@@ -643,18 +651,54 @@ mod tests {
     use std::sync::Mutex;
     use std::vec::Vec;
 
-    type Log = Arc<Mutex<Vec<(u32, u32)>>>;
+    /// Every doorbell rung on a test UAR page: `(offset, value)` of each store, as the
+    /// page's hook saw them, or, in a `bare-doorbell` build (no hook), as read back from the
+    /// page after each ring.
+    #[derive(Clone)]
+    struct Log {
+        page: NonNull<u32>,
+        #[cfg(not(feature = "bare-doorbell"))]
+        hooked: Arc<Mutex<Vec<(u32, u32)>>>,
+        seen: Arc<Mutex<Vec<(u32, u32)>>>,
+    }
 
-    /// A UAR page whose hook records every doorbell.
+    impl Log {
+        /// Records the store `ring` makes at `off` (read back from the page).
+        fn after(&self, off: u32, ring: impl FnOnce()) {
+            ring();
+            // SAFETY: `off` < 4096 and 4-aligned: inside the leaked page.
+            let v = unsafe { self.page.add(off as usize / 4).read_volatile() };
+            self.seen.lock().unwrap().push((off, v));
+        }
+
+        /// The doorbells rung, checked against the hook's record where it exists.
+        fn rung(&self) -> Vec<(u32, u32)> {
+            let seen = self.seen.lock().unwrap().clone();
+            #[cfg(not(feature = "bare-doorbell"))]
+            assert_eq!(*self.hooked.lock().unwrap(), seen);
+            seen
+        }
+    }
+
+    /// A UAR page whose doorbells are recorded.
     fn uar() -> (Arc<Uar>, Log) {
         let page: &'static mut [u32; 1024] = Box::leak(Box::new([0u32; 1024]));
         let base = NonNull::from(&mut page[0]);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
+        let log = Log {
+            page: base,
+            #[cfg(not(feature = "bare-doorbell"))]
+            hooked: Arc::new(Mutex::new(Vec::new())),
+            seen: Arc::new(Mutex::new(Vec::new())),
+        };
         // SAFETY: the page is leaked: valid, aligned and writable forever.
-        let u = unsafe { Uar::new(base) }.with_hook(Arc::new(move |o, v| {
-            l.lock().unwrap().push((o, v));
-        }));
+        let u = unsafe { Uar::new(base) };
+        #[cfg(not(feature = "bare-doorbell"))]
+        let u = {
+            let l = log.hooked.clone();
+            u.with_hook(Arc::new(move |o, v| {
+                l.lock().unwrap().push((o, v));
+            }))
+        };
         (Arc::new(u), log)
     }
 
@@ -685,8 +729,7 @@ mod tests {
         let cases = [
             (
                 SqHeader {
-                    opcode: WrOpcode::RdmaRead as u32,
-                    send_flags: 3,
+                    op_word: SqHeader::op_word(WrOpcode::RdmaRead as u32, 3),
                     ex: 0,
                     body: SqHeader::rdma_body(0xAB_CDEF_0123, 0x4455),
                 },
@@ -704,8 +747,7 @@ mod tests {
             ),
             (
                 SqHeader {
-                    opcode: WrOpcode::FastRegMr as u32,
-                    send_flags: 2,
+                    op_word: SqHeader::op_word(WrOpcode::FastRegMr as u32, 2),
                     ex: 0,
                     body: SqHeader::fast_reg_body(0x7000_1000, 0xD1D1_0000, 16, 65000, 7, 0x1234),
                 },
@@ -728,8 +770,7 @@ mod tests {
             ),
             (
                 SqHeader {
-                    opcode: WrOpcode::SendWithInv as u32,
-                    send_flags: 6,
+                    op_word: SqHeader::op_word(WrOpcode::SendWithInv as u32, 6),
                     ex: 0xCAFE_0101,
                     body: [0; 6],
                 },
@@ -775,9 +816,9 @@ mod tests {
         assert_eq!(sq.published(), 1);
         rq.publish(8);
         assert_eq!(rq.published(), 0);
-        sq.ring();
-        rq.ring();
-        assert_eq!(*log.lock().unwrap(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
+        log.after(0, || sq.ring());
+        log.after(0, || rq.ring());
+        assert_eq!(log.rung(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
         assert_eq!(sq.device_cons_head(), 0);
     }
 
@@ -842,8 +883,8 @@ mod tests {
         assert_eq!(cq.ready(2), CqState::Corrupt, "5 ahead of a 4-entry ring");
         tail.store(6, Ordering::Relaxed);
         assert_eq!(cq.ready(2), CqState::Ready(4));
-        cq.arm(false);
-        cq.arm(true);
-        assert_eq!(*log.lock().unwrap(), [(4, 0x4000_0003), (4, 0x2000_0003)]);
+        log.after(4, || cq.arm(false));
+        log.after(4, || cq.arm(true));
+        assert_eq!(log.rung(), [(4, 0x4000_0003), (4, 0x2000_0003)]);
     }
 }
