@@ -20,7 +20,7 @@ use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, pow2_ceil};
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject};
 use super::qp::Qp;
-use super::qp_table::{Graveyard, RawQp};
+use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::pvrdma::port::{CqPort, CqState, CqeView};
@@ -195,7 +195,9 @@ pub struct Cq {
     /// The QP of the last CQE, without a count: polls are serialized per CQ (§5.4), and
     /// the QP's memory outlives the cache (`qp_table`).
     last_qp: AtomicPtr<ProviderObject<Qp>>,
-    /// QPs of this CQ that tore down: released before the poller's next lookup.
+    /// QPs of this CQ by handle residue: the poller's first lookup.
+    qps: CqQps,
+    /// QPs of this CQ that tore down, until the poller lets them go.
     graveyard: Graveyard,
     /// The device (also reachable through `adapter`; held here so a lookup starts one load
     /// nearer its QP table).
@@ -304,6 +306,7 @@ impl Cq {
             arm: SpinLock::new(ArmState::default()),
             port,
             last_qp: AtomicPtr::new(core::ptr::null_mut()),
+            qps: CqQps::new(),
             graveyard: Graveyard::new(handle),
             device: adapter.device().clone(),
             max_byte_len: adapter.info().MaxTransferLength,
@@ -343,16 +346,32 @@ impl Cq {
         &self.adapter
     }
 
-    /// A QP of this CQ tore down: it stays alive until this CQ's next poll (`qp_table`).
+    /// A new QP completes on this CQ (after it was registered with the device).
+    pub(crate) fn bind(&self, qp: &ObjRef<Qp>) {
+        self.qps.bind(qp, qp.handle());
+    }
+
+    /// A QP of this CQ tore down: it leaves the CQ's table now, and stays alive until the
+    /// poller has let it go (`qp_table`).
     pub(crate) fn bury(&self, qp: ObjRef<Qp>) {
+        self.qps.unbind(&qp, qp.handle());
         self.graveyard.push(qp);
     }
 
-    /// Before a lookup: releases the QPs that tore down since the last one, first
-    /// forgetting the cached one if it is among them.
+    /// Releases the QPs that tore down since the last time, first forgetting the cached one
+    /// if it is among them. Only where the poller holds no QP reference: NdkArmCq (never
+    /// concurrent with a poll, §5.4), the start of the general path (every receive, failure
+    /// and flush), a lookup in the device table, the CQ's teardown.
+    #[inline(always)]
+    fn release_buried(&self) {
+        if !self.graveyard.is_empty() {
+            self.release_buried_now();
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    fn release_buried(&self) {
+    fn release_buried_now(&self) {
         self.graveyard.drain(|p| {
             let _ = self.last_qp.compare_exchange(
                 p.as_ptr(),
@@ -367,30 +386,64 @@ impl Cq {
     ///
     /// # Safety
     /// Called by this CQ's poller (polls are serialized, §5.4); the reference is not used
-    /// after the next [`Self::find_qp`] (which may release it) nor after the poll.
+    /// after the next [`Self::find_qp`] or `release_buried` (which may release it), nor
+    /// after the poll.
     #[inline(always)]
     unsafe fn cached<'a>(&self) -> Option<&'a Qp> {
         let p = NonNull::new(self.last_qp.load(Ordering::Relaxed))?;
-        // SAFETY: the cache holds only QPs `lookup` found for this CQ, and forgets each
-        // before releasing it from the graveyard; until then the QP is alive (`qp_table`).
+        // SAFETY: the cache holds only QPs of this CQ, and forgets each before releasing it
+        // from the graveyard; until then the QP is alive (`qp_table`).
         Some(unsafe { p.as_ref() }.state())
     }
 
-    /// The QP a CQE names, if it exists and completes on this CQ: an O(1) lock-free lookup
-    /// by device handle, whatever the number of QPs sharing the CQ. The QP is cached for the
-    /// next CQE.
+    /// The QP with device handle `handle` from the CQ's own table (one masked load and the
+    /// QP's handle), cached for the next CQE; `None` if it is not there (no such QP of this
+    /// CQ, or its residue is taken: [`Self::find_qp`] then asks the device's table).
     ///
     /// # Safety
     /// As [`Self::cached`]: every QP reference the caller took earlier is dead.
     #[inline(always)]
-    unsafe fn find_qp<'a>(&self, qp: u64) -> Option<&'a Qp> {
-        // The callers hold no QP reference from before the lookup: the moment to release
-        // the QPs that tore down (a dead cached QP misses here, at its next CQE).
-        if !self.graveyard.is_empty() {
-            self.release_buried();
+    unsafe fn find_local<'a>(&self, handle: u64) -> Option<&'a Qp> {
+        // CAST: a handle is the low half of a CQE's `qp` (see `fill`), so this is exact.
+        let p = self.qps.find(handle as u32)?;
+        // SAFETY: only QPs of this CQ are in its table, each alive until this poller
+        // releases it from the graveyard (`qp_table`), which it has not done since.
+        let q = unsafe { p.as_ref() }.state();
+        if q.live_handle() != handle {
+            return None;
         }
-        // CAST: the handle is the low half of the CQE's `qp` (see `fill`).
-        let p: RawQp = self.device.qp_table().lookup(qp as u32, self.handle)?;
+        self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
+        Some(q)
+    }
+
+    /// The QP with device handle `handle`, if it completes on this CQ, cached for the next
+    /// CQE: the CQ's own table, then the device's. O(1) and lock-free either way, whatever
+    /// the number of QPs.
+    ///
+    /// # Safety
+    /// As [`Self::find_local`].
+    #[inline(always)]
+    unsafe fn find_qp<'a>(&self, handle: u64) -> Option<&'a Qp> {
+        // SAFETY: caller contract.
+        match unsafe { self.find_local(handle) } {
+            Some(q) => Some(q),
+            // SAFETY: caller contract.
+            None => unsafe { self.find_qp_in_device(handle) },
+        }
+    }
+
+    /// [`Self::find_qp`]'s second step, out of line: the device's table, which answers only
+    /// for QPs completing on this CQ.
+    ///
+    /// # Safety
+    /// As [`Self::find_qp`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn find_qp_in_device<'a>(&self, handle: u64) -> Option<&'a Qp> {
+        // No QP reference is held: the moment to release the buried ones.
+        self.release_buried();
+        // CAST: exact, as in `find_qp`.
+        let p: RawQp = self.device.qp_table().lookup(handle as u32, self.handle)?;
         self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
         // SAFETY: `lookup` answered this CQ's poller: the QP stays alive at least until
         // this poller's next `release_buried` (`qp_table`).
@@ -404,11 +457,13 @@ impl Cq {
     /// As [`Self::cached`].
     #[inline(always)]
     unsafe fn qp_of<'a>(&self, qp: u64) -> Option<&'a Qp> {
+        // CAST: the handle is the low half of `qp` (see `fill`).
+        let handle = u64::from(qp as u32);
         // SAFETY: caller contract.
         match unsafe { self.cached() } {
-            Some(q) if q.live_handle() == u64::from(qp as u32) => Some(q),
+            Some(q) if q.live_handle() == handle => Some(q),
             // SAFETY: caller contract.
-            _ => unsafe { self.find_qp(qp) },
+            _ => unsafe { self.find_qp(handle) },
         }
     }
 
@@ -457,7 +512,7 @@ impl Cq {
         let mut qp = match cached {
             Some(q) if q.live_handle() == handle => q,
             // SAFETY: as above; the cached QP is not used on this arm.
-            _ => match unsafe { self.find_qp(handle) } {
+            _ => match unsafe { self.find_local(handle) } {
                 Some(q) => q,
                 None => return self.fill_general(out, 0, head, left),
             },
@@ -495,7 +550,7 @@ impl Cq {
                 // Another QP of this CQ: switch the cache to it and stay on the fast path.
                 book.end_run(&run);
                 // SAFETY: as for the first CQE; `qp` is not used again.
-                let Some(next) = (unsafe { self.find_qp(h) }) else {
+                let Some(next) = (unsafe { self.find_local(h) }) else {
                     return self.fill_general(out, n, head, left);
                 };
                 qp = next;
@@ -519,6 +574,8 @@ impl Cq {
         mut head: u32,
         mut left: usize,
     ) -> usize {
+        // `fill` holds no QP reference any more: the moment to release the buried ones.
+        self.release_buried();
         let port = &self.port;
         while n < out.len() && left != 0 {
             let c = port.load(head);
@@ -650,6 +707,8 @@ impl ObjRef<Cq> {
     /// NdkArmCq: records the arm, arms the device, then re-checks the ring because CQEs
     /// already present never notify (pitfall 11).
     pub fn arm(&self, t: ULONG) {
+        // Serialized with the polls (§5.4), and holds no QP reference.
+        self.release_buried();
         let fire = {
             let mut st = self.arm.lock();
             let t = ArmType::from_ndk(t);

@@ -256,6 +256,11 @@ impl<T: NdkObject> ObjRef<T> {
         p
     }
 
+    /// The object's address (no count moves).
+    pub(crate) fn as_raw(&self) -> NonNull<ProviderObject<T>> {
+        self.ptr
+    }
+
     /// Takes back the count [`ObjRef::into_raw`] gave to `p`.
     ///
     /// # Safety

@@ -341,6 +341,11 @@ impl PendingQp {
             hw.destroy_qp(handle);
             return Err(e);
         }
+        // Found from its CQs' own tables first (see `qp_table`).
+        qp.send_cq.bind(&qp);
+        if !core::ptr::eq(&*qp.send_cq, &*qp.recv_cq) {
+            qp.recv_cq.bind(&qp);
+        }
         counts.keep();
         Ok(qp)
     }

@@ -20,10 +20,10 @@
 
 use alloc::boxed::Box;
 use core::ptr::{NonNull, null_mut};
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use super::error::{NdkError, NdkResult};
-use super::object::{ObjRef, ProviderObject, try_vec};
+use super::object::{ObjRef, ProviderObject, try_box, try_vec};
 use super::qp::Qp;
 use crate::os::SpinLock;
 
@@ -206,5 +206,142 @@ impl Graveyard {
 impl Drop for Graveyard {
     fn drop(&mut self) {
         self.drain(|_| ());
+    }
+}
+
+/// One generation of a [`CqQps`] table: `e.len()` is a power of two; `older` owns the
+/// generations before it (kept until the CQ goes: a poller may still read one).
+struct Residues {
+    e: Box<[AtomicPtr<ProviderObject<Qp>>]>,
+    older: Option<Box<Residues>>,
+}
+
+/// What [`CqQps`]' writers share (under its lock).
+struct Binding {
+    /// QPs bound.
+    count: usize,
+    /// The current generation (`None` only before the first bind).
+    current: Option<Box<Residues>>,
+}
+
+/// The QPs completing on one CQ, by device handle modulo a power of two: the poller's
+/// first lookup is one masked load, and needs no check beyond the QP's own handle, because
+/// only QPs of this CQ are in it (each unbinds, then goes to this CQ's graveyard, at its
+/// teardown). A QP whose residue is taken (handles are dense, so this is rare) is found
+/// through the device's [`QpTable`] instead. The table doubles when half full; older
+/// generations stay allocated until the CQ goes (they add up to less than the current one).
+pub(crate) struct CqQps {
+    /// The current generation's `len − 1` (0 with no table).
+    mask: AtomicU32,
+    /// The current generation's first entry (a dangling-free sentinel with no table: see
+    /// `EMPTY`).
+    entries: AtomicPtr<AtomicPtr<ProviderObject<Qp>>>,
+    writers: SpinLock<Binding>,
+}
+
+/// The one-entry table a `CqQps` reads before its first bind (always null).
+static EMPTY: AtomicPtr<ProviderObject<Qp>> = AtomicPtr::new(null_mut());
+
+/// Largest generation: handles are below 65536 (M5, M10).
+const MAX_RESIDUES: usize = 1 << 16;
+
+impl CqQps {
+    pub(crate) fn new() -> Self {
+        CqQps {
+            mask: AtomicU32::new(0),
+            entries: AtomicPtr::new(core::ptr::from_ref(&EMPTY).cast_mut()),
+            writers: SpinLock::new(Binding {
+                count: 0,
+                current: None,
+            }),
+        }
+    }
+
+    /// The poller's lookup: the QP of this CQ at `handle`'s residue, if any (its handle
+    /// may differ: the caller checks it). Dereferencing the result is sound until the
+    /// poller next empties the CQ's graveyard (module docs).
+    #[inline(always)]
+    pub(crate) fn find(&self, handle: u32) -> Option<RawQp> {
+        // The mask first: a writer publishes a larger table before its mask, so the mask
+        // read here never exceeds the table read after it (tables only grow).
+        let mask = self.mask.load(Ordering::Acquire);
+        let e = self.entries.load(Ordering::Acquire);
+        // SAFETY: `e` is `EMPTY` (mask 0) or the first entry of a generation of at least
+        // `mask + 1` entries (above), so the entry is in bounds...
+        let slot = unsafe { e.add((handle & mask) as usize) };
+        // SAFETY: ...and no generation is freed while `self` lives.
+        let slot = unsafe { &*slot };
+        NonNull::new(slot.load(Ordering::Acquire))
+    }
+
+    /// Binds `qp` (a QP of this CQ, with device handle `handle`): at its residue if free,
+    /// growing the table first when half full. Allocation failure only leaves the QP to
+    /// the device table.
+    pub(crate) fn bind(&self, qp: &ObjRef<Qp>, handle: u32) {
+        let mut w = self.writers.lock();
+        w.count += 1;
+        let len = w.current.as_ref().map_or(0, |r| r.e.len());
+        if w.count * 2 > len && len < MAX_RESIDUES {
+            let _ = Self::grow(&mut w, (len * 2).max(4));
+            if let Some(r) = &w.current {
+                // CAST: `len` ≤ 65536.
+                let mask = (r.e.len() - 1) as u32;
+                // Entries, then table, then mask (see `find`).
+                self.entries
+                    .store(r.e.as_ptr().cast_mut(), Ordering::Release);
+                self.mask.store(mask, Ordering::Release);
+            }
+        }
+        let Some(r) = &w.current else {
+            return;
+        };
+        let i = handle as usize & (r.e.len() - 1);
+        if let Some(slot) = r.e.get(i) {
+            // A taken residue keeps its QP: this one is found through the device table.
+            let _ = slot.compare_exchange(
+                null_mut(),
+                qp.as_raw().as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Unbinds `qp` (handle `handle`) at its teardown, before it goes to the graveyard.
+    pub(crate) fn unbind(&self, qp: &Qp, handle: u32) {
+        let mut w = self.writers.lock();
+        w.count = w.count.saturating_sub(1);
+        let Some(r) = &w.current else {
+            return;
+        };
+        if let Some(slot) = r.e.get(handle as usize & (r.e.len() - 1)) {
+            let p = slot.load(Ordering::Relaxed);
+            // SAFETY: a bound QP is alive until it is unbound here (its teardown).
+            if NonNull::new(p).is_some_and(|p| core::ptr::eq(unsafe { p.as_ref() }.state(), qp)) {
+                slot.store(null_mut(), Ordering::Release);
+            }
+        }
+    }
+
+    /// A generation of `len` entries holding every QP of the current one that lands on a
+    /// free residue.
+    fn grow(w: &mut Binding, len: usize) -> NdkResult<()> {
+        let e = try_vec(len, || AtomicPtr::new(null_mut()))?;
+        if let Some(old) = &w.current {
+            for s in old.e.iter() {
+                let Some(p) = NonNull::new(s.load(Ordering::Relaxed)) else {
+                    continue;
+                };
+                // SAFETY: bound QPs are alive until unbound, which takes this lock.
+                let h = unsafe { p.as_ref() }.state().handle();
+                if let Some(d) = e.get(h as usize & (len - 1)) {
+                    d.store(p.as_ptr(), Ordering::Relaxed);
+                }
+            }
+        }
+        let mut next = try_box(Residues { e, older: None })?;
+        next.older = w.current.take();
+        w.current = Some(next);
+        Ok(())
     }
 }
