@@ -727,13 +727,13 @@ fn invalidate_of_a_token_the_peer_invalidated_fails() {
     c.finish();
 }
 
-/// A CQ shared by two QPs keeps the QP of its last completion without a count. Closing
-/// that QP must neither free it under the poller nor keep it for ever: its memory (DMA
-/// rings included) goes when the CQ's poller next switches QPs, the other QP's completions
-/// keep coming, and a QP closed after the last poll goes with the CQ's close (no leak at
-/// `finish`).
+/// A CQ's poller finds its QPs without taking counts, so a QP that closes while its CQ may
+/// be polled stays allocated until the poller lets it go: its memory (DMA rings included)
+/// survives the close, goes at the CQ's next NdkArmCq (never concurrent with a poll), the
+/// CQ keeps completing the other QP's requests meanwhile, and a QP closed after the last
+/// arm goes with the CQ's close (no leak at `finish`).
 #[test]
-fn closed_qp_cached_by_a_shared_cq_is_released_at_the_next_switch() {
+fn closed_qp_of_a_polled_cq_is_released_at_the_next_arm_or_the_cq_close() {
     const QPC_A2: usize = 0xA2A2;
     let c = Cluster::new(Mode::Deterministic, 2);
     let p = Pair::new(&c);
@@ -772,7 +772,7 @@ fn closed_qp_cached_by_a_shared_cq_is_released_at_the_next_switch() {
     assert_eq!(
         dma(),
         before_close,
-        "the CQ may still be using the QP: its rings stay until the next switch"
+        "the CQ may still be using the QP: its rings stay until the poller lets it go"
     );
 
     read_into(&qa2, 2, 16);
@@ -781,15 +781,16 @@ fn closed_qp_cached_by_a_shared_cq_is_released_at_the_next_switch() {
         res_ex(&r[0]),
         (STATUS_SUCCESS, QPC_A2, 2, NdkOperationTypeRead)
     );
+    verify(&ma.mem, 0, &[&src[..16], &src[..16]].concat());
+    p.cq_a.arm(NDK_CQ_NOTIFY_ANY);
     assert!(
         dma() < before_close,
-        "the closed QP's rings are freed at the switch ({} regions before, {} after)",
+        "the closed QP's rings are freed at the arm ({} regions before, {} after)",
         before_close,
         dma()
     );
-    verify(&ma.mem, 0, &[&src[..16], &src[..16]].concat());
 
-    // The cached QP closes and the CQ is never polled again: the CQ's close releases it.
+    // The CQ is never polled nor armed again: its close releases the QP.
     assert_eq!(qa2.close(), STATUS_SUCCESS);
     assert_eq!(qb2.close(), STATUS_SUCCESS);
     drop([ma.close(), mb.close()]);

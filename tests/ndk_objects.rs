@@ -2640,3 +2640,80 @@ fn fast_and_general_completions_interleave_in_order() {
     assert_eq!(got, want_types);
     assert_eq!(e.dev.bad_cqes(), 0);
 }
+
+/// A CQ finds its QPs by handle residue in a table of its own: two QPs whose handles
+/// collide take the two residues, a third goes through the device's table. Every
+/// completion still reaches its own QP in CQE order, with one-CQE and many-CQE polls, and
+/// after the QP at the first residue closes, the others are still found.
+#[test]
+fn qps_whose_handles_collide_on_a_cq_each_get_their_completions() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let cq_h = e.fake.last("cq");
+    let spacer = e.cq(1);
+    // Four QPs on `cq` whose handles are equal modulo 8 (its table has 8 entries with 3 or
+    // 4 QPs bound), QPs on `spacer` in between.
+    let mut qps = Vec::new();
+    while qps.len() < 4 {
+        let q = e.qp(pd, spacer, spacer);
+        let h = e.fake.last("qp");
+        if qps.first().is_none_or(|&(_, h0)| (h + 1) % 8 == h0 % 8) {
+            let q = e.qp(pd, cq, cq);
+            qps.push((q, e.fake.last("qp")));
+        }
+        let _ = q;
+    }
+    let hs: Vec<u32> = qps.iter().map(|&(_, h)| h).collect();
+    assert!(
+        hs.iter().all(|h| h % 8 == hs[0] % 8),
+        "handles {hs:?} collide"
+    );
+    let s = [sge(0x1000, 8, 0x100)];
+    for (i, &(q, _)) in qps.iter().enumerate() {
+        connect(q);
+        for k in 0..2 {
+            assert_eq!(send(q, 10 * i + k, &s, 0), STATUS_SUCCESS);
+        }
+    }
+    let order = [
+        (3, 0),
+        (0, 0),
+        (2, 0),
+        (1, 0),
+        (1, 1),
+        (3, 1),
+        (0, 1),
+        (2, 1),
+    ];
+    for &(i, k) in &order {
+        e.fake
+            .push_cqe(cq_h, cqe(hs[i], wr_id(tag::SQ, k as u32), wc::SUCCESS));
+    }
+    let mut got: Vec<usize> = Vec::new();
+    for _ in 0..4 {
+        got.extend(results_ex(cq, 1).iter().map(|r| r.RequestContext as usize));
+    }
+    got.extend(results_ex(cq, 8).iter().map(|r| r.RequestContext as usize));
+    let want: Vec<usize> = order.iter().map(|&(i, k)| 10 * i + k).collect();
+    assert_eq!(got, want);
+    assert_eq!(e.dev.bad_cqes(), 0);
+
+    assert_eq!(close(qps[0].0, 0), STATUS_SUCCESS);
+    for (i, &(q, _)) in qps.iter().enumerate().skip(1) {
+        assert_eq!(send(q, 100 + i, &s, 0), STATUS_SUCCESS);
+    }
+    for i in [2, 1, 3] {
+        e.fake
+            .push_cqe(cq_h, cqe(hs[i], wr_id(tag::SQ, 2), wc::SUCCESS));
+    }
+    // A CQE naming the closed QP is not trusted.
+    e.fake
+        .push_cqe(cq_h, cqe(hs[0], wr_id(tag::SQ, 2), wc::SUCCESS));
+    let got: Vec<usize> = results_ex(cq, 8)
+        .iter()
+        .map(|r| r.RequestContext as usize)
+        .collect();
+    assert_eq!(got, vec![102, 101, 103]);
+    assert_eq!(e.dev.bad_cqes(), 1);
+}

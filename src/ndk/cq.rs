@@ -9,8 +9,6 @@
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 
 use alloc::sync::Arc;
-use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::adapter::{Adapter, NdkDevice};
 use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
@@ -18,7 +16,7 @@ use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject};
+use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
@@ -192,10 +190,7 @@ pub struct Cq {
     affinity: Option<GROUP_AFFINITY>,
     arm: SpinLock<ArmState>,
     port: CqPort,
-    /// The QP of the last CQE, without a count: polls are serialized per CQ (§5.4), and
-    /// the QP's memory outlives the cache (`qp_table`).
-    last_qp: AtomicPtr<ProviderObject<Qp>>,
-    /// QPs of this CQ by handle residue: the poller's first lookup.
+    /// QPs of this CQ by handle residue: the poller's lookup.
     qps: CqQps,
     /// QPs of this CQ that tore down, until the poller lets them go.
     graveyard: Graveyard,
@@ -215,8 +210,7 @@ impl NdkObject for Cq {
         // No poll runs after the close (§5.2), and every QP of this CQ has torn down (its
         // successor count was released after): the graveyard holds them all, and each
         // holds this CQ's memory through its own handles.
-        self.last_qp.store(core::ptr::null_mut(), Ordering::Relaxed);
-        self.graveyard.drain(|_| ());
+        self.graveyard.drain();
         self.adapter.device().unregister_cq(self.handle);
         self.adapter.hw().destroy_cq(self.handle);
     }
@@ -305,7 +299,6 @@ impl Cq {
             affinity: p.affinity,
             arm: SpinLock::new(ArmState::default()),
             port,
-            last_qp: AtomicPtr::new(core::ptr::null_mut()),
             qps: CqQps::new(),
             graveyard: Graveyard::new(handle),
             device: adapter.device().clone(),
@@ -358,10 +351,10 @@ impl Cq {
         self.graveyard.push(qp);
     }
 
-    /// Releases the QPs that tore down since the last time, first forgetting the cached one
-    /// if it is among them. Only where the poller holds no QP reference: NdkArmCq (never
-    /// concurrent with a poll, §5.4), the start of the general path (every receive, failure
-    /// and flush), a lookup in the device table, the CQ's teardown.
+    /// Releases the QPs that tore down since the last time. Only where the poller holds no
+    /// QP reference: NdkArmCq (never concurrent with a poll, §5.4), the start of the
+    /// general path (every receive, failure and flush), a lookup in the device table, the
+    /// CQ's teardown.
     #[inline(always)]
     fn release_buried(&self) {
         if !self.graveyard.is_empty() {
@@ -372,56 +365,29 @@ impl Cq {
     #[cold]
     #[inline(never)]
     fn release_buried_now(&self) {
-        self.graveyard.drain(|p| {
-            let _ = self.last_qp.compare_exchange(
-                p.as_ptr(),
-                core::ptr::null_mut(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        });
+        self.graveyard.drain();
     }
 
-    /// The cached QP.
+    /// The QP with device handle `handle` from the CQ's own table; `None` if it is not
+    /// there (no such QP of this CQ, or both its residues were taken: [`Self::find_qp`]
+    /// then asks the device's table).
     ///
     /// # Safety
     /// Called by this CQ's poller (polls are serialized, §5.4); the reference is not used
-    /// after the next [`Self::find_qp`] or `release_buried` (which may release it), nor
-    /// after the poll.
+    /// after the next `release_buried` (which may release it), nor after the poll.
     #[inline(always)]
-    unsafe fn cached<'a>(&self) -> Option<&'a Qp> {
-        let p = NonNull::new(self.last_qp.load(Ordering::Relaxed))?;
-        // SAFETY: the cache holds only QPs of this CQ, and forgets each before releasing it
-        // from the graveyard; until then the QP is alive (`qp_table`).
+    unsafe fn find_local<'a>(&self, handle: u64) -> Option<&'a Qp> {
+        let p = self.qps.find(handle)?;
+        // SAFETY: only QPs of this CQ are in its table, each alive until this poller
+        // releases it from the graveyard (`qp_table`), which the caller contract excludes.
         Some(unsafe { p.as_ref() }.state())
     }
 
-    /// The QP with device handle `handle` from the CQ's own table (one masked load and the
-    /// QP's handle), cached for the next CQE; `None` if it is not there (no such QP of this
-    /// CQ, or its residue is taken: [`Self::find_qp`] then asks the device's table).
+    /// The QP with device handle `handle`, if it completes on this CQ: the CQ's own table,
+    /// then the device's. O(1) and lock-free either way, whatever the number of QPs.
     ///
     /// # Safety
-    /// As [`Self::cached`]: every QP reference the caller took earlier is dead.
-    #[inline(always)]
-    unsafe fn find_local<'a>(&self, handle: u64) -> Option<&'a Qp> {
-        // CAST: a handle is the low half of a CQE's `qp` (see `fill`), so this is exact.
-        let p = self.qps.find(handle as u32)?;
-        // SAFETY: only QPs of this CQ are in its table, each alive until this poller
-        // releases it from the graveyard (`qp_table`), which it has not done since.
-        let q = unsafe { p.as_ref() }.state();
-        if q.live_handle() != handle {
-            return None;
-        }
-        self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
-        Some(q)
-    }
-
-    /// The QP with device handle `handle`, if it completes on this CQ, cached for the next
-    /// CQE: the CQ's own table, then the device's. O(1) and lock-free either way, whatever
-    /// the number of QPs.
-    ///
-    /// # Safety
-    /// As [`Self::find_local`].
+    /// As [`Self::find_local`], and every QP reference the caller took earlier is dead.
     #[inline(always)]
     unsafe fn find_qp<'a>(&self, handle: u64) -> Option<&'a Qp> {
         // SAFETY: caller contract.
@@ -442,29 +408,11 @@ impl Cq {
     unsafe fn find_qp_in_device<'a>(&self, handle: u64) -> Option<&'a Qp> {
         // No QP reference is held: the moment to release the buried ones.
         self.release_buried();
-        // CAST: exact, as in `find_qp`.
+        // CAST: a handle is the low half of a CQE's `qp` (see `fill`), so this is exact.
         let p: RawQp = self.device.qp_table().lookup(handle as u32, self.handle)?;
-        self.last_qp.store(p.as_ptr(), Ordering::Relaxed);
         // SAFETY: `lookup` answered this CQ's poller: the QP stays alive at least until
         // this poller's next `release_buried` (`qp_table`).
         Some(unsafe { p.as_ref() }.state())
-    }
-
-    /// The QP of a CQE: the cached one when the handle matches and it is still live, else
-    /// the table.
-    ///
-    /// # Safety
-    /// As [`Self::cached`].
-    #[inline(always)]
-    unsafe fn qp_of<'a>(&self, qp: u64) -> Option<&'a Qp> {
-        // CAST: the handle is the low half of `qp` (see `fill`).
-        let handle = u64::from(qp as u32);
-        // SAFETY: caller contract.
-        match unsafe { self.cached() } {
-            Some(q) if q.live_handle() == handle => Some(q),
-            // SAFETY: caller contract.
-            _ => unsafe { self.find_qp(handle) },
-        }
     }
 
     /// Retrieves up to `out.len()` results (NdkGetCqResultsEx). No allocation, no lock:
@@ -506,16 +454,10 @@ impl Cq {
         if status != 0 {
             return self.fill_general(out, 0, head, left);
         }
-        // SAFETY: this is the CQ's poller (polls are serialized, §5.4); no QP reference
-        // exists yet, and none outlives the poll.
-        let cached = unsafe { self.cached() };
-        let mut qp = match cached {
-            Some(q) if q.live_handle() == handle => q,
-            // SAFETY: as above; the cached QP is not used on this arm.
-            _ => match unsafe { self.find_local(handle) } {
-                Some(q) => q,
-                None => return self.fill_general(out, 0, head, left),
-            },
+        // SAFETY: this is the CQ's poller (polls are serialized, §5.4), and no reference
+        // outlives the poll, which releases nothing.
+        let Some(mut qp) = (unsafe { self.find_local(handle) }) else {
+            return self.fill_general(out, 0, head, left);
         };
         let mut book = qp.send_book();
         let mut run = book.run(tag::SQ);
@@ -547,7 +489,7 @@ impl Cq {
             }
             let h = u64::from(qp_raw as u32);
             if h != handle {
-                // Another QP of this CQ: switch the cache to it and stay on the fast path.
+                // Another QP of this CQ: switch to it and stay on the fast path.
                 book.end_run(&run);
                 // SAFETY: as for the first CQE; `qp` is not used again.
                 let Some(next) = (unsafe { self.find_local(h) }) else {
@@ -583,7 +525,8 @@ impl Cq {
             left -= 1;
             // SAFETY: this CQ's poller; the previous iteration's `qp` is dead, and no
             // reference outlives the poll.
-            let Some(qp) = (unsafe { self.qp_of(c.qp) }) else {
+            // CAST: the handle is the low half of `qp` (see `fill`).
+            let Some(qp) = (unsafe { self.find_qp(u64::from(c.qp as u32)) }) else {
                 self.adapter.device().count_bad_cqe();
                 continue;
             };

@@ -185,9 +185,8 @@ impl Graveyard {
         self.head.load(Ordering::Relaxed).is_null()
     }
 
-    /// The CQ's poller (or its teardown) drops every count handed over, showing each QP to
-    /// `each` first.
-    pub(crate) fn drain(&self, mut each: impl FnMut(RawQp)) {
+    /// The CQ's poller (or its teardown) drops every count handed over.
+    pub(crate) fn drain(&self) {
         let mut next = self.head.swap(null_mut(), Ordering::Acquire);
         while let Some(p) = NonNull::new(next) {
             // SAFETY: each entry owns the count `push` gave it; the link was written before
@@ -196,7 +195,6 @@ impl Graveyard {
                 .state()
                 .grave_link(self.cq)
                 .load(Ordering::Relaxed);
-            each(p);
             // SAFETY: that count, taken back once.
             drop(unsafe { ObjRef::from_raw(p) });
         }
@@ -205,7 +203,7 @@ impl Graveyard {
 
 impl Drop for Graveyard {
     fn drop(&mut self) {
-        self.drain(|_| ());
+        self.drain();
     }
 }
 
@@ -257,21 +255,44 @@ impl CqQps {
         }
     }
 
-    /// The poller's lookup: the QP of this CQ at `handle`'s residue, if any (its handle
-    /// may differ: the caller checks it). Dereferencing the result is sound until the
-    /// poller next empties the CQ's graveyard (module docs).
+    /// The poller's lookup: the QP of this CQ with device handle `handle` (the low half of
+    /// a CQE's `qp`), if at one of its two residues. Dereferencing the result is sound
+    /// until the poller next empties the CQ's graveyard (module docs).
     #[inline(always)]
-    pub(crate) fn find(&self, handle: u32) -> Option<RawQp> {
+    pub(crate) fn find(&self, handle: u64) -> Option<RawQp> {
         // The mask first: a writer publishes a larger table before its mask, so the mask
         // read here never exceeds the table read after it (tables only grow).
-        let mask = self.mask.load(Ordering::Acquire);
+        let mask = u64::from(self.mask.load(Ordering::Acquire));
         let e = self.entries.load(Ordering::Acquire);
+        // CAST (both): masked, at most 65535.
+        let p = Self::entry(e, (handle & mask) as usize)?;
+        // SAFETY: only QPs of this CQ are in the table, alive until this poller empties
+        // the graveyard they go to after leaving it (module docs).
+        if unsafe { p.as_ref() }.state().live_handle() == handle {
+            return Some(p);
+        }
+        Self::second(e, handle, mask)
+    }
+
+    /// The second residue (`handle + 1`), out of line: used only after a collision (the
+    /// first residue is never empty while the second holds a QP of it: see `unbind`).
+    #[cold]
+    #[inline(never)]
+    fn second(e: *mut AtomicPtr<ProviderObject<Qp>>, handle: u64, mask: u64) -> Option<RawQp> {
+        // CAST: masked, as above.
+        let p = Self::entry(e, (handle.wrapping_add(1) & mask) as usize)?;
+        // SAFETY: as in `find`.
+        (unsafe { p.as_ref() }.state().live_handle() == handle).then_some(p)
+    }
+
+    /// Entry `i` of the table at `e`.
+    #[inline(always)]
+    fn entry(e: *mut AtomicPtr<ProviderObject<Qp>>, i: usize) -> Option<RawQp> {
         // SAFETY: `e` is `EMPTY` (mask 0) or the first entry of a generation of at least
-        // `mask + 1` entries (above), so the entry is in bounds...
-        let slot = unsafe { e.add((handle & mask) as usize) };
+        // `mask + 1` entries (see `find`), and `i` ≤ mask, so the entry is in bounds...
+        let slot = unsafe { e.add(i) };
         // SAFETY: ...and no generation is freed while `self` lives.
-        let slot = unsafe { &*slot };
-        NonNull::new(slot.load(Ordering::Acquire))
+        NonNull::new(unsafe { &*slot }.load(Ordering::Acquire))
     }
 
     /// Binds `qp` (a QP of this CQ, with device handle `handle`): at its residue if free,
@@ -295,30 +316,51 @@ impl CqQps {
         let Some(r) = &w.current else {
             return;
         };
-        let i = handle as usize & (r.e.len() - 1);
-        if let Some(slot) = r.e.get(i) {
-            // A taken residue keeps its QP: this one is found through the device table.
-            let _ = slot.compare_exchange(
-                null_mut(),
-                qp.as_raw().as_ptr(),
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
-        }
+        // With both residues taken, this QP is found through the device table.
+        let _ = place(&r.e, handle, qp.as_raw());
     }
 
     /// Unbinds `qp` (handle `handle`) at its teardown, before it goes to the graveyard.
+    /// A QP sitting at its second residue next to the freed entry moves to its first (and so
+    /// on along), so a first residue is never empty while its second holds a QP of it.
     pub(crate) fn unbind(&self, qp: &Qp, handle: u32) {
         let mut w = self.writers.lock();
         w.count = w.count.saturating_sub(1);
         let Some(r) = &w.current else {
             return;
         };
-        if let Some(slot) = r.e.get(handle as usize & (r.e.len() - 1)) {
-            let p = slot.load(Ordering::Relaxed);
-            // SAFETY: a bound QP is alive until it is unbound here (its teardown).
-            if NonNull::new(p).is_some_and(|p| core::ptr::eq(unsafe { p.as_ref() }.state(), qp)) {
-                slot.store(null_mut(), Ordering::Release);
+        let e = &r.e;
+        let mask = e.len() - 1;
+        let Some(mut hole) = residues(handle, e.len()).into_iter().find(|&i| {
+            e.get(i).is_some_and(|s| {
+                let p = s.load(Ordering::Relaxed);
+                // SAFETY: a bound QP is alive until it is unbound here (its teardown).
+                NonNull::new(p).is_some_and(|p| core::ptr::eq(unsafe { p.as_ref() }.state(), qp))
+            })
+        }) else {
+            return;
+        };
+        loop {
+            let next = (hole + 1) & mask;
+            let moved = e
+                .get(next)
+                .and_then(|s| NonNull::new(s.load(Ordering::Relaxed)));
+            // SAFETY: as above, for the QP bound at `next`.
+            let home = moved.map(|p| unsafe { p.as_ref() }.state().handle() as usize & mask);
+            let (Some(dst), Some(src)) = (e.get(hole), e.get(next)) else {
+                return;
+            };
+            match moved {
+                Some(p) if home == Some(hole) && next != hole => {
+                    // A poller between the two stores finds it at either place.
+                    dst.store(p.as_ptr(), Ordering::Release);
+                    src.store(null_mut(), Ordering::Release);
+                    hole = next;
+                }
+                _ => {
+                    dst.store(null_mut(), Ordering::Release);
+                    return;
+                }
             }
         }
     }
@@ -326,7 +368,7 @@ impl CqQps {
     /// A generation of `len` entries holding every QP of the current one that lands on a
     /// free residue.
     fn grow(w: &mut Binding, len: usize) -> NdkResult<()> {
-        let e = try_vec(len, || AtomicPtr::new(null_mut()))?;
+        let e: Box<[AtomicPtr<ProviderObject<Qp>>]> = try_vec(len, || AtomicPtr::new(null_mut()))?;
         if let Some(old) = &w.current {
             for s in old.e.iter() {
                 let Some(p) = NonNull::new(s.load(Ordering::Relaxed)) else {
@@ -334,9 +376,7 @@ impl CqQps {
                 };
                 // SAFETY: bound QPs are alive until unbound, which takes this lock.
                 let h = unsafe { p.as_ref() }.state().handle();
-                if let Some(d) = e.get(h as usize & (len - 1)) {
-                    d.store(p.as_ptr(), Ordering::Relaxed);
-                }
+                let _ = place(&e, h, p);
             }
         }
         let mut next = try_box(Residues { e, older: None })?;
@@ -344,4 +384,22 @@ impl CqQps {
         w.current = Some(next);
         Ok(())
     }
+}
+
+/// The two residues of `handle` in a table of `len` (a power of two) entries.
+fn residues(handle: u32, len: usize) -> [usize; 2] {
+    let h = handle as usize;
+    [h & (len - 1), h.wrapping_add(1) & (len - 1)]
+}
+
+/// Stores `p` at the first free residue of `handle` in `e` (writers only, under the lock);
+/// false when both are taken.
+fn place(e: &[AtomicPtr<ProviderObject<Qp>>], handle: u32, p: RawQp) -> bool {
+    for i in residues(handle, e.len()) {
+        if let Some(slot) = e.get(i).filter(|s| s.load(Ordering::Relaxed).is_null()) {
+            slot.store(p.as_ptr(), Ordering::Release);
+            return true;
+        }
+    }
+    false
 }
