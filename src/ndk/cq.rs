@@ -470,9 +470,9 @@ impl Cq {
                 return self.fill_general(out, n, head, left);
             };
             if rec.signaled {
-                let Some(slot) = out.get_mut(n) else {
-                    break;
-                };
+                // SAFETY: `n < out.len()`: `out` is not empty, and the loop ends as soon as
+                // `n` reaches its length (below).
+                let slot = unsafe { out.get_unchecked_mut(n) };
                 slot.success(qp.context(), rec.request_context, rec.op);
                 n += 1;
             }
