@@ -15,8 +15,8 @@
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::error::{NdkError, NdkResult};
-use super::object::try_vec;
 use crate::ndkpi::*;
+use crate::pvrdma::port::{WqPort, WqSlot};
 
 /// `enum pvrdma_wc_status` (pvrdma.md §11), numerically equal to IB's.
 pub mod wc {
@@ -203,10 +203,53 @@ impl SlotMeta {
     }
 }
 
-struct Slot {
+/// What a queue records per slot ([`SlotRecord`] as two words).
+#[derive(Debug, Default)]
+pub struct Slot {
     context: AtomicUsize,
     /// A [`SlotMeta`].
     meta: AtomicU32,
+}
+
+impl Slot {
+    /// Stores the record of a request being posted.
+    #[inline(always)]
+    fn set(&self, request_context: usize, meta: SlotMeta) {
+        self.context.store(request_context, Ordering::Relaxed);
+        self.meta.store(meta.0, Ordering::Relaxed);
+    }
+
+    /// The record [`Self::set`] stored.
+    #[inline(always)]
+    fn get(&self) -> SlotRecord {
+        let meta = self.meta.load(Ordering::Relaxed);
+        SlotRecord {
+            request_context: self.context.load(Ordering::Relaxed),
+            // CAST: bits 30..0 are the operation type `SlotMeta::new` stored.
+            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
+            signaled: meta & SILENT_BIT == 0,
+        }
+    }
+}
+
+/// Where an [`OrderedQueue`] keeps its slot records: beside the WQE addresses of its ring
+/// ([`WqPort::with_records`]), so a post finds its record and its WQE with one index
+/// computation.
+pub trait SlotTable {
+    /// The slot of free-running index `index` (modulo the table's size).
+    fn slot(&self, index: u32) -> &Slot;
+    /// The table's size (a power of two).
+    fn size(&self) -> u32;
+}
+
+impl SlotTable for WqPort<Slot> {
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &Slot {
+        self.record(index)
+    }
+    fn size(&self) -> u32 {
+        self.entries()
+    }
 }
 
 /// The state of a run of retirements ([`OrderedQueue::run`]).
@@ -220,10 +263,10 @@ pub struct RetireRun {
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
 /// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
-/// §5.4), so atomics suffice and the hot path takes no lock.
-pub struct OrderedQueue {
-    slots: alloc::boxed::Box<[Slot]>,
-    mask: u32,
+/// §5.4), so atomics suffice and the hot path takes no lock. It owns its slot table, for a
+/// QP queue the queue's ring port.
+pub struct OrderedQueue<T = WqPort<Slot>> {
+    slots: T,
     depth: u32,
     posted: AtomicU32,
     /// The poster's bound on `posted`: `retired + depth` as of the poster's last look at
@@ -235,18 +278,51 @@ pub struct OrderedQueue {
 }
 
 impl OrderedQueue {
-    /// A queue accepting `depth` outstanding requests in a ring of `ring` slots
-    /// (`ring` a power of two ≥ `depth`). Allocates; creation time only.
-    pub fn new(depth: u32, ring: u32) -> NdkResult<Self> {
-        if !ring.is_power_of_two() || depth > ring {
+    /// A queue accepting `depth` outstanding requests posted through `port`, whose elements
+    /// carry the slot records (allocates: creation time only).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for a depth above the ring's size;
+    /// STATUS_INSUFFICIENT_RESOURCES.
+    pub fn on_port(depth: u32, port: WqPort) -> NdkResult<Self> {
+        let port = port
+            .with_records(Slot::default)
+            .map_err(|_| NdkError::InsufficientResources)?;
+        Self::new(depth, port)
+    }
+
+    /// The queue's ring.
+    #[inline(always)]
+    pub fn port(&self) -> &WqPort<Slot> {
+        &self.slots
+    }
+
+    /// Records the request posted at `index` (from [`Self::next`]), as [`Self::record`]
+    /// does, and returns the element its WQE goes to.
+    #[inline(always)]
+    pub fn record_wqe(
+        &self,
+        index: u32,
+        request_context: usize,
+        meta: SlotMeta,
+    ) -> WqSlot<'_, Slot> {
+        let slot = self.slots.slot(index);
+        slot.record().set(request_context, meta);
+        slot
+    }
+}
+
+impl<T: SlotTable> OrderedQueue<T> {
+    /// A queue accepting `depth` outstanding requests, recorded in `slots`.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for a depth above the table's size.
+    pub fn new(depth: u32, slots: T) -> NdkResult<Self> {
+        if depth > slots.size() {
             return Err(NdkError::InvalidParameter);
         }
         Ok(OrderedQueue {
-            slots: try_vec(ring as usize, || Slot {
-                context: AtomicUsize::new(0),
-                meta: AtomicU32::new(0),
-            })?,
-            mask: ring - 1,
+            slots,
             depth,
             posted: AtomicU32::new(0),
             limit: AtomicU32::new(depth),
@@ -296,9 +372,7 @@ impl OrderedQueue {
     /// RequestContext, its operation type and signalling.
     #[inline(always)]
     pub fn record(&self, index: u32, request_context: usize, meta: SlotMeta) {
-        let slot = self.slot(index);
-        slot.context.store(request_context, Ordering::Relaxed);
-        slot.meta.store(meta.0, Ordering::Relaxed);
+        self.slots.slot(index).set(request_context, meta);
     }
 
     /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
@@ -378,32 +452,34 @@ impl OrderedQueue {
     /// The record [`Self::record`] stored for `index`.
     #[inline(always)]
     fn recorded(&self, index: u32) -> SlotRecord {
-        let slot = self.slot(index);
-        let meta = slot.meta.load(Ordering::Relaxed);
-        SlotRecord {
-            request_context: slot.context.load(Ordering::Relaxed),
-            // CAST: bits 30..0 are the operation type `SlotMeta::new` stored.
-            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
-            signaled: meta & SILENT_BIT == 0,
-        }
-    }
-
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    fn slot(&self, index: u32) -> &Slot {
-        let i = (index & self.mask) as usize;
-        // SAFETY: `slots.len()` = `mask + 1` (a power of two, set in `new` and never
-        // changed), so the masked index is in bounds.
-        unsafe { self.slots.get_unchecked(i) }
+        self.slots.slot(index).get()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::boxed::Box;
+
+    /// A plain slot table: the queue's logic without a ring.
+    struct Array(Box<[Slot]>);
+
+    impl SlotTable for Array {
+        fn slot(&self, index: u32) -> &Slot {
+            &self.0[index as usize & (self.0.len() - 1)]
+        }
+        fn size(&self) -> u32 {
+            self.0.len() as u32
+        }
+    }
+
+    fn queue(depth: u32, ring: u32) -> OrderedQueue<Array> {
+        let slots = (0..ring).map(|_| Slot::default()).collect();
+        OrderedQueue::new(depth, Array(slots)).expect("queue")
+    }
 
     /// A post's bookkeeping: the next index with `rec` recorded in its slot.
-    fn reserve(q: &OrderedQueue, rec: &SlotRecord) -> NdkResult<u32> {
+    fn reserve(q: &OrderedQueue<Array>, rec: &SlotRecord) -> NdkResult<u32> {
         let index = q.next().ok_or(NdkError::InsufficientResources)?;
         q.record(
             index,
@@ -515,7 +591,7 @@ mod tests {
 
     #[test]
     fn ordered_queue_retires_in_order_and_rejects_foreign_indices() {
-        let q = OrderedQueue::new(3, 4).expect("queue");
+        let q = queue(3, 4);
         let rec = |c| SlotRecord {
             request_context: c,
             op: NdkOperationTypeSend,
@@ -545,7 +621,7 @@ mod tests {
 
     #[test]
     fn the_posting_bound_follows_retirements_and_wraps() {
-        let q = OrderedQueue::new(2, 4).expect("queue");
+        let q = queue(2, 4);
         // Free-running indices about to wrap past 2^32.
         let start = u32::MAX - 2;
         q.posted.store(start, Ordering::Relaxed);
@@ -574,13 +650,13 @@ mod tests {
             assert_eq!(q.next(), None);
             assert_eq!(q.retire(expect.wrapping_sub(1)), Some(rec));
         }
-        let none = OrderedQueue::new(0, 1).expect("queue");
+        let none = queue(0, 1);
         assert_eq!(none.next(), None, "depth 0 takes nothing");
     }
 
     #[test]
     fn doorbell_tracking() {
-        let q = OrderedQueue::new(4, 4).expect("queue");
+        let q = queue(4, 4);
         assert!(!q.doorbell_pending());
         let rec = SlotRecord {
             request_context: 0,
