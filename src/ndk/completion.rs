@@ -176,30 +176,46 @@ pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
     ((wr_id >> 32) as u32, wr_id as u32)
 }
 
-/// Set in a [`SlotMeta`] for SILENT_SUCCESS requests.
-const SILENT_BIT: u32 = 1 << 31;
-
 /// A slot record's operation type and signalling, as the one word a post stores: the
-/// operation type in bits 30..0 (values ≤ 0x8001), [`SILENT_BIT`]. Posters build them at
-/// compile time ([`SlotMeta::new`] is `const`) and store one per request.
+/// operation type (≤ 0x8001) in bits 31..16, the request's NDK_OP_FLAG_* bits as posted in
+/// bits 15..0 (every defined flag is below bit 10; only SILENT_SUCCESS, bit 0, is read
+/// back). A post whose flags passed its flag check so adds a constant to the flags it
+/// already holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotMeta(u32);
 
 impl SlotMeta {
     /// The word for a request of type `op`, signalled unless SILENT_SUCCESS.
     pub const fn new(op: NDK_OPERATION_TYPE, signaled: bool) -> SlotMeta {
-        // CAST: operation types are small non-negative values.
-        let op = op.0 as u32 & !SILENT_BIT;
-        SlotMeta(if signaled { op } else { op | SILENT_BIT })
+        SlotMeta::from_flags(
+            op,
+            if signaled {
+                0
+            } else {
+                NDK_OP_FLAG_SILENT_SUCCESS
+            },
+        )
     }
 
     /// The word for a request of type `op` posted with NDK_OP_FLAG_* `flags` (signalled
-    /// unless SILENT_SUCCESS, bit 0; the other bits are ignored).
+    /// unless SILENT_SUCCESS; bits above 15 are dropped, the others ignored).
     #[inline(always)]
     pub const fn from_flags(op: NDK_OPERATION_TYPE, flags: u32) -> SlotMeta {
-        const _: () = assert!(NDK_OP_FLAG_SILENT_SUCCESS == 1);
-        // CAST: as in `new`.
-        SlotMeta(op.0 as u32 & !SILENT_BIT | flags << 31)
+        // CAST: operation types are small non-negative values.
+        SlotMeta((op.0 as u32) << 16 | flags & 0xFFFF)
+    }
+
+    /// The operation type.
+    #[inline(always)]
+    pub const fn op(&self) -> NDK_OPERATION_TYPE {
+        // CAST: the 16 bits `from_flags` took from an NDK_OPERATION_TYPE.
+        NDK_OPERATION_TYPE((self.0 >> 16) as i32)
+    }
+
+    /// False for a SILENT_SUCCESS request.
+    #[inline(always)]
+    pub const fn signaled(&self) -> bool {
+        self.0 & NDK_OP_FLAG_SILENT_SUCCESS == 0
     }
 }
 
@@ -222,12 +238,11 @@ impl Slot {
     /// The record [`Self::set`] stored.
     #[inline(always)]
     fn get(&self) -> SlotRecord {
-        let meta = self.meta.load(Ordering::Relaxed);
+        let meta = SlotMeta(self.meta.load(Ordering::Relaxed));
         SlotRecord {
             request_context: self.context.load(Ordering::Relaxed),
-            // CAST: bits 30..0 are the operation type `SlotMeta::new` stored.
-            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
-            signaled: meta & SILENT_BIT == 0,
+            op: meta.op(),
+            signaled: meta.signaled(),
         }
     }
 }

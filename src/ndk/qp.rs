@@ -888,10 +888,11 @@ mod tests {
                 let w = kind.op_word(flags);
                 assert_eq!(w as u32, opcode as u32, "{op:?} {flags:#x}");
                 assert_eq!((w >> 32) as u32, want.bits(), "{op:?} {flags:#x}");
-                assert_eq!(
-                    SlotMeta::from_flags(op, flags),
-                    SlotMeta::new(op, flags & NDK_OP_FLAG_SILENT_SUCCESS == 0)
-                );
+                let meta = SlotMeta::from_flags(op, flags);
+                let signaled = flags & NDK_OP_FLAG_SILENT_SUCCESS == 0;
+                assert_eq!((meta.op(), meta.signaled()), (op, signaled));
+                let want = SlotMeta::new(op, signaled);
+                assert_eq!((want.op(), want.signaled()), (op, signaled));
             }
         }
     }
