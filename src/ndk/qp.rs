@@ -527,7 +527,8 @@ impl Qp {
     /// SGE count (`n_sge` above the limit its admission word `admit` encodes), in that order.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, flags: u32, allowed: u32, n_sge: usize, admit: &AtomicU64) -> NdkResult<()> {
+    /// (The parameter order leaves the post's arguments where they arrive.)
+    fn refuse(&self, admit: &AtomicU64, allowed: u32, flags: u32, n_sge: usize) -> NdkResult<()> {
         let max = if core::ptr::eq(admit, &self.admit_read) {
             self.max_read_sge
         } else {
@@ -568,7 +569,7 @@ impl Qp {
         // SGEs"; the cold path works out which.
         let refused = flags & !(allowed & !NDK_OP_FLAG_INLINE) != 0;
         if refused || sges.len() as u64 >= admit.load(Ordering::Acquire) {
-            return self.refuse(flags, allowed, sges.len(), admit);
+            return self.refuse(admit, allowed, flags, sges.len());
         }
         if !self.length_ok(sges) {
             return self.fail(NdkError::InvalidParameter);
