@@ -289,7 +289,6 @@ pub struct OrderedQueue<T = WqPort<Slot>> {
     /// against it and reads `retired` only when it is reached.
     limit: AtomicU32,
     retired: AtomicU32,
-    rung: AtomicU32,
 }
 
 impl OrderedQueue {
@@ -342,7 +341,6 @@ impl<T: SlotTable> OrderedQueue<T> {
             posted: AtomicU32::new(0),
             limit: AtomicU32::new(depth),
             retired: AtomicU32::new(0),
-            rung: AtomicU32::new(0),
         })
     }
 
@@ -399,20 +397,28 @@ impl<T: SlotTable> OrderedQueue<T> {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
     }
 
-    /// True if committed requests have not been indicated by a doorbell yet (DEFER).
+    /// True if committed requests have not been indicated by a doorbell yet: the last one
+    /// was posted with NDK_OP_FLAG_DEFER (its record keeps the flags) and no doorbell has
+    /// covered it since ([`Self::mark_rung`]). A request without DEFER rings for every
+    /// earlier one, so only the last needs looking at, and a post stores nothing for it.
+    /// The poster's call (its record is not reused before the next post).
     pub fn doorbell_pending(&self) -> bool {
-        self.rung.load(Ordering::Relaxed) != self.posted.load(Ordering::Relaxed)
+        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
+        let meta = self.slots.slot(last).meta.load(Ordering::Relaxed);
+        meta & NDK_OP_FLAG_DEFER != 0
     }
 
-    /// Records that the doorbell covered every index before `upto`.
-    #[inline(always)]
-    pub fn mark_rung(&self, upto: u32) {
-        self.rung.store(upto, Ordering::Relaxed);
-    }
-
-    /// Every committed index (for [`Self::mark_rung`] after a doorbell for all of them).
-    pub fn committed(&self) -> u32 {
-        self.posted.load(Ordering::Relaxed)
+    /// Records that a doorbell covered every committed request (the poster's call, after
+    /// ringing for [`Self::doorbell_pending`]): the last record's DEFER bit is cleared. The
+    /// retirer may be reading that record; it reads neither the bit nor anything this
+    /// store changes.
+    pub fn mark_rung(&self) {
+        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
+        let meta = &self.slots.slot(last).meta;
+        meta.store(
+            meta.load(Ordering::Relaxed) & !NDK_OP_FLAG_DEFER,
+            Ordering::Relaxed,
+        );
     }
 
     /// Retires outstanding index `index` (and every earlier one) and returns its record;
@@ -678,10 +684,40 @@ mod tests {
             op: NdkOperationTypeSend,
             signaled: true,
         };
-        let i = reserve(&q, &rec).expect("space");
-        q.commit(i);
+        // Nothing posted yet: the record before index 0 (the last slot) is empty.
+        assert!(!q.doorbell_pending());
+        let post = |flags: u32| {
+            let i = q.next().expect("space");
+            q.record(i, 0, SlotMeta::from_flags(rec.op, flags));
+            q.commit(i);
+        };
+        post(NDK_OP_FLAG_DEFER);
         assert!(q.doorbell_pending());
-        q.mark_rung(q.committed());
+        post(NDK_OP_FLAG_DEFER | NDK_OP_FLAG_SILENT_SUCCESS);
+        assert!(q.doorbell_pending());
+        q.mark_rung();
+        assert!(!q.doorbell_pending());
+        assert_eq!(
+            q.retire(1),
+            Some(SlotRecord {
+                signaled: false,
+                ..rec
+            }),
+            "record kept"
+        );
+        // A request without DEFER rang for itself and every earlier one.
+        post(NDK_OP_FLAG_DEFER);
+        post(0);
+        assert!(!q.doorbell_pending());
+        // Across the wrap of the 4-slot ring, and of the free-running index.
+        q.posted.store(u32::MAX, Ordering::Relaxed);
+        q.retired.store(u32::MAX, Ordering::Relaxed);
+        q.limit.store(u32::MAX, Ordering::Relaxed);
+        post(NDK_OP_FLAG_DEFER);
+        assert!(q.doorbell_pending(), "index u32::MAX");
+        post(NDK_OP_FLAG_READ_FENCE | NDK_OP_FLAG_DEFER);
+        assert!(q.doorbell_pending(), "index 0 after the wrap");
+        q.mark_rung();
         assert!(!q.doorbell_pending());
     }
 }

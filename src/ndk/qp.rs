@@ -509,7 +509,7 @@ impl Qp {
     fn ring_deferred(&self) {
         if self.sq.doorbell_pending() {
             self.sq.port().ring();
-            self.sq.mark_rung(self.sq.committed());
+            self.sq.mark_rung();
         }
     }
 
@@ -594,8 +594,7 @@ impl Qp {
         self.sq.port().publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
-            // Only the poster reads `rung`: recording it first leaves the doorbell last.
-            self.sq.mark_rung(next);
+            // The record's flags say no doorbell is pending (`doorbell_pending`).
             self.sq.port().ring();
         }
         Ok(())
@@ -837,7 +836,6 @@ impl Qp {
         let next = index.wrapping_add(1);
         rq.commit(index);
         rq.port().publish(next);
-        rq.mark_rung(next);
         rq.port().ring();
         Ok(())
     }
