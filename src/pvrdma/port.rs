@@ -952,6 +952,50 @@ mod tests {
     }
 
     #[test]
+    fn records_and_wqes_share_one_index_across_the_wrap() {
+        let dma = TestDma::new_dyn();
+        let (u, _log) = uar();
+        let layout = QpLayout::new(8, 1, None).unwrap();
+        let q = QpQueues::alloc(&dma, &layout).unwrap();
+        let plain =
+            q.sq.port(Bell::new(u.clone(), QpDoorbell::send(7)))
+                .unwrap();
+        let mut k = 0u32;
+        let sq =
+            q.sq.port(Bell::new(u, QpDoorbell::send(7)))
+                .unwrap()
+                .with_records(|| {
+                    k += 1;
+                    AtomicU32::new(k)
+                })
+                .unwrap();
+        assert_eq!((sq.entries(), sq.max_sge()), (8, 1));
+        let h = SqHeader {
+            op_word: SqHeader::op_word(WrOpcode::RdmaWrite as u32, 2),
+            ex: 0,
+            body: SqHeader::rdma_body(0x1234, 5),
+        };
+        // Free-running indices around the wrap of the ring and of u32.
+        for i in (u32::MAX - 9..=u32::MAX).chain(0..20) {
+            let slot = sq.slot(i);
+            assert!(core::ptr::eq(slot.record(), sq.record(i)));
+            assert!(core::ptr::eq(sq.record(i), sq.record(i.wrapping_add(8))));
+            assert_eq!(sq.record(i).load(Ordering::Relaxed), (i & 7) + 1, "{i}");
+            let wr_id = 0x1_0000_0000 | u64::from(i);
+            assert!(slot.write_send(wr_id, &h, &[sge(1)]));
+            // The element the record sits beside is the one the port without records sees.
+            let mut got = [0u8; 96];
+            plain.read_element(i & 7, &mut got);
+            assert_eq!(got[0..8], wr_id.to_le_bytes(), "{i}");
+            assert_eq!(got[8], 1);
+            // Too many SGEs: refused, nothing written.
+            assert!(!slot.write_send(0, &h, &[sge(1), sge(2)]));
+            plain.read_element(i, &mut got);
+            assert_eq!(got[0..8], wr_id.to_le_bytes());
+        }
+    }
+
+    #[test]
     fn cq_port_validates_the_device_index_and_decodes_cqes() {
         let dma = TestDma::new_dyn();
         let (u, log) = uar();
