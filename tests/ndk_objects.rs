@@ -1400,6 +1400,75 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     e.close_adapter();
 }
 
+/// The per-QP admission words (connected, and the SGE limit, in one compare) follow every
+/// connect and disconnect, and each refused condition keeps its own status, in the order
+/// connection, flags, SGE count; a refusal rings for the deferred requests before it.
+#[test]
+fn admission_follows_the_connection_and_refusals_keep_their_status() {
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let qp = e.qp(pd, cq, cq); // MaxInitiatorRequestSge 4
+    let qp_h = e.fake.last("qp");
+    let s1 = [sge(0x1000, 8, 0x100)];
+    let s4 = [sge(0x1000, 1, 1); 4];
+    let s5 = [sge(0x1000, 1, 1); 5];
+    let mut posted = 0;
+    for round in 0..3 {
+        // SAFETY: live QP.
+        unsafe { set_qp_connected(qp, false) };
+        assert_eq!(read(qp, 1, &s1, 0), STATUS_CONNECTION_INVALID, "{round}");
+        assert_eq!(write(qp, 1, &s1, 0), STATUS_CONNECTION_INVALID);
+        assert_eq!(send(qp, 1, &[], 0), STATUS_CONNECTION_INVALID, "no SGE");
+        // The connection is reported before bad flags or too many SGEs.
+        assert_eq!(
+            write(qp, 1, &s5, NDK_OP_FLAG_INLINE),
+            STATUS_CONNECTION_INVALID
+        );
+        assert_eq!(read(qp, 1, &s5, 0x1000), STATUS_CONNECTION_INVALID);
+        assert_eq!(
+            e.fake.wqes().len(),
+            posted,
+            "nothing posted while disconnected"
+        );
+        connect(qp);
+        let rings = e.fake.count(&Hw::RingSend(qp_h));
+        assert_eq!(read(qp, 1, &s1, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
+        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings, "deferred");
+        // Flags before the SGE count; each refusal rings for the deferred read once.
+        assert_eq!(write(qp, 1, &s5, NDK_OP_FLAG_INLINE), STATUS_NOT_SUPPORTED);
+        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 1);
+        assert_eq!(send(qp, 1, &s5, 0x1000), STATUS_INVALID_PARAMETER);
+        assert_eq!(read(qp, 1, &s5, 0), STATUS_INVALID_PARAMETER);
+        assert_eq!(write(qp, 1, &s5, 0), STATUS_INVALID_PARAMETER);
+        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 1, "rung once");
+        // At the limit, and with none.
+        assert_eq!(write(qp, 1, &s4, 0), STATUS_SUCCESS);
+        assert_eq!(send(qp, 1, &[], NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
+        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 3);
+        posted += 3;
+        assert_eq!(e.fake.wqes().len(), posted);
+        // Retire the round (a CQE for its last, silent, request retires the earlier ones
+        // with it), so the 4-deep queue has room in the next round.
+        let cq_h = e.fake.last("cq");
+        e.fake.push_cqe(
+            cq_h,
+            cqe(qp_h, wr_id(tag::SQ, posted as u32 - 1), wc::SUCCESS),
+        );
+        assert_eq!(
+            results_ex(cq, 8).len(),
+            0,
+            "a silent success reports nothing"
+        );
+    }
+    // Receives never needed the connection.
+    assert_eq!(receive(qp, 7, &s1), STATUS_SUCCESS);
+    assert_eq!(close(qp, 1), STATUS_SUCCESS);
+    assert_eq!(close(cq, 1), STATUS_SUCCESS);
+    assert_eq!(close(pd, 1), STATUS_SUCCESS);
+    e.close_adapter();
+}
+
 #[test]
 fn work_request_flag_and_sge_validation() {
     let e = env();

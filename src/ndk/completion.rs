@@ -15,8 +15,8 @@
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::error::{NdkError, NdkResult};
-use super::object::try_vec;
 use crate::ndkpi::*;
+use crate::pvrdma::port::{WqPort, WqSlot};
 
 /// `enum pvrdma_wc_status` (pvrdma.md §11), numerically equal to IB's.
 pub mod wc {
@@ -176,37 +176,95 @@ pub const fn split_wr_id(wr_id: u64) -> (u32, u32) {
     ((wr_id >> 32) as u32, wr_id as u32)
 }
 
-/// Set in a [`SlotMeta`] for SILENT_SUCCESS requests.
-const SILENT_BIT: u32 = 1 << 31;
-
 /// A slot record's operation type and signalling, as the one word a post stores: the
-/// operation type in bits 30..0 (values ≤ 0x8001), [`SILENT_BIT`]. Posters build them at
-/// compile time ([`SlotMeta::new`] is `const`) and store one per request.
+/// operation type (≤ 0x8001) in bits 31..16, the request's NDK_OP_FLAG_* bits as posted in
+/// bits 15..0 (every defined flag is below bit 10; only SILENT_SUCCESS, bit 0, is read
+/// back). A post whose flags passed its flag check so adds a constant to the flags it
+/// already holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotMeta(u32);
 
 impl SlotMeta {
     /// The word for a request of type `op`, signalled unless SILENT_SUCCESS.
     pub const fn new(op: NDK_OPERATION_TYPE, signaled: bool) -> SlotMeta {
-        // CAST: operation types are small non-negative values.
-        let op = op.0 as u32 & !SILENT_BIT;
-        SlotMeta(if signaled { op } else { op | SILENT_BIT })
+        SlotMeta::from_flags(
+            op,
+            if signaled {
+                0
+            } else {
+                NDK_OP_FLAG_SILENT_SUCCESS
+            },
+        )
     }
 
     /// The word for a request of type `op` posted with NDK_OP_FLAG_* `flags` (signalled
-    /// unless SILENT_SUCCESS, bit 0; the other bits are ignored).
+    /// unless SILENT_SUCCESS; bits above 15 are dropped, the others ignored).
     #[inline(always)]
     pub const fn from_flags(op: NDK_OPERATION_TYPE, flags: u32) -> SlotMeta {
-        const _: () = assert!(NDK_OP_FLAG_SILENT_SUCCESS == 1);
-        // CAST: as in `new`.
-        SlotMeta(op.0 as u32 & !SILENT_BIT | flags << 31)
+        // CAST: operation types are small non-negative values.
+        SlotMeta((op.0 as u32) << 16 | flags & 0xFFFF)
+    }
+
+    /// The operation type.
+    #[inline(always)]
+    pub const fn op(&self) -> NDK_OPERATION_TYPE {
+        // CAST: the 16 bits `from_flags` took from an NDK_OPERATION_TYPE.
+        NDK_OPERATION_TYPE((self.0 >> 16) as i32)
+    }
+
+    /// False for a SILENT_SUCCESS request.
+    #[inline(always)]
+    pub const fn signaled(&self) -> bool {
+        self.0 & NDK_OP_FLAG_SILENT_SUCCESS == 0
     }
 }
 
-struct Slot {
+/// What a queue records per slot ([`SlotRecord`] as two words).
+#[derive(Debug, Default)]
+pub struct Slot {
     context: AtomicUsize,
     /// A [`SlotMeta`].
     meta: AtomicU32,
+}
+
+impl Slot {
+    /// Stores the record of a request being posted.
+    #[inline(always)]
+    fn set(&self, request_context: usize, meta: SlotMeta) {
+        self.context.store(request_context, Ordering::Relaxed);
+        self.meta.store(meta.0, Ordering::Relaxed);
+    }
+
+    /// The record [`Self::set`] stored.
+    #[inline(always)]
+    fn get(&self) -> SlotRecord {
+        let meta = SlotMeta(self.meta.load(Ordering::Relaxed));
+        SlotRecord {
+            request_context: self.context.load(Ordering::Relaxed),
+            op: meta.op(),
+            signaled: meta.signaled(),
+        }
+    }
+}
+
+/// Where an [`OrderedQueue`] keeps its slot records: beside the WQE addresses of its ring
+/// ([`WqPort::with_records`]), so a post finds its record and its WQE with one index
+/// computation.
+pub trait SlotTable {
+    /// The slot of free-running index `index` (modulo the table's size).
+    fn slot(&self, index: u32) -> &Slot;
+    /// The table's size (a power of two).
+    fn size(&self) -> u32;
+}
+
+impl SlotTable for WqPort<Slot> {
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &Slot {
+        self.record(index)
+    }
+    fn size(&self) -> u32 {
+        self.entries()
+    }
 }
 
 /// The state of a run of retirements ([`OrderedQueue::run`]).
@@ -220,10 +278,10 @@ pub struct RetireRun {
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
 /// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
-/// §5.4), so atomics suffice and the hot path takes no lock.
-pub struct OrderedQueue {
-    slots: alloc::boxed::Box<[Slot]>,
-    mask: u32,
+/// §5.4), so atomics suffice and the hot path takes no lock. It owns its slot table, for a
+/// QP queue the queue's ring port.
+pub struct OrderedQueue<T = WqPort<Slot>> {
+    slots: T,
     depth: u32,
     posted: AtomicU32,
     /// The poster's bound on `posted`: `retired + depth` as of the poster's last look at
@@ -231,27 +289,58 @@ pub struct OrderedQueue {
     /// against it and reads `retired` only when it is reached.
     limit: AtomicU32,
     retired: AtomicU32,
-    rung: AtomicU32,
 }
 
 impl OrderedQueue {
-    /// A queue accepting `depth` outstanding requests in a ring of `ring` slots
-    /// (`ring` a power of two ≥ `depth`). Allocates; creation time only.
-    pub fn new(depth: u32, ring: u32) -> NdkResult<Self> {
-        if !ring.is_power_of_two() || depth > ring {
+    /// A queue accepting `depth` outstanding requests posted through `port`, whose elements
+    /// carry the slot records (allocates: creation time only).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for a depth above the ring's size;
+    /// STATUS_INSUFFICIENT_RESOURCES.
+    pub fn on_port(depth: u32, port: WqPort) -> NdkResult<Self> {
+        let port = port
+            .with_records(Slot::default)
+            .map_err(|_| NdkError::InsufficientResources)?;
+        Self::new(depth, port)
+    }
+
+    /// The queue's ring.
+    #[inline(always)]
+    pub fn port(&self) -> &WqPort<Slot> {
+        &self.slots
+    }
+
+    /// Records the request posted at `index` (from [`Self::next`]), as [`Self::record`]
+    /// does, and returns the element its WQE goes to.
+    #[inline(always)]
+    pub fn record_wqe(
+        &self,
+        index: u32,
+        request_context: usize,
+        meta: SlotMeta,
+    ) -> WqSlot<'_, Slot> {
+        let slot = self.slots.slot(index);
+        slot.record().set(request_context, meta);
+        slot
+    }
+}
+
+impl<T: SlotTable> OrderedQueue<T> {
+    /// A queue accepting `depth` outstanding requests, recorded in `slots`.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for a depth above the table's size.
+    pub fn new(depth: u32, slots: T) -> NdkResult<Self> {
+        if depth > slots.size() {
             return Err(NdkError::InvalidParameter);
         }
         Ok(OrderedQueue {
-            slots: try_vec(ring as usize, || Slot {
-                context: AtomicUsize::new(0),
-                meta: AtomicU32::new(0),
-            })?,
-            mask: ring - 1,
+            slots,
             depth,
             posted: AtomicU32::new(0),
             limit: AtomicU32::new(depth),
             retired: AtomicU32::new(0),
-            rung: AtomicU32::new(0),
         })
     }
 
@@ -296,9 +385,7 @@ impl OrderedQueue {
     /// RequestContext, its operation type and signalling.
     #[inline(always)]
     pub fn record(&self, index: u32, request_context: usize, meta: SlotMeta) {
-        let slot = self.slot(index);
-        slot.context.store(request_context, Ordering::Relaxed);
-        slot.meta.store(meta.0, Ordering::Relaxed);
+        self.slots.slot(index).set(request_context, meta);
     }
 
     /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
@@ -310,20 +397,28 @@ impl OrderedQueue {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
     }
 
-    /// True if committed requests have not been indicated by a doorbell yet (DEFER).
+    /// True if committed requests have not been indicated by a doorbell yet: the last one
+    /// was posted with NDK_OP_FLAG_DEFER (its record keeps the flags) and no doorbell has
+    /// covered it since ([`Self::mark_rung`]). A request without DEFER rings for every
+    /// earlier one, so only the last needs looking at, and a post stores nothing for it.
+    /// The poster's call (its record is not reused before the next post).
     pub fn doorbell_pending(&self) -> bool {
-        self.rung.load(Ordering::Relaxed) != self.posted.load(Ordering::Relaxed)
+        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
+        let meta = self.slots.slot(last).meta.load(Ordering::Relaxed);
+        meta & NDK_OP_FLAG_DEFER != 0
     }
 
-    /// Records that the doorbell covered every index before `upto`.
-    #[inline(always)]
-    pub fn mark_rung(&self, upto: u32) {
-        self.rung.store(upto, Ordering::Relaxed);
-    }
-
-    /// Every committed index (for [`Self::mark_rung`] after a doorbell for all of them).
-    pub fn committed(&self) -> u32 {
-        self.posted.load(Ordering::Relaxed)
+    /// Records that a doorbell covered every committed request (the poster's call, after
+    /// ringing for [`Self::doorbell_pending`]): the last record's DEFER bit is cleared. The
+    /// retirer may be reading that record; it reads neither the bit nor anything this
+    /// store changes.
+    pub fn mark_rung(&self) {
+        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
+        let meta = &self.slots.slot(last).meta;
+        meta.store(
+            meta.load(Ordering::Relaxed) & !NDK_OP_FLAG_DEFER,
+            Ordering::Relaxed,
+        );
     }
 
     /// Retires outstanding index `index` (and every earlier one) and returns its record;
@@ -378,32 +473,34 @@ impl OrderedQueue {
     /// The record [`Self::record`] stored for `index`.
     #[inline(always)]
     fn recorded(&self, index: u32) -> SlotRecord {
-        let slot = self.slot(index);
-        let meta = slot.meta.load(Ordering::Relaxed);
-        SlotRecord {
-            request_context: slot.context.load(Ordering::Relaxed),
-            // CAST: bits 30..0 are the operation type `SlotMeta::new` stored.
-            op: NDK_OPERATION_TYPE((meta & !SILENT_BIT) as i32),
-            signaled: meta & SILENT_BIT == 0,
-        }
-    }
-
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    fn slot(&self, index: u32) -> &Slot {
-        let i = (index & self.mask) as usize;
-        // SAFETY: `slots.len()` = `mask + 1` (a power of two, set in `new` and never
-        // changed), so the masked index is in bounds.
-        unsafe { self.slots.get_unchecked(i) }
+        self.slots.slot(index).get()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::boxed::Box;
+
+    /// A plain slot table: the queue's logic without a ring.
+    struct Array(Box<[Slot]>);
+
+    impl SlotTable for Array {
+        fn slot(&self, index: u32) -> &Slot {
+            &self.0[index as usize & (self.0.len() - 1)]
+        }
+        fn size(&self) -> u32 {
+            self.0.len() as u32
+        }
+    }
+
+    fn queue(depth: u32, ring: u32) -> OrderedQueue<Array> {
+        let slots = (0..ring).map(|_| Slot::default()).collect();
+        OrderedQueue::new(depth, Array(slots)).expect("queue")
+    }
 
     /// A post's bookkeeping: the next index with `rec` recorded in its slot.
-    fn reserve(q: &OrderedQueue, rec: &SlotRecord) -> NdkResult<u32> {
+    fn reserve(q: &OrderedQueue<Array>, rec: &SlotRecord) -> NdkResult<u32> {
         let index = q.next().ok_or(NdkError::InsufficientResources)?;
         q.record(
             index,
@@ -515,7 +612,7 @@ mod tests {
 
     #[test]
     fn ordered_queue_retires_in_order_and_rejects_foreign_indices() {
-        let q = OrderedQueue::new(3, 4).expect("queue");
+        let q = queue(3, 4);
         let rec = |c| SlotRecord {
             request_context: c,
             op: NdkOperationTypeSend,
@@ -545,7 +642,7 @@ mod tests {
 
     #[test]
     fn the_posting_bound_follows_retirements_and_wraps() {
-        let q = OrderedQueue::new(2, 4).expect("queue");
+        let q = queue(2, 4);
         // Free-running indices about to wrap past 2^32.
         let start = u32::MAX - 2;
         q.posted.store(start, Ordering::Relaxed);
@@ -574,23 +671,53 @@ mod tests {
             assert_eq!(q.next(), None);
             assert_eq!(q.retire(expect.wrapping_sub(1)), Some(rec));
         }
-        let none = OrderedQueue::new(0, 1).expect("queue");
+        let none = queue(0, 1);
         assert_eq!(none.next(), None, "depth 0 takes nothing");
     }
 
     #[test]
     fn doorbell_tracking() {
-        let q = OrderedQueue::new(4, 4).expect("queue");
+        let q = queue(4, 4);
         assert!(!q.doorbell_pending());
         let rec = SlotRecord {
             request_context: 0,
             op: NdkOperationTypeSend,
             signaled: true,
         };
-        let i = reserve(&q, &rec).expect("space");
-        q.commit(i);
+        // Nothing posted yet: the record before index 0 (the last slot) is empty.
+        assert!(!q.doorbell_pending());
+        let post = |flags: u32| {
+            let i = q.next().expect("space");
+            q.record(i, 0, SlotMeta::from_flags(rec.op, flags));
+            q.commit(i);
+        };
+        post(NDK_OP_FLAG_DEFER);
         assert!(q.doorbell_pending());
-        q.mark_rung(q.committed());
+        post(NDK_OP_FLAG_DEFER | NDK_OP_FLAG_SILENT_SUCCESS);
+        assert!(q.doorbell_pending());
+        q.mark_rung();
+        assert!(!q.doorbell_pending());
+        assert_eq!(
+            q.retire(1),
+            Some(SlotRecord {
+                signaled: false,
+                ..rec
+            }),
+            "record kept"
+        );
+        // A request without DEFER rang for itself and every earlier one.
+        post(NDK_OP_FLAG_DEFER);
+        post(0);
+        assert!(!q.doorbell_pending());
+        // Across the wrap of the 4-slot ring, and of the free-running index.
+        q.posted.store(u32::MAX, Ordering::Relaxed);
+        q.retired.store(u32::MAX, Ordering::Relaxed);
+        q.limit.store(u32::MAX, Ordering::Relaxed);
+        post(NDK_OP_FLAG_DEFER);
+        assert!(q.doorbell_pending(), "index u32::MAX");
+        post(NDK_OP_FLAG_READ_FENCE | NDK_OP_FLAG_DEFER);
+        assert!(q.doorbell_pending(), "index 0 after the wrap");
+        q.mark_rung();
         assert!(!q.doorbell_pending());
     }
 }

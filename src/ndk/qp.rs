@@ -23,7 +23,7 @@ use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use crate::ndkpi::*;
-use crate::pvrdma::port::{SqHeader, WqPort};
+use crate::pvrdma::port::SqHeader;
 use crate::pvrdma::wqe::Sge;
 
 /// Every NDK_OP_FLAG_* bit NDKPI defines.
@@ -145,12 +145,6 @@ fn total_length(sges: &[Sge]) -> u64 {
     sges.iter().map(|s| u64::from(s.length)).sum()
 }
 
-/// One work queue of a QP: its bookkeeping and its ring.
-struct WorkQueue {
-    book: OrderedQueue,
-    port: WqPort,
-}
-
 /// A queue pair.
 pub struct Qp {
     life: Lifetime,
@@ -160,8 +154,9 @@ pub struct Qp {
     srq: Option<ObjRef<Srq>>,
     handle: u32,
     context: usize,
-    sq: WorkQueue,
-    rq: Option<WorkQueue>,
+    /// The send queue: its bookkeeping, which owns its ring.
+    sq: OrderedQueue,
+    rq: Option<OrderedQueue>,
     /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
     /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
     /// reuse the handle) never matches.
@@ -173,6 +168,13 @@ pub struct Qp {
     max_read_sge: u32,
     max_transfer: u32,
     connected: AtomicBool,
+    /// What an initiator request passes for its SGE count, one load and one compare
+    /// (together with its flags, the whole admission of a well-formed request):
+    /// MaxInitiatorRequestSge + 1 while connected, 0 while not (so that no count, not even
+    /// 0, passes). Kept in step with `connected` by [`Qp::set_connected`].
+    admit_send: AtomicU64,
+    /// As `admit_send`, for NdkRead (bounded by MaxReadRequestSge too).
+    admit_read: AtomicU64,
     bad_cqes: AtomicU32,
 }
 
@@ -263,21 +265,13 @@ impl Drop for Successors {
 struct PendingQp {
     pd: ObjRef<Pd>,
     p: QpParams,
-    sq: OrderedQueue,
-    rq: Option<OrderedQueue>,
     counts: Successors,
 }
 
 impl PendingQp {
     /// The device QP exists: builds the NDK_QP and attaches it to its CQs.
     fn wrap(self, handle: u32) -> NdkResult<ObjRef<Qp>> {
-        let PendingQp {
-            pd,
-            p,
-            sq,
-            rq,
-            counts,
-        } = self;
+        let PendingQp { pd, p, counts } = self;
         let adapter = pd.adapter();
         let hw = adapter.hw();
         let info = adapter.info();
@@ -296,12 +290,18 @@ impl PendingQp {
                 return Err(e.into());
             }
         };
-        let rq = match (rq, rq_port) {
-            (Some(book), Some(port)) => Some(WorkQueue { book, port }),
-            (None, None) => None,
-            _ => {
+        // The bookkeeping keeps its slot records beside the WQE addresses of the rings.
+        let sq = OrderedQueue::on_port(p.initiator_depth, sq_port);
+        let rq = match (p.srq.is_none(), rq_port) {
+            (true, Some(port)) => OrderedQueue::on_port(p.receive_depth, port).map(Some),
+            (false, None) => Ok(None),
+            _ => Err(NdkError::InsufficientResources),
+        };
+        let (sq, rq) = match (sq, rq) {
+            (Ok(sq), Ok(rq)) => (sq, rq),
+            (Err(e), _) | (_, Err(e)) => {
                 hw.destroy_qp(handle);
-                return Err(NdkError::InsufficientResources);
+                return Err(e);
             }
         };
         let qp = match ObjRef::try_new(
@@ -314,10 +314,7 @@ impl PendingQp {
                 srq: p.srq.clone(),
                 handle,
                 context: p.context,
-                sq: WorkQueue {
-                    book: sq,
-                    port: sq_port,
-                },
+                sq,
                 rq,
                 live_handle: AtomicU64::new(u64::from(handle)),
                 grave: GraveLinks::default(),
@@ -326,6 +323,8 @@ impl PendingQp {
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
                 max_transfer: info.MaxTransferLength,
                 connected: AtomicBool::new(false),
+                admit_send: AtomicU64::new(0),
+                admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
             },
         ) {
@@ -401,12 +400,6 @@ impl Qp {
         } else {
             0
         };
-        let sq = OrderedQueue::new(p.initiator_depth, sq_ring)?;
-        let rq = if with_rq {
-            Some(OrderedQueue::new(p.receive_depth, rq_ring)?)
-        } else {
-            None
-        };
         let spec = QpSpec {
             pd: pd.handle(),
             send_cq: p.initiator_cq.handle(),
@@ -423,8 +416,6 @@ impl Qp {
         let pending = PendingQp {
             pd: pd.clone(),
             p,
-            sq,
-            rq,
             counts,
         };
         let done = move |r: Result<u32, HwError>| {
@@ -460,7 +451,12 @@ impl Qp {
     /// The connection reached RTS: initiator requests are accepted from now on. Called by the
     /// connection manager (a later issue) after its MODIFY_QP to RTS.
     pub fn set_connected(&self, connected: bool) {
+        let admit = |max: u32| if connected { u64::from(max) + 1 } else { 0 };
         self.connected.store(connected, Ordering::Release);
+        self.admit_send
+            .store(admit(self.max_send_sge), Ordering::Release);
+        self.admit_read
+            .store(admit(self.max_read_sge), Ordering::Release);
     }
 
     /// The device handle while the QP lives, `u64::MAX` once torn down.
@@ -472,7 +468,7 @@ impl Qp {
     /// The send queue's bookkeeping, for the poll's fast path (runs of retirements).
     #[inline(always)]
     pub(crate) fn send_book(&self) -> &OrderedQueue {
-        &self.sq.book
+        &self.sq
     }
 
     /// Retires the request of queue `t` (a `wr_id` tag) at `index`; `None` (and counted)
@@ -480,9 +476,9 @@ impl Qp {
     #[inline(always)]
     pub(crate) fn retire(&self, t: u32, index: u32) -> Option<SlotRecord> {
         let rec = match t {
-            tag::SQ => self.sq.book.retire(index),
+            tag::SQ => self.sq.retire(index),
             tag::RQ => match &self.rq {
-                Some(q) => q.book.retire(index),
+                Some(q) => q.retire(index),
                 None => None,
             },
             tag::SRQ => match &self.srq {
@@ -503,12 +499,9 @@ impl Qp {
         self.bad_cqes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// SGE count and total length checks shared by every post.
+    /// The total length check shared by every post.
     #[inline(always)]
-    fn sges_ok(&self, sges: &[Sge], max: u32) -> bool {
-        if sges.len() > max as usize {
-            return false;
-        }
+    fn length_ok(&self, sges: &[Sge]) -> bool {
         let total = match sges {
             [] => 0,
             [one] => u64::from(one.length),
@@ -519,9 +512,9 @@ impl Qp {
 
     /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
     fn ring_deferred(&self) {
-        if self.sq.book.doorbell_pending() {
-            self.sq.port.ring();
-            self.sq.book.mark_rung(self.sq.book.committed());
+        if self.sq.doorbell_pending() {
+            self.sq.port().ring();
+            self.sq.mark_rung();
         }
     }
 
@@ -535,25 +528,35 @@ impl Qp {
         Err(e)
     }
 
-    /// The inline failure of a request whose flags or connection state were refused.
+    /// The inline failure of a request refused by its connection state, its flags or its
+    /// SGE count (`n_sge` above the limit its admission word `admit` encodes), in that order.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, flags: u32, allowed: u32) -> NdkResult<()> {
+    /// (The parameter order leaves the post's arguments where they arrive.)
+    fn refuse(&self, admit: &AtomicU64, allowed: u32, flags: u32, n_sge: usize) -> NdkResult<()> {
+        let max = if core::ptr::eq(admit, &self.admit_read) {
+            self.max_read_sge
+        } else {
+            self.max_send_sge
+        };
         let e = if !self.connected.load(Ordering::Acquire) {
             NdkError::ConnectionInvalid
+        } else if let Err(e) = check_flags(flags, allowed) {
+            e
+        } else if n_sge > max as usize {
+            NdkError::InvalidParameter
         } else {
-            match check_flags(flags, allowed) {
-                Err(e) => e,
-                Ok(()) => NdkError::InvalidParameter,
-            }
+            // Connected after the post looked: it was refused for not being connected.
+            NdkError::ConnectionInvalid
         };
         self.fail(e)
     }
 
-    /// The common initiator post: connection and flag checks, SGE checks, queue space,
-    /// the slot record, the WQE written straight into the ring, `prod_tail`, and the
-    /// doorbell unless DEFER. `header` gets the `op_word` for `flags`, runs once the slot is known and may still
-    /// refuse; `posted` runs once the WQE is in the ring.
+    /// The common initiator post: connection, flag and SGE checks, queue space, the slot
+    /// record, the WQE written straight into the ring, `prod_tail`, and the doorbell unless
+    /// DEFER. `admit` is the request's admission word (`admit_send` or `admit_read`).
+    /// `header` gets the `op_word` for `flags`, runs once the slot
+    /// is known and may still refuse; `posted` runs once the WQE is in the ring.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn post_initiator(
@@ -563,46 +566,41 @@ impl Qp {
         kind: &PostKind,
         ctx: usize,
         sges: &[Sge],
-        max_sge: u32,
+        admit: &AtomicU64,
         header: impl FnOnce(u64) -> NdkResult<SqHeader>,
         posted: impl FnOnce(),
     ) -> NdkResult<()> {
-        // One test for "not connected", "unknown or disallowed flag" and INLINE; the cold
-        // path works out which.
+        // Two tests for "not connected", "unknown or disallowed flag", INLINE and "too many
+        // SGEs"; the cold path works out which.
         let refused = flags & !(allowed & !NDK_OP_FLAG_INLINE) != 0;
-        if refused | !self.connected.load(Ordering::Acquire) {
-            return self.refuse(flags, allowed);
+        if refused || sges.len() as u64 >= admit.load(Ordering::Acquire) {
+            return self.refuse(admit, allowed, flags, sges.len());
         }
-        if !self.sges_ok(sges, max_sge) {
+        if !self.length_ok(sges) {
             return self.fail(NdkError::InvalidParameter);
         }
-        let Some(index) = self.sq.book.next() else {
+        let Some(index) = self.sq.next() else {
             return self.fail(NdkError::InsufficientResources);
         };
         // Recorded first (a refused header leaves a record nobody reads: the slot is not
         // committed), so the record's values are dead before the header's are loaded.
-        self.sq
-            .book
-            .record(index, ctx, SlotMeta::from_flags(kind.op, flags));
+        let slot = self
+            .sq
+            .record_wqe(index, ctx, SlotMeta::from_flags(kind.op, flags));
         let h = match header(kind.op_word(flags)) {
             Ok(h) => h,
             Err(e) => return self.fail(e),
         };
-        if !self
-            .sq
-            .port
-            .write_send(index, wr_id(tag::SQ, index), &h, sges)
-        {
+        if !slot.write_send(wr_id(tag::SQ, index), &h, sges) {
             return self.fail(NdkError::InvalidParameter);
         }
         let next = index.wrapping_add(1);
-        self.sq.book.commit(index);
-        self.sq.port.publish(next);
+        self.sq.commit(index);
+        self.sq.port().publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
-            // Only the poster reads `rung`: recording it first leaves the doorbell last.
-            self.sq.book.mark_rung(next);
-            self.sq.port.ring();
+            // The record's flags say no doorbell is pending (`doorbell_pending`).
+            self.sq.port().ring();
         }
         Ok(())
     }
@@ -631,7 +629,7 @@ impl Qp {
             kind,
             ctx,
             sges,
-            self.max_send_sge,
+            &self.admit_send,
             |op_word| {
                 Ok(SqHeader {
                     op_word,
@@ -657,10 +655,10 @@ impl Qp {
         rkey: u32,
         flags: u32,
     ) -> NdkResult<()> {
-        let (allowed, max, kind) = if read {
-            (READ_FLAGS, self.max_read_sge, &READ)
+        let (allowed, admit, kind) = if read {
+            (READ_FLAGS, &self.admit_read, &READ)
         } else {
-            (WRITE_FLAGS, self.max_send_sge, &WRITE)
+            (WRITE_FLAGS, &self.admit_send, &WRITE)
         };
         self.post_initiator(
             flags,
@@ -668,7 +666,7 @@ impl Qp {
             kind,
             ctx,
             sges,
-            max,
+            admit,
             |op_word| {
                 Ok(SqHeader {
                     op_word,
@@ -706,7 +704,7 @@ impl Qp {
             &FAST_REGISTER,
             ctx,
             &[],
-            0,
+            &self.admit_send,
             |op_word| {
                 // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
                 // ALLOW_REMOTE_READ ask for remote access.
@@ -785,7 +783,7 @@ impl Qp {
             &INVALIDATE,
             ctx,
             &[],
-            0,
+            &self.admit_send,
             |op_word| {
                 let key = mr.invalidate_key(self.pd.handle())?;
                 // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
@@ -830,22 +828,20 @@ impl Qp {
         let Some(rq) = &self.rq else {
             return Err(NdkError::InvalidDeviceRequest);
         };
-        if !self.sges_ok(sges, self.max_recv_sge) {
+        if sges.len() > self.max_recv_sge as usize || !self.length_ok(sges) {
             return Err(NdkError::InvalidParameter);
         }
-        let Some(index) = rq.book.next() else {
+        let Some(index) = rq.next() else {
             return Err(NdkError::InsufficientResources);
         };
-        rq.book
-            .record(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
-        if !rq.port.write_recv(index, wr_id(tag::RQ, index), sges) {
+        let slot = rq.record_wqe(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
+        if !slot.write_recv(wr_id(tag::RQ, index), sges) {
             return Err(NdkError::InvalidParameter);
         }
         let next = index.wrapping_add(1);
-        rq.book.commit(index);
-        rq.port.publish(next);
-        rq.book.mark_rung(next);
-        rq.port.ring();
+        rq.commit(index);
+        rq.port().publish(next);
+        rq.port().ring();
         Ok(())
     }
 
@@ -896,10 +892,11 @@ mod tests {
                 let w = kind.op_word(flags);
                 assert_eq!(w as u32, opcode as u32, "{op:?} {flags:#x}");
                 assert_eq!((w >> 32) as u32, want.bits(), "{op:?} {flags:#x}");
-                assert_eq!(
-                    SlotMeta::from_flags(op, flags),
-                    SlotMeta::new(op, flags & NDK_OP_FLAG_SILENT_SUCCESS == 0)
-                );
+                let meta = SlotMeta::from_flags(op, flags);
+                let signaled = flags & NDK_OP_FLAG_SILENT_SUCCESS == 0;
+                assert_eq!((meta.op(), meta.signaled()), (op, signaled));
+                let want = SlotMeta::new(op, signaled);
+                assert_eq!((want.op(), want.signaled()), (op, signaled));
             }
         }
     }

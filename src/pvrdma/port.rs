@@ -110,12 +110,20 @@ impl Bell {
     }
 }
 
+/// One element of a ring: its address, and what the ring's producer records beside it
+/// (`()` for nothing), so that one index computation finds both.
+struct Entry<R> {
+    at: NonNull<u8>,
+    rec: R,
+}
+
 /// The address of every element of one ring: one load per element access instead of
-/// the page arithmetic (8 bytes per element, against 64 or more bytes of element).
-struct Pages {
-    // INVARIANT: `ptrs.len()` = `mask + 1`; entry `i` is the CPU address of element `i`, a
-    // `1 << shift`-byte, 8-aligned run inside one live page of the owning buffer.
-    ptrs: KVec<NonNull<u8>>,
+/// the page arithmetic (8 bytes per element, against 64 or more bytes of element), next to
+/// the producer's record of the element, if any ([`WqPort::with_records`]).
+struct Pages<R = ()> {
+    // INVARIANT: `entries.len()` = `mask + 1`; `entries[i].at` is the CPU address of element
+    // `i`, a `1 << shift`-byte, 8-aligned run inside one live page of the owning buffer.
+    entries: KVec<Entry<R>>,
     /// log2 of the element size (≤ 12).
     shift: u32,
     /// N − 1 (N a power of two).
@@ -127,7 +135,7 @@ impl Pages {
         if !n.is_power_of_two() || !stride.is_power_of_two() || stride as usize > PAGE_SIZE {
             return Err(PvrdmaError::InvalidParameter);
         }
-        let mut ptrs = KVec::try_with_capacity(n as usize)?;
+        let mut entries = KVec::try_with_capacity(n as usize)?;
         for i in 0..n {
             let off = u64::from(i) * u64::from(stride);
             let page = u32::try_from(off >> PAGE_SHIFT)
@@ -139,22 +147,52 @@ impl Pages {
                 .view()
                 .sub((off as usize) & (PAGE_SIZE - 1), stride as usize)
                 .ok_or(PvrdmaError::InvalidParameter)?;
-            ptrs.push_within_capacity(view.as_non_null())
+            entries
+                .push_within_capacity(Entry {
+                    at: view.as_non_null(),
+                    rec: (),
+                })
                 .map_err(|_| PvrdmaError::NoMemory)?;
         }
         Ok(Pages {
-            ptrs,
+            entries,
             shift: stride.trailing_zeros(),
             mask: n - 1,
         })
+    }
+}
+
+impl<R> Pages<R> {
+    /// The same elements with a record each, from `rec`.
+    fn with_records<S>(&self, mut rec: impl FnMut() -> S) -> Result<Pages<S>, PvrdmaError> {
+        let mut entries = KVec::try_with_capacity(self.entries.len())?;
+        for e in self.entries.iter() {
+            entries
+                .push_within_capacity(Entry {
+                    at: e.at,
+                    rec: rec(),
+                })
+                .map_err(|_| PvrdmaError::NoMemory)?;
+        }
+        // INVARIANT: the same addresses, as many.
+        Ok(Pages {
+            entries,
+            shift: self.shift,
+            mask: self.mask,
+        })
+    }
+
+    /// The entry of free-running index `i`.
+    #[inline(always)]
+    fn entry(&self, i: u32) -> &Entry<R> {
+        // SAFETY: `i & mask < entries.len()` (type invariant).
+        unsafe { self.entries.get_unchecked((i & self.mask) as usize) }
     }
 
     /// The element of free-running index `i`.
     #[inline(always)]
     fn element(&self, i: u32) -> *mut u8 {
-        // SAFETY: `i & mask < ptrs.len()` (type invariant).
-        let p = unsafe { *self.ptrs.get_unchecked((i & self.mask) as usize) };
-        p.as_ptr()
+        self.entry(i).at.as_ptr()
     }
 
     fn stride(&self) -> usize {
@@ -169,6 +207,24 @@ unsafe fn put64(p: *mut u8, off: usize, v: u64) {
     // SAFETY: caller contract (every element offset used here is 8-aligned in a page-aligned,
     // power-of-two sized element).
     unsafe { core::ptr::write_volatile(p.add(off).cast::<u64>(), v.to_le()) }
+}
+
+/// Stores `wr_id` @0 as two 32-bit halves: a poster's `wr_id` is a constant tag above a
+/// free-running index, so the high half is an immediate store and no 64-bit constant is
+/// built (the device reads the WQE only after `prod_tail` covers it, so the split is not
+/// observable).
+///
+/// # Safety
+/// `p` is valid for an aligned 8-byte write.
+#[inline(always)]
+unsafe fn put_wr_id(p: *mut u8, wr_id: u64) {
+    // CAST: the halves of `wr_id`, stored little-endian as the u64 would be.
+    let (lo, hi) = (wr_id as u32, (wr_id >> 32) as u32);
+    // SAFETY: caller contract (both halves lie in the 8 aligned bytes at `p`).
+    unsafe {
+        core::ptr::write_volatile(p.cast::<u32>(), lo.to_le());
+        core::ptr::write_volatile(p.add(4).cast::<u32>(), hi.to_le());
+    }
 }
 
 /// # Safety
@@ -240,13 +296,15 @@ pub struct WqGeometry {
     pub header: usize,
 }
 
-/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ).
-pub struct WqPort {
-    pages: Pages,
+/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ), with a record of type
+/// `R` per element for the producer's bookkeeping ([`Self::with_records`]; none by default).
+pub struct WqPort<R = ()> {
+    pages: Pages<R>,
     // INVARIANT: points to this ring's `prod_tail` word in page 0 of `_buf`.
     prod_tail: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
+    // INVARIANT: ≥ 1, and an element holds the header and this many SGEs.
     /// SGEs a WQE of this ring can hold.
     max_sge: u32,
     bell: Bell,
@@ -254,17 +312,17 @@ pub struct WqPort {
 }
 
 // SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
-// device; all access is volatile or atomic.
-unsafe impl Send for WqPort {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for WqPort {}
+// device; all access is volatile or atomic. The records are `R`s like any other field.
+unsafe impl<R: Send> Send for WqPort<R> {}
+// SAFETY: as for `Send`; only `&R` is handed out.
+unsafe impl<R: Sync> Sync for WqPort<R> {}
 
 impl WqPort {
     /// A port on the ring `g` of `buf`.
     ///
     /// # Errors
-    /// [`PvrdmaError::InvalidParameter`] for a geometry outside the buffer or a stride that
-    /// cannot hold `max_sge` SGEs; [`PvrdmaError::NoMemory`].
+    /// [`PvrdmaError::InvalidParameter`] for a geometry outside the buffer, no SGE per WQE or
+    /// a stride that cannot hold `max_sge` SGEs; [`PvrdmaError::NoMemory`].
     pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<WqPort, PvrdmaError> {
         let WqGeometry {
             first_page,
@@ -278,7 +336,7 @@ impl WqPort {
             .checked_mul(SGE_SIZE)
             .and_then(|b| b.checked_add(header))
             .ok_or(PvrdmaError::InvalidParameter)?;
-        if need > stride as usize || n > 1 << 30 {
+        if max_sge == 0 || need > stride as usize || n > 1 << 30 {
             return Err(PvrdmaError::InvalidParameter);
         }
         let pages = Pages::new(&buf, first_page, n, stride)?;
@@ -297,6 +355,26 @@ impl WqPort {
             _buf: buf,
         })
     }
+}
+
+impl<R> WqPort<R> {
+    /// The same port with a record per element, each from `rec` (allocates: creation time
+    /// only). The poster keeps what it needs to know about each posted WQE there, so one
+    /// index computation finds both the record and the WQE ([`Self::slot`]).
+    ///
+    /// # Errors
+    /// [`PvrdmaError::NoMemory`].
+    pub fn with_records<S>(self, rec: impl FnMut() -> S) -> Result<WqPort<S>, PvrdmaError> {
+        let pages = self.pages.with_records(rec)?;
+        Ok(WqPort {
+            pages,
+            prod_tail: self.prod_tail,
+            wrap: self.wrap,
+            max_sge: self.max_sge,
+            bell: self.bell,
+            _buf: self._buf,
+        })
+    }
 
     /// N.
     pub fn entries(&self) -> u32 {
@@ -313,48 +391,31 @@ impl WqPort {
         unsafe { self.prod_tail.as_ref() }
     }
 
-    /// Writes send WQE `index` (a free-running index; the caller owns the slot: it was
-    /// retired); `false` (nothing written) for more SGEs than the ring holds.
+    /// The record of free-running index `index`.
     #[inline(always)]
-    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
-        if sges.len() > self.max_sge as usize {
-            return false;
-        }
-        let p = self.pages.element(index);
-        // SAFETY: `p` is a whole element of the ring (`element`), 80 + 16·max_sge bytes at
-        // least (checked in `new`), page-aligned runs so every word offset is aligned.
-        unsafe {
-            put64(p, 0, wr_id);
-            put64(p, 8, sges.len() as u64);
-            put64(p, 16, h.op_word);
-            put64(p, 24, u64::from(h.ex));
-            let [b0, b1, b2, b3, b4, b5] = h.body;
-            put64(p, 32, b0);
-            put64(p, 40, b1);
-            put64(p, 48, b2);
-            put64(p, 56, b3);
-            put64(p, 64, b4);
-            put64(p, 72, b5);
-        }
-        // SAFETY: `sges.len() <= max_sge`, which the element holds after the header.
-        unsafe { put_sges(p.add(SQ_WQE_HDR_SIZE), sges) };
-        true
+    pub fn record(&self, index: u32) -> &R {
+        &self.pages.entry(index).rec
     }
 
-    /// Writes receive WQE `index` (RQ or SRQ format); `false` for too many SGEs.
+    /// Element `index` (a free-running index), resolved once for its record and its WQE.
+    #[inline(always)]
+    pub fn slot(&self, index: u32) -> WqSlot<'_, R> {
+        WqSlot {
+            entry: self.pages.entry(index),
+            max_sge: self.max_sge,
+        }
+    }
+
+    /// Writes send WQE `index` ([`WqSlot::write_send`]).
+    #[inline(always)]
+    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
+        self.slot(index).write_send(wr_id, h, sges)
+    }
+
+    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
     #[inline(always)]
     pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
-        if sges.len() > self.max_sge as usize {
-            return false;
-        }
-        let p = self.pages.element(index);
-        // SAFETY: as in `write_send`, with the 16-byte receive header.
-        unsafe {
-            put64(p, 0, wr_id);
-            put64(p, 8, sges.len() as u64);
-            put_sges(p.add(RQ_WQE_HDR_SIZE), sges);
-        }
-        true
+        self.slot(index).write_recv(wr_id, sges)
     }
 
     /// Hands every WQE before free-running index `next` to the device: barrier, then
@@ -390,6 +451,74 @@ impl WqPort {
             // SAFETY: `i` < stride: inside the element.
             *o = unsafe { core::ptr::read_volatile(p.add(i)) };
         }
+    }
+}
+
+/// One element of a [`WqPort`]: its record and its WQE (the caller owns the element: its
+/// index was retired, so the device is done with it).
+pub struct WqSlot<'a, R> {
+    // INVARIANT: an entry of a port whose elements hold `max_sge` (≥ 1) SGEs.
+    entry: &'a Entry<R>,
+    max_sge: u32,
+}
+
+impl<'a, R> WqSlot<'a, R> {
+    /// The element's record.
+    #[inline(always)]
+    pub fn record(&self) -> &'a R {
+        &self.entry.rec
+    }
+
+    /// False for more SGEs than a WQE holds. A WQE holds at least one (type invariant), so
+    /// a post whose SGE count is known to be 0 or 1 compiles this away.
+    #[inline(always)]
+    fn fits(&self, sges: &[Sge]) -> bool {
+        sges.len() <= 1 || sges.len() <= self.max_sge as usize
+    }
+
+    /// Writes the send WQE; `false` (nothing written) for more SGEs than the ring holds.
+    #[inline(always)]
+    pub fn write_send(&self, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
+        if !self.fits(sges) {
+            return false;
+        }
+        let p = self.entry.at.as_ptr();
+        // SAFETY: `p` is a whole element of the ring (type invariant), 80 + 16·max_sge bytes
+        // at least (checked in `WqPort::new`), page-aligned runs so every word offset is
+        // aligned.
+        unsafe {
+            put_wr_id(p, wr_id);
+            put64(p, 8, sges.len() as u64);
+            put64(p, 16, h.op_word);
+            put64(p, 24, u64::from(h.ex));
+            let [b0, b1, b2, b3, b4, b5] = h.body;
+            put64(p, 32, b0);
+            put64(p, 40, b1);
+            put64(p, 48, b2);
+            put64(p, 56, b3);
+            put64(p, 64, b4);
+            put64(p, 72, b5);
+        }
+        // SAFETY: `sges.len() <= max_sge` (`fits`), which the element holds after the
+        // header.
+        unsafe { put_sges(p.add(SQ_WQE_HDR_SIZE), sges) };
+        true
+    }
+
+    /// Writes the receive WQE (RQ or SRQ format); `false` for too many SGEs.
+    #[inline(always)]
+    pub fn write_recv(&self, wr_id: u64, sges: &[Sge]) -> bool {
+        if !self.fits(sges) {
+            return false;
+        }
+        let p = self.entry.at.as_ptr();
+        // SAFETY: as in `write_send`, with the 16-byte receive header.
+        unsafe {
+            put_wr_id(p, wr_id);
+            put64(p, 8, sges.len() as u64);
+            put_sges(p.add(RQ_WQE_HDR_SIZE), sges);
+        }
+        true
     }
 }
 
@@ -479,7 +608,7 @@ pub struct CqPort {
     _buf: Arc<PagedBuffer>,
 }
 
-// SAFETY: as for `WqPort`.
+// SAFETY: as for `WqPort` (no records).
 unsafe impl Send for CqPort {}
 // SAFETY: as for `WqPort`.
 unsafe impl Sync for CqPort {}
@@ -820,6 +949,50 @@ mod tests {
         log.after(0, || rq.ring());
         assert_eq!(log.rung(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
         assert_eq!(sq.device_cons_head(), 0);
+    }
+
+    #[test]
+    fn records_and_wqes_share_one_index_across_the_wrap() {
+        let dma = TestDma::new_dyn();
+        let (u, _log) = uar();
+        let layout = QpLayout::new(8, 1, None).unwrap();
+        let q = QpQueues::alloc(&dma, &layout).unwrap();
+        let plain =
+            q.sq.port(Bell::new(u.clone(), QpDoorbell::send(7)))
+                .unwrap();
+        let mut k = 0u32;
+        let sq =
+            q.sq.port(Bell::new(u, QpDoorbell::send(7)))
+                .unwrap()
+                .with_records(|| {
+                    k += 1;
+                    AtomicU32::new(k)
+                })
+                .unwrap();
+        assert_eq!((sq.entries(), sq.max_sge()), (8, 1));
+        let h = SqHeader {
+            op_word: SqHeader::op_word(WrOpcode::RdmaWrite as u32, 2),
+            ex: 0,
+            body: SqHeader::rdma_body(0x1234, 5),
+        };
+        // Free-running indices around the wrap of the ring and of u32.
+        for i in (u32::MAX - 9..=u32::MAX).chain(0..20) {
+            let slot = sq.slot(i);
+            assert!(core::ptr::eq(slot.record(), sq.record(i)));
+            assert!(core::ptr::eq(sq.record(i), sq.record(i.wrapping_add(8))));
+            assert_eq!(sq.record(i).load(Ordering::Relaxed), (i & 7) + 1, "{i}");
+            let wr_id = 0x1_0000_0000 | u64::from(i);
+            assert!(slot.write_send(wr_id, &h, &[sge(1)]));
+            // The element the record sits beside is the one the port without records sees.
+            let mut got = [0u8; 96];
+            plain.read_element(i & 7, &mut got);
+            assert_eq!(got[0..8], wr_id.to_le_bytes(), "{i}");
+            assert_eq!(got[8], 1);
+            // Too many SGEs: refused, nothing written.
+            assert!(!slot.write_send(0, &h, &[sge(1), sge(2)]));
+            plain.read_element(i, &mut got);
+            assert_eq!(got[0..8], wr_id.to_le_bytes());
+        }
     }
 
     #[test]
