@@ -157,7 +157,7 @@ pub fn to_result(r: &NDK_RESULT_EX) -> NDK_RESULT {
 /// Queue tags in `wr_id` bits 63..32.
 pub mod tag {
     /// QP send queue.
-    pub const SQ: u32 = 1;
+    pub const SQ: u32 = 0;
     /// QP receive queue.
     pub const RQ: u32 = 2;
     /// Shared receive queue.

@@ -368,31 +368,33 @@ impl Cq {
         self.graveyard.drain();
     }
 
-    /// The QP with device handle `handle` from the CQ's own table; `None` if it is not
-    /// there (no such QP of this CQ, or both its residues were taken: [`Self::find_qp`]
-    /// then asks the device's table).
+    /// The QP with device handle `handle` at its first residue in the CQ's own table (the
+    /// fast path's lookup: no call); `None` otherwise, and [`Self::find_qp`] looks further.
     ///
     /// # Safety
     /// Called by this CQ's poller (polls are serialized, §5.4); the reference is not used
     /// after the next `release_buried` (which may release it), nor after the poll.
     #[inline(always)]
     unsafe fn find_local<'a>(&self, handle: u64) -> Option<&'a Qp> {
-        let p = self.qps.find(handle)?;
+        let p = self.qps.find_first(handle)?;
         // SAFETY: only QPs of this CQ are in its table, each alive until this poller
         // releases it from the graveyard (`qp_table`), which the caller contract excludes.
         Some(unsafe { p.as_ref() }.state())
     }
 
-    /// The QP with device handle `handle`, if it completes on this CQ: the CQ's own table,
-    /// then the device's. O(1) and lock-free either way, whatever the number of QPs.
+    /// The QP with device handle `handle`, if it completes on this CQ: the CQ's own table
+    /// (both residues), then the device's. O(1) and lock-free either way, whatever the
+    /// number of QPs.
     ///
     /// # Safety
     /// As [`Self::find_local`], and every QP reference the caller took earlier is dead.
     #[inline(always)]
     unsafe fn find_qp<'a>(&self, handle: u64) -> Option<&'a Qp> {
-        // SAFETY: caller contract.
-        match unsafe { self.find_local(handle) } {
-            Some(q) => Some(q),
+        match self.qps.find(handle) {
+            // SAFETY: only QPs of this CQ are in its table, each alive until this poller
+            // releases it from the graveyard (`qp_table`), which the caller contract
+            // excludes.
+            Some(p) => Some(unsafe { p.as_ref() }.state()),
             // SAFETY: caller contract.
             None => unsafe { self.find_qp_in_device(handle) },
         }

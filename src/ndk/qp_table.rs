@@ -255,23 +255,39 @@ impl CqQps {
         }
     }
 
-    /// The poller's lookup: the QP of this CQ with device handle `handle` (the low half of
-    /// a CQE's `qp`), if at one of its two residues. Dereferencing the result is sound
-    /// until the poller next empties the CQ's graveyard (module docs).
+    /// The poller's fast lookup: the QP of this CQ with device handle `handle` (the low half
+    /// of a CQE's `qp`), if at its first residue (the usual place: a QP is at its second
+    /// only after a collision, see [`Self::find`]). Dereferencing the result is sound until
+    /// the poller next empties the CQ's graveyard (module docs).
     #[inline(always)]
-    pub(crate) fn find(&self, handle: u64) -> Option<RawQp> {
-        // The mask first: a writer publishes a larger table before its mask, so the mask
-        // read here never exceeds the table read after it (tables only grow).
-        let mask = u64::from(self.mask.load(Ordering::Acquire));
-        let e = self.entries.load(Ordering::Acquire);
-        // CAST (both): masked, at most 65535.
+    pub(crate) fn find_first(&self, handle: u64) -> Option<RawQp> {
+        let (e, mask) = self.table();
+        // CAST: masked, at most 65535.
         let p = Self::entry(e, (handle & mask) as usize)?;
         // SAFETY: only QPs of this CQ are in the table, alive until this poller empties
         // the graveyard they go to after leaving it (module docs).
-        if unsafe { p.as_ref() }.state().live_handle() == handle {
-            return Some(p);
+        (unsafe { p.as_ref() }.state().live_handle() == handle).then_some(p)
+    }
+
+    /// [`Self::find_first`], then the second residue.
+    #[inline(always)]
+    pub(crate) fn find(&self, handle: u64) -> Option<RawQp> {
+        match self.find_first(handle) {
+            Some(p) => Some(p),
+            None => {
+                let (e, mask) = self.table();
+                Self::second(e, handle, mask)
+            }
         }
-        Self::second(e, handle, mask)
+    }
+
+    /// The current table's first entry and mask.
+    #[inline(always)]
+    fn table(&self) -> (*mut AtomicPtr<ProviderObject<Qp>>, u64) {
+        // The mask first: a writer publishes a larger table before its mask, so the mask
+        // read here never exceeds the table read after it (tables only grow).
+        let mask = u64::from(self.mask.load(Ordering::Acquire));
+        (self.entries.load(Ordering::Acquire), mask)
     }
 
     /// The second residue (`handle + 1`), out of line: used only after a collision (the
@@ -281,7 +297,7 @@ impl CqQps {
     fn second(e: *mut AtomicPtr<ProviderObject<Qp>>, handle: u64, mask: u64) -> Option<RawQp> {
         // CAST: masked, as above.
         let p = Self::entry(e, (handle.wrapping_add(1) & mask) as usize)?;
-        // SAFETY: as in `find`.
+        // SAFETY: as in `find_first`.
         (unsafe { p.as_ref() }.state().live_handle() == handle).then_some(p)
     }
 
@@ -289,7 +305,7 @@ impl CqQps {
     #[inline(always)]
     fn entry(e: *mut AtomicPtr<ProviderObject<Qp>>, i: usize) -> Option<RawQp> {
         // SAFETY: `e` is `EMPTY` (mask 0) or the first entry of a generation of at least
-        // `mask + 1` entries (see `find`), and `i` ≤ mask, so the entry is in bounds...
+        // `mask + 1` entries (see `table`), and `i` ≤ mask, so the entry is in bounds...
         let slot = unsafe { e.add(i) };
         // SAFETY: ...and no generation is freed while `self` lives.
         NonNull::new(unsafe { &*slot }.load(Ordering::Acquire))
