@@ -156,7 +156,8 @@ pub fn to_result(r: &NDK_RESULT_EX) -> NDK_RESULT {
 
 /// Queue tags in `wr_id` bits 63..32.
 pub mod tag {
-    /// QP send queue.
+    /// QP send queue: 0, so a send `wr_id` is its index and the poll's window check needs
+    /// no tag constant (a `wr_id` with a non-zero upper half still fails it).
     pub const SQ: u32 = 0;
     /// QP receive queue.
     pub const RQ: u32 = 2;
@@ -636,7 +637,8 @@ mod tests {
         }
         assert_eq!(q.retire(3), Some(rec(10)));
         assert_eq!(q.retire(4), Some(rec(11)));
-        assert_eq!(wr_id(tag::SQ, 4), 0x1_0000_0004);
+        assert_eq!(wr_id(tag::SQ, 4), 4, "a send wr_id is its index");
+        assert_eq!(wr_id(tag::RQ, 4), 0x2_0000_0004);
         assert_eq!(split_wr_id(0x2_0000_0009), (tag::RQ, 9));
     }
 
