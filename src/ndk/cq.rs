@@ -1,10 +1,10 @@
 //! NDK_CQ over a PVRDMA CQ (ndkpi.md §5.4; pvrdma.md §9, §11–§13, M18–M19).
 //!
 //! Retrieval reads CQEs straight out of the ring through the CQ's port
-//! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the QP of the previous CQE is
-//! cached across polls; otherwise the device's QP table, O(1), bounds-checked and lock-free,
-//! which answers only for QPs completing on this CQ: [`super::qp_table`]) and to the posted
-//! request through that queue's slot records ([`super::completion`]). Notification is the
+//! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the CQ's own table of its QPs by
+//! handle residue, then the device's table; O(1), lock-free, no count: [`super::qp_table`])
+//! and to the posted request through that queue's slot records ([`super::completion`]).
+//! Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 

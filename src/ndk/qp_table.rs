@@ -1,20 +1,27 @@
-//! The device's QPs by handle, as the CQ pollers see them: a CQE names its QP by device
-//! handle, and the poller finds the QP with a few loads, without a lock or a count, however
-//! many QPs share the CQ.
+//! QPs by device handle, as the CQ pollers see them: a CQE names its QP by device handle,
+//! and the poller finds the QP with a few loads, without a lock or a count, however many
+//! QPs share the CQ.
+//!
+//! Two tables:
+//! - [`CqQps`], one per CQ: the CQ's own QPs by handle residue (the first residue, or the
+//!   next one after a collision). The fast path reads only this: one masked load and the
+//!   QP's handle. Only QPs of this CQ are in it, so nothing else is checked.
+//! - [`QpTable`], one per device: every QP by handle, with the handles of its two CQs. The
+//!   general path falls back on it (a QP whose residues were both taken); a poller of CQ `c`
+//!   accepts a slot's QP only if `c` is one of its CQs, which it checks on the slot itself,
+//!   so it never dereferences a QP of another CQ (a CQE is device memory and may name any
+//!   handle).
 //!
 //! Polls are serialized per CQ (ndkpi.md §5.4) but not across CQs, and a QP may close while
 //! its CQs are polled. Memory safety without counts on the poll path rests on three rules:
-//! - A slot owns one count of its QP and records the handles of the QP's two CQs. A poller
-//!   of CQ `c` accepts a slot's QP only if `c` is one of them, which it checks on the slot
-//!   itself: it never dereferences a QP of another CQ (a CQE is device memory and may name
-//!   any handle).
-//! - At the QP's teardown its slot is emptied (writers take a lock) and the slot's count
-//!   moves to the [`Graveyard`] of each of the QP's CQs. Only that CQ's poller empties its
-//!   graveyard, just before one of its own lookups, where it uses no QP reference from
-//!   before except its cache, which it clears if it names a QP being released. So a poller
-//!   that found the QP before its slot was emptied keeps it alive for as long as it uses it,
-//!   and its cache never outlives the QP. A torn-down QP's memory thus goes at its CQ's next
-//!   lookup (the next CQE of another QP, including the first after the cached QP died).
+//! - The device table's slot owns one count of its QP. At the QP's teardown (writers take
+//!   locks) the QP leaves both tables and the slot's count moves to the [`Graveyard`] of each
+//!   of the QP's CQs.
+//! - Only that CQ's poller empties its graveyard, and only where it holds no QP reference:
+//!   NdkArmCq (never concurrent with a poll of the CQ, §5.4), the start of the general path,
+//!   a device-table lookup. So a poller that found the QP before it left the tables keeps
+//!   it alive for as long as it uses it. A torn-down QP's memory thus goes at its CQ's next
+//!   arm, receive, failure or flush completion, or close.
 //! - The CQ's teardown empties its graveyard: no poll runs after the close (§5.2), and a CQ
 //!   closes only after its QPs have (§1.6), so every QP of the CQ is in it by then.
 
