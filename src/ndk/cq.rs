@@ -2,7 +2,7 @@
 //!
 //! Retrieval reads CQEs straight out of the ring through the CQ's port
 //! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the CQ's own table of its QPs by
-//! handle residue, then the device's table; O(1), lock-free, no count: [`super::qp_table`])
+//! handle residue, then the device's table; O(1), lock-free, no count: `qp_table`)
 //! and to the posted request through that queue's slot records ([`super::completion`]).
 //! Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
