@@ -3,7 +3,10 @@
 //! of loads, with no lock, no table lookup and no allocation.
 //!
 //! - [`WqPort`]: the producer side of a driver-produced ring (QP send queue, QP receive queue,
-//!   SRQ): write the WQE into its slot, publish `prod_tail`, ring the doorbell.
+//!   SRQ): write the WQE into its slot, publish `prod_tail`, ring the doorbell. The ring's
+//!   WQE format is part of the port's type ([`SendPort`], [`RecvPort`]): only a send port
+//!   writes send WQEs, only a receive port receive WQEs, and each port's constructor checks
+//!   that its elements hold its header and its SGEs, so no safe call writes past an element.
 //! - [`CqPort`]: the consumer side of a CQ ring: read the device's `prod_tail` (validated,
 //!   M14), load CQEs, publish `cons_head`.
 //! - [`Bell`]: one doorbell value bound to the mapped UAR page (one volatile store).
@@ -25,6 +28,7 @@
 #![allow(clippy::multiple_unsafe_ops_per_block)]
 
 use alloc::sync::Arc;
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -292,49 +296,113 @@ pub struct WqGeometry {
     pub max_sge: u32,
     /// Byte offset of `prod_tail` in page 0 (`cons_head` follows).
     pub state: usize,
-    /// Header bytes before the SGEs (80 send, 16 receive).
-    pub header: usize,
 }
 
-/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ), with a record of type
-/// `R` per element for the producer's bookkeeping ([`Self::with_records`]; none by default).
-pub struct WqPort<R = ()> {
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The WQE format of a driver-produced ring, as a type: [`SendRing`] or [`RecvRing`]. Sealed:
+/// the port's memory safety rests on [`Self::HEADER`] being the header its writer stores.
+pub trait WqKind: sealed::Sealed {
+    /// Header bytes before the SGEs of a WQE of this format.
+    const HEADER: usize;
+}
+
+/// A QP send queue: `pvrdma_sq_wqe_hdr` (80 bytes) and SGEs (§10).
+#[derive(Debug)]
+pub enum SendRing {}
+
+/// A QP receive queue or an SRQ: `pvrdma_rq_wqe_hdr` (16 bytes) and SGEs (§10).
+#[derive(Debug)]
+pub enum RecvRing {}
+
+impl sealed::Sealed for SendRing {}
+impl sealed::Sealed for RecvRing {}
+
+impl WqKind for SendRing {
+    const HEADER: usize = SQ_WQE_HDR_SIZE;
+}
+
+impl WqKind for RecvRing {
+    const HEADER: usize = RQ_WQE_HDR_SIZE;
+}
+
+/// The port of a QP send queue.
+pub type SendPort<R = ()> = WqPort<SendRing, R>;
+
+/// The port of a QP receive queue or of an SRQ.
+pub type RecvPort<R = ()> = WqPort<RecvRing, R>;
+
+/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ) whose WQE format is `K`
+/// ([`SendRing`], [`RecvRing`]), with a record of type `R` per element for the producer's
+/// bookkeeping ([`Self::with_records`]; none by default).
+///
+/// A send WQE is written only through a send port, a receive WQE only through a receive
+/// port: an 80-byte send header cannot land in the smaller element of a receive ring.
+///
+/// ```compile_fail
+/// # use pvrdma_ndk::pvrdma::port::{RecvPort, SqHeader};
+/// fn post(rq: &RecvPort) -> bool {
+///     rq.write_send(0, 0, &SqHeader::default(), &[])
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use pvrdma_ndk::pvrdma::port::SendPort;
+/// fn post(sq: &SendPort) -> bool {
+///     sq.slot(0).write_recv(0, &[])
+/// }
+/// ```
+///
+/// whereas each port writes its own format:
+///
+/// ```
+/// # use pvrdma_ndk::pvrdma::port::{RecvPort, SendPort, SqHeader};
+/// fn post(sq: &SendPort, rq: &RecvPort) -> bool {
+///     sq.write_send(0, 0, &SqHeader::default(), &[]) && rq.slot(0).write_recv(0, &[])
+/// }
+/// ```
+pub struct WqPort<K, R = ()> {
     pages: Pages<R>,
     // INVARIANT: points to this ring's `prod_tail` word in page 0 of `_buf`.
     prod_tail: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
-    // INVARIANT: ≥ 1, and an element holds the header and this many SGEs.
+    // INVARIANT: ≥ 1, and an element holds the `K::HEADER`-byte header of the port's WQE
+    // format and this many SGEs.
     /// SGEs a WQE of this ring can hold.
     max_sge: u32,
     bell: Bell,
     _buf: Arc<PagedBuffer>,
+    /// The WQE format (no value: `fn() -> K` so that it adds no auto-trait bound).
+    _kind: PhantomData<fn() -> K>,
 }
 
 // SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
-// device; all access is volatile or atomic. The records are `R`s like any other field.
-unsafe impl<R: Send> Send for WqPort<R> {}
+// device; all access is volatile or atomic. The records are `R`s like any other field; `K`
+// is a type-level tag with no value.
+unsafe impl<K, R: Send> Send for WqPort<K, R> {}
 // SAFETY: as for `Send`; only `&R` is handed out.
-unsafe impl<R: Sync> Sync for WqPort<R> {}
+unsafe impl<K, R: Sync> Sync for WqPort<K, R> {}
 
-impl WqPort {
-    /// A port on the ring `g` of `buf`.
+impl<K: WqKind> WqPort<K> {
+    /// A port on the ring `g` of `buf`, whose WQEs have format `K`.
     ///
     /// # Errors
     /// [`PvrdmaError::InvalidParameter`] for a geometry outside the buffer, no SGE per WQE or
-    /// a stride that cannot hold `max_sge` SGEs; [`PvrdmaError::NoMemory`].
-    pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<WqPort, PvrdmaError> {
+    /// a stride that cannot hold a `K` header and `max_sge` SGEs; [`PvrdmaError::NoMemory`].
+    pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<Self, PvrdmaError> {
         let WqGeometry {
             first_page,
             n,
             stride,
             max_sge,
             state,
-            header,
         } = g;
         let need = (max_sge as usize)
             .checked_mul(SGE_SIZE)
-            .and_then(|b| b.checked_add(header))
+            .and_then(|b| b.checked_add(K::HEADER))
             .ok_or(PvrdmaError::InvalidParameter)?;
         if max_sge == 0 || need > stride as usize || n > 1 << 30 {
             return Err(PvrdmaError::InvalidParameter);
@@ -353,19 +421,21 @@ impl WqPort {
             max_sge,
             bell,
             _buf: buf,
+            _kind: PhantomData,
         })
     }
 }
 
-impl<R> WqPort<R> {
+impl<K, R> WqPort<K, R> {
     /// The same port with a record per element, each from `rec` (allocates: creation time
     /// only). The poster keeps what it needs to know about each posted WQE there, so one
     /// index computation finds both the record and the WQE ([`Self::slot`]).
     ///
     /// # Errors
     /// [`PvrdmaError::NoMemory`].
-    pub fn with_records<S>(self, rec: impl FnMut() -> S) -> Result<WqPort<S>, PvrdmaError> {
+    pub fn with_records<S>(self, rec: impl FnMut() -> S) -> Result<WqPort<K, S>, PvrdmaError> {
         let pages = self.pages.with_records(rec)?;
+        // INVARIANT: the same elements, format and SGE count.
         Ok(WqPort {
             pages,
             prod_tail: self.prod_tail,
@@ -373,6 +443,7 @@ impl<R> WqPort<R> {
             max_sge: self.max_sge,
             bell: self.bell,
             _buf: self._buf,
+            _kind: PhantomData,
         })
     }
 
@@ -399,23 +470,13 @@ impl<R> WqPort<R> {
 
     /// Element `index` (a free-running index), resolved once for its record and its WQE.
     #[inline(always)]
-    pub fn slot(&self, index: u32) -> WqSlot<'_, R> {
+    pub fn slot(&self, index: u32) -> WqSlot<'_, K, R> {
+        // INVARIANT: an entry of this port, whose elements hold a `K` WQE of `max_sge` SGEs.
         WqSlot {
             entry: self.pages.entry(index),
             max_sge: self.max_sge,
+            _kind: PhantomData,
         }
-    }
-
-    /// Writes send WQE `index` ([`WqSlot::write_send`]).
-    #[inline(always)]
-    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
-        self.slot(index).write_send(wr_id, h, sges)
-    }
-
-    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
-    #[inline(always)]
-    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
-        self.slot(index).write_recv(wr_id, sges)
     }
 
     /// Hands every WQE before free-running index `next` to the device: barrier, then
@@ -454,15 +515,33 @@ impl<R> WqPort<R> {
     }
 }
 
-/// One element of a [`WqPort`]: its record and its WQE (the caller owns the element: its
-/// index was retired, so the device is done with it).
-pub struct WqSlot<'a, R> {
-    // INVARIANT: an entry of a port whose elements hold `max_sge` (≥ 1) SGEs.
-    entry: &'a Entry<R>,
-    max_sge: u32,
+impl<R> WqPort<SendRing, R> {
+    /// Writes send WQE `index` ([`WqSlot::write_send`]).
+    #[inline(always)]
+    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
+        self.slot(index).write_send(wr_id, h, sges)
+    }
 }
 
-impl<'a, R> WqSlot<'a, R> {
+impl<R> WqPort<RecvRing, R> {
+    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
+    #[inline(always)]
+    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
+        self.slot(index).write_recv(wr_id, sges)
+    }
+}
+
+/// One element of a [`WqPort`] of WQE format `K`: its record and its WQE (the caller owns
+/// the element: its index was retired, so the device is done with it).
+pub struct WqSlot<'a, K, R> {
+    // INVARIANT: an entry of a port whose elements hold a `K` header and `max_sge` (≥ 1)
+    // SGEs.
+    entry: &'a Entry<R>,
+    max_sge: u32,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<'a, K, R> WqSlot<'a, K, R> {
     /// The element's record.
     #[inline(always)]
     pub fn record(&self) -> &'a R {
@@ -475,7 +554,9 @@ impl<'a, R> WqSlot<'a, R> {
     fn fits(&self, sges: &[Sge]) -> bool {
         sges.len() <= 1 || sges.len() <= self.max_sge as usize
     }
+}
 
+impl<R> WqSlot<'_, SendRing, R> {
     /// Writes the send WQE; `false` (nothing written) for more SGEs than the ring holds.
     #[inline(always)]
     pub fn write_send(&self, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
@@ -483,9 +564,9 @@ impl<'a, R> WqSlot<'a, R> {
             return false;
         }
         let p = self.entry.at.as_ptr();
-        // SAFETY: `p` is a whole element of the ring (type invariant), 80 + 16·max_sge bytes
-        // at least (checked in `WqPort::new`), page-aligned runs so every word offset is
-        // aligned.
+        // SAFETY: `p` is a whole element of a send ring (type invariant), 80 + 16·max_sge
+        // bytes at least (`SendRing::HEADER`, checked in `WqPort::new`), page-aligned runs so
+        // every word offset is aligned.
         unsafe {
             put_wr_id(p, wr_id);
             put64(p, 8, sges.len() as u64);
@@ -504,7 +585,9 @@ impl<'a, R> WqSlot<'a, R> {
         unsafe { put_sges(p.add(SQ_WQE_HDR_SIZE), sges) };
         true
     }
+}
 
+impl<R> WqSlot<'_, RecvRing, R> {
     /// Writes the receive WQE (RQ or SRQ format); `false` for too many SGEs.
     #[inline(always)]
     pub fn write_recv(&self, wr_id: u64, sges: &[Sge]) -> bool {
@@ -512,7 +595,9 @@ impl<'a, R> WqSlot<'a, R> {
             return false;
         }
         let p = self.entry.at.as_ptr();
-        // SAFETY: as in `write_send`, with the 16-byte receive header.
+        // SAFETY: `p` is a whole element of a receive ring (type invariant), 16 + 16·max_sge
+        // bytes at least (`RecvRing::HEADER`, checked in `WqPort::new`), page-aligned runs so
+        // every word offset is aligned; `fits` bounds the SGEs.
         unsafe {
             put_wr_id(p, wr_id);
             put64(p, 8, sges.len() as u64);
@@ -949,6 +1034,86 @@ mod tests {
         log.after(0, || rq.ring());
         assert_eq!(log.rung(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
         assert_eq!(sq.device_cons_head(), 0);
+    }
+
+    #[test]
+    fn each_port_checks_its_elements_hold_its_header_and_sges() {
+        let dma = TestDma::new_dyn();
+        let (u, _log) = uar();
+        let buf = Arc::new(PagedBuffer::alloc(&dma, 3).unwrap());
+        let g = |stride, max_sge| WqGeometry {
+            first_page: 1,
+            n: 8,
+            stride,
+            max_sge,
+            state: 0,
+        };
+        let send = |g| SendPort::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::send(1)));
+        let recv = |g| RecvPort::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::recv(1)));
+        // A receive ring's 64-byte elements hold 16 + 3·16 bytes; a send WQE's 80-byte header
+        // alone does not fit, so the same geometry gives no send port.
+        assert!(recv(g(64, 3)).is_ok());
+        assert_eq!(send(g(64, 3)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(send(g(64, 1)).err(), Some(PvrdmaError::InvalidParameter));
+        // At the limit and one SGE over it.
+        assert!(send(g(128, 3)).is_ok());
+        assert_eq!(send(g(128, 4)).err(), Some(PvrdmaError::InvalidParameter));
+        assert!(recv(g(32, 1)).is_ok());
+        assert_eq!(recv(g(64, 4)).err(), Some(PvrdmaError::InvalidParameter));
+        // No SGE at all, or a count whose bytes overflow.
+        assert_eq!(send(g(128, 0)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(recv(g(64, 0)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(
+            recv(g(4096, u32::MAX)).err(),
+            Some(PvrdmaError::InvalidParameter)
+        );
+        // The geometry checks every port makes: a power-of-two stride within a page, a
+        // power-of-two N, elements and ring state inside the buffer.
+        for bad in [
+            WqGeometry {
+                stride: 96,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                stride: 8192,
+                ..g(128, 1)
+            },
+            WqGeometry { n: 6, ..g(128, 1) },
+            WqGeometry {
+                n: 128,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                first_page: 3,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                state: 4092,
+                ..g(128, 1)
+            },
+        ] {
+            assert_eq!(
+                send(bad).err(),
+                Some(PvrdmaError::InvalidParameter),
+                "{bad:?}"
+            );
+            assert_eq!(
+                recv(bad).err(),
+                Some(PvrdmaError::InvalidParameter),
+                "{bad:?}"
+            );
+        }
+        // A port keeps its format through `with_records`; its bounds are the ones checked.
+        let sq = send(g(128, 3)).unwrap().with_records(|| 0u8).unwrap();
+        assert_eq!((sq.entries(), sq.max_sge()), (8, 3));
+        let h = SqHeader::default();
+        let three: Vec<Sge> = (0..3).map(sge).collect();
+        assert!(sq.write_send(7, 1, &h, &three));
+        let four: Vec<Sge> = (0..4).map(sge).collect();
+        assert!(!sq.write_send(7, 1, &h, &four));
+        let rq = recv(g(64, 3)).unwrap();
+        assert!(rq.write_recv(7, 1, &three));
+        assert!(!rq.write_recv(7, 1, &four));
     }
 
     #[test]

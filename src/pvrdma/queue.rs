@@ -20,11 +20,9 @@ use crate::os::sync::{from_device_barrier, to_device_barrier};
 use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
-use super::port::{Bell, CqPort, WqGeometry, WqPort};
+use super::port::{Bell, CqPort, RecvPort, SendPort, WqGeometry, WqKind, WqPort};
 use super::ring::{Ring, RingCorrupt};
-use super::wqe::{
-    RQ_WQE_HDR_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride,
-};
+use super::wqe::{SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride};
 
 fn pages_for(bytes: u64) -> Option<u32> {
     u32::try_from(bytes.div_ceil(PAGE_SIZE as u64)).ok()
@@ -228,7 +226,7 @@ impl WorkQueue {
         Ok(slot)
     }
 
-    fn port(&self, header: usize, bell: Bell) -> Result<WqPort, PvrdmaError> {
+    fn port<K: WqKind>(&self, bell: Bell) -> Result<WqPort<K>, PvrdmaError> {
         WqPort::new(
             self.buf.clone(),
             WqGeometry {
@@ -237,7 +235,6 @@ impl WorkQueue {
                 stride: self.layout.stride,
                 max_sge: self.layout.max_sge,
                 state: self.state,
-                header,
             },
             bell,
         )
@@ -296,9 +293,9 @@ impl SendQueue {
     /// The data-path port on this queue (rings `bell`, the QP's SQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(SQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<SendPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 
     /// Writes `wr` into the next slot and publishes it; returns the slot (for per-slot
@@ -334,9 +331,9 @@ impl RecvQueue {
     /// The data-path port on this queue (rings `bell`, the QP's RQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(RQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<RecvPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 }
 
@@ -377,9 +374,9 @@ impl SrqQueue {
     /// The data-path port on this SRQ (rings `bell`, the SRQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(RQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<RecvPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 
     /// CREATE_SRQ `pdir_dma`.
