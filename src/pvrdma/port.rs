@@ -32,16 +32,16 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::os::Uar;
 use crate::os::alloc::KVec;
 use crate::os::dma::PAGE_SIZE;
 use crate::os::sync::{from_device_barrier, to_device_barrier};
+use crate::os::{DmaView, Uar};
 
 use super::cqe::CQE_SIZE;
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
 use super::uar::Doorbell;
-use super::wqe::{RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, Sge};
+use super::wqe::{Ex, RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, WrBody};
 
 const PAGE_SHIFT: u32 = 12;
 const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
@@ -252,6 +252,78 @@ pub struct SqHeader {
 }
 
 impl SqHeader {
+    /// The header words of `wr`, as [`super::wqe::encode_send`] lays them out (`INLINE` is
+    /// the caller's to refuse: the flag is copied like any other).
+    pub fn of(wr: &SendWr<'_>) -> SqHeader {
+        let ex = match wr.ex {
+            Ex::None => 0,
+            // The four bytes as they stand in the WQE.
+            Ex::Imm(b) => u32::from_le_bytes(b),
+            Ex::InvalidateRkey(k) => k,
+        };
+        let body = match wr.body {
+            WrBody::None => [0; 6],
+            WrBody::Rdma { remote_addr, rkey } => Self::rdma_body(remote_addr, rkey),
+            WrBody::FastReg(f) => [
+                f.iova_start,
+                f.pl_pdir_dma,
+                u64::from(f.page_shift) | u64::from(f.page_list_len) << 32,
+                u64::from(f.length) | u64::from(f.access_flags.bits()) << 32,
+                u64::from(f.rkey),
+                0,
+            ],
+            WrBody::Ud {
+                remote_qpn,
+                remote_qkey,
+                av,
+            } => {
+                // `pvrdma_av` @40: port_pd, sl_tclass_flowlabel, dgid[16], src_path_bits,
+                // gid_index, stat_rate, hop_limit, dmac[6], reserved[2].
+                let [
+                    g0,
+                    g1,
+                    g2,
+                    g3,
+                    g4,
+                    g5,
+                    g6,
+                    g7,
+                    g8,
+                    g9,
+                    g10,
+                    g11,
+                    g12,
+                    g13,
+                    g14,
+                    g15,
+                ] = av.dgid;
+                let [m0, m1, m2, m3, m4, m5] = av.dmac;
+                [
+                    u64::from(remote_qpn) | u64::from(remote_qkey) << 32,
+                    u64::from(av.port_pd) | u64::from(av.sl_tclass_flowlabel) << 32,
+                    u64::from_le_bytes([g0, g1, g2, g3, g4, g5, g6, g7]),
+                    u64::from_le_bytes([g8, g9, g10, g11, g12, g13, g14, g15]),
+                    u64::from_le_bytes([
+                        av.src_path_bits,
+                        av.gid_index,
+                        av.stat_rate,
+                        av.hop_limit,
+                        m0,
+                        m1,
+                        m2,
+                        m3,
+                    ]),
+                    u64::from_le_bytes([m4, m5, 0, 0, 0, 0, 0, 0]),
+                ]
+            }
+        };
+        SqHeader {
+            op_word: Self::op_word(wr.opcode as u32, wr.flags.bits()),
+            ex,
+            body,
+        }
+    }
+
     /// The word @16: `opcode` in the low half, `send_flags` in the high half.
     pub const fn op_word(opcode: u32, send_flags: u32) -> u64 {
         opcode as u64 | (send_flags as u64) << 32
@@ -471,7 +543,8 @@ impl<K, R> WqPort<K, R> {
     /// Element `index` (a free-running index), resolved once for its record and its WQE.
     #[inline(always)]
     pub fn slot(&self, index: u32) -> WqSlot<'_, K, R> {
-        // INVARIANT: an entry of this port, whose elements hold a `K` WQE of `max_sge` SGEs.
+        // INVARIANT: an entry of this port, whose elements hold a `K` WQE of `max_sge` SGEs,
+        // kept alive by `self._buf` for as long as `self` is borrowed.
         WqSlot {
             entry: self.pages.entry(index),
             max_sge: self.max_sge,
@@ -534,11 +607,55 @@ impl<R> WqPort<RecvRing, R> {
 /// One element of a [`WqPort`] of WQE format `K`: its record and its WQE (the caller owns
 /// the element: its index was retired, so the device is done with it).
 pub struct WqSlot<'a, K, R> {
-    // INVARIANT: an entry of a port whose elements hold a `K` header and `max_sge` (≥ 1)
-    // SGEs.
+    // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
+    // (≥ 1) SGEs for 'a. (The address is loaded where a WQE is written, not before: a post
+    // that stores its record first keeps one register free.)
     entry: &'a Entry<R>,
     max_sge: u32,
     _kind: PhantomData<fn() -> K>,
+}
+
+/// One WQE slot of a ring of format `K` outside any port, with no record: the hardware
+/// layer's own posts ([`super::queue`]) write their WQEs through it ([`Self::slot`]), so
+/// that every WQE is written by this module.
+pub struct WqElement<'a, K> {
+    // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
+    // (≥ 1) SGEs for 'a.
+    entry: Entry<()>,
+    max_sge: u32,
+    _life: PhantomData<DmaView<'a>>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<'a, K: WqKind> WqElement<'a, K> {
+    /// The slot `view` of a ring whose WQEs hold up to `max_sge` SGEs; `None` unless `view`
+    /// is 8-aligned and holds a `K` header and `max_sge` (≥ 1) SGEs.
+    pub fn on_view(view: DmaView<'a>, max_sge: u32) -> Option<Self> {
+        let need = (max_sge as usize)
+            .checked_mul(SGE_SIZE)?
+            .checked_add(K::HEADER)?;
+        let at = view.as_non_null();
+        if max_sge == 0 || need > view.len() || !at.as_ptr().addr().is_multiple_of(8) {
+            return None;
+        }
+        // INVARIANT: checked above; the view's memory lives for 'a.
+        Some(WqElement {
+            entry: Entry { at, rec: () },
+            max_sge,
+            _life: PhantomData,
+            _kind: PhantomData,
+        })
+    }
+
+    /// The slot, to write its WQE.
+    pub fn slot(&self) -> WqSlot<'_, K, ()> {
+        // INVARIANT: as `self`'s, for no longer than `self` (which lives no longer than 'a).
+        WqSlot {
+            entry: &self.entry,
+            max_sge: self.max_sge,
+            _kind: PhantomData,
+        }
+    }
 }
 
 impl<'a, K, R> WqSlot<'a, K, R> {
@@ -546,6 +663,11 @@ impl<'a, K, R> WqSlot<'a, K, R> {
     #[inline(always)]
     pub fn record(&self) -> &'a R {
         &self.entry.rec
+    }
+
+    /// SGEs this WQE holds.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
     }
 
     /// False for more SGEs than a WQE holds. A WQE holds at least one (type invariant), so
@@ -859,7 +981,7 @@ mod tests {
     use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues};
     use crate::pvrdma::uar::{CqDoorbell, QpDoorbell};
     use crate::pvrdma::wqe::{
-        AccessFlags, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode, encode_recv, encode_send,
+        AccessFlags, Av, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode, encode_recv, encode_send,
     };
     use std::boxed::Box;
     use std::sync::Mutex;
@@ -1114,6 +1236,120 @@ mod tests {
         let rq = recv(g(64, 3)).unwrap();
         assert!(rq.write_recv(7, 1, &three));
         assert!(!rq.write_recv(7, 1, &four));
+    }
+
+    #[test]
+    fn header_of_a_work_request_matches_the_reference_encoder() {
+        let sges: Vec<Sge> = (0..2).map(sge).collect();
+        let mut dgid = [0u8; 16];
+        for (i, g) in dgid.iter_mut().enumerate() {
+            *g = 0xA0 + i as u8;
+        }
+        let base = SendWr {
+            wr_id: 0x8000_0000_0000_0001,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            ex: Ex::None,
+            body: WrBody::None,
+            sges: &sges,
+        };
+        let wrs = [
+            base,
+            SendWr {
+                opcode: WrOpcode::RdmaWriteWithImm,
+                ex: Ex::Imm([0xDE, 0xAD, 0xBE, 0xEF]),
+                body: WrBody::Rdma {
+                    remote_addr: 0x7000_1000,
+                    rkey: 0xA01,
+                },
+                ..base
+            },
+            SendWr {
+                opcode: WrOpcode::LocalInv,
+                ex: Ex::InvalidateRkey(0x1234_5678),
+                sges: &[],
+                ..base
+            },
+            SendWr {
+                opcode: WrOpcode::FastRegMr,
+                body: WrBody::FastReg(FastReg {
+                    iova_start: 0x1_0000_0010,
+                    pl_pdir_dma: 0x9000,
+                    page_shift: 16,
+                    page_list_len: 3,
+                    length: 0x3_0000,
+                    access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                    rkey: 0x207,
+                }),
+                sges: &[],
+                ..base
+            },
+            SendWr {
+                flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
+                body: WrBody::Ud {
+                    remote_qpn: 0x00AB_CDEF,
+                    remote_qkey: 0x8001_0000,
+                    av: Av {
+                        port_pd: Av::port_pd(3, 1),
+                        sl_tclass_flowlabel: Av::sl_tclass_flowlabel(0x10, 0x12345),
+                        dgid,
+                        src_path_bits: 0x80,
+                        gid_index: 2,
+                        stat_rate: 7,
+                        hop_limit: 64,
+                        dmac: [0x00, 0x50, 0x56, 0xAA, 0xBB, 0xCC],
+                    },
+                },
+                ..base
+            },
+        ];
+        for wr in wrs {
+            // A slot full of stale bytes: every header byte is written.
+            let mut got = [0xEEu8; 128];
+            let view = DmaView::from_mut_slice(&mut got[..]);
+            let slot = WqElement::<SendRing>::on_view(view, 3).unwrap();
+            assert!(
+                slot.slot()
+                    .write_send(wr.wr_id, &SqHeader::of(&wr), wr.sges)
+            );
+            let mut want = [0xEEu8; 128];
+            let n = encode_send(&mut want[..], &wr).unwrap();
+            assert_eq!(got[..n], want[..n], "{:?}", wr.opcode);
+            assert!(got[n..].iter().all(|&b| b == 0xEE), "{:?}", wr.opcode);
+        }
+    }
+
+    #[test]
+    fn a_slot_on_a_view_is_checked_like_a_port() {
+        #[repr(align(8))]
+        struct Slot([u8; 136]);
+        let mut m = Slot([0; 136]);
+        let whole = DmaView::from_mut_slice(&mut m.0[..]);
+        let v = |off, len| whole.sub(off, len).unwrap();
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 3).is_some());
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 4).is_none());
+        assert!(WqElement::<SendRing>::on_view(v(0, 64), 1).is_none());
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 0).is_none());
+        assert!(
+            WqElement::<SendRing>::on_view(v(4, 128), 1).is_none(),
+            "misaligned"
+        );
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), 3).is_some());
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), 4).is_none());
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), u32::MAX).is_none());
+        let rq = WqElement::<RecvRing>::on_view(v(8, 64), 3).unwrap();
+        let sges: Vec<Sge> = (0..4).map(sge).collect();
+        assert!(
+            !rq.slot().write_recv(1, &sges),
+            "more SGEs than the slot holds"
+        );
+        assert!(rq.slot().write_recv(0x55, &sges[..3]));
+        let mut want = [0u8; 64];
+        encode_recv(&mut want[..], 0x55, &sges[..3]).unwrap();
+        let mut got = [0u8; 136];
+        whole.read_bytes(0, &mut got);
+        assert_eq!(got[8..72], want);
+        assert!(got[..8].iter().chain(&got[72..]).all(|&b| b == 0));
     }
 
     #[test]
