@@ -19,7 +19,9 @@ use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, SrqSpec, WrOpcode};
 use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
-use pvrdma_ndk::pvrdma::port::{Bell, CqPort, WqPort};
+use pvrdma_ndk::pvrdma::port::{
+    Bell, CqPort, RecvPort, RecvRing, SendPort, SendRing, WqKind, WqPort,
+};
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use pvrdma_ndk::pvrdma::uar::{CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
 
@@ -165,17 +167,17 @@ impl Drop for UarPage {
 }
 
 /// The fake's own view of a driver-produced ring: which WQEs it has already logged.
-struct Reader {
-    port: WqPort,
+struct Reader<K> {
+    port: WqPort<K>,
     /// Free-running index of the next WQE to log.
     seen: u32,
     /// Bytes of a WQE worth reading (header and SGEs).
     bytes: usize,
 }
 
-impl Reader {
-    fn new(port: WqPort, header: usize) -> Reader {
-        let bytes = header + 16 * port.max_sge() as usize;
+impl<K: WqKind> Reader<K> {
+    fn new(port: WqPort<K>) -> Reader<K> {
+        let bytes = K::HEADER + 16 * port.max_sge() as usize;
         Reader {
             port,
             seen: 0,
@@ -209,13 +211,13 @@ fn le64(b: &[u8], off: usize) -> u64 {
 
 struct QpRings {
     queues: QpQueues,
-    sq: Reader,
-    rq: Option<Reader>,
+    sq: Reader<SendRing>,
+    rq: Option<Reader<RecvRing>>,
 }
 
 struct SrqRings {
     queue: SrqQueue,
-    reader: Reader,
+    reader: Reader<RecvRing>,
 }
 
 struct CqRings {
@@ -528,7 +530,6 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             Some(rq) => Some(Reader::new(
                 rq.port(self.uar.bell(QpDoorbell::recv(h)))
                     .map_err(|_| HwError::NoResources)?,
-                16,
             )),
             None => None,
         };
@@ -538,7 +539,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             h,
             QpRings {
                 queues,
-                sq: Reader::new(sq, 80),
+                sq: Reader::new(sq),
                 rq,
             },
         );
@@ -563,7 +564,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             h,
             SrqRings {
                 queue,
-                reader: Reader::new(port, 16),
+                reader: Reader::new(port),
             },
         );
         Ok(h)
@@ -578,7 +579,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_srq(&self, srq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
     }
-    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError> {
+    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError> {
         let s = self.st.lock().unwrap();
         let q = s.qp_rings.get(&qp).ok_or(HwError::Invalid)?;
         let sq = q
@@ -595,7 +596,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         };
         Ok((sq, rq))
     }
-    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError> {
+    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError> {
         let s = self.st.lock().unwrap();
         let q = s.srq_rings.get(&srq).ok_or(HwError::Invalid)?;
         q.queue

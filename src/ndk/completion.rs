@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
-use crate::pvrdma::port::{WqPort, WqSlot};
+use crate::pvrdma::port::{SendPort, WqKind, WqPort, WqSlot};
 
 /// `enum pvrdma_wc_status` (pvrdma.md §11), numerically equal to IB's.
 pub mod wc {
@@ -258,7 +258,7 @@ pub trait SlotTable {
     fn size(&self) -> u32;
 }
 
-impl SlotTable for WqPort<Slot> {
+impl<K> SlotTable for WqPort<K, Slot> {
     #[inline(always)]
     fn slot(&self, index: u32) -> &Slot {
         self.record(index)
@@ -280,8 +280,8 @@ pub struct RetireRun {
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
 /// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
 /// §5.4), so atomics suffice and the hot path takes no lock. It owns its slot table, for a
-/// QP queue the queue's ring port.
-pub struct OrderedQueue<T = WqPort<Slot>> {
+/// QP queue the queue's ring port (a [`SendPort`] by default, a receive port for an RQ).
+pub struct OrderedQueue<T = SendPort<Slot>> {
     slots: T,
     depth: u32,
     posted: AtomicU32,
@@ -292,14 +292,14 @@ pub struct OrderedQueue<T = WqPort<Slot>> {
     retired: AtomicU32,
 }
 
-impl OrderedQueue {
+impl<K: WqKind> OrderedQueue<WqPort<K, Slot>> {
     /// A queue accepting `depth` outstanding requests posted through `port`, whose elements
     /// carry the slot records (allocates: creation time only).
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER for a depth above the ring's size;
     /// STATUS_INSUFFICIENT_RESOURCES.
-    pub fn on_port(depth: u32, port: WqPort) -> NdkResult<Self> {
+    pub fn on_port(depth: u32, port: WqPort<K>) -> NdkResult<Self> {
         let port = port
             .with_records(Slot::default)
             .map_err(|_| NdkError::InsufficientResources)?;
@@ -308,7 +308,7 @@ impl OrderedQueue {
 
     /// The queue's ring.
     #[inline(always)]
-    pub fn port(&self) -> &WqPort<Slot> {
+    pub fn port(&self) -> &WqPort<K, Slot> {
         &self.slots
     }
 
@@ -320,7 +320,7 @@ impl OrderedQueue {
         index: u32,
         request_context: usize,
         meta: SlotMeta,
-    ) -> WqSlot<'_, Slot> {
+    ) -> WqSlot<'_, K, Slot> {
         let slot = self.slots.slot(index);
         slot.record().set(request_context, meta);
         slot

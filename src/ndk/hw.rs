@@ -14,7 +14,7 @@
 
 use super::error::HwError;
 use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
-use crate::pvrdma::port::{CqPort, WqPort};
+use crate::pvrdma::port::{CqPort, RecvPort, SendPort};
 
 /// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
 /// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
@@ -309,9 +309,9 @@ pub trait Hardware: Send + Sync {
     /// The data-path ports of QP `qp`: its send queue and, unless it takes receives from an
     /// SRQ, its receive queue. Taken once, when the NDK QP is built; posts then write WQEs,
     /// publish `prod_tail` and ring doorbells through them without calling the hardware.
-    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError>;
+    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError>;
     /// The data-path port of SRQ `srq`.
-    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError>;
+    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError>;
     /// The data-path port of CQ `cq` (its ring and its arm doorbells).
     fn cq_port(&self, cq: u32) -> Result<CqPort, HwError>;
     /// Writes the page list of a FAST_REG_MR WQE for FRMR `mr` into the FRMR's page-list

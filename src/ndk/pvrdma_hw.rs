@@ -36,7 +36,7 @@ use crate::pvrdma::cmd::{
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
-use crate::pvrdma::port::{CqPort, WqPort};
+use crate::pvrdma::port::{CqPort, RecvPort, SendPort};
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
@@ -959,7 +959,7 @@ impl Hardware for PvrdmaHardware {
         self.srq_ctx().destroy(srq);
     }
 
-    fn qp_ports(&self, qp: u32) -> Result<(WqPort, Option<WqPort>), HwError> {
+    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
         let g = q.lock();
         let sq =
@@ -975,7 +975,7 @@ impl Hardware for PvrdmaHardware {
         Ok((sq, rq))
     }
 
-    fn srq_port(&self, srq: u32) -> Result<WqPort, HwError> {
+    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError> {
         let q = self.srq(srq).ok_or(HwError::Invalid)?;
         q.lock()
             .port(self.dev.bell(SrqDoorbell::recv(srq)))

@@ -11,7 +11,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use super::completion::{OrderedQueue, SlotMeta, SlotRecord, tag, wr_id};
+use super::completion::{OrderedQueue, Slot, SlotMeta, SlotRecord, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
@@ -23,7 +23,7 @@ use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use crate::ndkpi::*;
-use crate::pvrdma::port::SqHeader;
+use crate::pvrdma::port::{RecvPort, SendPort, SqHeader};
 use crate::pvrdma::wqe::Sge;
 
 /// Every NDK_OP_FLAG_* bit NDKPI defines.
@@ -155,8 +155,8 @@ pub struct Qp {
     handle: u32,
     context: usize,
     /// The send queue: its bookkeeping, which owns its ring.
-    sq: OrderedQueue,
-    rq: Option<OrderedQueue>,
+    sq: OrderedQueue<SendPort<Slot>>,
+    rq: Option<OrderedQueue<RecvPort<Slot>>>,
     /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
     /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
     /// reuse the handle) never matches.
@@ -467,7 +467,7 @@ impl Qp {
 
     /// The send queue's bookkeeping, for the poll's fast path (runs of retirements).
     #[inline(always)]
-    pub(crate) fn send_book(&self) -> &OrderedQueue {
+    pub(crate) fn send_book(&self) -> &OrderedQueue<SendPort<Slot>> {
         &self.sq
     }
 

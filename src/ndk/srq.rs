@@ -14,7 +14,7 @@ use super::hw::{HwDone, SrqSpec, pow2_ceil};
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
-use crate::pvrdma::port::WqPort;
+use crate::pvrdma::port::RecvPort;
 use crate::pvrdma::wqe::Sge;
 
 struct Record {
@@ -55,7 +55,7 @@ pub struct Srq {
     cursor: AtomicU32,
     outstanding: AtomicU32,
     posted: AtomicU32,
-    port: WqPort,
+    port: RecvPort,
 }
 
 impl NdkObject for Srq {

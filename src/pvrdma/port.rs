@@ -3,7 +3,10 @@
 //! of loads, with no lock, no table lookup and no allocation.
 //!
 //! - [`WqPort`]: the producer side of a driver-produced ring (QP send queue, QP receive queue,
-//!   SRQ): write the WQE into its slot, publish `prod_tail`, ring the doorbell.
+//!   SRQ): write the WQE into its slot, publish `prod_tail`, ring the doorbell. The ring's
+//!   WQE format is part of the port's type ([`SendPort`], [`RecvPort`]): only a send port
+//!   writes send WQEs, only a receive port receive WQEs, and each port's constructor checks
+//!   that its elements hold its header and its SGEs, so no safe call writes past an element.
 //! - [`CqPort`]: the consumer side of a CQ ring: read the device's `prod_tail` (validated,
 //!   M14), load CQEs, publish `cons_head`.
 //! - [`Bell`]: one doorbell value bound to the mapped UAR page (one volatile store).
@@ -25,19 +28,20 @@
 #![allow(clippy::multiple_unsafe_ops_per_block)]
 
 use alloc::sync::Arc;
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::os::Uar;
 use crate::os::alloc::KVec;
 use crate::os::dma::PAGE_SIZE;
 use crate::os::sync::{from_device_barrier, to_device_barrier};
+use crate::os::{DmaView, Uar};
 
 use super::cqe::CQE_SIZE;
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
 use super::uar::Doorbell;
-use super::wqe::{RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, Sge};
+use super::wqe::{Ex, RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, WrBody};
 
 const PAGE_SHIFT: u32 = 12;
 const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
@@ -248,6 +252,78 @@ pub struct SqHeader {
 }
 
 impl SqHeader {
+    /// The header words of `wr`, as [`super::wqe::encode_send`] lays them out (`INLINE` is
+    /// the caller's to refuse: the flag is copied like any other).
+    pub fn of(wr: &SendWr<'_>) -> SqHeader {
+        let ex = match wr.ex {
+            Ex::None => 0,
+            // The four bytes as they stand in the WQE.
+            Ex::Imm(b) => u32::from_le_bytes(b),
+            Ex::InvalidateRkey(k) => k,
+        };
+        let body = match wr.body {
+            WrBody::None => [0; 6],
+            WrBody::Rdma { remote_addr, rkey } => Self::rdma_body(remote_addr, rkey),
+            WrBody::FastReg(f) => [
+                f.iova_start,
+                f.pl_pdir_dma,
+                u64::from(f.page_shift) | u64::from(f.page_list_len) << 32,
+                u64::from(f.length) | u64::from(f.access_flags.bits()) << 32,
+                u64::from(f.rkey),
+                0,
+            ],
+            WrBody::Ud {
+                remote_qpn,
+                remote_qkey,
+                av,
+            } => {
+                // `pvrdma_av` @40: port_pd, sl_tclass_flowlabel, dgid[16], src_path_bits,
+                // gid_index, stat_rate, hop_limit, dmac[6], reserved[2].
+                let [
+                    g0,
+                    g1,
+                    g2,
+                    g3,
+                    g4,
+                    g5,
+                    g6,
+                    g7,
+                    g8,
+                    g9,
+                    g10,
+                    g11,
+                    g12,
+                    g13,
+                    g14,
+                    g15,
+                ] = av.dgid;
+                let [m0, m1, m2, m3, m4, m5] = av.dmac;
+                [
+                    u64::from(remote_qpn) | u64::from(remote_qkey) << 32,
+                    u64::from(av.port_pd) | u64::from(av.sl_tclass_flowlabel) << 32,
+                    u64::from_le_bytes([g0, g1, g2, g3, g4, g5, g6, g7]),
+                    u64::from_le_bytes([g8, g9, g10, g11, g12, g13, g14, g15]),
+                    u64::from_le_bytes([
+                        av.src_path_bits,
+                        av.gid_index,
+                        av.stat_rate,
+                        av.hop_limit,
+                        m0,
+                        m1,
+                        m2,
+                        m3,
+                    ]),
+                    u64::from_le_bytes([m4, m5, 0, 0, 0, 0, 0, 0]),
+                ]
+            }
+        };
+        SqHeader {
+            op_word: Self::op_word(wr.opcode as u32, wr.flags.bits()),
+            ex,
+            body,
+        }
+    }
+
     /// The word @16: `opcode` in the low half, `send_flags` in the high half.
     pub const fn op_word(opcode: u32, send_flags: u32) -> u64 {
         opcode as u64 | (send_flags as u64) << 32
@@ -292,49 +368,113 @@ pub struct WqGeometry {
     pub max_sge: u32,
     /// Byte offset of `prod_tail` in page 0 (`cons_head` follows).
     pub state: usize,
-    /// Header bytes before the SGEs (80 send, 16 receive).
-    pub header: usize,
 }
 
-/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ), with a record of type
-/// `R` per element for the producer's bookkeeping ([`Self::with_records`]; none by default).
-pub struct WqPort<R = ()> {
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The WQE format of a driver-produced ring, as a type: [`SendRing`] or [`RecvRing`]. Sealed:
+/// the port's memory safety rests on [`Self::HEADER`] being the header its writer stores.
+pub trait WqKind: sealed::Sealed {
+    /// Header bytes before the SGEs of a WQE of this format.
+    const HEADER: usize;
+}
+
+/// A QP send queue: `pvrdma_sq_wqe_hdr` (80 bytes) and SGEs (§10).
+#[derive(Debug)]
+pub enum SendRing {}
+
+/// A QP receive queue or an SRQ: `pvrdma_rq_wqe_hdr` (16 bytes) and SGEs (§10).
+#[derive(Debug)]
+pub enum RecvRing {}
+
+impl sealed::Sealed for SendRing {}
+impl sealed::Sealed for RecvRing {}
+
+impl WqKind for SendRing {
+    const HEADER: usize = SQ_WQE_HDR_SIZE;
+}
+
+impl WqKind for RecvRing {
+    const HEADER: usize = RQ_WQE_HDR_SIZE;
+}
+
+/// The port of a QP send queue.
+pub type SendPort<R = ()> = WqPort<SendRing, R>;
+
+/// The port of a QP receive queue or of an SRQ.
+pub type RecvPort<R = ()> = WqPort<RecvRing, R>;
+
+/// The producer side of a driver-produced ring (QP SQ, QP RQ, SRQ) whose WQE format is `K`
+/// ([`SendRing`], [`RecvRing`]), with a record of type `R` per element for the producer's
+/// bookkeeping ([`Self::with_records`]; none by default).
+///
+/// A send WQE is written only through a send port, a receive WQE only through a receive
+/// port: an 80-byte send header cannot land in the smaller element of a receive ring.
+///
+/// ```compile_fail
+/// # use pvrdma_ndk::pvrdma::port::{RecvPort, SqHeader};
+/// fn post(rq: &RecvPort) -> bool {
+///     rq.write_send(0, 0, &SqHeader::default(), &[])
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use pvrdma_ndk::pvrdma::port::SendPort;
+/// fn post(sq: &SendPort) -> bool {
+///     sq.slot(0).write_recv(0, &[])
+/// }
+/// ```
+///
+/// whereas each port writes its own format:
+///
+/// ```
+/// # use pvrdma_ndk::pvrdma::port::{RecvPort, SendPort, SqHeader};
+/// fn post(sq: &SendPort, rq: &RecvPort) -> bool {
+///     sq.write_send(0, 0, &SqHeader::default(), &[]) && rq.slot(0).write_recv(0, &[])
+/// }
+/// ```
+pub struct WqPort<K, R = ()> {
     pages: Pages<R>,
     // INVARIANT: points to this ring's `prod_tail` word in page 0 of `_buf`.
     prod_tail: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
-    // INVARIANT: ≥ 1, and an element holds the header and this many SGEs.
+    // INVARIANT: ≥ 1, and an element holds the `K::HEADER`-byte header of the port's WQE
+    // format and this many SGEs.
     /// SGEs a WQE of this ring can hold.
     max_sge: u32,
     bell: Bell,
     _buf: Arc<PagedBuffer>,
+    /// The WQE format (no value: `fn() -> K` so that it adds no auto-trait bound).
+    _kind: PhantomData<fn() -> K>,
 }
 
 // SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
-// device; all access is volatile or atomic. The records are `R`s like any other field.
-unsafe impl<R: Send> Send for WqPort<R> {}
+// device; all access is volatile or atomic. The records are `R`s like any other field; `K`
+// is a type-level tag with no value.
+unsafe impl<K, R: Send> Send for WqPort<K, R> {}
 // SAFETY: as for `Send`; only `&R` is handed out.
-unsafe impl<R: Sync> Sync for WqPort<R> {}
+unsafe impl<K, R: Sync> Sync for WqPort<K, R> {}
 
-impl WqPort {
-    /// A port on the ring `g` of `buf`.
+impl<K: WqKind> WqPort<K> {
+    /// A port on the ring `g` of `buf`, whose WQEs have format `K`.
     ///
     /// # Errors
     /// [`PvrdmaError::InvalidParameter`] for a geometry outside the buffer, no SGE per WQE or
-    /// a stride that cannot hold `max_sge` SGEs; [`PvrdmaError::NoMemory`].
-    pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<WqPort, PvrdmaError> {
+    /// a stride that cannot hold a `K` header and `max_sge` SGEs; [`PvrdmaError::NoMemory`].
+    pub fn new(buf: Arc<PagedBuffer>, g: WqGeometry, bell: Bell) -> Result<Self, PvrdmaError> {
         let WqGeometry {
             first_page,
             n,
             stride,
             max_sge,
             state,
-            header,
         } = g;
         let need = (max_sge as usize)
             .checked_mul(SGE_SIZE)
-            .and_then(|b| b.checked_add(header))
+            .and_then(|b| b.checked_add(K::HEADER))
             .ok_or(PvrdmaError::InvalidParameter)?;
         if max_sge == 0 || need > stride as usize || n > 1 << 30 {
             return Err(PvrdmaError::InvalidParameter);
@@ -353,19 +493,21 @@ impl WqPort {
             max_sge,
             bell,
             _buf: buf,
+            _kind: PhantomData,
         })
     }
 }
 
-impl<R> WqPort<R> {
+impl<K, R> WqPort<K, R> {
     /// The same port with a record per element, each from `rec` (allocates: creation time
     /// only). The poster keeps what it needs to know about each posted WQE there, so one
     /// index computation finds both the record and the WQE ([`Self::slot`]).
     ///
     /// # Errors
     /// [`PvrdmaError::NoMemory`].
-    pub fn with_records<S>(self, rec: impl FnMut() -> S) -> Result<WqPort<S>, PvrdmaError> {
+    pub fn with_records<S>(self, rec: impl FnMut() -> S) -> Result<WqPort<K, S>, PvrdmaError> {
         let pages = self.pages.with_records(rec)?;
+        // INVARIANT: the same elements, format and SGE count.
         Ok(WqPort {
             pages,
             prod_tail: self.prod_tail,
@@ -373,6 +515,7 @@ impl<R> WqPort<R> {
             max_sge: self.max_sge,
             bell: self.bell,
             _buf: self._buf,
+            _kind: PhantomData,
         })
     }
 
@@ -399,23 +542,14 @@ impl<R> WqPort<R> {
 
     /// Element `index` (a free-running index), resolved once for its record and its WQE.
     #[inline(always)]
-    pub fn slot(&self, index: u32) -> WqSlot<'_, R> {
+    pub fn slot(&self, index: u32) -> WqSlot<'_, K, R> {
+        // INVARIANT: an entry of this port, whose elements hold a `K` WQE of `max_sge` SGEs,
+        // kept alive by `self._buf` for as long as `self` is borrowed.
         WqSlot {
             entry: self.pages.entry(index),
             max_sge: self.max_sge,
+            _kind: PhantomData,
         }
-    }
-
-    /// Writes send WQE `index` ([`WqSlot::write_send`]).
-    #[inline(always)]
-    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
-        self.slot(index).write_send(wr_id, h, sges)
-    }
-
-    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
-    #[inline(always)]
-    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
-        self.slot(index).write_recv(wr_id, sges)
     }
 
     /// Hands every WQE before free-running index `next` to the device: barrier, then
@@ -454,19 +588,86 @@ impl<R> WqPort<R> {
     }
 }
 
-/// One element of a [`WqPort`]: its record and its WQE (the caller owns the element: its
-/// index was retired, so the device is done with it).
-pub struct WqSlot<'a, R> {
-    // INVARIANT: an entry of a port whose elements hold `max_sge` (≥ 1) SGEs.
-    entry: &'a Entry<R>,
-    max_sge: u32,
+impl<R> WqPort<SendRing, R> {
+    /// Writes send WQE `index` ([`WqSlot::write_send`]).
+    #[inline(always)]
+    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
+        self.slot(index).write_send(wr_id, h, sges)
+    }
 }
 
-impl<'a, R> WqSlot<'a, R> {
+impl<R> WqPort<RecvRing, R> {
+    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
+    #[inline(always)]
+    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
+        self.slot(index).write_recv(wr_id, sges)
+    }
+}
+
+/// One element of a [`WqPort`] of WQE format `K`: its record and its WQE (the caller owns
+/// the element: its index was retired, so the device is done with it).
+pub struct WqSlot<'a, K, R> {
+    // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
+    // (≥ 1) SGEs for 'a. (The address is loaded where a WQE is written, not before: a post
+    // that stores its record first keeps one register free.)
+    entry: &'a Entry<R>,
+    max_sge: u32,
+    _kind: PhantomData<fn() -> K>,
+}
+
+/// One WQE slot of a ring of format `K` outside any port, with no record: the hardware
+/// layer's own posts ([`super::queue`]) write their WQEs through it ([`Self::slot`]), so
+/// that every WQE is written by this module.
+pub struct WqElement<'a, K> {
+    // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
+    // (≥ 1) SGEs for 'a.
+    entry: Entry<()>,
+    max_sge: u32,
+    _life: PhantomData<DmaView<'a>>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<'a, K: WqKind> WqElement<'a, K> {
+    /// The slot `view` of a ring whose WQEs hold up to `max_sge` SGEs; `None` unless `view`
+    /// is 8-aligned and holds a `K` header and `max_sge` (≥ 1) SGEs.
+    pub fn on_view(view: DmaView<'a>, max_sge: u32) -> Option<Self> {
+        let need = (max_sge as usize)
+            .checked_mul(SGE_SIZE)?
+            .checked_add(K::HEADER)?;
+        let at = view.as_non_null();
+        if max_sge == 0 || need > view.len() || !at.as_ptr().addr().is_multiple_of(8) {
+            return None;
+        }
+        // INVARIANT: checked above; the view's memory lives for 'a.
+        Some(WqElement {
+            entry: Entry { at, rec: () },
+            max_sge,
+            _life: PhantomData,
+            _kind: PhantomData,
+        })
+    }
+
+    /// The slot, to write its WQE.
+    pub fn slot(&self) -> WqSlot<'_, K, ()> {
+        // INVARIANT: as `self`'s, for no longer than `self` (which lives no longer than 'a).
+        WqSlot {
+            entry: &self.entry,
+            max_sge: self.max_sge,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<'a, K, R> WqSlot<'a, K, R> {
     /// The element's record.
     #[inline(always)]
     pub fn record(&self) -> &'a R {
         &self.entry.rec
+    }
+
+    /// SGEs this WQE holds.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
     }
 
     /// False for more SGEs than a WQE holds. A WQE holds at least one (type invariant), so
@@ -475,7 +676,9 @@ impl<'a, R> WqSlot<'a, R> {
     fn fits(&self, sges: &[Sge]) -> bool {
         sges.len() <= 1 || sges.len() <= self.max_sge as usize
     }
+}
 
+impl<R> WqSlot<'_, SendRing, R> {
     /// Writes the send WQE; `false` (nothing written) for more SGEs than the ring holds.
     #[inline(always)]
     pub fn write_send(&self, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
@@ -483,9 +686,9 @@ impl<'a, R> WqSlot<'a, R> {
             return false;
         }
         let p = self.entry.at.as_ptr();
-        // SAFETY: `p` is a whole element of the ring (type invariant), 80 + 16·max_sge bytes
-        // at least (checked in `WqPort::new`), page-aligned runs so every word offset is
-        // aligned.
+        // SAFETY: `p` is a whole element of a send ring (type invariant), 80 + 16·max_sge
+        // bytes at least (`SendRing::HEADER`, checked in `WqPort::new`), page-aligned runs so
+        // every word offset is aligned.
         unsafe {
             put_wr_id(p, wr_id);
             put64(p, 8, sges.len() as u64);
@@ -504,7 +707,9 @@ impl<'a, R> WqSlot<'a, R> {
         unsafe { put_sges(p.add(SQ_WQE_HDR_SIZE), sges) };
         true
     }
+}
 
+impl<R> WqSlot<'_, RecvRing, R> {
     /// Writes the receive WQE (RQ or SRQ format); `false` for too many SGEs.
     #[inline(always)]
     pub fn write_recv(&self, wr_id: u64, sges: &[Sge]) -> bool {
@@ -512,7 +717,9 @@ impl<'a, R> WqSlot<'a, R> {
             return false;
         }
         let p = self.entry.at.as_ptr();
-        // SAFETY: as in `write_send`, with the 16-byte receive header.
+        // SAFETY: `p` is a whole element of a receive ring (type invariant), 16 + 16·max_sge
+        // bytes at least (`RecvRing::HEADER`, checked in `WqPort::new`), page-aligned runs so
+        // every word offset is aligned; `fits` bounds the SGEs.
         unsafe {
             put_wr_id(p, wr_id);
             put64(p, 8, sges.len() as u64);
@@ -774,7 +981,7 @@ mod tests {
     use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues};
     use crate::pvrdma::uar::{CqDoorbell, QpDoorbell};
     use crate::pvrdma::wqe::{
-        AccessFlags, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode, encode_recv, encode_send,
+        AccessFlags, Av, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode, encode_recv, encode_send,
     };
     use std::boxed::Box;
     use std::sync::Mutex;
@@ -949,6 +1156,200 @@ mod tests {
         log.after(0, || rq.ring());
         assert_eq!(log.rung(), [(0, 0x4000_0007), (0, 0x8000_0007)]);
         assert_eq!(sq.device_cons_head(), 0);
+    }
+
+    #[test]
+    fn each_port_checks_its_elements_hold_its_header_and_sges() {
+        let dma = TestDma::new_dyn();
+        let (u, _log) = uar();
+        let buf = Arc::new(PagedBuffer::alloc(&dma, 3).unwrap());
+        let g = |stride, max_sge| WqGeometry {
+            first_page: 1,
+            n: 8,
+            stride,
+            max_sge,
+            state: 0,
+        };
+        let send = |g| SendPort::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::send(1)));
+        let recv = |g| RecvPort::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::recv(1)));
+        // A receive ring's 64-byte elements hold 16 + 3·16 bytes; a send WQE's 80-byte header
+        // alone does not fit, so the same geometry gives no send port.
+        assert!(recv(g(64, 3)).is_ok());
+        assert_eq!(send(g(64, 3)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(send(g(64, 1)).err(), Some(PvrdmaError::InvalidParameter));
+        // At the limit and one SGE over it.
+        assert!(send(g(128, 3)).is_ok());
+        assert_eq!(send(g(128, 4)).err(), Some(PvrdmaError::InvalidParameter));
+        assert!(recv(g(32, 1)).is_ok());
+        assert_eq!(recv(g(64, 4)).err(), Some(PvrdmaError::InvalidParameter));
+        // No SGE at all, or a count whose bytes overflow.
+        assert_eq!(send(g(128, 0)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(recv(g(64, 0)).err(), Some(PvrdmaError::InvalidParameter));
+        assert_eq!(
+            recv(g(4096, u32::MAX)).err(),
+            Some(PvrdmaError::InvalidParameter)
+        );
+        // The geometry checks every port makes: a power-of-two stride within a page, a
+        // power-of-two N, elements and ring state inside the buffer.
+        for bad in [
+            WqGeometry {
+                stride: 96,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                stride: 8192,
+                ..g(128, 1)
+            },
+            WqGeometry { n: 6, ..g(128, 1) },
+            WqGeometry {
+                n: 128,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                first_page: 3,
+                ..g(128, 1)
+            },
+            WqGeometry {
+                state: 4092,
+                ..g(128, 1)
+            },
+        ] {
+            assert_eq!(
+                send(bad).err(),
+                Some(PvrdmaError::InvalidParameter),
+                "{bad:?}"
+            );
+            assert_eq!(
+                recv(bad).err(),
+                Some(PvrdmaError::InvalidParameter),
+                "{bad:?}"
+            );
+        }
+        // A port keeps its format through `with_records`; its bounds are the ones checked.
+        let sq = send(g(128, 3)).unwrap().with_records(|| 0u8).unwrap();
+        assert_eq!((sq.entries(), sq.max_sge()), (8, 3));
+        let h = SqHeader::default();
+        let three: Vec<Sge> = (0..3).map(sge).collect();
+        assert!(sq.write_send(7, 1, &h, &three));
+        let four: Vec<Sge> = (0..4).map(sge).collect();
+        assert!(!sq.write_send(7, 1, &h, &four));
+        let rq = recv(g(64, 3)).unwrap();
+        assert!(rq.write_recv(7, 1, &three));
+        assert!(!rq.write_recv(7, 1, &four));
+    }
+
+    #[test]
+    fn header_of_a_work_request_matches_the_reference_encoder() {
+        let sges: Vec<Sge> = (0..2).map(sge).collect();
+        let mut dgid = [0u8; 16];
+        for (i, g) in dgid.iter_mut().enumerate() {
+            *g = 0xA0 + i as u8;
+        }
+        let base = SendWr {
+            wr_id: 0x8000_0000_0000_0001,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            ex: Ex::None,
+            body: WrBody::None,
+            sges: &sges,
+        };
+        let wrs = [
+            base,
+            SendWr {
+                opcode: WrOpcode::RdmaWriteWithImm,
+                ex: Ex::Imm([0xDE, 0xAD, 0xBE, 0xEF]),
+                body: WrBody::Rdma {
+                    remote_addr: 0x7000_1000,
+                    rkey: 0xA01,
+                },
+                ..base
+            },
+            SendWr {
+                opcode: WrOpcode::LocalInv,
+                ex: Ex::InvalidateRkey(0x1234_5678),
+                sges: &[],
+                ..base
+            },
+            SendWr {
+                opcode: WrOpcode::FastRegMr,
+                body: WrBody::FastReg(FastReg {
+                    iova_start: 0x1_0000_0010,
+                    pl_pdir_dma: 0x9000,
+                    page_shift: 16,
+                    page_list_len: 3,
+                    length: 0x3_0000,
+                    access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                    rkey: 0x207,
+                }),
+                sges: &[],
+                ..base
+            },
+            SendWr {
+                flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
+                body: WrBody::Ud {
+                    remote_qpn: 0x00AB_CDEF,
+                    remote_qkey: 0x8001_0000,
+                    av: Av {
+                        port_pd: Av::port_pd(3, 1),
+                        sl_tclass_flowlabel: Av::sl_tclass_flowlabel(0x10, 0x12345),
+                        dgid,
+                        src_path_bits: 0x80,
+                        gid_index: 2,
+                        stat_rate: 7,
+                        hop_limit: 64,
+                        dmac: [0x00, 0x50, 0x56, 0xAA, 0xBB, 0xCC],
+                    },
+                },
+                ..base
+            },
+        ];
+        for wr in wrs {
+            // A slot full of stale bytes: every header byte is written.
+            let mut got = [0xEEu8; 128];
+            let view = DmaView::from_mut_slice(&mut got[..]);
+            let slot = WqElement::<SendRing>::on_view(view, 3).unwrap();
+            assert!(
+                slot.slot()
+                    .write_send(wr.wr_id, &SqHeader::of(&wr), wr.sges)
+            );
+            let mut want = [0xEEu8; 128];
+            let n = encode_send(&mut want[..], &wr).unwrap();
+            assert_eq!(got[..n], want[..n], "{:?}", wr.opcode);
+            assert!(got[n..].iter().all(|&b| b == 0xEE), "{:?}", wr.opcode);
+        }
+    }
+
+    #[test]
+    fn a_slot_on_a_view_is_checked_like_a_port() {
+        #[repr(align(8))]
+        struct Slot([u8; 136]);
+        let mut m = Slot([0; 136]);
+        let whole = DmaView::from_mut_slice(&mut m.0[..]);
+        let v = |off, len| whole.sub(off, len).unwrap();
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 3).is_some());
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 4).is_none());
+        assert!(WqElement::<SendRing>::on_view(v(0, 64), 1).is_none());
+        assert!(WqElement::<SendRing>::on_view(v(0, 128), 0).is_none());
+        assert!(
+            WqElement::<SendRing>::on_view(v(4, 128), 1).is_none(),
+            "misaligned"
+        );
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), 3).is_some());
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), 4).is_none());
+        assert!(WqElement::<RecvRing>::on_view(v(8, 64), u32::MAX).is_none());
+        let rq = WqElement::<RecvRing>::on_view(v(8, 64), 3).unwrap();
+        let sges: Vec<Sge> = (0..4).map(sge).collect();
+        assert!(
+            !rq.slot().write_recv(1, &sges),
+            "more SGEs than the slot holds"
+        );
+        assert!(rq.slot().write_recv(0x55, &sges[..3]));
+        let mut want = [0u8; 64];
+        encode_recv(&mut want[..], 0x55, &sges[..3]).unwrap();
+        let mut got = [0u8; 136];
+        whole.read_bytes(0, &mut got);
+        assert_eq!(got[8..72], want);
+        assert!(got[..8].iter().chain(&got[72..]).all(|&b| b == 0));
     }
 
     #[test]

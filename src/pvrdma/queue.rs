@@ -1,7 +1,8 @@
 //! The queues the NDK layer drives (§7, §9): send, receive and shared receive queues
 //! (driver → device) and completion queues (device → driver), each a ring in a
 //! page-directory-backed buffer with the §9 layout. Post and poll allocate nothing: post =
-//! check space, write the WQE into its slot, `to_device_barrier`, advance `prod_tail`; the
+//! check space, write the WQE into its slot (through [`super::port`], the one writer of WQE
+//! bytes), `to_device_barrier`, advance `prod_tail`; the
 //! caller rings one doorbell per batch ([`super::uar::ring`]). Poll = read `prod_tail`
 //! (validated), `from_device_barrier`, copy and decode CQEs, advance `cons_head` once per batch.
 //!
@@ -20,11 +21,12 @@ use crate::os::sync::{from_device_barrier, to_device_barrier};
 use super::cqe::{BadCqe, CQE_SIZE, Cqe, CqeLimits, CqeWords};
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
-use super::port::{Bell, CqPort, WqGeometry, WqPort};
-use super::ring::{Ring, RingCorrupt};
-use super::wqe::{
-    RQ_WQE_HDR_SIZE, SQ_WQE_HDR_SIZE, SendWr, Sge, encode_recv, encode_send, rq_stride, sq_stride,
+use super::port::{
+    Bell, CqPort, RecvPort, RecvRing, SendPort, SendRing, SqHeader, WqElement, WqGeometry, WqKind,
+    WqPort,
 };
+use super::ring::{Ring, RingCorrupt};
+use super::wqe::{SendFlags, SendWr, Sge, rq_stride, sq_stride};
 
 fn pages_for(bytes: u64) -> Option<u32> {
     u32::try_from(bytes.div_ceil(PAGE_SIZE as u64)).ok()
@@ -202,10 +204,14 @@ impl WorkQueue {
         self.ring.has_space(self.tail, self.cons_head()?)
     }
 
-    fn slot_view(&self, slot: u32) -> Option<crate::os::DmaView<'_>> {
+    /// The WQE of slot `slot`, written through the port's writer for format `K` (which checks
+    /// that the slot holds a `K` header and `max_sge` SGEs); `None` for a slot outside the
+    /// buffer (not for a slot from [`Self::next_slot`]).
+    fn wqe<K: WqKind>(&self, slot: u32) -> Option<WqElement<'_, K>> {
         let off = (self.layout.offset as usize)
             .checked_add((slot as usize).checked_mul(self.layout.stride as usize)?)?;
-        self.buf.view(off, self.layout.stride as usize)
+        let view = self.buf.view(off, self.layout.stride as usize)?;
+        WqElement::on_view(view, self.layout.max_sge)
     }
 
     fn publish(&mut self) {
@@ -222,13 +228,17 @@ impl WorkQueue {
             return Err(PvrdmaError::InvalidParameter);
         }
         let slot = self.next_slot()?.ok_or(PvrdmaError::QueueFull)?;
-        let mut view = self.slot_view(slot).ok_or(PvrdmaError::InvalidParameter)?;
-        encode_recv(&mut view, wr_id, sges)?;
+        let wqe = self
+            .wqe::<RecvRing>(slot)
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        if !wqe.slot().write_recv(wr_id, sges) {
+            return Err(PvrdmaError::InvalidParameter);
+        }
         self.publish();
         Ok(slot)
     }
 
-    fn port(&self, header: usize, bell: Bell) -> Result<WqPort, PvrdmaError> {
+    fn port<K: WqKind>(&self, bell: Bell) -> Result<WqPort<K>, PvrdmaError> {
         WqPort::new(
             self.buf.clone(),
             WqGeometry {
@@ -237,7 +247,6 @@ impl WorkQueue {
                 stride: self.layout.stride,
                 max_sge: self.layout.max_sge,
                 state: self.state,
-                header,
             },
             bell,
         )
@@ -296,9 +305,9 @@ impl SendQueue {
     /// The data-path port on this queue (rings `bell`, the QP's SQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(SQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<SendPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 
     /// Writes `wr` into the next slot and publishes it; returns the slot (for per-slot
@@ -313,11 +322,16 @@ impl SendQueue {
             return Err(PvrdmaError::InvalidParameter);
         }
         let slot = self.wq.next_slot()?.ok_or(PvrdmaError::QueueFull)?;
-        let mut view = self
+        if wr.flags.contains(SendFlags::INLINE) {
+            return Err(PvrdmaError::NotSupported);
+        }
+        let wqe = self
             .wq
-            .slot_view(slot)
+            .wqe::<SendRing>(slot)
             .ok_or(PvrdmaError::InvalidParameter)?;
-        encode_send(&mut view, wr)?;
+        if !wqe.slot().write_send(wr.wr_id, &SqHeader::of(wr), wr.sges) {
+            return Err(PvrdmaError::InvalidParameter);
+        }
         self.wq.publish();
         Ok(slot)
     }
@@ -334,9 +348,9 @@ impl RecvQueue {
     /// The data-path port on this queue (rings `bell`, the QP's RQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(RQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<RecvPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 }
 
@@ -377,9 +391,9 @@ impl SrqQueue {
     /// The data-path port on this SRQ (rings `bell`, the SRQ doorbell).
     ///
     /// # Errors
-    /// [`PvrdmaError::NoMemory`].
-    pub fn port(&self, bell: Bell) -> Result<WqPort, PvrdmaError> {
-        self.wq.port(RQ_WQE_HDR_SIZE, bell)
+    /// [`PvrdmaError::NoMemory`]; [`PvrdmaError::InvalidParameter`] as [`WqPort::new`].
+    pub fn port(&self, bell: Bell) -> Result<RecvPort, PvrdmaError> {
+        self.wq.port(bell)
     }
 
     /// CREATE_SRQ `pdir_dma`.
@@ -622,7 +636,7 @@ mod tests {
     use super::*;
     use crate::os::dma::test_alloc::TestDma;
     use crate::pvrdma::cqe::{CqeError, WcOpcode};
-    use crate::pvrdma::wqe::{Ex, SendFlags, WrBody, WrOpcode};
+    use crate::pvrdma::wqe::{Ex, SendFlags, WrBody, WrOpcode, encode_recv, encode_send};
 
     #[test]
     fn qp_layout_formulas() {
@@ -691,11 +705,22 @@ mod tests {
         let p0 = buf.page(0).unwrap().view();
         assert_eq!(p0.read_u32(0), 4, "prod_tail published at @0");
         p0.write_u32(4, 2);
+        // INLINE: refused after the space check, nothing written or published.
+        let mut inline = wr(4);
+        inline.flags |= SendFlags::INLINE;
+        assert_eq!(q.sq.post(&inline), Err(PvrdmaError::NotSupported));
+        assert_eq!(q.sq.prod_tail(), 4);
         assert_eq!(q.sq.post(&wr(4)), Ok(0));
         // WQE 0 at byte 4096 now holds wr_id 4; WQE 1 at 4096 + 128 holds wr_id 1.
         assert_eq!(buf.view(4096, 8).unwrap().read_u64(0), 4);
         assert_eq!(buf.view(4096 + 128, 8).unwrap().read_u64(0), 1);
         assert_eq!(buf.view(4096 + 128 + 80, 8).unwrap().read_u64(0), 0x1000);
+        // The bytes are the reference encoder's.
+        let mut want = [0u8; 96];
+        encode_send(&mut want[..], &wr(4)).unwrap();
+        let mut got = [0u8; 96];
+        buf.view(4096, 96).unwrap().read_bytes(0, &mut got);
+        assert_eq!(got, want);
         // A corrupt device index is detected, not used.
         p0.write_u32(4, 100);
         assert_eq!(q.sq.post(&wr(5)), Err(PvrdmaError::RingCorrupt));
@@ -706,6 +731,12 @@ mod tests {
         assert_eq!(rq.post(7, &sges), Ok(0));
         assert_eq!(p0.read_u32(8), 1);
         assert_eq!(buf.view(2 * 4096, 8).unwrap().read_u64(0), 7);
+        let mut want = [0u8; 32];
+        encode_recv(&mut want[..], 7, &sges).unwrap();
+        let mut got = [0u8; 32];
+        buf.view(2 * 4096, 32).unwrap().read_bytes(0, &mut got);
+        assert_eq!(got, want);
+        assert_eq!(rq.post(8, &two), Err(PvrdmaError::InvalidParameter));
         assert_eq!(rq.post(8, &sges), Ok(1));
         assert_eq!(rq.post(9, &sges), Err(PvrdmaError::QueueFull));
         rq.reset_indices();

@@ -230,7 +230,9 @@ fn put_sges<S: Sink + ?Sized>(out: &mut S, base: usize, sges: &[Sge]) {
     }
 }
 
-/// Encodes a send WQE (header, union, SGEs); returns its length.
+/// Encodes a send WQE (header, union, SGEs) into any sink; returns its length. The reference
+/// encoder: rings are written only by [`super::port`] (`WqSlot::write_send`, fed by
+/// `SqHeader::of`), whose tests compare its bytes with these.
 ///
 /// # Errors
 ///
@@ -302,7 +304,8 @@ pub fn encode_send<S: Sink + ?Sized>(out: &mut S, wr: &SendWr<'_>) -> Result<usi
     Ok(len)
 }
 
-/// Encodes a receive WQE (RQ and SRQ share the format); returns its length.
+/// Encodes a receive WQE (RQ and SRQ share the format); returns its length. The reference
+/// encoder, as [`encode_send`].
 ///
 /// # Errors
 ///
