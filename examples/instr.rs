@@ -131,7 +131,7 @@ static HEAP: heap::Counting = heap::Counting;
 /// `perfkit::heap` inside the create calls and on the DPC threads that complete them).
 fn mem(nqp: usize, depth: u32) {
     heap::main_thread();
-    let c = Cluster::new(2, true);
+    let c = Cluster::new(2, false);
     let bytes = || {
         let s = stats();
         (s.live_bytes, s.dma_bytes, heap::live())
