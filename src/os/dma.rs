@@ -59,6 +59,11 @@ pub unsafe trait DmaAllocator: Send + Sync {
     /// Allocates at least `len` bytes, or `None`.
     fn alloc(&self, len: usize) -> Option<DmaRegion>;
     /// Returns a region obtained from `alloc`.
+    ///
+    /// May be called at DISPATCH_LEVEL: the last reference to a queue's rings can go in a
+    /// CQ poll or NdkArmCq (a torn-down QP released by its CQ's poller, `ndk::qp_table`) or
+    /// in NdkCloseObject. `NdisMFreeSharedMemory` needs PASSIVE_LEVEL, so the Windows
+    /// implementation must defer such frees to a work item.
     fn free(&self, region: DmaRegion);
 }
 

@@ -618,7 +618,7 @@ pub struct WqSlot<'a, K, R> {
 /// One WQE slot of a ring of format `K` outside any port, with no record: the hardware
 /// layer's own posts ([`super::queue`]) write their WQEs through it ([`Self::slot`]), so
 /// that every WQE is written by this module.
-pub struct WqElement<'a, K> {
+pub(crate) struct WqElement<'a, K> {
     // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
     // (≥ 1) SGEs for 'a.
     entry: Entry<()>,
