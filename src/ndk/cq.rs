@@ -8,9 +8,7 @@
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
 //! (CQNE) and CQ errors, and by the return of each consumer callback.
 
-use alloc::sync::Arc;
-
-use super::adapter::{Adapter, NdkDevice};
+use super::adapter::Adapter;
 use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
 use super::dispatch;
 use super::error::HwError;
@@ -194,9 +192,6 @@ pub struct Cq {
     qps: CqQps,
     /// QPs of this CQ that tore down, until the poller lets them go.
     graveyard: Graveyard,
-    /// The device (also reachable through `adapter`; held here so a lookup starts one load
-    /// nearer its QP table).
-    device: Arc<NdkDevice>,
     /// Largest `byte_len` a receive CQE may carry (MaxTransferLength).
     max_byte_len: u32,
 }
@@ -301,7 +296,6 @@ impl Cq {
             port,
             qps: CqQps::new(),
             graveyard: Graveyard::new(handle),
-            device: adapter.device().clone(),
             max_byte_len: adapter.info().MaxTransferLength,
         };
         let cq = match ObjRef::try_new(ndk, state) {
@@ -411,7 +405,11 @@ impl Cq {
         // No QP reference is held: the moment to release the buried ones.
         self.release_buried();
         // CAST: a handle is the low half of a CQE's `qp` (see `fill`), so this is exact.
-        let p: RawQp = self.device.qp_table().lookup(handle as u32, self.handle)?;
+        let p: RawQp = self
+            .adapter
+            .device()
+            .qp_table()
+            .lookup(handle as u32, self.handle)?;
         // SAFETY: `lookup` answered this CQ's poller: the QP stays alive at least until
         // this poller's next `release_buried` (`qp_table`).
         Some(unsafe { p.as_ref() }.state())
@@ -432,10 +430,10 @@ impl Cq {
     }
 
     /// The poll. The fast loop handles what a data path reaps almost always: successful
-    /// initiator completions, of the QP cached from the previous CQE or of any other QP of
-    /// this CQ (a lock-free table lookup switches the cache). It makes no call; anything
-    /// else (a receive, a failure, a CQE that does not validate) hands the rest of the poll
-    /// to [`Self::fill_general`]. The first CQE is peeled off the loop, so a run of
+    /// initiator completions of any QP of this CQ (found at its first residue in the CQ's
+    /// table). It makes no call; anything else (a receive, a failure, a QP at its second
+    /// residue, a CQE that does not validate) hands the rest of the poll to
+    /// [`Self::fill_general`]. The first CQE is peeled off the loop, so a run of
     /// retirements is set up only for the QP it names.
     #[inline(always)]
     fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {

@@ -185,13 +185,12 @@ impl NdkObject for Qp {
     }
     fn teardown(&self) {
         self.live_handle.store(u64::MAX, Ordering::Release);
-        // The table's count goes to the CQs' pollers, which may still be using the QP: they
-        // release it at their next poll (see `qp_table`).
+        // The QP leaves its CQs' tables, and the device table's count goes to their pollers,
+        // which may still be using it: they release it where they hold no QP (`qp_table`).
         if let Some(q) = self.pd.adapter().device().unregister_qp(self) {
-            if !core::ptr::eq(&*self.send_cq, &*self.recv_cq) {
-                self.recv_cq.bury(q.clone());
+            for cq in self.cqs() {
+                cq.bury(q.clone());
             }
-            self.send_cq.bury(q);
         }
         self.pd.adapter().hw().destroy_qp(self.handle);
     }
@@ -341,9 +340,8 @@ impl PendingQp {
             return Err(e);
         }
         // Found from its CQs' own tables first (see `qp_table`).
-        qp.send_cq.bind(&qp);
-        if !core::ptr::eq(&*qp.send_cq, &*qp.recv_cq) {
-            qp.recv_cq.bind(&qp);
+        for cq in qp.cqs() {
+            cq.bind(&qp);
         }
         counts.keep();
         Ok(qp)
@@ -351,6 +349,12 @@ impl PendingQp {
 }
 
 impl Qp {
+    /// The CQs it completes on, each once (the send CQ first).
+    fn cqs(&self) -> impl Iterator<Item = &ObjRef<Cq>> {
+        let recv = !core::ptr::eq(&*self.send_cq, &*self.recv_cq);
+        core::iter::once(&self.send_cq).chain(recv.then_some(&self.recv_cq))
+    }
+
     /// The handles of the CQs its send and receive queues complete on.
     pub(crate) fn cq_handles(&self) -> (u32, u32) {
         (self.send_cq.handle(), self.recv_cq.handle())

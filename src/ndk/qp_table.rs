@@ -186,7 +186,7 @@ impl Graveyard {
         }
     }
 
-    /// Whether nothing waits (the poller's test at the start of a poll).
+    /// Whether nothing waits (the poller's test before it drains).
     #[inline(always)]
     pub(crate) fn is_empty(&self) -> bool {
         self.head.load(Ordering::Relaxed).is_null()
@@ -232,8 +232,8 @@ struct Binding {
 /// The QPs completing on one CQ, by device handle modulo a power of two: the poller's
 /// first lookup is one masked load, and needs no check beyond the QP's own handle, because
 /// only QPs of this CQ are in it (each unbinds, then goes to this CQ's graveyard, at its
-/// teardown). A QP whose residue is taken (handles are dense, so this is rare) is found
-/// through the device's [`QpTable`] instead. The table doubles when half full; older
+/// teardown). A QP whose two residues are taken (handles are dense, so this is rare) is
+/// found through the device's [`QpTable`] instead. The table doubles when half full; older
 /// generations stay allocated until the CQ goes (they add up to less than the current one).
 pub(crate) struct CqQps {
     /// The current generation's `len − 1` (0 with no table).
@@ -269,22 +269,16 @@ impl CqQps {
     #[inline(always)]
     pub(crate) fn find_first(&self, handle: u64) -> Option<RawQp> {
         let (e, mask) = self.table();
-        // CAST: masked, at most 65535.
-        let p = Self::entry(e, (handle & mask) as usize)?;
-        // SAFETY: only QPs of this CQ are in the table, alive until this poller empties
-        // the graveyard they go to after leaving it (module docs).
-        (unsafe { p.as_ref() }.state().live_handle() == handle).then_some(p)
+        Self::hit(e, handle, handle & mask)
     }
 
     /// [`Self::find_first`], then the second residue.
     #[inline(always)]
     pub(crate) fn find(&self, handle: u64) -> Option<RawQp> {
-        match self.find_first(handle) {
+        let (e, mask) = self.table();
+        match Self::hit(e, handle, handle & mask) {
             Some(p) => Some(p),
-            None => {
-                let (e, mask) = self.table();
-                Self::second(e, handle, mask)
-            }
+            None => Self::second(e, handle, mask),
         }
     }
 
@@ -302,9 +296,16 @@ impl CqQps {
     #[cold]
     #[inline(never)]
     fn second(e: *mut AtomicPtr<ProviderObject<Qp>>, handle: u64, mask: u64) -> Option<RawQp> {
-        // CAST: masked, as above.
-        let p = Self::entry(e, (handle.wrapping_add(1) & mask) as usize)?;
-        // SAFETY: as in `find_first`.
+        Self::hit(e, handle, handle.wrapping_add(1) & mask)
+    }
+
+    /// The QP at entry `i` (≤ the mask `e` was read with) if its handle is `handle`.
+    #[inline(always)]
+    fn hit(e: *mut AtomicPtr<ProviderObject<Qp>>, handle: u64, i: u64) -> Option<RawQp> {
+        // CAST: masked by the caller, at most 65535.
+        let p = Self::entry(e, i as usize)?;
+        // SAFETY: only QPs of this CQ are in the table, alive until this poller empties
+        // the graveyard they go to after leaving it (module docs).
         (unsafe { p.as_ref() }.state().live_handle() == handle).then_some(p)
     }
 
@@ -318,9 +319,9 @@ impl CqQps {
         NonNull::new(unsafe { &*slot }.load(Ordering::Acquire))
     }
 
-    /// Binds `qp` (a QP of this CQ, with device handle `handle`): at its residue if free,
-    /// growing the table first when half full. Allocation failure only leaves the QP to
-    /// the device table.
+    /// Binds `qp` (a QP of this CQ, with device handle `handle`): at the first free of its
+    /// two residues, growing the table first when half full. With both residues taken, or
+    /// after an allocation failure, the QP is found through the device table.
     pub(crate) fn bind(&self, qp: &ObjRef<Qp>, handle: u32) {
         let mut w = self.writers.lock();
         w.count += 1;
@@ -330,7 +331,7 @@ impl CqQps {
             if let Some(r) = &w.current {
                 // CAST: `len` ≤ 65536.
                 let mask = (r.e.len() - 1) as u32;
-                // Entries, then table, then mask (see `find`).
+                // The table, then its mask (see `table`).
                 self.entries
                     .store(r.e.as_ptr().cast_mut(), Ordering::Release);
                 self.mask.store(mask, Ordering::Release);
@@ -339,7 +340,6 @@ impl CqQps {
         let Some(r) = &w.current else {
             return;
         };
-        // With both residues taken, this QP is found through the device table.
         let _ = place(&r.e, handle, qp.as_raw());
     }
 
