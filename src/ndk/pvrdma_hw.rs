@@ -1130,12 +1130,27 @@ mod tests {
             },
             2,
         );
-        let w = Arc::downgrade(&platform);
+        // Interrupts raised while `held` runs its call are delivered after the call returns,
+        // so a command always completes after the create function that issued it returned
+        // (otherwise a fast DPC thread makes it complete inline: STATUS_SUCCESS).
+        let hold: Arc<std::sync::Mutex<Option<Vec<u32>>>> = Arc::new(std::sync::Mutex::new(None));
+        let (w, h) = (Arc::downgrade(&platform), hold.clone());
         *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-            if let Some(p) = w.upgrade() {
+            if let Some(held) = h.lock().unwrap().as_mut() {
+                held.push(v);
+            } else if let Some(p) = w.upgrade() {
                 p.raise_interrupt(v);
             }
         }));
+        let held = |call: &mut dyn FnMut() -> NTSTATUS| {
+            *hold.lock().unwrap() = Some(Vec::new());
+            let st = call();
+            let vectors = hold.lock().unwrap().take().unwrap_or_default();
+            for v in vectors {
+                platform.raise_interrupt(v);
+            }
+            st
+        };
         let p: Arc<dyn Platform> = platform.clone();
         let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
         // Every command answers handle 7 @16 and 64 @20 (CQ entries, v20 qp_handle, lkey).
@@ -1160,7 +1175,7 @@ mod tests {
         let ad = unsafe { &*ad };
         let mut pd = core::ptr::null_mut();
         // SAFETY: as above.
-        let st = unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC1 as PVOID, &mut pd) };
+        let st = held(&mut || unsafe { (ad.NdkCreatePd)(a, create_cb, 0xC1 as PVOID, &mut pd) });
         // The commands complete in the vector-0 DPC: STATUS_PENDING, then CreateCompletion.
         assert_eq!(st, STATUS_PENDING);
         assert!(
@@ -1188,7 +1203,7 @@ mod tests {
             Reserved: [0; 3],
         };
         // SAFETY: as above.
-        let st = unsafe {
+        let st = held(&mut || unsafe {
             (ad.NdkCreateCq)(
                 a,
                 50,
@@ -1199,7 +1214,7 @@ mod tests {
                 0xC3 as PVOID,
                 &mut cq,
             )
-        };
+        });
         assert_eq!(st, STATUS_PENDING, "CREATE_CQ completes in the command DPC");
         wait_for(|| CREATES.load(Ordering::SeqCst) == 2);
         assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC3);
@@ -1233,7 +1248,7 @@ mod tests {
         // A QP (handle 64 in the v20 response), connected by hand, posts a signalled send.
         let mut qp = core::ptr::null_mut();
         // SAFETY: as above.
-        let st = unsafe {
+        let st = held(&mut || unsafe {
             (pdd.NdkCreateQp)(
                 pd,
                 cq,
@@ -1248,7 +1263,7 @@ mod tests {
                 0xC4 as PVOID,
                 &mut qp,
             )
-        };
+        });
         assert_eq!(
             st, STATUS_PENDING,
             "CREATE_QP + MODIFY_QP(INIT) complete in the DPC"
@@ -1345,7 +1360,7 @@ mod tests {
         // An SRQ's limit event arrives as an async EQE (SRQ_LIMIT_REACHED, info = handle).
         let mut srq = core::ptr::null_mut();
         // SAFETY: as above.
-        let st = unsafe {
+        let st = held(&mut || unsafe {
             (pdd.NdkCreateSrq)(
                 pd,
                 16,
@@ -1358,7 +1373,7 @@ mod tests {
                 0xC5 as PVOID,
                 &mut srq,
             )
-        };
+        });
         assert_eq!(st, STATUS_PENDING);
         wait_for(|| CREATES.load(Ordering::SeqCst) == 4);
         assert_eq!(CREATE_STATUS.load(Ordering::SeqCst), 0xC5);
@@ -1390,7 +1405,9 @@ mod tests {
         // SAFETY: the provider's dispatch tables are statics.
         let srqd = unsafe { &*srqd };
         // SAFETY: as above.
-        let st = unsafe { (srqd.NdkModifySrq)(srq, 0, 2, request_cb, core::ptr::null_mut()) };
+        let st = held(&mut || unsafe {
+            (srqd.NdkModifySrq)(srq, 0, 2, request_cb, core::ptr::null_mut())
+        });
         assert_eq!(st, STATUS_PENDING);
         REQ_WAIT.fetch_add(1, Ordering::SeqCst);
         wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
