@@ -9,9 +9,9 @@
 //! - [`os`]: the OS-services seam (allocation, DMA memory, MMIO, locks, DPCs, timers, clock)
 //!   with its host implementation for Linux tests.
 //! - [`pvrdma`]: the PVRDMA hardware layer (registers, DSR, rings, commands, WQE/CQE/EQE
-//!   formats, doorbells, bring-up and interrupts), from shared/reference/pvrdma.md.
+//!   formats, doorbells, bring-up and interrupts), from docs/reference/pvrdma.md.
 //!
-//! Three builds share this file (shared/reference/windows-build.md §4, pattern B):
+//! Three builds share this file (docs/reference/windows-build.md §4, pattern B):
 //! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
 //! `cargo test` (std is linked for its panic handler and allocator), and the Windows-target
 //! check without the WDK (fallback panic handler and allocator; never linked into a driver).

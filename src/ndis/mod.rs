@@ -1,4 +1,4 @@
-//! The NDIS side of an NDK provider (shared/reference/ndkpi.md §6).
+//! The NDIS side of an NDK provider (docs/reference/ndkpi.md §6).
 //!
 //! [`abi`] holds the ndisndk.h / ndis.h / ntddndis.h / wskndk.h declarations under their C
 //! names, layout asserted for x64; everything is re-exported here. The miniport glue that

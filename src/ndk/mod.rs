@@ -1,5 +1,5 @@
 //! The NDK provider object layer: every NDKPI object over the PVRDMA device
-//! (shared/reference/ndkpi.md §1, §2, §5; pvrdma.md §1 "NDK → PVRDMA mapping").
+//! (docs/reference/ndkpi.md §1, §2, §5; pvrdma.md §1 "NDK → PVRDMA mapping").
 //!
 //! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`],
 //! [`connector`], [`listener`], [`shared_endpoint`]), each safe code over the object

@@ -1,5 +1,5 @@
 //! The NDKPI ABI: ndkpi.h / ndkinfo.h mirrored under their C names
-//! (shared/reference/ndkpi.md §1–4 and Appendix A), plus the few Windows kernel types the
+//! (docs/reference/ndkpi.md §1–4 and Appendix A), plus the few Windows kernel types the
 //! interface passes around (GROUP_AFFINITY, GUID, SOCKADDR*, MDL; windows-build.md §6).
 //!
 //! Layout only: `#[repr(C)]` declarations, constants and trivial `const` helpers. Every size,

@@ -1,4 +1,4 @@
-//! The PVRDMA hardware layer, written from shared/reference/pvrdma.md (style.md §1: file per
+//! The PVRDMA hardware layer, written from docs/reference/pvrdma.md (style.md §1: file per
 //! object, module per mechanism, after Linux `vmw_pvrdma`).
 //!
 //! - [`regs`]: BAR1 registers (§3); [`dsr`]: Device Shared Region and caps (§4);

@@ -1,5 +1,5 @@
 //! The host harness joining the driver's hardware layer (`pvrdma_ndk::pvrdma`) to the device
-//! model (`pvrdma_sim`): both are independent readings of shared/reference/pvrdma.md, so
+//! model (`pvrdma_sim`): both are independent readings of docs/reference/pvrdma.md, so
 //! every test through this harness checks one against the other.
 //!
 //! - [`SimDma`]: the driver's `DmaAllocator` over the model's [`DmaSpace`].

@@ -1,5 +1,5 @@
 //! RoCEv2 wire formats: Ethernet II, IPv4, IPv6, UDP, the IBA BTH and extension headers, and the
-//! ICRC (`shared/reference/cm.md` §7, `pvrdma.md` §14 "Wire").
+//! ICRC (`docs/reference/cm.md` §7, `pvrdma.md` §14 "Wire").
 //!
 //! Each header follows the smoltcp `wire` pattern (`shared/style.md` §9): a `Packet<T: AsRef<[u8]>>`
 //! view whose accessors never panic once `new_checked` has succeeded, a `mod field` of byte
