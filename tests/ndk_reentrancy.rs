@@ -145,6 +145,12 @@ unsafe extern "system" fn arm_then_close_self(ctx: PVOID, st: NTSTATUS) {
     r.leave();
 }
 
+/// A callback context that outlives the test even when an assertion fails while a DPC may
+/// still call back.
+fn leaked() -> &'static Reenter {
+    Box::leak(Box::default())
+}
+
 fn ctx_ptr(r: &Reenter) -> PVOID {
     r as *const Reenter as PVOID
 }
@@ -169,14 +175,14 @@ fn callbacks_poll_rearm_and_close_cqs_of_their_adapter() {
     let pd_a = c.adapter(0).create_pd().unwrap();
     let pd_b = c.adapter(1).create_pd().unwrap();
     let cq_a = c.adapter(0).create_cq(64, None).unwrap();
-    let (recv, send) = (Box::new(Reenter::default()), Box::new(Reenter::default()));
+    let (recv, send) = (leaked(), leaked());
     let rcq = c
         .adapter(1)
-        .create_cq_with_callback(64, poll_and_rearm, ctx_ptr(&recv))
+        .create_cq_with_callback(64, poll_and_rearm, ctx_ptr(recv))
         .unwrap();
     let icq = c
         .adapter(1)
-        .create_cq_with_callback(64, poll_and_rearm, ctx_ptr(&send))
+        .create_cq_with_callback(64, poll_and_rearm, ctx_ptr(send))
         .unwrap();
     let victim = c.adapter(1).create_cq(16, None).unwrap();
     recv.own.store(rcq.ptr, Ordering::SeqCst);
@@ -259,10 +265,10 @@ fn callback_closes_its_own_cq() {
     let pd_a = c.adapter(0).create_pd().unwrap();
     let pd_b = c.adapter(1).create_pd().unwrap();
     let cq_a = c.adapter(0).create_cq(64, None).unwrap();
-    let r = Box::new(Reenter::default());
+    let r = leaked();
     let rcq = c
         .adapter(1)
-        .create_cq_with_callback(64, arm_then_close_self, ctx_ptr(&r))
+        .create_cq_with_callback(64, arm_then_close_self, ctx_ptr(r))
         .unwrap();
     let icq = c.adapter(1).create_cq(64, None).unwrap();
     r.own.store(rcq.ptr, Ordering::SeqCst);
