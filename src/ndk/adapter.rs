@@ -244,8 +244,14 @@ impl NdkDevice {
         &*self.hw
     }
 
+    /// Files `cq` under its handle and has the hardware route the CQ's device events to it.
     pub(crate) fn register_cq(&self, cq: &ObjRef<Cq>) -> NdkResult<()> {
-        self.cqs.insert(cq.handle(), cq)
+        self.cqs.insert(cq.handle(), cq)?;
+        if let Err(e) = self.hw.bind_cq(cq) {
+            self.unregister_cq(cq.handle());
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     pub(crate) fn unregister_cq(&self, handle: u32) {
@@ -307,14 +313,16 @@ impl NdkDevice {
         self.bad_cqes.load(Ordering::Relaxed)
     }
 
-    /// A CQNE for `cq` (CQ-notification DPC, pvrdma.md §13). Unknown handles are ignored.
+    /// A CQNE for `cq`, from hardware that does not route its CQs' events itself
+    /// ([`Hardware::bind_cq`]; the PVRDMA device does, with one lookup). Unknown handles are
+    /// ignored.
     pub fn cq_notification(&self, cq: u32) {
         if let Some(cq) = self.cqs.get(cq) {
             cq.event(CqEvent::Completion { solicited: true });
         }
     }
 
-    /// CQ_ERR for `cq` (async-event DPC): `overflow` → STATUS_BUFFER_OVERFLOW, otherwise
+    /// CQ_ERR for `cq`, from hardware that does not route its CQs' events itself: `overflow` → STATUS_BUFFER_OVERFLOW, otherwise
     /// STATUS_INTERNAL_ERROR (§5.4 CqStatus).
     pub fn cq_error(&self, cq: u32, overflow: bool) {
         if let Some(cq) = self.cqs.get(cq) {

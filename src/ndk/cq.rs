@@ -6,7 +6,10 @@
 //! and to the posted request through that queue's slot records ([`super::completion`]).
 //! Notification is the
 //! arm state machine [`ArmState`]: pure logic, driven by NdkArmCq, by device notifications
-//! (CQNE) and CQ errors, and by the return of each consumer callback.
+//! (CQNE) and CQ errors, and by the return of each consumer callback. It lives in one atomic
+//! word ([`ArmCell`]), so the notification path takes no lock of the CQ: the device's DPC
+//! finds the CQ's [`CqLink`] with one table lookup and the consumer's callback runs with no
+//! driver lock held.
 
 use super::adapter::Adapter;
 use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
@@ -18,8 +21,9 @@ use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
-use crate::os::SpinLock;
+use crate::pvrdma::device::CqEvents;
 use crate::pvrdma::port::{CqPort, CqState, CqeView};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// `wc_flags` WITH_IMM (pvrdma.md §11).
 const WITH_IMM: u32 = 1 << 1;
@@ -177,6 +181,105 @@ impl ArmState {
     }
 }
 
+/// Bits of one [`ArmState`] in an [`ArmCell`] word; the bits above count device events.
+const ARM_STATE_BITS: u32 = 0xFF;
+/// One device event in an [`ArmCell`] word.
+const ARM_EPOCH: u32 = 1 << 8;
+
+/// A status as 2 bits: none, success, overflow, anything else (internal error). The only
+/// statuses the state machine sees are those three (§5.4 CqStatus).
+fn status_bits(st: Option<NTSTATUS>) -> u32 {
+    match st {
+        None => 0,
+        Some(STATUS_SUCCESS) => 1,
+        Some(STATUS_BUFFER_OVERFLOW) => 2,
+        Some(_) => 3,
+    }
+}
+
+fn bits_status(b: u32) -> Option<NTSTATUS> {
+    match b & 3 {
+        0 => None,
+        1 => Some(STATUS_SUCCESS),
+        2 => Some(STATUS_BUFFER_OVERFLOW),
+        _ => Some(STATUS_INTERNAL_ERROR),
+    }
+}
+
+impl ArmState {
+    fn pack(&self) -> u32 {
+        let armed = match self.armed {
+            None => 0,
+            Some(ArmType::Errors) => 1,
+            Some(ArmType::Solicited) => 2,
+            Some(ArmType::Any) => 3,
+        };
+        armed
+            | u32::from(self.in_callback) << 2
+            | status_bits(self.deferred) << 3
+            | status_bits(self.error) << 5
+            | u32::from(self.error_reported) << 7
+    }
+
+    fn unpack(w: u32) -> ArmState {
+        ArmState {
+            armed: match w & 3 {
+                0 => None,
+                1 => Some(ArmType::Errors),
+                2 => Some(ArmType::Solicited),
+                _ => Some(ArmType::Any),
+            },
+            in_callback: w & 1 << 2 != 0,
+            deferred: bits_status(w >> 3),
+            error: bits_status(w >> 5),
+            error_reported: w & 1 << 7 != 0,
+        }
+    }
+}
+
+/// One CQ's [`ArmState`] in an atomic word: every transition is a compare-and-swap of the
+/// whole state, so neither NdkArmCq nor a device event takes a lock. Device events also
+/// advance an epoch in the upper bits: NdkArmCq's transition, which depends on what it read
+/// from the ring, fails and is redone if a notification was processed after its read (the
+/// lost-wakeup window the CQ's lock used to close).
+pub struct ArmCell(AtomicU32);
+
+impl Default for ArmCell {
+    fn default() -> Self {
+        // The default state packs to 0.
+        ArmCell(AtomicU32::new(0))
+    }
+}
+
+impl ArmCell {
+    /// Applies `f` atomically (re-running it if the state changed meanwhile, so it must
+    /// have no effect but on the state and idempotent side effects). `device_event` marks a
+    /// transition by a device notification or error.
+    pub fn update<R>(&self, device_event: bool, mut f: impl FnMut(&mut ArmState) -> R) -> R {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let mut st = ArmState::unpack(cur);
+            let r = f(&mut st);
+            let mut next = (cur & !ARM_STATE_BITS) | st.pack();
+            if device_event {
+                next = next.wrapping_add(ARM_EPOCH);
+            }
+            match self
+                .0
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return r,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// The current state.
+    pub fn get(&self) -> ArmState {
+        ArmState::unpack(self.0.load(Ordering::Acquire))
+    }
+}
+
 /// A completion queue.
 pub struct Cq {
     life: Lifetime,
@@ -186,7 +289,7 @@ pub struct Cq {
     notify: NDK_FN_CQ_NOTIFICATION_CALLBACK,
     notify_context: usize,
     affinity: Option<GROUP_AFFINITY>,
-    arm: SpinLock<ArmState>,
+    arm: ArmCell,
     port: CqPort,
     /// QPs of this CQ by handle residue: the poller's lookup.
     qps: CqQps,
@@ -292,7 +395,7 @@ impl Cq {
             notify: p.notify,
             notify_context: p.notify_context,
             affinity: p.affinity,
-            arm: SpinLock::new(ArmState::default()),
+            arm: ArmCell::default(),
             port,
             qps: CqQps::new(),
             graveyard: Graveyard::new(handle),
@@ -648,13 +751,13 @@ impl CqResult for NDK_RESULT_EX {
 
 impl ObjRef<Cq> {
     /// NdkArmCq: records the arm, arms the device, then re-checks the ring because CQEs
-    /// already present never notify (pitfall 11).
+    /// already present never notify (pitfall 11). A notification processed meanwhile makes
+    /// the transition run again (see [`ArmCell`]): arming the device twice is harmless.
     pub fn arm(&self, t: ULONG) {
         // Serialized with the polls (§5.4), and holds no QP reference.
         self.release_buried();
-        let fire = {
-            let mut st = self.arm.lock();
-            let t = ArmType::from_ndk(t);
+        let t = ArmType::from_ndk(t);
+        let fire = self.arm.update(false, |st| {
             let probe = st.armed().map_or(t, |a| a.combine(t));
             let solicited_only = match probe {
                 ArmType::Any => Some(false),
@@ -665,7 +768,7 @@ impl ObjRef<Cq> {
                 self.port.arm(sol);
             }
             st.arm(t, self.port.has_entries())
-        };
+        });
         if let Some(status) = fire {
             self.deliver(status);
         }
@@ -673,28 +776,63 @@ impl ObjRef<Cq> {
 
     /// A device notification (CQNE) or CQ error for this CQ (from the device's DPC).
     pub fn event(&self, ev: CqEvent) {
-        let fire = self.arm.lock().event(ev);
+        let fire = self.arm.update(true, |st| st.event(ev));
         if let Some(status) = fire {
             self.deliver(status);
         }
     }
 
+    /// Calls the consumer back (no driver lock is held by any caller), then any callback
+    /// that became due while it ran.
     fn deliver(&self, first: NTSTATUS) {
         // The callback counts as outstanding: a close issued meanwhile pends until it
         // returns, and after a close no callback starts (§5.2, §5.4).
         if !self.life.try_get() {
-            self.arm.lock().callback_dropped();
+            self.arm.update(false, ArmState::callback_dropped);
             return;
         }
         let mut status = first;
         loop {
             dispatch::call_cq_notification(self.notify, self.notify_context, status);
-            match self.arm.lock().callback_returned() {
-                Some(next) => status = next,
+            // A callback deferred while this one ran does not start once the CQ is closing
+            // (the consumer may have closed it from this very callback).
+            let next = self.arm.update(false, |st| {
+                if self.life.is_closing() {
+                    st.callback_dropped();
+                    None
+                } else {
+                    st.callback_returned()
+                }
+            });
+            match next {
+                Some(n) => status = n,
                 None => break,
             }
         }
         self.put();
+    }
+}
+
+/// The device's handler of one NDK CQ: a CQNE or CQ_ERR the device's DPC found under the CQ's
+/// handle goes straight to the arm state (no second lookup, no lock).
+pub struct CqLink(ObjRef<Cq>);
+
+impl CqLink {
+    /// The handler of `cq`; it keeps the CQ's memory alive until the device drops it
+    /// (unregistered at teardown).
+    pub fn new(cq: &ObjRef<Cq>) -> Self {
+        CqLink(cq.clone())
+    }
+}
+
+impl CqEvents for CqLink {
+    fn completion(&self) {
+        self.0.event(CqEvent::Completion { solicited: true });
+    }
+    fn error(&self) {
+        // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
+        // NDK's overrun status is the one that fits.
+        self.0.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW));
     }
 }
 
@@ -800,6 +938,57 @@ mod tests {
             Some(STATUS_SUCCESS)
         );
         assert_eq!(s.callback_returned(), None);
+    }
+
+    #[test]
+    fn packed_state_round_trips() {
+        let statuses = [
+            None,
+            Some(STATUS_SUCCESS),
+            Some(STATUS_BUFFER_OVERFLOW),
+            Some(STATUS_INTERNAL_ERROR),
+        ];
+        for armed in [None, Some(Errors), Some(Solicited), Some(Any)] {
+            for deferred in statuses {
+                for error in statuses {
+                    for (in_callback, error_reported) in
+                        [(false, false), (true, false), (false, true), (true, true)]
+                    {
+                        let s = ArmState {
+                            armed,
+                            in_callback,
+                            deferred,
+                            error,
+                            error_reported,
+                        };
+                        assert_eq!(ArmState::unpack(s.pack()), s);
+                        assert_eq!(s.pack() & !ARM_STATE_BITS, 0);
+                    }
+                }
+            }
+        }
+        assert_eq!(ArmState::default().pack(), 0);
+    }
+
+    #[test]
+    fn cell_events_advance_the_epoch_and_keep_the_state() {
+        let c = ArmCell::default();
+        assert_eq!(c.update(false, |s| s.arm(Any, false)), None);
+        let before = c.0.load(Ordering::SeqCst);
+        assert_eq!(
+            c.update(true, |s| s.event(CqEvent::Completion { solicited: true })),
+            Some(STATUS_SUCCESS)
+        );
+        let after = c.0.load(Ordering::SeqCst);
+        assert_eq!(after >> 8, (before >> 8) + 1);
+        assert!(c.get().in_callback);
+        assert_eq!(c.get().armed(), None);
+        assert_eq!(c.update(false, ArmState::callback_returned), None);
+        assert_eq!(
+            c.0.load(Ordering::SeqCst) >> 8,
+            after >> 8,
+            "no epoch for the consumer's transitions"
+        );
     }
 
     #[test]

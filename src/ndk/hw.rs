@@ -251,6 +251,13 @@ pub trait Hardware: Send + Sync {
     fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
         done(self.create_cq(entries, affinity));
     }
+    /// Routes the device's notifications and errors for `cq` straight to it, found by the
+    /// device's one lookup of the handle (called once the NDK CQ exists; `destroy_cq` undoes
+    /// it). The default routes nothing: such hardware reports through
+    /// [`super::NdkDevice::cq_notification`].
+    fn bind_cq(&self, _cq: &super::object::ObjRef<super::cq::Cq>) -> Result<(), HwError> {
+        Ok(())
+    }
     /// DESTROY_CQ.
     fn destroy_cq(&self, cq: u32);
     /// CREATE_MR.

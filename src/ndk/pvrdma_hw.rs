@@ -22,11 +22,13 @@
 use alloc::sync::{Arc, Weak};
 
 use super::adapter::NdkDevice;
+use super::cq::{Cq, CqLink};
 use super::error::HwError;
 use super::hw::{Hardware, HwCaps, HwDone, MrKeys, MrSpec, QpSpec, SrqSpec};
+use super::object::ObjRef;
 use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
 use crate::os::alloc::try_arc;
-use crate::os::{Dpc, DpcHandler, Processor, SpinLock};
+use crate::os::{Processor, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     CmdChannel, Command, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, DestroyCq, DestroyMr,
@@ -65,47 +67,6 @@ type Sink = Arc<SpinLock<Option<Weak<NdkDevice>>>>;
 
 fn sink_device(sink: &Sink) -> Option<Arc<NdkDevice>> {
     sink.lock().as_ref().and_then(Weak::upgrade)
-}
-
-/// Delivers a CQ's notification (a DPC routine when the CQ has an affinity).
-struct CqNotify {
-    sink: Sink,
-    handle: u32,
-}
-
-impl DpcHandler for CqNotify {
-    fn run(&self) {
-        if let Some(d) = sink_device(&self.sink) {
-            d.cq_notification(self.handle);
-        }
-    }
-}
-
-struct CqHook {
-    sink: Sink,
-    handle: u32,
-    notify: Arc<CqNotify>,
-    /// The CQ's own DPC, targeted at the first processor of its GROUP_AFFINITY.
-    dpc: Option<(Dpc, Processor)>,
-}
-
-impl CqEvents for CqHook {
-    fn completion(&self) {
-        match &self.dpc {
-            // A DPC already queued covers this CQNE too; one notification per arm anyway.
-            Some((dpc, target)) => {
-                dpc.queue(*target);
-            }
-            None => self.notify.run(),
-        }
-    }
-    fn error(&self) {
-        // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
-        // NDK's overrun status is the one that fits.
-        if let Some(d) = sink_device(&self.sink) {
-            d.cq_error(self.handle, true);
-        }
-    }
 }
 
 struct SrqHook {
@@ -340,18 +301,17 @@ struct CqInstall {
     dev: Arc<Device>,
     cqs: Shared<HandleTable<Shared<CqRing>>>,
     kills: Arc<Kills>,
-    sink: Sink,
 }
 
 impl CqInstall {
-    /// Files the DESTROY, adopts the device's entry count, files the ring under its handle
-    /// and registers the event hook. On failure the CQ is destroyed, and its ring freed only
-    /// after the device's DESTROY response.
+    /// Files the DESTROY, adopts the device's entry count and files the ring under its
+    /// handle (the CQ's events are routed once the NDK CQ exists, [`Hardware::bind_cq`]). On
+    /// failure the CQ is destroyed, and its ring freed only after the device's DESTROY
+    /// response.
     fn install(
         &self,
         ring: Shared<CqRing>,
         resp: crate::pvrdma::cmd::CreateCqResp,
-        affinity: Option<GROUP_AFFINITY>,
         kill: Reserved<DestroyCq>,
     ) -> Result<(), HwError> {
         let h = resp.cq_handle;
@@ -360,8 +320,7 @@ impl CqInstall {
         let entries = ring.lock().set_device_entries(resp.cqe);
         let r = entries
             .map_err(hw_error)
-            .and_then(|()| self.cqs.lock().insert(h, ring).map_err(hw_error))
-            .and_then(|()| self.register(h, affinity));
+            .and_then(|()| self.cqs.lock().insert(h, ring).map_err(hw_error));
         if let Err(e) = r {
             self.destroy(h);
             return Err(e);
@@ -376,31 +335,6 @@ impl CqInstall {
         if !kill(self.dev.cmd(), &self.kills.cq, h, &cmd) {
             submit_then(self.dev.cmd(), &cmd, move |_| drop(ring));
         }
-    }
-
-    fn register(&self, h: u32, affinity: Option<GROUP_AFFINITY>) -> Result<(), HwError> {
-        let notify = try_arc(CqNotify {
-            sink: self.sink.clone(),
-            handle: h,
-        })
-        .map_err(|_| HwError::NoResources)?;
-        let dpc = match affinity.filter(|a| a.Mask != 0) {
-            Some(a) => {
-                let handler: Arc<dyn DpcHandler> = notify.clone();
-                let dpc = Dpc::new(self.dev.platform().scheduler(), handler)
-                    .map_err(|_| HwError::NoResources)?;
-                Some((dpc, Processor::from_affinity(a.Group, a.Mask as u64)))
-            }
-            None => None,
-        };
-        let hook = try_arc(CqHook {
-            sink: self.sink.clone(),
-            handle: h,
-            notify,
-            dpc,
-        })
-        .map_err(|_| HwError::NoResources)?;
-        self.dev.register_cq(h, hook).map_err(hw_error)
     }
 }
 
@@ -555,7 +489,6 @@ impl PvrdmaHardware {
             dev: self.dev.clone(),
             cqs: self.cqs.clone(),
             kills: self.kills.clone(),
-            sink: self.sink.clone(),
         }
     }
 
@@ -773,19 +706,18 @@ impl Hardware for PvrdmaHardware {
         }
     }
 
-    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
+    fn create_cq(&self, entries: u32, _affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
+        // The affinity is the NDK CQ's, applied when its events are routed (`bind_cq`).
         let (ring, cmd, kill) = self.prepare_cq(entries)?;
         let resp = self.exec(&cmd);
         let ctx = self.cq_ctx();
         match resp {
-            Ok(resp) => ctx
-                .install(ring, resp, affinity, kill)
-                .map(|()| resp.cq_handle),
+            Ok(resp) => ctx.install(ring, resp, kill).map(|()| resp.cq_handle),
             Err(e) => Err(e),
         }
     }
 
-    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+    fn create_cq_async(&self, entries: u32, _affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
         let (ring, cmd, kill) = match self.prepare_cq(entries) {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
@@ -793,12 +725,25 @@ impl Hardware for PvrdmaHardware {
         let ctx = self.cq_ctx();
         // The ring travels with the command: dropped unused if the device refuses it.
         submit_then(self.dev.cmd(), &cmd, move |r| match r {
-            Ok(resp) => done(
-                ctx.install(ring, resp, affinity, kill)
-                    .map(|()| resp.cq_handle),
-            ),
+            Ok(resp) => done(ctx.install(ring, resp, kill).map(|()| resp.cq_handle)),
             Err(e) => done(Err(e)),
         });
+    }
+
+    /// The CQ's own handler in the device's table: a CQNE reaches the NDK CQ with that one
+    /// lookup, on the CQ's DPC targeted at the first processor of its GROUP_AFFINITY if it has
+    /// one (NdkCreateCq `Affinity`), else on the CQ-notification DPC.
+    fn bind_cq(&self, cq: &ObjRef<Cq>) -> Result<(), HwError> {
+        let link: Arc<dyn CqEvents> = try_arc(CqLink::new(cq)).map_err(|_| HwError::NoResources)?;
+        let target = cq
+            .affinity()
+            .filter(|a| a.Mask != 0)
+            .map_or(Processor::Current, |a| {
+                Processor::from_affinity(a.Group, a.Mask as u64)
+            });
+        self.dev
+            .register_cq_on(cq.handle(), link, target)
+            .map_err(hw_error)
     }
 
     fn destroy_cq(&self, cq: u32) {

@@ -6,14 +6,16 @@
 //! already queued (not yet started) does nothing and returns false. The routine runs at
 //! DISPATCH_LEVEL; the queued flag is cleared just before it runs, so the routine may be
 //! queued again while running (it then runs once more afterwards). Two runs of the same DPC
-//! object never overlap: [`Dpc::run`] serializes them, whatever processor they were queued to.
+//! object never overlap: [`Dpc::run`] serializes them, whatever processor they were queued to,
+//! without a lock: a run that finds the routine running elsewhere hands its run to that
+//! processor and returns, so the routine (and any consumer callback it makes) never runs
+//! under a spin lock, and no processor spins waiting for another's routine.
 #![deny(unsafe_code)]
 
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::OsError;
-use super::sync::SpinLock;
 
 /// The routine and context of a DPC: `run` is called at DISPATCH_LEVEL.
 pub trait DpcHandler: Send + Sync {
@@ -56,7 +58,9 @@ pub trait DpcScheduler: Send + Sync {
 struct DpcInner {
     handler: Arc<dyn DpcHandler>,
     queued: AtomicBool,
-    running: SpinLock<()>,
+    /// Runs started and not yet finished: 0 idle, 1 running, more = runs handed to the
+    /// running processor.
+    runs: AtomicU32,
     scheduler: Arc<dyn DpcScheduler>,
 }
 
@@ -76,7 +80,7 @@ impl Dpc {
             inner: super::alloc::try_arc(DpcInner {
                 handler,
                 queued: AtomicBool::new(false),
-                running: SpinLock::new(()),
+                runs: AtomicU32::new(0),
                 scheduler: scheduler.clone(),
             })?,
         })
@@ -100,14 +104,25 @@ impl Dpc {
     /// Runs the routine: called by the scheduler's executor (Windows: the `KDEFERRED_ROUTINE`
     /// thunk), never by driver code.
     pub fn run(&self) {
-        let _serial = self.inner.running.lock();
-        self.inner.queued.store(false, Ordering::SeqCst);
-        // StoreLoad: the routine's first reads (a ring's producer index) must not be satisfied
-        // before the cleared flag is visible. Otherwise an ISR that publishes new work in that
-        // window sees `queued` still set, coalesces, and the routine misses the work: a lost
-        // interrupt (seen as a hung async-ring test under load before this fence).
-        core::sync::atomic::fence(Ordering::SeqCst);
-        self.inner.handler.run();
+        // A run is only ever started by a queue (the queued flag is set until one starts), so
+        // at most one run per queue can be handed over: the count cannot overflow.
+        if self.inner.runs.fetch_add(1, Ordering::AcqRel) != 0 {
+            // The routine is running on another processor: it runs once more for this queue.
+            return;
+        }
+        loop {
+            self.inner.queued.store(false, Ordering::SeqCst);
+            // StoreLoad: the routine's first reads (a ring's producer index) must not be
+            // satisfied before the cleared flag is visible. Otherwise an ISR that publishes
+            // new work in that window sees `queued` still set, coalesces, and the routine
+            // misses the work: a lost interrupt (seen as a hung async-ring test under load
+            // before this fence).
+            core::sync::atomic::fence(Ordering::SeqCst);
+            self.inner.handler.run();
+            if self.inner.runs.fetch_sub(1, Ordering::AcqRel) == 1 {
+                return;
+            }
+        }
     }
 
     /// Whether two handles name the same DPC object.

@@ -40,6 +40,34 @@ std::thread_local! {
     static CURRENT_PROCESSOR: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
+std::thread_local! {
+    static HELD_SPIN_LOCKS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Spin locks ([`super::sync::SpinLock`]) the calling thread holds right now. Counted in
+/// debug host builds only (always 0 otherwise): a consumer callback must see 0 (the driver
+/// never calls out with one of its spin locks held).
+pub fn held_spin_locks() -> u32 {
+    HELD_SPIN_LOCKS.with(Cell::get)
+}
+
+/// Whether [`held_spin_locks`] counts (debug host builds).
+pub const SPIN_LOCKS_COUNTED: bool = cfg!(debug_assertions);
+
+/// The counting hooks of [`super::sync::SpinLock`] (debug host builds).
+#[cfg(debug_assertions)]
+pub(crate) mod held_lock_count {
+    use super::HELD_SPIN_LOCKS;
+
+    pub fn acquired() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_add(1)));
+    }
+
+    pub fn released() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_sub(1)));
+    }
+}
+
 /// The simulated processor the calling thread is, if it is an executor thread.
 pub fn current_processor() -> Option<u32> {
     CURRENT_PROCESSOR.with(|c| c.get())

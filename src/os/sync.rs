@@ -96,6 +96,7 @@ impl<T: ?Sized> SpinLock<T> {
         // The state is `()` with the host backend and the old KIRQL with the kernel one.
         #[allow(clippy::let_unit_value)]
         let state = self.raw.acquire();
+        held::acquired();
         SpinLockGuard {
             lock: self,
             state: Some(state),
@@ -104,9 +105,12 @@ impl<T: ?Sized> SpinLock<T> {
 
     /// Acquires the lock if it is free.
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
-        self.raw.try_acquire().map(|state| SpinLockGuard {
-            lock: self,
-            state: Some(state),
+        self.raw.try_acquire().map(|state| {
+            held::acquired();
+            SpinLockGuard {
+                lock: self,
+                state: Some(state),
+            }
         })
     }
 
@@ -143,8 +147,23 @@ impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
             self.lock.raw.release(state);
+            held::released();
         }
     }
+}
+
+/// Debug host builds count the spin locks each thread holds, so tests can prove that no
+/// consumer callback runs under one ([`crate::os::host::held_spin_locks`]). Elsewhere the
+/// hooks are empty.
+#[cfg(all(debug_assertions, not(target_os = "windows")))]
+use super::host::held_lock_count as held;
+
+#[cfg(not(all(debug_assertions, not(target_os = "windows"))))]
+mod held {
+    #[inline(always)]
+    pub fn acquired() {}
+    #[inline(always)]
+    pub fn released() {}
 }
 
 /// Orders the CPU's writes to DMA memory (WQEs, command requests) before a later write that
@@ -195,5 +214,25 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*l.lock(), 40_000);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    fn held_spin_locks_are_counted_per_thread() {
+        use crate::os::host::held_spin_locks;
+        let (a, b) = (SpinLock::new(()), SpinLock::new(()));
+        assert_eq!(held_spin_locks(), 0);
+        let ga = a.lock();
+        let gb = b.try_lock().unwrap();
+        assert_eq!(held_spin_locks(), 2);
+        assert!(b.try_lock().is_none());
+        assert_eq!(held_spin_locks(), 2, "a failed try_lock holds nothing");
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(held_spin_locks(), 0, "another thread holds none"));
+        });
+        drop(gb);
+        assert_eq!(held_spin_locks(), 1);
+        drop(ga);
+        assert_eq!(held_spin_locks(), 0);
     }
 }

@@ -8,12 +8,15 @@
 //! is freed. Dropping the [`Device`] does the same (`pvrdma_pci_remove`): objects must have
 //! been destroyed with commands by then.
 //!
-//! Interrupts: the ISR only queues the vector's DPC ([`crate::os::Dpc`] coalesces).
-//! Vector 0 completes the outstanding command, vector 1 drains the async ring and dispatches
-//! typed events to the handlers registered per object, vector 2 drains the CQ-notification
-//! ring and calls each CQ's notification handler. Handles read from the rings are looked up
-//! in bounds-checked [`HandleTable`]s; the handler is cloned under the table lock and called
-//! after the lock is released.
+//! Interrupts: the ISR only counts and queues the vector's DPC ([`crate::os::Dpc`]
+//! coalesces). Vector 0 completes the outstanding command, vector 1 drains the async ring and
+//! dispatches typed events to the handlers registered per object, vector 2 drains the
+//! CQ-notification ring and calls each CQ's notification handler (Linux
+//! `pvrdma_intrx_handler`). Both drains copy a small fixed batch of elements off the ring
+//! under its head lock, release it, and only then deliver them: each handle is looked up once
+//! in its bounds-checked [`HandleTable`] (the handler is cloned under the table lock), and the
+//! handler runs with no driver lock held, so it may call back into the driver (a consumer
+//! callback re-arming, polling or closing its CQ). Counters are atomics.
 #![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
@@ -190,7 +193,7 @@ struct Shared {
     srqs: SpinLock<HandleTable<Arc<dyn SrqEvents>>>,
     device_events: SpinLock<Option<Arc<dyn DeviceEvents>>>,
     dpcs: SpinLock<Option<[Dpc; 3]>>,
-    stats: SpinLock<DeviceStats>,
+    counters: Counters,
     interrupts: [AtomicU64; 3],
     // Dropped last (declared last): the device has been RESET by then.
     _dsr: SharedDma,
@@ -251,6 +254,83 @@ impl InterruptHandler for Isr {
     }
 }
 
+/// Elements a drain takes off a device ring per lock hold: the lock covers only the copies
+/// into this local batch (no allocation), and the handlers run after it is released.
+const DRAIN_BATCH: usize = 32;
+
+/// Event counters, updated without a lock from the DPCs.
+#[derive(Default)]
+struct Counters {
+    events: AtomicU64,
+    dropped_events: AtomicU64,
+    cq_notifications: AtomicU64,
+    dropped_notifications: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How a drain pass ended.
+enum Drained {
+    /// The ring is empty (or was abandoned): nothing left to do.
+    Empty,
+    /// The batch filled: deliver it, then drain again.
+    More,
+    /// The DPC's budget ran out: deliver the batch, then requeue the DPC.
+    Budget,
+}
+
+impl DeviceRing {
+    /// Copies up to `batch.len()` elements (at most `*budget`) into `batch` under the head
+    /// lock and returns how many, and why it stopped. A bad index abandons the ring (M14).
+    fn drain_into<const N: usize>(
+        &self,
+        batch: &mut [[u8; N]],
+        budget: &mut u32,
+    ) -> (usize, Drained) {
+        let mut head = self.head.lock();
+        let mut n = 0;
+        for slot in batch.iter_mut() {
+            if *budget == 0 {
+                return (n, Drained::Budget);
+            }
+            match self.pop(&mut head, slot) {
+                Ok(true) => {}
+                Ok(false) => return (n, Drained::Empty),
+                Err(RingCorrupt) => {
+                    self.broken.store(true, Ordering::Release);
+                    return (n, Drained::Empty);
+                }
+            }
+            *budget -= 1;
+            n += 1;
+        }
+        (n, Drained::More)
+    }
+
+    /// Drains the ring in batches, calling `deliver` for each element with no lock held.
+    /// Returns whether the budget ran out (the caller requeues its DPC).
+    fn drain<const N: usize>(&self, mut deliver: impl FnMut(&[u8; N])) -> bool {
+        if self.broken.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut budget = self.ring.cap();
+        let mut batch = [[0u8; N]; DRAIN_BATCH];
+        loop {
+            let (n, why) = self.drain_into(&mut batch, &mut budget);
+            for raw in batch.iter().take(n) {
+                deliver(raw);
+            }
+            match why {
+                Drained::More => {}
+                Drained::Empty => return false,
+                Drained::Budget => return true,
+            }
+        }
+    }
+}
+
 impl Shared {
     fn requeue(&self, vector: u32) {
         if let Some(d) = self
@@ -263,31 +343,10 @@ impl Shared {
         }
     }
 
+    /// Vector 1: async events, each to its object's handler.
     fn drain_async(&self) {
-        let ring = &self.async_ring;
-        if ring.broken.load(Ordering::Acquire) {
-            return;
-        }
-        let mut head = ring.head.lock();
-        let mut budget = ring.ring.cap();
-        let mut raw = [0u8; EQE_SIZE];
-        loop {
-            if budget == 0 {
-                drop(head);
-                self.requeue(VECTOR_ASYNC);
-                return;
-            }
-            match ring.pop(&mut head, &mut raw) {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(RingCorrupt) => {
-                    ring.broken.store(true, Ordering::Release);
-                    self.stats.lock().async_ring_broken = true;
-                    return;
-                }
-            }
-            budget -= 1;
-            self.dispatch_event(&raw);
+        if self.async_ring.drain(|raw| self.dispatch_event(raw)) {
+            self.requeue(VECTOR_ASYNC);
         }
     }
 
@@ -317,64 +376,48 @@ impl Shared {
                 }
             },
         };
-        let mut st = self.stats.lock();
-        if delivered {
-            st.events = st.events.wrapping_add(1);
+        bump(if delivered {
+            &self.counters.events
         } else {
-            st.dropped_events = st.dropped_events.wrapping_add(1);
+            &self.counters.dropped_events
+        });
+    }
+
+    /// Vector 2 (`pvrdma_intrx_handler`): each CQNE's CQ is looked up once, and its handler
+    /// runs with no driver lock held, here or in the CQ's own DPC on its target processor.
+    fn drain_cq_notifications(&self) {
+        if self
+            .cq_ring
+            .drain(|raw: &[u8; CQNE_SIZE]| self.notify_cq(u32::from_le_bytes(*raw)))
+        {
+            self.requeue(VECTOR_CQ);
         }
     }
 
-    fn drain_cq_notifications(&self) {
-        let ring = &self.cq_ring;
-        if ring.broken.load(Ordering::Acquire) {
-            return;
-        }
-        let mut head = ring.head.lock();
-        let mut budget = ring.ring.cap();
-        let mut raw = [0u8; CQNE_SIZE];
-        loop {
-            if budget == 0 {
-                drop(head);
-                self.requeue(VECTOR_CQ);
-                return;
+    fn notify_cq(&self, handle: u32) {
+        let entry = self
+            .cqs
+            .lock()
+            .get(handle)
+            .map(|e| (e.handler.clone(), e.targeted.clone()));
+        let delivered = match entry {
+            // Coalesces like KeInsertQueueDpc: CQNEs arriving before the CQ's DPC runs get
+            // one upcall (each arm yields at most one CQNE, M18).
+            Some((_, Some((dpc, target)))) => {
+                dpc.queue(target);
+                true
             }
-            match ring.pop(&mut head, &mut raw) {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(RingCorrupt) => {
-                    ring.broken.store(true, Ordering::Release);
-                    self.stats.lock().cq_ring_broken = true;
-                    return;
-                }
+            Some((handler, None)) => {
+                handler.completion();
+                true
             }
-            budget -= 1;
-            let handle = u32::from_le_bytes(raw);
-            let entry = self
-                .cqs
-                .lock()
-                .get(handle)
-                .map(|e| (e.handler.clone(), e.targeted.clone()));
-            let delivered = match entry {
-                // Coalesces like KeInsertQueueDpc: CQNEs arriving before the CQ's DPC runs
-                // get one upcall (each arm yields at most one CQNE, M18).
-                Some((_, Some((dpc, target)))) => {
-                    dpc.queue(target);
-                    true
-                }
-                Some((handler, None)) => {
-                    handler.completion();
-                    true
-                }
-                None => false,
-            };
-            let mut st = self.stats.lock();
-            if delivered {
-                st.cq_notifications = st.cq_notifications.wrapping_add(1);
-            } else {
-                st.dropped_notifications = st.dropped_notifications.wrapping_add(1);
-            }
-        }
+            None => false,
+        };
+        bump(if delivered {
+            &self.counters.cq_notifications
+        } else {
+            &self.counters.dropped_notifications
+        });
     }
 
     fn teardown(&self) {
@@ -485,7 +528,7 @@ impl Device {
             srqs: SpinLock::new(srqs),
             device_events: SpinLock::new(None),
             dpcs: SpinLock::new(None),
-            stats: SpinLock::new(DeviceStats::default()),
+            counters: Counters::default(),
             interrupts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             _dsr: dsr,
         })?;
@@ -664,11 +707,19 @@ impl Device {
 
     /// Counters.
     pub fn stats(&self) -> DeviceStats {
-        let mut s = *self.shared.stats.lock();
-        for (o, c) in s.interrupts.iter_mut().zip(&self.shared.interrupts) {
-            *o = c.load(Ordering::Relaxed);
+        let s = &self.shared;
+        let c = &s.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let [v0, v1, v2] = &s.interrupts;
+        DeviceStats {
+            interrupts: [load(v0), load(v1), load(v2)],
+            events: load(&c.events),
+            dropped_events: load(&c.dropped_events),
+            cq_notifications: load(&c.cq_notifications),
+            dropped_notifications: load(&c.dropped_notifications),
+            async_ring_broken: s.async_ring.broken.load(Ordering::Acquire),
+            cq_ring_broken: s.cq_ring.broken.load(Ordering::Acquire),
         }
-        s
     }
 }
 
