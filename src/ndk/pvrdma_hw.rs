@@ -33,13 +33,14 @@ use crate::pvrdma::cmd::{
     DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
     Reserved, SrqAttr, mr_flags, srq_attr_mask,
 };
+use crate::pvrdma::cq::CqReader;
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
-use crate::pvrdma::port::{CqPort, RecvPort, SendPort};
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
+use crate::pvrdma::wq::{RecvWriter, SendWriter};
 use crate::pvrdma::wqe::AccessFlags;
 
 /// SGEs per request the adapter advertises at most (the NDK SGE arrays are handed to the
@@ -959,15 +960,15 @@ impl Hardware for PvrdmaHardware {
         self.srq_ctx().destroy(srq);
     }
 
-    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError> {
+    fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
         let g = q.lock();
         let sq =
-            g.sq.port(self.dev.bell(QpDoorbell::send(qp)))
+            g.sq.writer(self.dev.bell(QpDoorbell::send(qp)))
                 .map_err(hw_error)?;
         let rq = match &g.rq {
             Some(rq) => Some(
-                rq.port(self.dev.bell(QpDoorbell::recv(qp)))
+                rq.writer(self.dev.bell(QpDoorbell::recv(qp)))
                     .map_err(hw_error)?,
             ),
             None => None,
@@ -975,17 +976,17 @@ impl Hardware for PvrdmaHardware {
         Ok((sq, rq))
     }
 
-    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError> {
+    fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError> {
         let q = self.srq(srq).ok_or(HwError::Invalid)?;
         q.lock()
-            .port(self.dev.bell(SrqDoorbell::recv(srq)))
+            .writer(self.dev.bell(SrqDoorbell::recv(srq)))
             .map_err(hw_error)
     }
 
-    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError> {
+    fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError> {
         let ring = self.cq(cq).ok_or(HwError::Invalid)?;
         ring.lock()
-            .port(
+            .reader(
                 self.dev.bell(CqDoorbell::arm(cq)),
                 self.dev.bell(CqDoorbell::arm_solicited(cq)),
             )
