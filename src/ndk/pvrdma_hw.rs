@@ -131,7 +131,7 @@ impl SrqEvents for SrqHook {
 /// (the directory is freed after the device's response).
 fn file_mr(
     ch: &Arc<CmdChannel>,
-    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    dirs: &Locked<HandleTable<Arc<PageDir>>>,
     kills: &Kills,
     r: crate::pvrdma::cmd::CreateMrResp,
     dir: Option<Arc<PageDir>>,
@@ -260,7 +260,7 @@ fn kill<C: Command>(ch: &CmdChannel, table: &KillTable<C>, h: u32, cmd: &C) -> b
 /// DESTROY_MR for `h` (close, deregistration, or a create that failed after CREATE_MR).
 fn destroy_mr_in(
     ch: &Arc<CmdChannel>,
-    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    dirs: &Locked<HandleTable<Arc<PageDir>>>,
     kills: &Kills,
     h: u32,
 ) {
@@ -274,7 +274,7 @@ fn destroy_mr_in(
 /// on the device's response by the reserved completion.
 fn destroy_qp_in(
     ch: &Arc<CmdChannel>,
-    qps: &Shared<HandleTable<Shared<QpQueues>>>,
+    qps: &Locked<HandleTable<Locked<QpQueues>>>,
     kills: &Kills,
     h: u32,
 ) {
@@ -290,7 +290,7 @@ fn destroy_qp_in(
 /// What finishing a CREATE_SRQ needs (owned, so it can run in the command DPC).
 struct SrqInstall {
     dev: Arc<Device>,
-    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    srqs: Locked<HandleTable<Locked<SrqQueue>>>,
     kills: Arc<Kills>,
     sink: Sink,
 }
@@ -301,7 +301,7 @@ impl SrqInstall {
     fn install(
         &self,
         h: u32,
-        q: Shared<SrqQueue>,
+        q: Locked<SrqQueue>,
         kill: Reserved<DestroySrq>,
     ) -> Result<(), HwError> {
         let cmd = DestroySrq { srq_handle: h };
@@ -339,7 +339,7 @@ impl SrqInstall {
 /// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
 struct CqInstall {
     dev: Arc<Device>,
-    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    cqs: Locked<HandleTable<Locked<CqRing>>>,
     kills: Arc<Kills>,
     sink: Sink,
 }
@@ -350,7 +350,7 @@ impl CqInstall {
     /// after the device's DESTROY response.
     fn install(
         &self,
-        ring: Shared<CqRing>,
+        ring: Locked<CqRing>,
         resp: crate::pvrdma::cmd::CreateCqResp,
         affinity: Option<GROUP_AFFINITY>,
         kill: Reserved<DestroyCq>,
@@ -419,7 +419,8 @@ impl DeviceEvents for DeviceHook {
     }
 }
 
-type Shared<T> = Arc<SpinLock<T>>;
+/// A value several owners reach, behind a spin lock (the seam's tables and queues).
+type Locked<T> = Arc<SpinLock<T>>;
 
 /// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
 /// DPC, or right away when the submit itself fails.
@@ -429,7 +430,7 @@ where
     C::Resp: Send + 'static,
     F: FnOnce(Result<C::Resp, HwError>) + Send + 'static,
 {
-    let cell: Shared<Option<F>> = match try_arc(SpinLock::new(None)) {
+    let cell: Locked<Option<F>> = match try_arc(SpinLock::new(None)) {
         Ok(cell) => cell,
         Err(_) => return next(Err(HwError::NoResources)),
     };
@@ -449,7 +450,7 @@ where
     }
 }
 
-fn shared<T>(v: T) -> Result<Shared<T>, HwError> {
+fn locked<T>(v: T) -> Result<Locked<T>, HwError> {
     try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
 }
 
@@ -471,13 +472,22 @@ fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
 }
 
 /// The PVRDMA device as the NDK layer's [`Hardware`].
+///
+/// The seam's tables, by device handle (each handle kind also has the device's event table,
+/// `Device` `cqs`/`qps`/`srqs`: handle → event hook, and the NDK device's, `NdkDevice`:
+/// handle → NDK object):
+/// - `cqs`, `qps`, `srqs`: the queue memory, looked up once, when the NDK object takes its
+///   writer or reader (`qp_writers`, `srq_writer`, `cq_reader`) and for `srq_queued`;
+/// - `mr_dirs`: an MR's page directory (NdkFastRegister writes its page list there);
+/// - `kills`: each object's reserved DESTROY (and a QP's flush), which also owns the queue
+///   memory until the device's DESTROY response.
 pub struct PvrdmaHardware {
     dev: Arc<Device>,
     caps: HwCaps,
-    cqs: Shared<HandleTable<Shared<CqRing>>>,
-    qps: Shared<HandleTable<Shared<QpQueues>>>,
-    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
-    mr_dirs: Shared<HandleTable<Arc<PageDir>>>,
+    cqs: Locked<HandleTable<Locked<CqRing>>>,
+    qps: Locked<HandleTable<Locked<QpQueues>>>,
+    srqs: Locked<HandleTable<Locked<SrqQueue>>>,
+    mr_dirs: Locked<HandleTable<Arc<PageDir>>>,
     kills: Arc<Kills>,
     sink: Sink,
 }
@@ -494,10 +504,10 @@ impl PvrdmaHardware {
         caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
         caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
         try_arc(PvrdmaHardware {
-            cqs: shared(table(c.max_cq)?)?,
-            qps: shared(table(c.max_qp)?)?,
-            srqs: shared(table(c.max_srq)?)?,
-            mr_dirs: shared(table(c.max_mr)?)?,
+            cqs: locked(table(c.max_cq)?)?,
+            qps: locked(table(c.max_qp)?)?,
+            srqs: locked(table(c.max_srq)?)?,
+            mr_dirs: locked(table(c.max_mr)?)?,
             kills: try_arc(Kills {
                 pd: SpinLock::new(table(c.max_pd)?),
                 mr: SpinLock::new(table(c.max_mr)?),
@@ -537,7 +547,7 @@ impl PvrdmaHardware {
     fn prepare_cq(
         &self,
         entries: u32,
-    ) -> Result<(Shared<CqRing>, CreateCq, Kill<DestroyCq>), HwError> {
+    ) -> Result<(Locked<CqRing>, CreateCq, Kill<DestroyCq>), HwError> {
         let dma = self.dev.platform().dma().clone();
         let ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
         let cmd = CreateCq {
@@ -546,7 +556,7 @@ impl PvrdmaHardware {
             cqe: entries,
             nchunks: ring.nchunks(),
         };
-        let ring = shared(ring)?;
+        let ring = locked(ring)?;
         let kill = reserve_kill(self.dev.cmd(), ring.clone())?;
         Ok((ring, cmd, kill))
     }
@@ -562,7 +572,7 @@ impl PvrdmaHardware {
 
     /// Allocates a QP's queues (shared, so they can be filed once the handle is known), the
     /// CREATE_QP for them and the QP's reserved DESTROY and flush.
-    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp, QpKills), HwError> {
+    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Locked<QpQueues>, CreateQp, QpKills), HwError> {
         let recv = match spec.srq {
             Some(_) => None,
             None => Some((spec.max_recv_wr, spec.max_recv_sge)),
@@ -590,7 +600,7 @@ impl PvrdmaHardware {
             qp_type: QpType::Rc,
             is_srq: u8::from(spec.srq.is_some()),
         };
-        let queues = shared(queues)?;
+        let queues = locked(queues)?;
         let ch = self.dev.cmd();
         let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
         let destroy = reserve_kill(ch, queues.clone())?;
@@ -661,7 +671,7 @@ impl PvrdmaHardware {
     fn prepare_srq(
         &self,
         spec: &SrqSpec,
-    ) -> Result<(Shared<SrqQueue>, CreateSrq, Kill<DestroySrq>), HwError> {
+    ) -> Result<(Locked<SrqQueue>, CreateSrq, Kill<DestroySrq>), HwError> {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
         let dma = self.dev.platform().dma().clone();
         let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
@@ -676,7 +686,7 @@ impl PvrdmaHardware {
             },
             srq_type: 0,
         };
-        let q = shared(q)?;
+        let q = locked(q)?;
         let kill = reserve_kill(self.dev.cmd(), q.clone())?;
         Ok((q, cmd, kill))
     }
@@ -690,15 +700,15 @@ impl PvrdmaHardware {
         }
     }
 
-    fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
+    fn cq(&self, h: u32) -> Option<Locked<CqRing>> {
         self.cqs.lock().get(h).cloned()
     }
 
-    fn qp(&self, h: u32) -> Option<Shared<QpQueues>> {
+    fn qp(&self, h: u32) -> Option<Locked<QpQueues>> {
         self.qps.lock().get(h).cloned()
     }
 
-    fn srq(&self, h: u32) -> Option<Shared<SrqQueue>> {
+    fn srq(&self, h: u32) -> Option<Locked<SrqQueue>> {
         self.srqs.lock().get(h).cloned()
     }
 }

@@ -30,23 +30,38 @@ pub fn rq_stride(max_sge: u32) -> Option<u32> {
 /// Linux's "no mapping" marker and is never posted, so it has no variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-#[allow(missing_docs)]
 pub enum WrOpcode {
+    /// RDMA WRITE (NdkWrite).
     RdmaWrite = 0,
+    /// RDMA WRITE with immediate data (not posted by the NDK layer).
     RdmaWriteWithImm = 1,
+    /// SEND (NdkSend).
     Send = 2,
+    /// SEND with immediate data (not posted).
     SendWithImm = 3,
+    /// RDMA READ (NdkRead).
     RdmaRead = 4,
+    /// Atomic compare and swap (not posted).
     AtomicCmpAndSwp = 5,
+    /// Atomic fetch and add (not posted).
     AtomicFetchAndAdd = 6,
+    /// Large send offload (not posted).
     Lso = 7,
+    /// SEND with invalidate (NdkSendAndInvalidate).
     SendWithInv = 8,
+    /// RDMA READ with local invalidate (not posted: Project decision (b)).
     RdmaReadWithInv = 9,
+    /// Local invalidate (NdkInvalidate).
     LocalInv = 10,
+    /// Fast-register an MR (NdkFastRegister).
     FastRegMr = 11,
+    /// Masked compare and swap (not posted).
     MaskedAtomicCmpAndSwp = 12,
+    /// Masked fetch and add (not posted).
     MaskedAtomicFetchAndAdd = 13,
+    /// Memory-window bind (not posted: no MWs, pvrdma.md §1).
     BindMw = 14,
+    /// Signature MR registration (not posted).
     RegSigMr = 15,
 }
 
