@@ -219,7 +219,7 @@ impl<'a> DmaView<'a> {
     }
 
     /// The window's first byte, for data-path ports that precompute element addresses
-    /// (`pvrdma::port`); valid for `len` bytes while the borrowed region lives.
+    /// (`pvrdma::wq`, `pvrdma::cq`); valid for `len` bytes while the borrowed region lives.
     pub fn as_non_null(&self) -> NonNull<u8> {
         self.ptr
     }
