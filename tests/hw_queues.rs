@@ -1,7 +1,8 @@
 //! Queues and notifications between the driver and the model (pvrdma.md §7, §9-§13, M14-M19,
-//! M22, M26, M27, M40): WQEs encoded by the driver and executed by the model's local engine,
-//! CQEs written by the model and decoded by the driver, CQ arming through the driver's
-//! doorbell up to its CqEvents handler, async events up to the registered handlers.
+//! M22, M26, M27, M40): WQEs written by the driver's work-queue writers and executed by the
+//! model's local engine, CQEs written by the model and read by the driver's CQ reader, CQ
+//! arming through the reader's doorbell up to its CqEvents handler, async events up to the
+//! registered handlers.
 
 mod common;
 
@@ -16,12 +17,12 @@ use pvrdma_ndk::os::host::current_processor;
 use pvrdma_ndk::pvrdma::cmd::{
     CreateMr, DestroyMr, QpAttrMask, QpState, QpType, QueryQp, mr_flags,
 };
-use pvrdma_ndk::pvrdma::cqe::{BadCqe, Cqe, CqeError, WcOpcode, WcStatus};
+use pvrdma_ndk::pvrdma::cqe::{wc_opcode, wc_status};
 use pvrdma_ndk::pvrdma::device::{CqEvents, Device, QpEvents};
 use pvrdma_ndk::pvrdma::eqe::EqeType;
 use pvrdma_ndk::pvrdma::pdir::PageDir;
-use pvrdma_ndk::pvrdma::uar::{CqDoorbell, QpDoorbell};
-use pvrdma_ndk::pvrdma::wqe::{AccessFlags, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode};
+use pvrdma_ndk::pvrdma::uar::CqDoorbell;
+use pvrdma_ndk::pvrdma::wqe::{AccessFlags, SendFlags, SqHeader, WrOpcode};
 use pvrdma_sim::DeviceConfig;
 
 /// Records CQ handler calls and the processor each ran on.
@@ -132,50 +133,51 @@ impl Setup {
     }
 }
 
-fn fast_reg(wr_id: u64, s: K, key: u8, flags: SendFlags) -> SendWr<'static> {
-    SendWr {
+/// A send WQE: its `wr_id` and header (no SGEs: these are local operations).
+#[derive(Clone, Copy)]
+struct Wr {
+    wr_id: u64,
+    h: SqHeader,
+}
+
+fn fast_reg(wr_id: u64, s: K, key: u8, flags: SendFlags) -> Wr {
+    Wr {
         wr_id,
-        opcode: WrOpcode::FastRegMr,
-        flags,
-        ex: Ex::None,
-        body: WrBody::FastReg(FastReg {
-            iova_start: s.va + 0x10,
-            pl_pdir_dma: s.pl,
-            page_shift: 12,
-            page_list_len: 4,
-            length: 4 * 4096 - 0x10,
-            access_flags: AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ,
-            rkey: (s.frmr << 8) | u32::from(key),
-        }),
-        sges: &[],
+        h: SqHeader {
+            op_word: SqHeader::op_word(WrOpcode::FastRegMr, flags),
+            ex: 0,
+            body: SqHeader::fast_reg_body(
+                s.va + 0x10,
+                s.pl,
+                4,
+                4 * 4096 - 0x10,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+                (s.frmr << 8) | u32::from(key),
+            ),
+        },
     }
 }
 
-fn local_inv(wr_id: u64, s: K, key: u8, flags: SendFlags) -> SendWr<'static> {
-    SendWr {
+fn local_inv(wr_id: u64, s: K, key: u8, flags: SendFlags) -> Wr {
+    Wr {
         wr_id,
-        opcode: WrOpcode::LocalInv,
-        flags,
-        ex: Ex::InvalidateRkey((s.frmr << 8) | u32::from(key)),
-        body: WrBody::None,
-        sges: &[],
+        h: SqHeader {
+            op_word: SqHeader::op_word(WrOpcode::LocalInv, flags),
+            ex: (s.frmr << 8) | u32::from(key),
+            body: [0; 6],
+        },
     }
 }
 
-fn post(dev: &Device, qp: &mut Qp, wr: &SendWr<'_>) {
-    qp.q.sq.post(wr).unwrap();
-    dev.ring(QpDoorbell::send(qp.handle()));
+/// Writes `wr` (no doorbell: a batch shares one).
+fn write(qp: &mut Qp, wr: Wr) {
+    qp.write_send(wr.wr_id, &wr.h, &[]);
 }
 
-fn poll(dev: &Device, cq: &mut Cq) -> Vec<Result<Cqe, BadCqe>> {
-    let mut out = [Err(BadCqe {
-        wr_id: 0,
-        reason: CqeError::Qp(0),
-    }); 16];
-    let n = cq.ring.poll(&mut out, &dev.cqe_limits()).unwrap();
-    out[..n].to_vec()
+/// Writes `wr` and rings the SQ doorbell.
+fn post(qp: &mut Qp, wr: Wr) {
+    write(qp, wr);
+    qp.ring_send();
 }
 
 fn qp_state(dev: &Device, qp: u32) -> u32 {
@@ -189,26 +191,24 @@ fn qp_state(dev: &Device, qp: u32) -> u32 {
 }
 
 #[test]
-fn fast_reg_and_local_inv_complete_with_decoded_cqes() {
+fn fast_reg_and_local_inv_complete_with_cqes_read_by_the_driver() {
     let h = Harness::deterministic();
     let mut s = setup(&h, 64);
     let k = s.k();
-    let dev = h.dev();
     let qh = s.qp.handle();
     let key = (s.frmr << 8) | 0x5A;
     post(
-        dev,
         &mut s.qp,
-        &fast_reg(0xF00D_0001, k, 0x5A, SendFlags::SIGNALED),
+        fast_reg(0xF00D_0001, k, 0x5A, SendFlags::SIGNALED),
     );
     h.settle();
-    let c = poll(dev, &mut s.cq);
+    let c = s.cq.poll();
     assert_eq!(c.len(), 1);
-    let c = c[0].unwrap();
+    let c = c[0];
     assert_eq!(c.wr_id, 0xF00D_0001);
-    assert_eq!(c.qp, qh);
-    assert_eq!(c.status, WcStatus::Success);
-    assert_eq!(c.opcode, Some(WcOpcode::FastRegMr));
+    assert_eq!(c.qp, u64::from(qh));
+    assert_eq!(c.status, wc_status::SUCCESS);
+    assert_eq!(c.opcode, wc_opcode::FAST_REG_MR);
     assert_eq!(s.qp.q.sq.outstanding(), Ok(0), "cons_head advanced (M15)");
     // The registration follows the driver's page list: iova + 0x10 + 4096·k lands in page
     // list entry k, which is consumer page 3 − k.
@@ -228,12 +228,11 @@ fn fast_reg_and_local_inv_complete_with_decoded_cqes() {
     );
     // Unsignalled LOCAL_INV: no CQE, slot retired; then the key no longer works.
     post(
-        dev,
         &mut s.qp,
-        &local_inv(0xF00D_0002, k, 0x5A, SendFlags::empty()),
+        local_inv(0xF00D_0002, k, 0x5A, SendFlags::empty()),
     );
     h.settle();
-    assert!(poll(dev, &mut s.cq).is_empty());
+    assert!(s.cq.poll().is_empty());
     assert_eq!(s.qp.q.sq.outstanding(), Ok(0));
     assert!(
         h.rig
@@ -241,27 +240,18 @@ fn fast_reg_and_local_inv_complete_with_decoded_cqes() {
             .with_core(|c| !c.remote_check(qh, key, va, 8, false))
     );
     // A batch under one doorbell: FAST_REG (new key), LOCAL_INV, both signalled.
-    s.qp.q
-        .sq
-        .post(&fast_reg(3, k, 0x5B, SendFlags::SIGNALED))
-        .unwrap();
-    s.qp.q
-        .sq
-        .post(&local_inv(4, k, 0x5B, SendFlags::SIGNALED))
-        .unwrap();
-    dev.ring(QpDoorbell::send(qh));
+    write(&mut s.qp, fast_reg(3, k, 0x5B, SendFlags::SIGNALED));
+    write(&mut s.qp, local_inv(4, k, 0x5B, SendFlags::SIGNALED));
+    s.qp.ring_send();
     h.settle();
-    let c: Vec<_> = poll(dev, &mut s.cq)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let c: Vec<_> = s.cq.poll().into_iter().collect();
     assert_eq!(
         c.iter()
             .map(|c| (c.wr_id, c.opcode, c.status))
             .collect::<Vec<_>>(),
         [
-            (3, Some(WcOpcode::FastRegMr), WcStatus::Success),
-            (4, Some(WcOpcode::LocalInv), WcStatus::Success)
+            (3, wc_opcode::FAST_REG_MR, wc_status::SUCCESS),
+            (4, wc_opcode::LOCAL_INV, wc_status::SUCCESS)
         ]
     );
     assert_eq!(h.rig.model.counters().cqes, 3);
@@ -276,41 +266,29 @@ fn failed_local_wqe_errors_the_qp_and_flushes() {
     let dev = h.dev();
     let qh = s.qp.handle();
     // Registering a valid FRMR again fails (M26: LOC_QP_OP_ERR); what follows is flushed.
-    s.qp.q
-        .sq
-        .post(&fast_reg(10, k, 1, SendFlags::empty()))
-        .unwrap();
-    s.qp.q
-        .sq
-        .post(&fast_reg(11, k, 2, SendFlags::empty()))
-        .unwrap();
-    s.qp.q
-        .sq
-        .post(&local_inv(12, k, 2, SendFlags::SIGNALED))
-        .unwrap();
-    dev.ring(QpDoorbell::send(qh));
+    write(&mut s.qp, fast_reg(10, k, 1, SendFlags::empty()));
+    write(&mut s.qp, fast_reg(11, k, 2, SendFlags::empty()));
+    write(&mut s.qp, local_inv(12, k, 2, SendFlags::SIGNALED));
+    s.qp.ring_send();
     h.settle();
-    let c: Vec<_> = poll(dev, &mut s.cq)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let c: Vec<_> = s.cq.poll().into_iter().collect();
     assert_eq!(
         c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-        [(11, WcStatus::LocQpOpErr), (12, WcStatus::WrFlushErr)],
+        [
+            (11, wc_status::LOC_QP_OP_ERR),
+            (12, wc_status::WR_FLUSH_ERR)
+        ],
         "the unsignalled success makes no CQE; the error and the flush do"
     );
-    assert!(c.iter().all(|c| c.qp == qh && c.byte_len == 0));
+    assert!(c.iter().all(|c| c.qp == u64::from(qh) && c.byte_len == 0));
     assert_eq!(qp_state(dev, qh), QpState::Err as u32);
     assert_eq!(s.qp.q.sq.outstanding(), Ok(0));
     // Posting in ERR flushes at the doorbell (M17).
-    post(dev, &mut s.qp, &local_inv(13, k, 1, SendFlags::empty()));
+    post(&mut s.qp, local_inv(13, k, 1, SendFlags::empty()));
     h.settle();
-    let c = poll(dev, &mut s.cq);
+    let c = s.cq.poll();
     assert_eq!(c.len(), 1);
-    assert_eq!(
-        (c[0].unwrap().wr_id, c[0].unwrap().status),
-        (13, WcStatus::WrFlushErr)
-    );
+    assert_eq!((c[0].wr_id, c[0].status), (13, wc_status::WR_FLUSH_ERR));
     teardown(h, s);
 }
 
@@ -329,30 +307,30 @@ fn arm_and_notify(mode: Mode) {
         assert_eq!(rec.completions.load(Ordering::SeqCst), n);
     };
     // Not armed: a completion does not notify.
-    post(dev, &mut s.qp, &fast_reg(1, k, 1, SendFlags::SIGNALED));
+    post(&mut s.qp, fast_reg(1, k, 1, SendFlags::SIGNALED));
     h.settle();
-    assert_eq!(poll(dev, &mut s.cq).len(), 1);
+    assert_eq!(s.cq.poll().len(), 1);
     assert_eq!(rec.completions.load(Ordering::SeqCst), 0);
     // Armed: the next completion notifies once; ARM twice is still one arm (M18).
-    dev.ring(CqDoorbell::arm(s.cq.handle));
-    dev.ring(CqDoorbell::arm(s.cq.handle));
-    post(dev, &mut s.qp, &local_inv(2, k, 1, SendFlags::SIGNALED));
+    s.cq.reader.arm(false);
+    s.cq.reader.arm(false);
+    post(&mut s.qp, local_inv(2, k, 1, SendFlags::SIGNALED));
     wait_n(1);
-    post(dev, &mut s.qp, &fast_reg(3, k, 2, SendFlags::SIGNALED));
+    post(&mut s.qp, fast_reg(3, k, 2, SendFlags::SIGNALED));
     h.settle();
     assert_eq!(rec.completions.load(Ordering::SeqCst), 1, "arm consumed");
-    assert_eq!(poll(dev, &mut s.cq).len(), 2);
+    assert_eq!(s.cq.poll().len(), 2);
     // Re-arm: one more notification.
-    dev.ring(CqDoorbell::arm(s.cq.handle));
-    post(dev, &mut s.qp, &local_inv(4, k, 2, SendFlags::SIGNALED));
+    s.cq.reader.arm(false);
+    post(&mut s.qp, local_inv(4, k, 2, SendFlags::SIGNALED));
     wait_n(2);
-    assert_eq!(poll(dev, &mut s.cq).len(), 1);
+    assert_eq!(s.cq.poll().len(), 1);
     // ARM_SOL: a successful send completion is not solicited; nothing fires.
-    dev.ring(CqDoorbell::arm_solicited(s.cq.handle));
-    post(dev, &mut s.qp, &fast_reg(5, k, 3, SendFlags::SIGNALED));
+    s.cq.reader.arm(true);
+    post(&mut s.qp, fast_reg(5, k, 3, SendFlags::SIGNALED));
     h.settle();
     assert_eq!(rec.completions.load(Ordering::SeqCst), 2);
-    assert_eq!(poll(dev, &mut s.cq).len(), 1);
+    assert_eq!(s.cq.poll().len(), 1);
     dev.ring(CqDoorbell::poll(s.cq.handle));
     let st = dev.stats();
     let mc = h.rig.model.counters();
@@ -363,7 +341,7 @@ fn arm_and_notify(mode: Mode) {
     assert_eq!(rec.errors.load(Ordering::SeqCst), 0);
     assert!(dev.unregister_cq(s.cq.handle).is_some());
     // Unsolicited arm left pending; DESTROY_CQ clears it (M18).
-    post(dev, &mut s.qp, &local_inv(6, k, 3, SendFlags::empty()));
+    post(&mut s.qp, local_inv(6, k, 3, SendFlags::empty()));
     teardown(h, s);
 }
 
@@ -389,19 +367,10 @@ fn cq_overflow_raises_cq_err_and_qp_fatal() {
     dev.register_cq(s.cq.handle, cqrec.clone()).unwrap();
     dev.register_qp(qh, qprec.clone()).unwrap();
     // Three signalled completions into a 2-entry CQ nobody polls.
-    s.qp.q
-        .sq
-        .post(&fast_reg(1, k, 1, SendFlags::SIGNALED))
-        .unwrap();
-    s.qp.q
-        .sq
-        .post(&local_inv(2, k, 1, SendFlags::SIGNALED))
-        .unwrap();
-    s.qp.q
-        .sq
-        .post(&fast_reg(3, k, 2, SendFlags::SIGNALED))
-        .unwrap();
-    dev.ring(QpDoorbell::send(qh));
+    write(&mut s.qp, fast_reg(1, k, 1, SendFlags::SIGNALED));
+    write(&mut s.qp, local_inv(2, k, 1, SendFlags::SIGNALED));
+    write(&mut s.qp, fast_reg(3, k, 2, SendFlags::SIGNALED));
+    s.qp.ring_send();
     h.settle();
     assert_eq!(
         cqrec.errors.load(Ordering::SeqCst),
@@ -413,10 +382,7 @@ fn cq_overflow_raises_cq_err_and_qp_fatal() {
     assert_eq!(dev.stats().dropped_events, 0);
     assert_eq!(qp_state(dev, qh), QpState::Err as u32);
     // The two CQEs that fit are intact.
-    let c: Vec<_> = poll(dev, &mut s.cq)
-        .into_iter()
-        .map(|c| c.unwrap().wr_id)
-        .collect();
+    let c: Vec<_> = s.cq.poll().into_iter().map(|c| c.wr_id).collect();
     assert_eq!(c, [1, 2]);
     dev.unregister_cq(s.cq.handle);
     dev.unregister_qp(qh);
@@ -448,7 +414,7 @@ fn corrupted_sq_index_raises_qp_fatal() {
     let table = space.read_u64(s.qp.q.pdir_dma()).unwrap();
     let page0 = space.read_u64(table).unwrap();
     space.write_u32(page0, 64 * 2 + 5).unwrap(); // prod_tail beyond 2·N: invalid (M14)
-    dev.ring(QpDoorbell::send(qh));
+    s.qp.ring_send();
     h.settle();
     assert_eq!(*rec.0.lock().unwrap(), [EqeType::QpFatal]);
     assert_eq!(qp_state(dev, qh), QpState::Err as u32);
@@ -474,19 +440,17 @@ fn cq_notification_runs_on_the_cq_target_processor() {
     dev.register_cq_on(second.handle, here.clone(), Processor::Current)
         .unwrap();
     for round in 1..=3u64 {
-        dev.ring(CqDoorbell::arm(s.cq.handle));
+        s.cq.reader.arm(false);
         post(
-            dev,
             &mut s.qp,
-            &fast_reg(round, k, round as u8, SendFlags::SIGNALED),
+            fast_reg(round, k, round as u8, SendFlags::SIGNALED),
         );
         post(
-            dev,
             &mut s.qp,
-            &local_inv(round + 10, k, round as u8, SendFlags::SIGNALED),
+            local_inv(round + 10, k, round as u8, SendFlags::SIGNALED),
         );
         h.settle();
-        assert_eq!(poll(dev, &mut s.cq).len(), 2);
+        assert_eq!(s.cq.poll().len(), 2);
     }
     assert_eq!(
         *on3.on.lock().unwrap(),
@@ -498,8 +462,8 @@ fn cq_notification_runs_on_the_cq_target_processor() {
     let qp2 = create_qp(dev, &QpSpec::rc(s.pd, second.handle)).unwrap();
     to_rts(dev, qp2.handle(), QpType::Rc, 1).unwrap();
     let mut qp2 = qp2;
-    dev.ring(CqDoorbell::arm(second.handle));
-    post(dev, &mut qp2, &fast_reg(99, k, 9, SendFlags::SIGNALED));
+    second.reader.arm(false);
+    post(&mut qp2, fast_reg(99, k, 9, SendFlags::SIGNALED));
     h.settle();
     assert_eq!(*here.on.lock().unwrap(), [Some(0)]);
     assert_eq!(dev.stats().cq_notifications, 4);
@@ -574,18 +538,18 @@ fn cq_notification_ring_wraps() {
     dev.register_cq(s.cq.handle, rec.clone()).unwrap();
     const ROUNDS: u32 = 2 * 2048 + 100;
     for i in 0..ROUNDS {
-        dev.ring(CqDoorbell::arm(s.cq.handle));
+        s.cq.reader.arm(false);
         let key = (i / 2) as u8;
         let wr = if i % 2 == 0 {
             fast_reg(u64::from(i), k, key, SendFlags::SIGNALED)
         } else {
             local_inv(u64::from(i), k, key, SendFlags::SIGNALED)
         };
-        post(dev, &mut s.qp, &wr);
+        post(&mut s.qp, wr);
         h.settle();
-        let c = poll(dev, &mut s.cq);
+        let c = s.cq.poll();
         assert_eq!(c.len(), 1);
-        assert_eq!(c[0].unwrap().wr_id, u64::from(i));
+        assert_eq!(c[0].wr_id, u64::from(i));
     }
     assert_eq!(rec.completions.load(Ordering::SeqCst), ROUNDS);
     let st = dev.stats();
@@ -605,34 +569,27 @@ fn receive_queue_doorbell_and_flush_in_order() {
     let dev = h.dev();
     let qh = s.qp.handle();
     let page = s.mem.bus(0);
-    let rq = s.qp.q.rq.as_mut().unwrap();
     for id in [0x51u64, 0x52, 0x53] {
         let sge = pvrdma_ndk::pvrdma::wqe::Sge {
             addr: page,
             length: 64,
             lkey: 0,
         };
-        rq.post(id, &[sge]).unwrap();
+        s.qp.write_recv(id, &[sge]);
     }
-    dev.ring(QpDoorbell::recv(qh));
+    s.qp.rq.as_ref().unwrap().ring_doorbell();
     h.settle();
     let mc = h.rig.model.counters();
     assert_eq!((mc.db_qp_recv, mc.db_ignored, mc.bad_indices), (1, 0, 0));
-    assert!(
-        poll(dev, &mut s.cq).is_empty(),
-        "no transport: nothing received"
-    );
+    assert!(s.cq.poll().is_empty(), "no transport: nothing received");
     modify(dev, qh, QpState::Err, QpAttrMask::empty(), rts_attrs(0)).unwrap();
     h.settle();
-    let c: Vec<_> = poll(dev, &mut s.cq)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let c: Vec<_> = s.cq.poll().into_iter().collect();
     assert_eq!(
         c.iter()
             .map(|c| (c.wr_id, c.opcode, c.status, c.qp))
             .collect::<Vec<_>>(),
-        [0x51, 0x52, 0x53].map(|id| (id, Some(WcOpcode::Recv), WcStatus::WrFlushErr, qh))
+        [0x51, 0x52, 0x53].map(|id| (id, wc_opcode::RECV, wc_status::WR_FLUSH_ERR, u64::from(qh)))
     );
     assert_eq!(s.qp.q.rq.as_ref().unwrap().outstanding(), Ok(0));
     teardown(h, s);
@@ -648,7 +605,7 @@ fn reset_drops_waiting_wqes_and_restarts_at_zero() {
     let dev = h.dev();
     let qh = s.qp.handle();
     modify(dev, qh, QpState::Reset, QpAttrMask::empty(), rts_attrs(0)).unwrap();
-    s.qp.q.sq.reset_indices();
+    s.qp.restart_sq();
     let a = rts_attrs(0x77);
     modify(
         dev,
@@ -659,25 +616,22 @@ fn reset_drops_waiting_wqes_and_restarts_at_zero() {
     )
     .unwrap();
     // Posted in INIT: they wait for RTS (M17) ...
-    post(dev, &mut s.qp, &fast_reg(1, k, 1, SendFlags::SIGNALED));
-    post(dev, &mut s.qp, &local_inv(2, k, 1, SendFlags::SIGNALED));
+    post(&mut s.qp, fast_reg(1, k, 1, SendFlags::SIGNALED));
+    post(&mut s.qp, local_inv(2, k, 1, SendFlags::SIGNALED));
     h.settle();
-    assert!(poll(dev, &mut s.cq).is_empty());
+    assert!(s.cq.poll().is_empty());
     assert_eq!(s.qp.q.sq.outstanding(), Ok(2));
     // ... and RESET drops them silently.
     modify(dev, qh, QpState::Reset, QpAttrMask::empty(), a).unwrap();
     h.settle();
-    assert_eq!(s.qp.q.sq.raw_cons_head(), 0);
-    s.qp.q.sq.reset_indices();
+    assert_eq!(s.qp.sq.device_cons_head(), 0);
+    s.qp.restart_sq();
     to_rts(dev, qh, QpType::Rc, 0x77).unwrap();
-    post(dev, &mut s.qp, &fast_reg(3, k, 2, SendFlags::SIGNALED));
+    post(&mut s.qp, fast_reg(3, k, 2, SendFlags::SIGNALED));
     h.settle();
-    let c: Vec<_> = poll(dev, &mut s.cq)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let c: Vec<_> = s.cq.poll().into_iter().collect();
     assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3]);
-    assert_eq!(s.qp.q.sq.prod_tail(), 1);
+    assert_eq!(s.qp.sq.published(), 1);
     assert_eq!(h.rig.model.counters().cqes, 1);
     teardown(h, s);
 }
@@ -701,9 +655,9 @@ fn srq_doorbell_and_srq_err() {
     let rec = Arc::new(SrqRec::default());
     dev.register_srq(srq.handle, rec.clone()).unwrap();
     for id in 0..3 {
-        srq.q.post(id, &[]).unwrap();
+        srq.write(id, &[]);
     }
-    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    srq.writer.ring_doorbell();
     h.settle();
     let mc = h.rig.model.counters();
     assert_eq!((mc.db_srq, mc.db_ignored, mc.bad_indices), (1, 0, 0));
@@ -714,11 +668,11 @@ fn srq_doorbell_and_srq_err() {
     let page0 = space.read_u64(table).unwrap();
     assert_eq!(space.read_u32(page0 + 8), Ok(3));
     space.write_u32(page0 + 8, 40).unwrap(); // beyond 2·N
-    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    srq.writer.ring_doorbell();
     h.settle();
     assert_eq!(*rec.0.lock().unwrap(), [EqeType::SrqErr]);
     // An SRQ in error ignores its doorbell (M17).
-    dev.ring(pvrdma_ndk::pvrdma::uar::SrqDoorbell::recv(srq.handle));
+    srq.writer.ring_doorbell();
     h.settle();
     assert_eq!(h.rig.model.counters().db_ignored, 1);
     dev.unregister_srq(srq.handle);

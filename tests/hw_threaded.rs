@@ -10,13 +10,11 @@ use std::time::{Duration, Instant};
 
 use common::objects::*;
 use common::{Harness, Mode};
-use pvrdma_ndk::pvrdma::PvrdmaError;
 use pvrdma_ndk::pvrdma::cmd::{CreateMr, DestroyMr, QpType, mr_flags};
-use pvrdma_ndk::pvrdma::cqe::{BadCqe, CqeError, WcOpcode, WcStatus};
+use pvrdma_ndk::pvrdma::cqe::{wc_opcode, wc_status};
 use pvrdma_ndk::pvrdma::device::CqEvents;
 use pvrdma_ndk::pvrdma::pdir::PageDir;
-use pvrdma_ndk::pvrdma::uar::{CqDoorbell, QpDoorbell};
-use pvrdma_ndk::pvrdma::wqe::{AccessFlags, Ex, FastReg, SendFlags, SendWr, WrBody, WrOpcode};
+use pvrdma_ndk::pvrdma::wqe::{AccessFlags, SendFlags, SqHeader, WrOpcode};
 use pvrdma_sim::DeviceConfig;
 
 const N: u64 = 10_000;
@@ -74,7 +72,6 @@ fn ten_thousand_local_wqes_with_notifications() {
     dev.register_cq(cq.handle, notify.clone()).unwrap();
 
     let polled = AtomicU64::new(0);
-    let qh = qp.handle();
     let mut seen = vec![0u32; N as usize];
     let mut arms = 0u64;
     std::thread::scope(|sc| {
@@ -85,63 +82,54 @@ fn ten_thousand_local_wqes_with_notifications() {
                     std::thread::yield_now();
                 }
                 let key = (frmr << 8) | ((i / 2) as u32 & 0xFF);
-                let wr = if i % 2 == 0 {
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::FastRegMr,
-                        flags: SendFlags::SIGNALED,
-                        ex: Ex::None,
-                        body: WrBody::FastReg(FastReg {
-                            iova_start: page.va,
-                            pl_pdir_dma: pl.dma(),
-                            page_shift: 12,
-                            page_list_len: 1,
-                            length: 4096,
-                            access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-                            rkey: key,
-                        }),
-                        sges: &[],
+                let h = if i % 2 == 0 {
+                    SqHeader {
+                        op_word: SqHeader::op_word(WrOpcode::FastRegMr, SendFlags::SIGNALED),
+                        ex: 0,
+                        body: SqHeader::fast_reg_body(
+                            page.va,
+                            pl.dma(),
+                            1,
+                            4096,
+                            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                            key,
+                        ),
                     }
                 } else {
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::LocalInv,
-                        flags: SendFlags::SIGNALED,
-                        ex: Ex::InvalidateRkey(key),
-                        body: WrBody::None,
-                        sges: &[],
+                    SqHeader {
+                        op_word: SqHeader::op_word(WrOpcode::LocalInv, SendFlags::SIGNALED),
+                        ex: key,
+                        body: [0; 6],
                     }
                 };
+                // The SQ holds 64 WQEs: wait for the device to consume one (its validated
+                // `cons_head`).
                 loop {
-                    match qp.q.sq.post(&wr) {
-                        Ok(_) => break,
-                        Err(PvrdmaError::QueueFull) => std::thread::yield_now(),
+                    match qp.q.sq.outstanding() {
+                        Ok(n) if n < 64 => break,
+                        Ok(_) => std::thread::yield_now(),
                         Err(e) => panic!("post {i}: {e:?}"),
                     }
                 }
-                dev.ring(QpDoorbell::send(qh));
+                qp.post_send(i, &h, &[]);
             }
         });
         // Poller: drain, arm, drain again (CQEs present at arm time never notify, M18), then
         // sleep until the handler runs.
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut out = [Err(BadCqe {
-            wr_id: 0,
-            reason: CqeError::Qp(0),
-        }); 32];
         let mut next = 0u64;
         let mut drain = |cq: &mut Cq| -> usize {
-            let n = cq.ring.poll(&mut out, &dev.cqe_limits()).unwrap();
-            for c in &out[..n] {
-                let c = c.unwrap();
+            let out = cq.poll();
+            let n = out.len();
+            for c in out {
                 assert_eq!(c.wr_id, next, "completions in SQ order");
-                assert_eq!(c.status, WcStatus::Success);
+                assert_eq!(c.status, wc_status::SUCCESS);
                 let want = if c.wr_id % 2 == 0 {
-                    WcOpcode::FastRegMr
+                    wc_opcode::FAST_REG_MR
                 } else {
-                    WcOpcode::LocalInv
+                    wc_opcode::LOCAL_INV
                 };
-                assert_eq!(c.opcode, Some(want));
+                assert_eq!(c.opcode, want);
                 seen[c.wr_id as usize] += 1;
                 next += 1;
             }
@@ -154,7 +142,7 @@ fn ten_thousand_local_wqes_with_notifications() {
                 continue;
             }
             let before = *notify.count.lock().unwrap();
-            dev.ring(CqDoorbell::arm(cq.handle));
+            cq.reader.arm(false);
             arms += 1;
             if drain(&mut cq) != 0 {
                 continue;

@@ -14,10 +14,10 @@ use common::memory::ConsumerMem;
 use common::objects::{rc_rtr_rts, rts_attrs};
 use common::{Mode, Rig, RigConfig};
 use pvrdma_ndk::ndk::NdkDevice;
-use pvrdma_ndk::ndk::completion::wc;
 use pvrdma_ndk::ndk::dispatch;
 use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::DeviceConfig as DrvConfig;
 use pvrdma_sim::ObjectCounts;
 

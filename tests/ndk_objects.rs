@@ -14,16 +14,17 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use pvrdma_ndk::ndk::completion::{tag, wc, wr_id};
-use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, SrqSpec, WrOpcode};
+use pvrdma_ndk::ndk::completion::{tag, wr_id};
+use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, SrqSpec};
 use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
-use pvrdma_ndk::pvrdma::port::{
-    Bell, CqPort, RecvPort, RecvRing, SendPort, SendRing, WqKind, WqPort,
-};
+use pvrdma_ndk::pvrdma::cq::CqReader;
+use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
-use pvrdma_ndk::pvrdma::uar::{CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
+use pvrdma_ndk::pvrdma::uar::{Bell, CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
+use pvrdma_ndk::pvrdma::wq::{RecvWqe, RecvWriter, SendWqe, SendWriter, WqKind, WqWriter};
+use pvrdma_ndk::pvrdma::wqe::WrOpcode;
 
 // ---------------------------------------------------------------- fake hardware
 
@@ -168,7 +169,7 @@ impl Drop for UarPage {
 
 /// The fake's own view of a driver-produced ring: which WQEs it has already logged.
 struct Reader<K> {
-    port: WqPort<K>,
+    writer: WqWriter<K>,
     /// Free-running index of the next WQE to log.
     seen: u32,
     /// Bytes of a WQE worth reading (header and SGEs).
@@ -176,10 +177,10 @@ struct Reader<K> {
 }
 
 impl<K: WqKind> Reader<K> {
-    fn new(port: WqPort<K>) -> Reader<K> {
-        let bytes = K::HEADER + 16 * port.max_sge() as usize;
+    fn new(writer: WqWriter<K>) -> Reader<K> {
+        let bytes = K::HEADER + 16 * writer.max_sge() as usize;
         Reader {
-            port,
+            writer,
             seen: 0,
             bytes,
         }
@@ -187,13 +188,13 @@ impl<K: WqKind> Reader<K> {
 
     /// The WQEs published since the last call, by free-running index.
     fn take_new(&mut self) -> Vec<(u32, Vec<u8>)> {
-        let wrap = 2 * self.port.entries();
-        let ahead = self.port.published().wrapping_sub(self.seen) & (wrap - 1);
+        let wrap = 2 * self.writer.entries();
+        let ahead = self.writer.published().wrapping_sub(self.seen) & (wrap - 1);
         (0..ahead)
             .map(|_| {
                 let index = self.seen;
                 let mut buf = vec![0u8; self.bytes];
-                self.port.read_element(index, &mut buf);
+                self.writer.read_element(index, &mut buf);
                 self.seen = index.wrapping_add(1);
                 (index, buf)
             })
@@ -211,19 +212,19 @@ fn le64(b: &[u8], off: usize) -> u64 {
 
 struct QpRings {
     queues: QpQueues,
-    sq: Reader<SendRing>,
-    rq: Option<Reader<RecvRing>>,
+    sq: Reader<SendWqe>,
+    rq: Option<Reader<RecvWqe>>,
 }
 
 struct SrqRings {
     queue: SrqQueue,
-    reader: Reader<RecvRing>,
+    reader: Reader<RecvWqe>,
 }
 
 struct CqRings {
     ring: CqRing,
     /// The fake device's producer side of the ring.
-    producer: CqPort,
+    producer: CqReader,
 }
 
 /// `pl_pdir_dma` the fake hands out for FRMR `mr` (distinct per MR).
@@ -470,7 +471,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         let ring = CqRing::alloc(&self.dma, entries).map_err(|_| HwError::NoResources)?;
         let h = self.handle("cq");
         let (arm, sol) = self.cq_bells(h);
-        let producer = ring.port(arm, sol).map_err(|_| HwError::NoResources)?;
+        let producer = ring.reader(arm, sol).map_err(|_| HwError::NoResources)?;
         self.st
             .lock()
             .unwrap()
@@ -524,11 +525,11 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         let h = self.handle("qp");
         let sq = queues
             .sq
-            .port(self.uar.bell(QpDoorbell::send(h)))
+            .writer(self.uar.bell(QpDoorbell::send(h)))
             .map_err(|_| HwError::NoResources)?;
         let rq = match &queues.rq {
             Some(rq) => Some(Reader::new(
-                rq.port(self.uar.bell(QpDoorbell::recv(h)))
+                rq.writer(self.uar.bell(QpDoorbell::recv(h)))
                     .map_err(|_| HwError::NoResources)?,
             )),
             None => None,
@@ -555,8 +556,8 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(|_| HwError::Invalid)?;
         let queue = SrqQueue::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
         let h = self.handle("srq");
-        let port = queue
-            .port(self.uar.bell(SrqDoorbell::recv(h)))
+        let writer = queue
+            .writer(self.uar.bell(SrqDoorbell::recv(h)))
             .map_err(|_| HwError::NoResources)?;
         let mut s = self.st.lock().unwrap();
         s.srqs.push(*spec);
@@ -564,7 +565,7 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             h,
             SrqRings {
                 queue,
-                reader: Reader::new(port),
+                reader: Reader::new(writer),
             },
         );
         Ok(h)
@@ -579,35 +580,35 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn destroy_srq(&self, srq: u32) {
         self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
     }
-    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError> {
+    fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError> {
         let s = self.st.lock().unwrap();
         let q = s.qp_rings.get(&qp).ok_or(HwError::Invalid)?;
         let sq = q
             .queues
             .sq
-            .port(self.uar.bell(QpDoorbell::send(qp)))
+            .writer(self.uar.bell(QpDoorbell::send(qp)))
             .map_err(|_| HwError::NoResources)?;
         let rq = match &q.queues.rq {
             Some(rq) => Some(
-                rq.port(self.uar.bell(QpDoorbell::recv(qp)))
+                rq.writer(self.uar.bell(QpDoorbell::recv(qp)))
                     .map_err(|_| HwError::NoResources)?,
             ),
             None => None,
         };
         Ok((sq, rq))
     }
-    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError> {
+    fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError> {
         let s = self.st.lock().unwrap();
         let q = s.srq_rings.get(&srq).ok_or(HwError::Invalid)?;
         q.queue
-            .port(self.uar.bell(SrqDoorbell::recv(srq)))
+            .writer(self.uar.bell(SrqDoorbell::recv(srq)))
             .map_err(|_| HwError::NoResources)
     }
-    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError> {
+    fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError> {
         let s = self.st.lock().unwrap();
         let c = s.cq_rings.get(&cq).ok_or(HwError::Invalid)?;
         let (arm, sol) = self.cq_bells(cq);
-        c.ring.port(arm, sol).map_err(|_| HwError::NoResources)
+        c.ring.reader(arm, sol).map_err(|_| HwError::NoResources)
     }
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
         let mut s = self.st.lock().unwrap();

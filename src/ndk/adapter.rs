@@ -114,15 +114,16 @@ pub fn adapter_info_bytes(has_buffer: bool, size: u32) -> Result<u32, u32> {
     }
 }
 
-/// Handle → object table for device events; indexed by the device handle, bounds-checked
+/// Handle → NDK object table for device events (a CQNE or CQ_ERR finds its `Cq`, an SRQ
+/// event its `Srq`); indexed by the device handle, bounds-checked
 /// (style.md §10).
-struct HandleTable<T: NdkObject> {
+struct ObjectTable<T: NdkObject> {
     slots: SpinLock<Box<[Option<ObjRef<T>>]>>,
 }
 
-impl<T: NdkObject> HandleTable<T> {
+impl<T: NdkObject> ObjectTable<T> {
     fn new(n: u32) -> NdkResult<Self> {
-        Ok(HandleTable {
+        Ok(ObjectTable {
             slots: SpinLock::new(try_vec(n as usize, || None)?),
         })
     }
@@ -181,8 +182,8 @@ impl<T: NdkObject> HandleTable<T> {
 /// The NDK side of one PVRDMA device: shared by all its NDK_ADAPTERs.
 pub struct NdkDevice {
     hw: Arc<dyn Hardware>,
-    cqs: HandleTable<Cq>,
-    srqs: HandleTable<Srq>,
+    cqs: ObjectTable<Cq>,
+    srqs: ObjectTable<Srq>,
     /// QPs by device handle: a CQE's `qp` finds its QP here in O(1), bounds-checked and
     /// without a lock, if the QP completes on the polled CQ.
     qps: QpTable,
@@ -204,8 +205,8 @@ impl NdkDevice {
     pub fn new(hw: Arc<dyn Hardware>) -> NdkResult<Arc<NdkDevice>> {
         let caps = *hw.caps();
         Ok(Arc::new(NdkDevice {
-            cqs: HandleTable::new(caps.max_cq.min(MAX_TABLE))?,
-            srqs: HandleTable::new(caps.max_srq.min(MAX_TABLE))?,
+            cqs: ObjectTable::new(caps.max_cq.min(MAX_TABLE))?,
+            srqs: ObjectTable::new(caps.max_srq.min(MAX_TABLE))?,
             qps: QpTable::new(caps.max_qp.min(MAX_TABLE))?,
             remote_invalidated: try_vec(caps.max_mr.min(MAX_TABLE) as usize, || AtomicU32::new(0))?,
             hw,

@@ -16,33 +16,8 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
-use crate::pvrdma::port::{SendPort, WqKind, WqPort, WqSlot};
-
-/// `enum pvrdma_wc_status` (pvrdma.md §11), numerically equal to IB's.
-pub mod wc {
-    pub const SUCCESS: u32 = 0;
-    pub const LOC_LEN_ERR: u32 = 1;
-    pub const LOC_QP_OP_ERR: u32 = 2;
-    pub const LOC_EEC_OP_ERR: u32 = 3;
-    pub const LOC_PROT_ERR: u32 = 4;
-    pub const WR_FLUSH_ERR: u32 = 5;
-    pub const MW_BIND_ERR: u32 = 6;
-    pub const BAD_RESP_ERR: u32 = 7;
-    pub const LOC_ACCESS_ERR: u32 = 8;
-    pub const REM_INV_REQ_ERR: u32 = 9;
-    pub const REM_ACCESS_ERR: u32 = 10;
-    pub const REM_OP_ERR: u32 = 11;
-    pub const RETRY_EXC_ERR: u32 = 12;
-    pub const RNR_RETRY_EXC_ERR: u32 = 13;
-    pub const LOC_RDD_VIOL_ERR: u32 = 14;
-    pub const REM_INV_RD_REQ_ERR: u32 = 15;
-    pub const REM_ABORT_ERR: u32 = 16;
-    pub const INV_EECN_ERR: u32 = 17;
-    pub const INV_EEC_STATE_ERR: u32 = 18;
-    pub const FATAL_ERR: u32 = 19;
-    pub const RESP_TIMEOUT_ERR: u32 = 20;
-    pub const GENERAL_ERR: u32 = 21;
-}
+use crate::pvrdma::cqe::wc_status as wc;
+use crate::pvrdma::wq::{SendWriter, WqKind, WqSlot, WqWriter};
 
 /// Completion status of a request from its WC status (Project decision (c) and §4.5).
 ///
@@ -220,15 +195,16 @@ impl SlotMeta {
     }
 }
 
-/// What a queue records per slot ([`SlotRecord`] as two words).
+/// What a queue records per slot ([`SlotRecord`] as two words): the record the writer
+/// keeps beside each WQE ([`WqWriter::with_records`]).
 #[derive(Debug, Default)]
-pub struct Slot {
+pub struct SlotCell {
     context: AtomicUsize,
     /// A [`SlotMeta`].
     meta: AtomicU32,
 }
 
-impl Slot {
+impl SlotCell {
     /// Stores the record of a request being posted.
     #[inline(always)]
     fn set(&self, request_context: usize, meta: SlotMeta) {
@@ -249,18 +225,18 @@ impl Slot {
 }
 
 /// Where an [`OrderedQueue`] keeps its slot records: beside the WQE addresses of its ring
-/// ([`WqPort::with_records`]), so a post finds its record and its WQE with one index
+/// ([`WqWriter::with_records`]), so a post finds its record and its WQE with one index
 /// computation.
 pub trait SlotTable {
     /// The slot of free-running index `index` (modulo the table's size).
-    fn slot(&self, index: u32) -> &Slot;
+    fn slot(&self, index: u32) -> &SlotCell;
     /// The table's size (a power of two).
     fn size(&self) -> u32;
 }
 
-impl<K> SlotTable for WqPort<K, Slot> {
+impl<K> SlotTable for WqWriter<K, SlotCell> {
     #[inline(always)]
-    fn slot(&self, index: u32) -> &Slot {
+    fn slot(&self, index: u32) -> &SlotCell {
         self.record(index)
     }
     fn size(&self) -> u32 {
@@ -280,8 +256,8 @@ pub struct RetireRun {
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
 /// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
 /// §5.4), so atomics suffice and the hot path takes no lock. It owns its slot table, for a
-/// QP queue the queue's ring port (a [`SendPort`] by default, a receive port for an RQ).
-pub struct OrderedQueue<T = SendPort<Slot>> {
+/// QP queue the queue's writer (a [`SendWriter`] by default, a receive writer for an RQ).
+pub struct OrderedQueue<T = SendWriter<SlotCell>> {
     slots: T,
     depth: u32,
     posted: AtomicU32,
@@ -292,23 +268,23 @@ pub struct OrderedQueue<T = SendPort<Slot>> {
     retired: AtomicU32,
 }
 
-impl<K: WqKind> OrderedQueue<WqPort<K, Slot>> {
-    /// A queue accepting `depth` outstanding requests posted through `port`, whose elements
+impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {
+    /// A queue accepting `depth` outstanding requests posted through `writer`, whose slots
     /// carry the slot records (allocates: creation time only).
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER for a depth above the ring's size;
     /// STATUS_INSUFFICIENT_RESOURCES.
-    pub fn on_port(depth: u32, port: WqPort<K>) -> NdkResult<Self> {
-        let port = port
-            .with_records(Slot::default)
+    pub fn on_writer(depth: u32, writer: WqWriter<K>) -> NdkResult<Self> {
+        let writer = writer
+            .with_records(SlotCell::default)
             .map_err(|_| NdkError::InsufficientResources)?;
-        Self::new(depth, port)
+        Self::new(depth, writer)
     }
 
-    /// The queue's ring.
+    /// The queue's writer.
     #[inline(always)]
-    pub fn port(&self) -> &WqPort<K, Slot> {
+    pub fn writer(&self) -> &WqWriter<K, SlotCell> {
         &self.slots
     }
 
@@ -320,7 +296,7 @@ impl<K: WqKind> OrderedQueue<WqPort<K, Slot>> {
         index: u32,
         request_context: usize,
         meta: SlotMeta,
-    ) -> WqSlot<'_, K, Slot> {
+    ) -> WqSlot<'_, K, SlotCell> {
         let slot = self.slots.slot(index);
         slot.record().set(request_context, meta);
         slot
@@ -488,10 +464,10 @@ mod tests {
     use std::boxed::Box;
 
     /// A plain slot table: the queue's logic without a ring.
-    struct Array(Box<[Slot]>);
+    struct Array(Box<[SlotCell]>);
 
     impl SlotTable for Array {
-        fn slot(&self, index: u32) -> &Slot {
+        fn slot(&self, index: u32) -> &SlotCell {
             &self.0[index as usize & (self.0.len() - 1)]
         }
         fn size(&self) -> u32 {
@@ -500,7 +476,7 @@ mod tests {
     }
 
     fn queue(depth: u32, ring: u32) -> OrderedQueue<Array> {
-        let slots = (0..ring).map(|_| Slot::default()).collect();
+        let slots = (0..ring).map(|_| SlotCell::default()).collect();
         OrderedQueue::new(depth, Array(slots)).expect("queue")
     }
 
@@ -529,56 +505,29 @@ mod tests {
         let write = NdkOperationTypeWrite;
         let recv = NdkOperationTypeReceive;
         let send = NdkOperationTypeSend;
-        assert_eq!(wc_status_to_ntstatus(wc::SUCCESS, send), STATUS_SUCCESS);
-        assert_eq!(
-            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, read),
-            STATUS_REMOTE_RESOURCES
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, write),
-            STATUS_ACCESS_VIOLATION
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::REM_ACCESS_ERR, send),
-            STATUS_ACCESS_VIOLATION
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::RNR_RETRY_EXC_ERR, send),
-            STATUS_IO_TIMEOUT
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::LOC_LEN_ERR, recv),
-            STATUS_BUFFER_OVERFLOW
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::LOC_LEN_ERR, send),
-            STATUS_INVALID_BUFFER_SIZE
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::WR_FLUSH_ERR, recv),
-            STATUS_CANCELLED
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::WR_FLUSH_ERR, read),
-            STATUS_CANCELLED
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::LOC_PROT_ERR, send),
-            STATUS_ACCESS_VIOLATION
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::REM_INV_REQ_ERR, send),
-            STATUS_REMOTE_RESOURCES
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::LOC_QP_OP_ERR, NdkOperationTypeFastRegister),
-            STATUS_INVALID_DEVICE_REQUEST
-        );
-        assert_eq!(
-            wc_status_to_ntstatus(wc::FATAL_ERR, send),
-            STATUS_INTERNAL_ERROR
-        );
-        assert_eq!(wc_status_to_ntstatus(99, send), STATUS_INTERNAL_ERROR);
+        let fast_register = NdkOperationTypeFastRegister;
+        for (status, op, want) in [
+            (wc::SUCCESS, send, STATUS_SUCCESS),
+            (wc::REM_ACCESS_ERR, read, STATUS_REMOTE_RESOURCES),
+            (wc::REM_ACCESS_ERR, write, STATUS_ACCESS_VIOLATION),
+            (wc::REM_ACCESS_ERR, send, STATUS_ACCESS_VIOLATION),
+            (wc::RNR_RETRY_EXC_ERR, send, STATUS_IO_TIMEOUT),
+            (wc::LOC_LEN_ERR, recv, STATUS_BUFFER_OVERFLOW),
+            (wc::LOC_LEN_ERR, send, STATUS_INVALID_BUFFER_SIZE),
+            (wc::WR_FLUSH_ERR, recv, STATUS_CANCELLED),
+            (wc::WR_FLUSH_ERR, read, STATUS_CANCELLED),
+            (wc::LOC_PROT_ERR, send, STATUS_ACCESS_VIOLATION),
+            (wc::REM_INV_REQ_ERR, send, STATUS_REMOTE_RESOURCES),
+            (
+                wc::LOC_QP_OP_ERR,
+                fast_register,
+                STATUS_INVALID_DEVICE_REQUEST,
+            ),
+            (wc::FATAL_ERR, send, STATUS_INTERNAL_ERROR),
+            (99, send, STATUS_INTERNAL_ERROR),
+        ] {
+            assert_eq!(wc_status_to_ntstatus(status, op), want, "{status} {op:?}");
+        }
     }
 
     #[test]

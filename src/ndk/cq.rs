@@ -1,7 +1,7 @@
 //! NDK_CQ over a PVRDMA CQ (ndkpi.md §5.4; pvrdma.md §9, §11–§13, M18–M19).
 //!
-//! Retrieval reads CQEs straight out of the ring through the CQ's port
-//! ([`crate::pvrdma::port::CqPort`]), maps each to its QP (the CQ's own table of its QPs by
+//! Retrieval reads CQEs straight out of the ring through the CQ's reader
+//! ([`crate::pvrdma::cq::CqReader`]), maps each to its QP (the CQ's own table of its QPs by
 //! handle residue, then the device's table; O(1), lock-free, no count: `qp_table`)
 //! and to the posted request through that queue's slot records ([`super::completion`]).
 //! Notification is the
@@ -21,14 +21,15 @@ use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
+use crate::pvrdma::cq::{CqReader, CqState};
+use crate::pvrdma::cqe::{CqeView, WcFlags, wc_status};
 use crate::pvrdma::device::CqEvents;
-use crate::pvrdma::port::{CqPort, CqState, CqeView};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// `wc_flags` WITH_IMM (pvrdma.md §11).
-const WITH_IMM: u32 = 1 << 1;
+const WITH_IMM: u32 = WcFlags::WITH_IMM.bits();
 /// `wc_flags` WITH_INVALIDATE.
-const WITH_INVALIDATE: u32 = 1 << 2;
+const WITH_INVALIDATE: u32 = WcFlags::WITH_INVALIDATE.bits();
 
 /// Effective arm type, ordered so that combining two arms is `max` (§5.4 table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -290,7 +291,7 @@ pub struct Cq {
     notify_context: usize,
     affinity: Option<GROUP_AFFINITY>,
     arm: ArmCell,
-    port: CqPort,
+    reader: CqReader,
     /// QPs of this CQ by handle residue: the poller's lookup.
     qps: CqQps,
     /// QPs of this CQ that tore down, until the poller lets them go.
@@ -376,8 +377,8 @@ impl Cq {
 
     fn wrap(adapter: &ObjRef<Adapter>, handle: u32, p: CqParams) -> NdkResult<ObjRef<Cq>> {
         let hw = adapter.hw();
-        let port = match hw.cq_port(handle) {
-            Ok(p) => p,
+        let reader = match hw.cq_reader(handle) {
+            Ok(r) => r,
             Err(e) => {
                 hw.destroy_cq(handle);
                 return Err(e.into());
@@ -396,7 +397,7 @@ impl Cq {
             notify_context: p.notify_context,
             affinity: p.affinity,
             arm: ArmCell::default(),
-            port,
+            reader,
             qps: CqQps::new(),
             graveyard: Graveyard::new(handle),
             max_byte_len: adapter.info().MaxTransferLength,
@@ -540,9 +541,9 @@ impl Cq {
     /// retirements is set up only for the QP it names.
     #[inline(always)]
     fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {
-        let port = &self.port;
-        let mut head = port.head();
-        let mut left = match port.ready(head) {
+        let reader = &self.reader;
+        let mut head = reader.head();
+        let mut left = match reader.ready(head) {
             CqState::Ready(n) => n as usize,
             CqState::Empty => return 0,
             CqState::Corrupt => return self.corrupt(),
@@ -550,7 +551,7 @@ impl Cq {
         if out.is_empty() {
             return 0;
         }
-        let (mut wr_id, qp_raw, status) = port.load_core(head);
+        let (mut wr_id, qp_raw, status) = reader.load_core(head);
         // The handle is the low half of `qp` (Linux matches only its low bits; the upper
         // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
         let mut handle = u64::from(qp_raw as u32);
@@ -579,12 +580,12 @@ impl Cq {
                 slot.success(qp.context(), rec.request_context, rec.op);
                 n += 1;
             }
-            head = port.next(head);
+            head = reader.next(head);
             left -= 1;
             if left == 0 || n == out.len() {
                 break;
             }
-            let (w, qp_raw, status) = port.load_core(head);
+            let (w, qp_raw, status) = reader.load_core(head);
             wr_id = w;
             if status != 0 {
                 book.end_run(&run);
@@ -605,7 +606,7 @@ impl Cq {
             }
         }
         book.end_run(&run);
-        port.consume(head);
+        reader.consume(head);
         n
     }
 
@@ -621,10 +622,10 @@ impl Cq {
     ) -> usize {
         // `fill` holds no QP reference any more: the moment to release the buried ones.
         self.release_buried();
-        let port = &self.port;
+        let reader = &self.reader;
         while n < out.len() && left != 0 {
-            let c = port.load(head);
-            head = port.next(head);
+            let c = reader.load(head);
+            head = reader.next(head);
             left -= 1;
             // SAFETY: this CQ's poller; the previous iteration's `qp` is dead, and no
             // reference outlives the poll.
@@ -651,7 +652,7 @@ impl Cq {
                 n += 1;
             }
         }
-        port.consume(head);
+        reader.consume(head);
         n
     }
 
@@ -680,7 +681,7 @@ impl Cq {
         } else {
             self.adapter.device().count_bad_cqe();
             Completion {
-                status: super::completion::wc::GENERAL_ERR,
+                status: wc_status::GENERAL_ERR,
                 byte_len: 0,
                 invalidated_rkey: None,
             }
@@ -765,9 +766,9 @@ impl ObjRef<Cq> {
                 ArmType::Errors => None,
             };
             if let Some(sol) = solicited_only {
-                self.port.arm(sol);
+                self.reader.arm(sol);
             }
-            st.arm(t, self.port.has_entries())
+            st.arm(t, self.reader.has_entries())
         });
         if let Some(status) = fire {
             self.deliver(status);

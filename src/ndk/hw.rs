@@ -4,9 +4,10 @@
 //! The PVRDMA hardware layer (`src/pvrdma`) implements it over the command channel, the
 //! queue rings and the UAR doorbells; `tests/` implement it with a recording fake. Handles
 //! are the device's handles (PD, CQ, QP, SRQ, MR). Object commands go through the trait;
-//! the data path does not: when an NDK queue object is built it takes the queue's *ports*
-//! (`pvrdma::port`), through which posts write WQEs and ring doorbells and polls read CQEs
-//! directly, with no call, lock or lookup (ndkpi.md §5.3: the consumer serializes each
+//! the data path does not: when an NDK queue object is built it takes the queue's writer
+//! (`pvrdma::wq`) or reader (`pvrdma::cq`), through which posts write WQEs and ring doorbells
+//! and polls read CQEs directly, with no call, lock or lookup (ndkpi.md §5.3: the consumer
+//! serializes each
 //! queue). Slot indices are free-running `u32` counters: a ring of N entries uses slot
 //! `index % N` and `prod_tail = index mod 2N`; the doorbell is separate from publishing so
 //! that deferred WQEs share one (ndkpi.md §5.5, pvrdma.md §12 "one doorbell write per batch").
@@ -14,7 +15,10 @@
 
 use super::error::HwError;
 use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
-use crate::pvrdma::port::{CqPort, RecvPort, SendPort};
+use crate::pvrdma::cq::CqReader;
+use crate::pvrdma::wq::{RecvWriter, SendWriter};
+#[cfg(doc)]
+use crate::pvrdma::wqe::AccessFlags;
 
 /// Device limits the NDK layer reports and enforces (pvrdma.md §4 `caps`, plus the port's
 /// `max_msg_sz`, M41). Mirrors the fields of the hardware layer's `Caps` it needs.
@@ -142,14 +146,16 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
-/// IB access bits (pvrdma.md §1: ALLOW_LOCAL_WRITE/REMOTE_READ/REMOTE_WRITE → 0/2/1).
+/// IB access bits (pvrdma.md §1: ALLOW_LOCAL_WRITE/REMOTE_READ/REMOTE_WRITE → 0/2/1), as
+/// [`MrSpec::Normal`] carries them: the device's [`AccessFlags`] values.
 pub mod access {
+    use crate::pvrdma::wqe::AccessFlags;
     /// LOCAL_WRITE.
-    pub const LOCAL_WRITE: u32 = 1 << 0;
+    pub const LOCAL_WRITE: u32 = AccessFlags::LOCAL_WRITE.bits();
     /// REMOTE_WRITE.
-    pub const REMOTE_WRITE: u32 = 1 << 1;
+    pub const REMOTE_WRITE: u32 = AccessFlags::REMOTE_WRITE.bits();
     /// REMOTE_READ.
-    pub const REMOTE_READ: u32 = 1 << 2;
+    pub const REMOTE_READ: u32 = AccessFlags::REMOTE_READ.bits();
 }
 
 /// CREATE_QP parameters (pvrdma.md §8, §9). Counts are the ring sizes (powers of two).
@@ -184,34 +190,6 @@ pub struct SrqSpec {
     pub max_sge: u32,
     /// Initial `srq_limit` (0 = not armed).
     pub limit: u32,
-}
-
-/// `enum pvrdma_wr_opcode` values the NDK layer posts (pvrdma.md §10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum WrOpcode {
-    /// NdkWrite.
-    RdmaWrite = 0,
-    /// NdkSend.
-    Send = 2,
-    /// NdkRead.
-    RdmaRead = 4,
-    /// NdkSendAndInvalidate.
-    SendWithInv = 8,
-    /// NdkInvalidate.
-    LocalInv = 10,
-    /// NdkFastRegister.
-    FastRegMr = 11,
-}
-
-/// `send_flags` bits (pvrdma.md §10).
-pub mod send_flags {
-    /// READ_FENCE.
-    pub const FENCE: u32 = 1 << 0;
-    /// Not SILENT_SUCCESS.
-    pub const SIGNALED: u32 = 1 << 1;
-    /// SEND_AND_SOLICIT_EVENT.
-    pub const SOLICITED: u32 = 1 << 2;
 }
 
 /// Completion of an object command issued asynchronously; runs exactly once, possibly before
@@ -313,14 +291,14 @@ pub trait Hardware: Send + Sync {
     /// DESTROY_SRQ.
     fn destroy_srq(&self, srq: u32);
 
-    /// The data-path ports of QP `qp`: its send queue and, unless it takes receives from an
-    /// SRQ, its receive queue. Taken once, when the NDK QP is built; posts then write WQEs,
-    /// publish `prod_tail` and ring doorbells through them without calling the hardware.
-    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError>;
-    /// The data-path port of SRQ `srq`.
-    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError>;
-    /// The data-path port of CQ `cq` (its ring and its arm doorbells).
-    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError>;
+    /// The writers of QP `qp`: its send queue and, unless it takes receives from an SRQ, its
+    /// receive queue. Taken once, when the NDK QP is built; posts then write WQEs, publish
+    /// `prod_tail` and ring doorbells through them without calling the hardware.
+    fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError>;
+    /// The writer of SRQ `srq`.
+    fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError>;
+    /// The reader of CQ `cq` (its ring and its arm doorbells).
+    fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError>;
     /// Writes the page list of a FAST_REG_MR WQE for FRMR `mr` into the FRMR's page-list
     /// directory (§9 MRs) and returns the directory's address (`pl_pdir_dma`).
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError>;
@@ -345,28 +323,9 @@ mod tests {
     use super::*;
     use crate::pvrdma::dsr::Caps;
 
+    /// The model's default caps as the device presents them in the DSR.
     fn model_caps() -> Caps {
-        Caps {
-            vendor_id: 0x15AD,
-            vendor_part_id: 0x0820,
-            max_mr_size: 1 << 30,
-            max_qp: 1024,
-            max_qp_wr: 4096,
-            max_sge: 16,
-            max_sge_rd: 16,
-            max_cq: 1024,
-            max_cqe: 65536,
-            max_mr: 16384,
-            max_qp_rd_atom: 16,
-            max_qp_init_rd_atom: 16,
-            max_srq: 1024,
-            max_srq_wr: 4096,
-            max_srq_sge: 16,
-            max_fast_reg_page_list_len: 512,
-            gid_types: 2,
-            mode: 0,
-            ..Caps::default()
-        }
+        Caps::parse(&pvrdma_sim::dsr::Caps::default().emit([0; 6]))
     }
 
     #[test]

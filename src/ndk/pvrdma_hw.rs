@@ -35,13 +35,14 @@ use crate::pvrdma::cmd::{
     DestroyPd, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QpAttr, QpAttrMask, QpState, QpType,
     Reserved, SrqAttr, mr_flags, srq_attr_mask,
 };
+use crate::pvrdma::cq::CqReader;
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::pdir::PageDir;
-use crate::pvrdma::port::{CqPort, RecvPort, SendPort};
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
+use crate::pvrdma::wq::{RecvWriter, SendWriter};
 use crate::pvrdma::wqe::AccessFlags;
 
 /// SGEs per request the adapter advertises at most (the NDK SGE arrays are handed to the
@@ -91,7 +92,7 @@ impl SrqEvents for SrqHook {
 /// (the directory is freed after the device's response).
 fn file_mr(
     ch: &Arc<CmdChannel>,
-    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    dirs: &Locked<HandleTable<Arc<PageDir>>>,
     kills: &Kills,
     r: crate::pvrdma::cmd::CreateMrResp,
     dir: Option<Arc<PageDir>>,
@@ -220,7 +221,7 @@ fn kill<C: Command>(ch: &CmdChannel, table: &KillTable<C>, h: u32, cmd: &C) -> b
 /// DESTROY_MR for `h` (close, deregistration, or a create that failed after CREATE_MR).
 fn destroy_mr_in(
     ch: &Arc<CmdChannel>,
-    dirs: &Shared<HandleTable<Arc<PageDir>>>,
+    dirs: &Locked<HandleTable<Arc<PageDir>>>,
     kills: &Kills,
     h: u32,
 ) {
@@ -234,7 +235,7 @@ fn destroy_mr_in(
 /// on the device's response by the reserved completion.
 fn destroy_qp_in(
     ch: &Arc<CmdChannel>,
-    qps: &Shared<HandleTable<Shared<QpQueues>>>,
+    qps: &Locked<HandleTable<Locked<QpQueues>>>,
     kills: &Kills,
     h: u32,
 ) {
@@ -250,7 +251,7 @@ fn destroy_qp_in(
 /// What finishing a CREATE_SRQ needs (owned, so it can run in the command DPC).
 struct SrqInstall {
     dev: Arc<Device>,
-    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
+    srqs: Locked<HandleTable<Locked<SrqQueue>>>,
     kills: Arc<Kills>,
     sink: Sink,
 }
@@ -261,7 +262,7 @@ impl SrqInstall {
     fn install(
         &self,
         h: u32,
-        q: Shared<SrqQueue>,
+        q: Locked<SrqQueue>,
         kill: Reserved<DestroySrq>,
     ) -> Result<(), HwError> {
         let cmd = DestroySrq { srq_handle: h };
@@ -299,7 +300,7 @@ impl SrqInstall {
 /// What finishing a CREATE_CQ needs (owned, so it can run in the command DPC).
 struct CqInstall {
     dev: Arc<Device>,
-    cqs: Shared<HandleTable<Shared<CqRing>>>,
+    cqs: Locked<HandleTable<Locked<CqRing>>>,
     kills: Arc<Kills>,
 }
 
@@ -310,7 +311,7 @@ impl CqInstall {
     /// response.
     fn install(
         &self,
-        ring: Shared<CqRing>,
+        ring: Locked<CqRing>,
         resp: crate::pvrdma::cmd::CreateCqResp,
         kill: Reserved<DestroyCq>,
     ) -> Result<(), HwError> {
@@ -352,7 +353,8 @@ impl DeviceEvents for DeviceHook {
     }
 }
 
-type Shared<T> = Arc<SpinLock<T>>;
+/// A value several owners reach, behind a spin lock (the seam's tables and queues).
+type Locked<T> = Arc<SpinLock<T>>;
 
 /// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
 /// DPC, or right away when the submit itself fails.
@@ -362,7 +364,7 @@ where
     C::Resp: Send + 'static,
     F: FnOnce(Result<C::Resp, HwError>) + Send + 'static,
 {
-    let cell: Shared<Option<F>> = match try_arc(SpinLock::new(None)) {
+    let cell: Locked<Option<F>> = match try_arc(SpinLock::new(None)) {
         Ok(cell) => cell,
         Err(_) => return next(Err(HwError::NoResources)),
     };
@@ -382,7 +384,7 @@ where
     }
 }
 
-fn shared<T>(v: T) -> Result<Shared<T>, HwError> {
+fn locked<T>(v: T) -> Result<Locked<T>, HwError> {
     try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
 }
 
@@ -404,13 +406,22 @@ fn table<T>(bound: u32) -> Result<HandleTable<T>, HwError> {
 }
 
 /// The PVRDMA device as the NDK layer's [`Hardware`].
+///
+/// The seam's tables, by device handle (each handle kind also has the device's event table,
+/// `Device` `cqs`/`qps`/`srqs`: handle → event hook, and the NDK device's, `NdkDevice`:
+/// handle → NDK object):
+/// - `cqs`, `qps`, `srqs`: the queue memory, looked up once, when the NDK object takes its
+///   writer or reader (`qp_writers`, `srq_writer`, `cq_reader`) and for `srq_queued`;
+/// - `mr_dirs`: an MR's page directory (NdkFastRegister writes its page list there);
+/// - `kills`: each object's reserved DESTROY (and a QP's flush), which also owns the queue
+///   memory until the device's DESTROY response.
 pub struct PvrdmaHardware {
     dev: Arc<Device>,
     caps: HwCaps,
-    cqs: Shared<HandleTable<Shared<CqRing>>>,
-    qps: Shared<HandleTable<Shared<QpQueues>>>,
-    srqs: Shared<HandleTable<Shared<SrqQueue>>>,
-    mr_dirs: Shared<HandleTable<Arc<PageDir>>>,
+    cqs: Locked<HandleTable<Locked<CqRing>>>,
+    qps: Locked<HandleTable<Locked<QpQueues>>>,
+    srqs: Locked<HandleTable<Locked<SrqQueue>>>,
+    mr_dirs: Locked<HandleTable<Arc<PageDir>>>,
     kills: Arc<Kills>,
     sink: Sink,
 }
@@ -427,10 +438,10 @@ impl PvrdmaHardware {
         caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
         caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
         try_arc(PvrdmaHardware {
-            cqs: shared(table(c.max_cq)?)?,
-            qps: shared(table(c.max_qp)?)?,
-            srqs: shared(table(c.max_srq)?)?,
-            mr_dirs: shared(table(c.max_mr)?)?,
+            cqs: locked(table(c.max_cq)?)?,
+            qps: locked(table(c.max_qp)?)?,
+            srqs: locked(table(c.max_srq)?)?,
+            mr_dirs: locked(table(c.max_mr)?)?,
             kills: try_arc(Kills {
                 pd: SpinLock::new(table(c.max_pd)?),
                 mr: SpinLock::new(table(c.max_mr)?),
@@ -470,7 +481,7 @@ impl PvrdmaHardware {
     fn prepare_cq(
         &self,
         entries: u32,
-    ) -> Result<(Shared<CqRing>, CreateCq, Kill<DestroyCq>), HwError> {
+    ) -> Result<(Locked<CqRing>, CreateCq, Kill<DestroyCq>), HwError> {
         let dma = self.dev.platform().dma().clone();
         let ring = CqRing::alloc(&dma, entries).map_err(hw_error)?;
         let cmd = CreateCq {
@@ -479,7 +490,7 @@ impl PvrdmaHardware {
             cqe: entries,
             nchunks: ring.nchunks(),
         };
-        let ring = shared(ring)?;
+        let ring = locked(ring)?;
         let kill = reserve_kill(self.dev.cmd(), ring.clone())?;
         Ok((ring, cmd, kill))
     }
@@ -494,7 +505,7 @@ impl PvrdmaHardware {
 
     /// Allocates a QP's queues (shared, so they can be filed once the handle is known), the
     /// CREATE_QP for them and the QP's reserved DESTROY and flush.
-    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Shared<QpQueues>, CreateQp, QpKills), HwError> {
+    fn prepare_qp(&self, spec: &QpSpec) -> Result<(Locked<QpQueues>, CreateQp, QpKills), HwError> {
         let recv = match spec.srq {
             Some(_) => None,
             None => Some((spec.max_recv_wr, spec.max_recv_sge)),
@@ -522,7 +533,7 @@ impl PvrdmaHardware {
             qp_type: QpType::Rc,
             is_srq: u8::from(spec.srq.is_some()),
         };
-        let queues = shared(queues)?;
+        let queues = locked(queues)?;
         let ch = self.dev.cmd();
         let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
         let destroy = reserve_kill(ch, queues.clone())?;
@@ -593,7 +604,7 @@ impl PvrdmaHardware {
     fn prepare_srq(
         &self,
         spec: &SrqSpec,
-    ) -> Result<(Shared<SrqQueue>, CreateSrq, Kill<DestroySrq>), HwError> {
+    ) -> Result<(Locked<SrqQueue>, CreateSrq, Kill<DestroySrq>), HwError> {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
         let dma = self.dev.platform().dma().clone();
         let q = SrqQueue::alloc(&dma, &layout).map_err(hw_error)?;
@@ -608,7 +619,7 @@ impl PvrdmaHardware {
             },
             srq_type: 0,
         };
-        let q = shared(q)?;
+        let q = locked(q)?;
         let kill = reserve_kill(self.dev.cmd(), q.clone())?;
         Ok((q, cmd, kill))
     }
@@ -622,15 +633,15 @@ impl PvrdmaHardware {
         }
     }
 
-    fn cq(&self, h: u32) -> Option<Shared<CqRing>> {
+    fn cq(&self, h: u32) -> Option<Locked<CqRing>> {
         self.cqs.lock().get(h).cloned()
     }
 
-    fn qp(&self, h: u32) -> Option<Shared<QpQueues>> {
+    fn qp(&self, h: u32) -> Option<Locked<QpQueues>> {
         self.qps.lock().get(h).cloned()
     }
 
-    fn srq(&self, h: u32) -> Option<Shared<SrqQueue>> {
+    fn srq(&self, h: u32) -> Option<Locked<SrqQueue>> {
         self.srqs.lock().get(h).cloned()
     }
 }
@@ -904,15 +915,15 @@ impl Hardware for PvrdmaHardware {
         self.srq_ctx().destroy(srq);
     }
 
-    fn qp_ports(&self, qp: u32) -> Result<(SendPort, Option<RecvPort>), HwError> {
+    fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError> {
         let q = self.qp(qp).ok_or(HwError::Invalid)?;
         let g = q.lock();
         let sq =
-            g.sq.port(self.dev.bell(QpDoorbell::send(qp)))
+            g.sq.writer(self.dev.bell(QpDoorbell::send(qp)))
                 .map_err(hw_error)?;
         let rq = match &g.rq {
             Some(rq) => Some(
-                rq.port(self.dev.bell(QpDoorbell::recv(qp)))
+                rq.writer(self.dev.bell(QpDoorbell::recv(qp)))
                     .map_err(hw_error)?,
             ),
             None => None,
@@ -920,17 +931,17 @@ impl Hardware for PvrdmaHardware {
         Ok((sq, rq))
     }
 
-    fn srq_port(&self, srq: u32) -> Result<RecvPort, HwError> {
+    fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError> {
         let q = self.srq(srq).ok_or(HwError::Invalid)?;
         q.lock()
-            .port(self.dev.bell(SrqDoorbell::recv(srq)))
+            .writer(self.dev.bell(SrqDoorbell::recv(srq)))
             .map_err(hw_error)
     }
 
-    fn cq_port(&self, cq: u32) -> Result<CqPort, HwError> {
+    fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError> {
         let ring = self.cq(cq).ok_or(HwError::Invalid)?;
         ring.lock()
-            .port(
+            .reader(
                 self.dev.bell(CqDoorbell::arm(cq)),
                 self.dev.bell(CqDoorbell::arm_solicited(cq)),
             )

@@ -11,20 +11,20 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use super::completion::{OrderedQueue, Slot, SlotMeta, SlotRecord, tag, wr_id};
+use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwDone, QpSpec, WrOpcode, access, pow2_ceil, send_flags};
+use super::hw::{HwDone, QpSpec, pow2_ceil};
 use super::mr::Mr;
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject, header};
 use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use crate::ndkpi::*;
-use crate::pvrdma::port::{RecvPort, SendPort, SqHeader};
-use crate::pvrdma::wqe::Sge;
+use crate::pvrdma::wq::{RecvWriter, SendWriter};
+use crate::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
 
 /// Every NDK_OP_FLAG_* bit NDKPI defines.
 const KNOWN_FLAGS: u32 = NDK_OP_FLAG_SILENT_SUCCESS
@@ -81,17 +81,17 @@ impl PostKind {
         let mut f = 0;
         while f < 8 {
             let f32 = f as u32;
-            let mut w = 0;
+            let mut w = SendFlags::empty();
             if f32 & NDK_OP_FLAG_SILENT_SUCCESS == 0 {
-                w |= send_flags::SIGNALED;
+                w = w.union(SendFlags::SIGNALED);
             }
             if f32 & NDK_OP_FLAG_READ_FENCE != 0 {
-                w |= send_flags::FENCE;
+                w = w.union(SendFlags::FENCE);
             }
             if f32 & NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT != 0 {
-                w |= send_flags::SOLICITED;
+                w = w.union(SendFlags::SOLICITED);
             }
-            op_words[f] = SqHeader::op_word(opcode as u32, w);
+            op_words[f] = SqHeader::op_word(opcode, w);
             f += 1;
         }
         PostKind { op_words, op }
@@ -155,8 +155,8 @@ pub struct Qp {
     handle: u32,
     context: usize,
     /// The send queue: its bookkeeping, which owns its ring.
-    sq: OrderedQueue<SendPort<Slot>>,
-    rq: Option<OrderedQueue<RecvPort<Slot>>>,
+    sq: OrderedQueue<SendWriter<SlotCell>>,
+    rq: Option<OrderedQueue<RecvWriter<SlotCell>>>,
     /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
     /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
     /// reuse the handle) never matches.
@@ -282,17 +282,17 @@ impl PendingQp {
             Some(s) => s.max_sge(),
             None => p.max_receive_sge,
         };
-        let (sq_port, rq_port) = match hw.qp_ports(handle) {
-            Ok(ports) => ports,
+        let (sq_writer, rq_writer) = match hw.qp_writers(handle) {
+            Ok(writers) => writers,
             Err(e) => {
                 hw.destroy_qp(handle);
                 return Err(e.into());
             }
         };
         // The bookkeeping keeps its slot records beside the WQE addresses of the rings.
-        let sq = OrderedQueue::on_port(p.initiator_depth, sq_port);
-        let rq = match (p.srq.is_none(), rq_port) {
-            (true, Some(port)) => OrderedQueue::on_port(p.receive_depth, port).map(Some),
+        let sq = OrderedQueue::on_writer(p.initiator_depth, sq_writer);
+        let rq = match (p.srq.is_none(), rq_writer) {
+            (true, Some(w)) => OrderedQueue::on_writer(p.receive_depth, w).map(Some),
             (false, None) => Ok(None),
             _ => Err(NdkError::InsufficientResources),
         };
@@ -471,7 +471,7 @@ impl Qp {
 
     /// The send queue's bookkeeping, for the poll's fast path (runs of retirements).
     #[inline(always)]
-    pub(crate) fn send_book(&self) -> &OrderedQueue<SendPort<Slot>> {
+    pub(crate) fn send_book(&self) -> &OrderedQueue<SendWriter<SlotCell>> {
         &self.sq
     }
 
@@ -517,7 +517,7 @@ impl Qp {
     /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
     fn ring_deferred(&self) {
         if self.sq.doorbell_pending() {
-            self.sq.port().ring();
+            self.sq.writer().ring_doorbell();
             self.sq.mark_rung();
         }
     }
@@ -600,11 +600,11 @@ impl Qp {
         }
         let next = index.wrapping_add(1);
         self.sq.commit(index);
-        self.sq.port().publish(next);
+        self.sq.writer().publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
             // The record's flags say no doorbell is pending (`doorbell_pending`).
-            self.sq.port().ring();
+            self.sq.writer().ring_doorbell();
         }
         Ok(())
     }
@@ -735,12 +735,12 @@ impl Qp {
                 base_va
                     .checked_add(length64)
                     .ok_or(NdkError::InvalidParameter)?;
-                let mut acc = access::LOCAL_WRITE;
+                let mut acc = AccessFlags::LOCAL_WRITE;
                 if flags & NDK_OP_FLAG_ALLOW_REMOTE_READ != 0 {
-                    acc |= access::REMOTE_READ;
+                    acc |= AccessFlags::REMOTE_READ;
                 }
                 if flags & NDK_OP_FLAG_ALLOW_REMOTE_WRITE == NDK_OP_FLAG_ALLOW_REMOTE_WRITE {
-                    acc |= access::REMOTE_WRITE;
+                    acc |= AccessFlags::REMOTE_WRITE;
                 }
                 // The slot is ours: the page list may be written now.
                 let pl = self
@@ -844,8 +844,8 @@ impl Qp {
         }
         let next = index.wrapping_add(1);
         rq.commit(index);
-        rq.port().publish(next);
-        rq.port().ring();
+        rq.writer().publish(next);
+        rq.writer().ring_doorbell();
         Ok(())
     }
 
@@ -861,7 +861,7 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pvrdma::wqe::{SendFlags, WrOpcode as RefOpcode};
+    use crate::pvrdma::wqe::WrOpcode as RefOpcode;
 
     /// The post tables against the WQE encoder's own opcode and flag values, and the slot
     /// record's signalling against SILENT_SUCCESS.

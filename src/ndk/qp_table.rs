@@ -37,7 +37,7 @@ use crate::os::SpinLock;
 /// A QP's address, valid as the module docs say.
 pub(crate) type RawQp = NonNull<ProviderObject<Qp>>;
 
-struct Slot {
+struct Entry {
     /// Null, or a QP this slot owns one count of.
     qp: AtomicPtr<ProviderObject<Qp>>,
     /// The QP's CQ handles: send in the low half, receive in the high half.
@@ -47,7 +47,7 @@ struct Slot {
 /// QPs by device handle.
 pub(crate) struct QpTable {
     writers: SpinLock<()>,
-    slots: Box<[Slot]>,
+    slots: Box<[Entry]>,
 }
 
 impl QpTable {
@@ -55,7 +55,7 @@ impl QpTable {
     pub(crate) fn new(n: u32) -> NdkResult<Self> {
         Ok(QpTable {
             writers: SpinLock::new(()),
-            slots: try_vec(n as usize, || Slot {
+            slots: try_vec(n as usize, || Entry {
                 qp: AtomicPtr::new(null_mut()),
                 cqs: AtomicU64::new(0),
             })?,

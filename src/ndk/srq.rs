@@ -14,7 +14,7 @@ use super::hw::{HwDone, SrqSpec, pow2_ceil};
 use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
-use crate::pvrdma::port::RecvPort;
+use crate::pvrdma::wq::RecvWriter;
 use crate::pvrdma::wqe::Sge;
 
 struct Record {
@@ -55,7 +55,7 @@ pub struct Srq {
     cursor: AtomicU32,
     outstanding: AtomicU32,
     posted: AtomicU32,
-    port: RecvPort,
+    writer: RecvWriter,
 }
 
 impl NdkObject for Srq {
@@ -138,7 +138,7 @@ impl Srq {
     ) -> NdkResult<ObjRef<Srq>> {
         let adapter = pd.adapter();
         let hw = adapter.hw();
-        let port = match hw.srq_port(handle) {
+        let writer = match hw.srq_writer(handle) {
             Ok(p) => p,
             Err(e) => {
                 hw.destroy_srq(handle);
@@ -168,7 +168,7 @@ impl Srq {
                 cursor: AtomicU32::new(0),
                 outstanding: AtomicU32::new(0),
                 posted: AtomicU32::new(0),
-                port,
+                writer,
             },
         ) {
             Ok(s) => s,
@@ -236,7 +236,7 @@ impl Srq {
         let index = self.posted.load(Ordering::Relaxed);
         rec.context.store(ctx, Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
-        if !self.port.write_recv(index, wr_id(tag::SRQ, id), sges) {
+        if !self.writer.write_recv(index, wr_id(tag::SRQ, id), sges) {
             rec.busy.store(false, Ordering::Release);
             return Err(NdkError::InvalidParameter);
         }
@@ -244,8 +244,8 @@ impl Srq {
         self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
         let next = index.wrapping_add(1);
         self.posted.store(next, Ordering::Relaxed);
-        self.port.publish(next);
-        self.port.ring();
+        self.writer.publish(next);
+        self.writer.ring_doorbell();
         Ok(())
     }
 

@@ -218,8 +218,9 @@ impl<'a> DmaView<'a> {
         self.len
     }
 
-    /// The window's first byte, for data-path ports that precompute element addresses
-    /// (`pvrdma::port`); valid for `len` bytes while the borrowed region lives.
+    /// The window's first byte, for the data-path writer and reader, which precompute element
+    /// addresses (`pvrdma::wq`, `pvrdma::cq`); valid for `len` bytes while the borrowed region
+    /// lives.
     pub fn as_non_null(&self) -> NonNull<u8> {
         self.ptr
     }

@@ -30,15 +30,14 @@ use crate::os::{
 };
 
 use super::cmd::{CmdChannel, CreateBind, DEFAULT_TIMEOUT_NS};
-use super::cqe::CqeLimits;
 use super::dsr::{self, CAPS_SIZE, Caps, DsrInit, GosInfo, RingPages};
 use super::eqe::{EQE_SIZE, Eqe, EqeType, EventTarget};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-use super::port::Bell;
 use super::regs::{self, Ctl, IMR_ALL_ENABLED, IMR_ALL_MASKED};
 use super::ring::{Ring, RingCorrupt};
 use super::table::HandleTable;
+use super::uar::Bell;
 use super::uar::{self, Doorbell};
 
 /// `PVRDMA_NUM_RING_PAGES` (M13).
@@ -581,15 +580,6 @@ impl Device {
     /// Capabilities read at bring-up.
     pub fn caps(&self) -> &Caps {
         &self.shared.caps
-    }
-
-    /// Limits for [`super::cqe::Cqe::parse`]: QP handles below `caps.max_qp`, byte counts up
-    /// to [`MAX_MSG_SZ`] plus the 40-byte GRH area of UD receives.
-    pub fn cqe_limits(&self) -> CqeLimits {
-        CqeLimits {
-            qp_bound: self.shared.caps.max_qp,
-            max_byte_len: MAX_MSG_SZ + 40,
-        }
     }
 
     /// The command channel (NDK objects submit their commands here).

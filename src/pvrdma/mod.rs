@@ -4,26 +4,33 @@
 //! - [`regs`]: BAR1 registers (§3); [`dsr`]: Device Shared Region and caps (§4);
 //! - [`pdir`]: page directories (§6); [`ring`]: ring index arithmetic (§7);
 //! - [`cmd`]: typed commands and the command channel (§8);
-//! - [`wqe`], [`cqe`], [`eqe`]: WQE, CQE and async-event formats (§10, §11, §13);
-//! - [`uar`]: doorbell values (§12); [`queue`]: SQ/RQ/SRQ/CQ rings over page directories (§9);
-//! - [`port`]: the data path's direct view of those rings (post, poll, doorbell);
+//! - [`wqe`], [`cqe`], [`eqe`]: WQE, CQE and async-event formats (§10, §11, §13): the one
+//!   definition of every opcode, flag, status and field offset, which the NDK layer imports;
+//! - [`uar`]: doorbell values and the data path's [`uar::Bell`] (§12);
+//! - [`queue`]: SQ/RQ/SRQ/CQ buffers over page directories and their geometry (§9);
+//! - [`wq`]: the work-queue writer (post: WQE, `prod_tail`, doorbell), the one writer of
+//!   WQEs; [`cq`]: the CQ reader (poll: validated `prod_tail`, CQE fields, `cons_head`, arm),
+//!   the one reader of CQEs;
+//! - [`table`]: bounds-checked tables keyed by device handle;
 //! - [`device`]: bring-up, teardown, interrupts and event dispatch (§5, §13);
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
 mod bytes;
 pub mod cmd;
+pub mod cq;
 pub mod cqe;
 pub mod device;
 pub mod dsr;
+mod elements;
 pub mod eqe;
 pub mod error;
 pub mod pdir;
-pub mod port;
 pub mod queue;
 pub mod regs;
 pub mod ring;
 pub mod table;
 pub mod uar;
+pub mod wq;
 pub mod wqe;
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
-//! Doorbell values (§12). Call sites build a value (`QpDoorbell::send(handle)`) and ring it;
+//! Doorbells (§12): their values, and [`Bell`], a value bound to the mapped UAR page that the
+//! data path rings. Call sites build a value (`QpDoorbell::send(handle)`) and ring it;
 //! offsets never appear outside this file.
-#![deny(unsafe_code)]
+#![allow(unsafe_code)]
+
+use alloc::sync::Arc;
+use core::ptr::NonNull;
 
 use crate::os::Uar;
 use crate::os::sync::to_device_barrier;
@@ -104,6 +108,136 @@ impl Doorbell for SrqDoorbell {
 pub fn ring(uar: &Uar, db: impl Doorbell) {
     to_device_barrier();
     uar.write32(db.offset(), db.value());
+}
+
+/// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
+pub struct Bell {
+    // INVARIANT: `word` is `uar.word(offset)` of a `Uar` that `_keep` keeps alive (and `uar`
+    // points to it where the host's doorbell hook exists: the only reason to read it).
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+    uar: NonNull<Uar>,
+    word: NonNull<u32>,
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+    offset: u32,
+    value: u32,
+    _keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `Bell` only ever hands out `&Uar`, which is `Sync` (a doorbell is one volatile store
+// that any processor may issue), and owns its keeper `Arc`.
+unsafe impl Send for Bell {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Bell {}
+
+impl Bell {
+    /// A bell on a UAR page this bell co-owns.
+    pub fn new(uar: Arc<Uar>, db: impl Doorbell) -> Bell {
+        Bell {
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            uar: NonNull::from(&*uar),
+            word: uar.word(db.offset()),
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            offset: db.offset(),
+            value: db.value(),
+            _keep: uar,
+        }
+    }
+
+    /// A bell on the UAR page that `owner` holds (`uar` projects it), co-owning `owner`.
+    pub fn owned_by<K: Send + Sync + 'static>(
+        owner: Arc<K>,
+        uar: fn(&K) -> &Uar,
+        db: impl Doorbell,
+    ) -> Bell {
+        let u = uar(&owner);
+        Bell {
+            // The reference lives as long as `owner`, which the bell keeps.
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            uar: NonNull::from(u),
+            word: u.word(db.offset()),
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            offset: db.offset(),
+            value: db.value(),
+            _keep: owner,
+        }
+    }
+
+    /// Orders every earlier store to shared memory (`prod_tail`) before the doorbell (§12),
+    /// then stores the value.
+    #[inline(always)]
+    pub fn ring(&self) {
+        to_device_barrier();
+        // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
+        unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
+        #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+        {
+            // SAFETY: type invariant: the UAR outlives `self`.
+            let uar = unsafe { self.uar.as_ref() };
+            uar.after_store(self.offset, self.value);
+        }
+    }
+}
+
+/// A UAR page whose doorbells the unit tests of the writer and the reader record.
+#[cfg(test)]
+pub(crate) mod recording {
+    use super::*;
+    use std::boxed::Box;
+    use std::sync::Mutex;
+    use std::vec::Vec;
+
+    /// Every doorbell rung on a test UAR page: `(offset, value)` of each store, as the
+    /// page's hook saw them, or, in a `bare-doorbell` build (no hook), as read back from the
+    /// page after each ring.
+    #[derive(Clone)]
+    pub(crate) struct Log {
+        page: NonNull<u32>,
+        #[cfg(not(feature = "bare-doorbell"))]
+        hooked: Arc<Mutex<Vec<(u32, u32)>>>,
+        seen: Arc<Mutex<Vec<(u32, u32)>>>,
+    }
+
+    impl Log {
+        /// Records the store `ring` makes at `off` (read back from the page).
+        pub(crate) fn after(&self, off: u32, ring: impl FnOnce()) {
+            ring();
+            // SAFETY: `off` < 4096 and 4-aligned: inside the leaked page.
+            let at = unsafe { self.page.add(off as usize / 4) };
+            // SAFETY: as above: a valid, aligned word of the page.
+            let v = unsafe { at.read_volatile() };
+            self.seen.lock().unwrap().push((off, v));
+        }
+
+        /// The doorbells rung, checked against the hook's record where it exists.
+        pub(crate) fn rung(&self) -> Vec<(u32, u32)> {
+            let seen = self.seen.lock().unwrap().clone();
+            #[cfg(not(feature = "bare-doorbell"))]
+            assert_eq!(*self.hooked.lock().unwrap(), seen);
+            seen
+        }
+    }
+
+    /// A UAR page whose doorbells are recorded.
+    pub(crate) fn uar() -> (Arc<Uar>, Log) {
+        let page: &'static mut [u32; 1024] = Box::leak(Box::new([0u32; 1024]));
+        let base = NonNull::from(&mut page[0]);
+        let log = Log {
+            page: base,
+            #[cfg(not(feature = "bare-doorbell"))]
+            hooked: Arc::new(Mutex::new(Vec::new())),
+            seen: Arc::new(Mutex::new(Vec::new())),
+        };
+        // SAFETY: the page is leaked: valid, aligned and writable forever.
+        let u = unsafe { Uar::new(base) };
+        #[cfg(not(feature = "bare-doorbell"))]
+        let u = {
+            let l = log.hooked.clone();
+            u.with_hook(Arc::new(move |o, v| {
+                l.lock().unwrap().push((o, v));
+            }))
+        };
+        (Arc::new(u), log)
+    }
 }
 
 #[cfg(test)]

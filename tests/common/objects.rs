@@ -1,14 +1,20 @@
 //! Creating device objects through the driver's typed commands and queue types, the way the
-//! NDK layer will: PDs, CQs, QPs (with the RC/UD/GSI state walk), SRQs, MRs.
+//! NDK layer does: PDs, CQs, QPs (with the RC/UD/GSI state walk), SRQs, MRs. Each queue comes
+//! with the writer or reader the NDK layer would take from it, and WQEs and CQEs go through
+//! those, the driver's one data path.
 
 use pvrdma_ndk::pvrdma::PvrdmaError;
 use pvrdma_ndk::pvrdma::cmd::{
     AhAttr, CreateCq, CreatePd, CreateQp, CreateQpResp, CreateSrq, DestroyCq, DestroyPd, DestroyQp,
     DestroySrq, ModifyQp, QpAttr, QpAttrMask, QpState, QpType, SrqAttr,
 };
+use pvrdma_ndk::pvrdma::cq::{CqReader, CqState};
+use pvrdma_ndk::pvrdma::cqe::CqeView;
 use pvrdma_ndk::pvrdma::device::Device;
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
-use pvrdma_ndk::pvrdma::wqe::AccessFlags;
+use pvrdma_ndk::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
+use pvrdma_ndk::pvrdma::wq::{RecvWriter, SendWriter};
+use pvrdma_ndk::pvrdma::wqe::{AccessFlags, Sge, SqHeader};
 
 /// The error a device error code surfaces as: the model answers every failed command through
 /// ERR right after REQUEST (M8), which the channel reports as `CommandRejected`.
@@ -30,12 +36,36 @@ pub fn destroy_pd(dev: &Device, pd: u32) {
         .expect("DESTROY_PD");
 }
 
-/// A CQ: ring plus handle.
+/// A CQ: ring, its reader and handle.
 pub struct Cq {
-    /// The ring (poll it).
+    /// The ring.
     pub ring: CqRing,
+    /// The reader (poll through it).
+    pub reader: CqReader,
     /// Device handle.
     pub handle: u32,
+}
+
+impl Cq {
+    /// Every CQE the device has written since the last poll, consumed (one `cons_head`
+    /// update); panics on a device index that fails validation.
+    pub fn poll(&self) -> Vec<CqeView> {
+        let mut head = self.reader.head();
+        let n = match self.reader.ready(head) {
+            CqState::Ready(n) => n,
+            CqState::Empty => return Vec::new(),
+            CqState::Corrupt => panic!("CQ {}: device index fails validation", self.handle),
+        };
+        let out = (0..n)
+            .map(|_| {
+                let c = self.reader.load(head);
+                head = self.reader.next(head);
+                c
+            })
+            .collect();
+        self.reader.consume(head);
+        out
+    }
 }
 
 /// CqRing + CREATE_CQ; adopts the response's `cqe`.
@@ -49,8 +79,13 @@ pub fn create_cq(dev: &Device, entries: u32) -> Result<Cq, PvrdmaError> {
     })?;
     assert_eq!(r.cqe, entries, "response cqe = request (M11)");
     ring.set_device_entries(r.cqe)?;
+    let reader = ring.reader(
+        dev.bell(CqDoorbell::arm(r.cq_handle)),
+        dev.bell(CqDoorbell::arm_solicited(r.cq_handle)),
+    )?;
     Ok(Cq {
         ring,
+        reader,
         handle: r.cq_handle,
     })
 }
@@ -64,10 +99,18 @@ pub fn destroy_cq(dev: &Device, cq: Cq) {
         .expect("DESTROY_CQ");
 }
 
-/// A QP: queues plus the CREATE_QP answer.
+/// A QP: queues, their writers and the CREATE_QP answer.
 pub struct Qp {
     /// SQ/RQ.
     pub q: QpQueues,
+    /// The SQ's writer.
+    pub sq: SendWriter,
+    /// The RQ's writer (absent with an SRQ).
+    pub rq: Option<RecvWriter>,
+    /// Free-running index of the next send WQE.
+    pub sq_next: u32,
+    /// Free-running index of the next receive WQE.
+    pub rq_next: u32,
     /// The response.
     pub resp: CreateQpResp,
     /// Type.
@@ -78,6 +121,40 @@ impl Qp {
     /// Handle (doorbells, CQE `qp`, events).
     pub fn handle(&self) -> u32 {
         self.resp.qp_handle
+    }
+
+    /// Writes a send WQE at the next index and publishes it, without a doorbell (a batch
+    /// shares the one [`Self::ring_send`] rings).
+    pub fn write_send(&mut self, wr_id: u64, h: &SqHeader, sges: &[Sge]) {
+        assert!(self.sq.write_send(self.sq_next, wr_id, h, sges), "SGEs fit");
+        self.sq_next = self.sq_next.wrapping_add(1);
+        self.sq.publish(self.sq_next);
+    }
+
+    /// Rings the SQ doorbell.
+    pub fn ring_send(&self) {
+        self.sq.ring_doorbell();
+    }
+
+    /// [`Self::write_send`], then the doorbell.
+    pub fn post_send(&mut self, wr_id: u64, h: &SqHeader, sges: &[Sge]) {
+        self.write_send(wr_id, h, sges);
+        self.ring_send();
+    }
+
+    /// Writes a receive WQE at the next index and publishes it, without a doorbell.
+    pub fn write_recv(&mut self, wr_id: u64, sges: &[Sge]) {
+        let rq = self.rq.as_ref().expect("a QP with an RQ");
+        assert!(rq.write_recv(self.rq_next, wr_id, sges), "SGEs fit");
+        self.rq_next = self.rq_next.wrapping_add(1);
+        rq.publish(self.rq_next);
+    }
+
+    /// Starts the SQ again at index 0 (after the QP went through RESET, M33, which zeroed
+    /// the device's `cons_head`).
+    pub fn restart_sq(&mut self) {
+        self.sq_next = 0;
+        self.sq.publish(0);
     }
 }
 
@@ -140,7 +217,21 @@ pub fn create_qp(dev: &Device, s: &QpSpec) -> Result<Qp, PvrdmaError> {
         qp_type: s.ty,
         is_srq: u8::from(s.srq.is_some()),
     })?;
-    Ok(Qp { q, resp, ty: s.ty })
+    let h = resp.qp_handle;
+    let sq = q.sq.writer(dev.bell(QpDoorbell::send(h)))?;
+    let rq = match &q.rq {
+        Some(rq) => Some(rq.writer(dev.bell(QpDoorbell::recv(h)))?),
+        None => None,
+    };
+    Ok(Qp {
+        q,
+        sq,
+        rq,
+        sq_next: 0,
+        rq_next: 0,
+        resp,
+        ty: s.ty,
+    })
 }
 
 /// DESTROY_QP; returns `events_reported`.
@@ -241,12 +332,25 @@ pub fn to_rts(dev: &Device, qp: u32, ty: QpType, dest_qpn: u32) -> Result<(), Pv
     modify(dev, qp, QpState::Rts, rts, a)
 }
 
-/// An SRQ: ring plus handle.
+/// An SRQ: ring, its writer and handle.
 pub struct Srq {
     /// The ring.
     pub q: SrqQueue,
+    /// Its writer.
+    pub writer: RecvWriter,
+    /// Free-running index of the next WQE.
+    pub next: u32,
     /// Handle.
     pub handle: u32,
+}
+
+impl Srq {
+    /// Writes a receive WQE at the next index and publishes it, without a doorbell.
+    pub fn write(&mut self, wr_id: u64, sges: &[Sge]) {
+        assert!(self.writer.write_recv(self.next, wr_id, sges), "SGEs fit");
+        self.next = self.next.wrapping_add(1);
+        self.writer.publish(self.next);
+    }
 }
 
 /// SrqQueue + CREATE_SRQ.
@@ -270,7 +374,13 @@ pub fn create_srq(
         },
         srq_type: 0,
     })?;
-    Ok(Srq { q, handle })
+    let writer = q.writer(dev.bell(SrqDoorbell::recv(handle)))?;
+    Ok(Srq {
+        q,
+        writer,
+        next: 0,
+        handle,
+    })
 }
 
 /// DESTROY_SRQ.

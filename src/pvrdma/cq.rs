@@ -1,0 +1,208 @@
+//! The CQ reader (§7, §9, §11, §12): the consumer side of a CQ ring, resolved once when the
+//! CQ is created, so that reaping a CQE is a handful of loads with no lock, no table lookup
+//! and no allocation: read the device's `prod_tail` (validated, M14), load CQEs, publish
+//! `cons_head`. This is the one reader of CQE bytes in the driver; it hands out the raw
+//! fields ([`CqeView`]) and the NDK layer validates what it uses.
+//!
+//! A reader keeps its buffer alive ([`Arc<PagedBuffer>`]). Polls and arms are serialized
+//! per CQ (ndkpi.md §5.4), so the reader is not synchronized beyond single-word atomics.
+#![allow(unsafe_code)]
+#![allow(clippy::multiple_unsafe_ops_per_block)]
+
+use alloc::sync::Arc;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::os::sync::from_device_barrier;
+
+use super::cqe::{CQE_SIZE, CqeView};
+use super::elements::{Elements, get64};
+use super::error::PvrdmaError;
+use super::pdir::PagedBuffer;
+use super::uar::Bell;
+
+/// Byte offset of the CQ's ring state (`rx`: `prod_tail`, then `cons_head`) in page 0 (§9).
+pub(super) const CQ_STATE: usize = 8;
+
+/// Result of checking a CQ's `prod_tail` against our `cons_head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqState {
+    /// CQEs ready, the count.
+    Ready(u32),
+    /// Nothing new.
+    Empty,
+    /// The device's index failed validation (M14): the ring is unusable.
+    Corrupt,
+}
+
+/// The consumer side of a CQ ring.
+pub struct CqReader {
+    elements: Elements,
+    // INVARIANT: points to the `rx.prod_tail` word of page 0 of `_buf` (`cons_head` follows).
+    prod_tail: NonNull<AtomicU32>,
+    /// Our `cons_head` in [0, 2N).
+    head: AtomicU32,
+    /// 2N − 1.
+    wrap: u32,
+    /// N, the number of CQEs.
+    n: u32,
+    arm: Bell,
+    arm_solicited: Bell,
+    _buf: Arc<PagedBuffer>,
+}
+
+// SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
+// device; all access is volatile or atomic.
+unsafe impl Send for CqReader {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for CqReader {}
+
+impl CqReader {
+    /// A reader on a CQ of `n` CQEs from page 1 of `buf`, its ring state in page 0 (`rx` @8).
+    ///
+    /// # Errors
+    /// [`PvrdmaError::InvalidParameter`] for a ring outside the buffer;
+    /// [`PvrdmaError::NoMemory`].
+    pub fn new(
+        buf: Arc<PagedBuffer>,
+        n: u32,
+        arm: Bell,
+        arm_solicited: Bell,
+    ) -> Result<CqReader, PvrdmaError> {
+        if n > 1 << 30 {
+            return Err(PvrdmaError::InvalidParameter);
+        }
+        let elements = Elements::new(&buf, 1, n, CQE_SIZE as u32)?;
+        let prod_tail = buf
+            .page(0)
+            .and_then(|p| p.view().atomic_u32(CQ_STATE))
+            .map(NonNull::from)
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        Ok(CqReader {
+            elements,
+            prod_tail,
+            head: AtomicU32::new(0),
+            wrap: 2 * n - 1,
+            n,
+            arm,
+            arm_solicited,
+            _buf: buf,
+        })
+    }
+
+    /// N.
+    pub fn entries(&self) -> u32 {
+        self.elements.len()
+    }
+
+    fn index(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: type invariant; `i` ≤ 1 stays in the 8-byte `rx` ring state.
+        unsafe { &*self.prod_tail.as_ptr().add(i) }
+    }
+
+    /// Our `cons_head`.
+    #[inline(always)]
+    pub fn head(&self) -> u32 {
+        self.head.load(Ordering::Relaxed)
+    }
+
+    /// CQEs between `head` and the device's `prod_tail`, after validating it (M14: in
+    /// [0, 2N) and at most N ahead); CQE reads that follow are ordered after it.
+    #[inline(always)]
+    pub fn ready(&self, head: u32) -> CqState {
+        let tail = self.index(0).load(Ordering::Acquire);
+        if tail == head {
+            return CqState::Empty;
+        }
+        let d = tail.wrapping_sub(head) & self.wrap;
+        // `wrap` is 2N − 1, all ones: `tail > wrap` is `tail ∉ [0, 2N)`.
+        if tail > self.wrap || d > self.n {
+            return CqState::Corrupt;
+        }
+        from_device_barrier();
+        CqState::Ready(d)
+    }
+
+    /// Loads the CQE at free-running index `i` (one of those [`Self::ready`] counted).
+    #[inline(always)]
+    pub fn load(&self, i: u32) -> CqeView {
+        let p = self.elements.element(i);
+        // SAFETY: `p` is a 64-byte CQE slot of the ring; the offsets are 8-aligned.
+        let (w0, w1, w2, w3, w4) = unsafe {
+            (
+                get64(p, 0),
+                get64(p, 8),
+                get64(p, 16),
+                get64(p, 24),
+                get64(p, 32),
+            )
+        };
+        CqeView::from_words(w0, w1, w2, w3, w4)
+    }
+
+    /// The three fields the completion fast path reads of CQE `i`: `wr_id`, `qp` and
+    /// `status`.
+    #[inline(always)]
+    pub fn load_core(&self, i: u32) -> (u64, u64, u32) {
+        let p = self.elements.element(i);
+        // SAFETY: as in `load`.
+        let (w0, w1, w2) = unsafe { (get64(p, 0), get64(p, 8), get64(p, 16)) };
+        (w0, w1, CqeView::status_of(w2))
+    }
+
+    /// Consumes every CQE before `head` (a value from [`Self::next`]): our reads of them
+    /// happen before the device may reuse their slots.
+    #[inline(always)]
+    pub fn consume(&self, head: u32) {
+        self.head.store(head, Ordering::Relaxed);
+        self.index(1).store(head, Ordering::Release);
+    }
+
+    /// The index after `i`.
+    #[inline(always)]
+    pub fn next(&self, i: u32) -> u32 {
+        i.wrapping_add(1) & self.wrap
+    }
+
+    /// True when CQEs are waiting (or the ring is corrupt: the caller must look).
+    pub fn has_entries(&self) -> bool {
+        self.ready(self.head()) != CqState::Empty
+    }
+
+    /// Arms the CQ: CQ_ARM_SOL if `solicited_only`, else CQ_ARM (§12, M18).
+    pub fn arm(&self, solicited_only: bool) {
+        if solicited_only {
+            self.arm_solicited.ring();
+        } else {
+            self.arm.ring();
+        }
+    }
+
+    /// Copies CQE `i` out of the ring (tests and diagnostics).
+    pub fn read_element(&self, i: u32) -> [u8; CQE_SIZE] {
+        let p = self.elements.element(i);
+        let mut out = [0u8; CQE_SIZE];
+        for (k, o) in out.iter_mut().enumerate() {
+            // SAFETY: `k` < 64: inside the CQE.
+            *o = unsafe { core::ptr::read_volatile(p.add(k)) };
+        }
+        out
+    }
+
+    /// Test producer: writes `cqe` at the device's `prod_tail` and advances it, as the
+    /// device would (fakes of the hardware seam use it; the driver never produces CQEs).
+    #[doc(hidden)]
+    pub fn produce_for_test(&self, cqe: &[u8; CQE_SIZE]) {
+        let tail = self.index(0).load(Ordering::Relaxed);
+        let p = self.elements.element(tail);
+        for (k, b) in cqe.iter().enumerate() {
+            // SAFETY: `k` < 64: inside the CQE.
+            unsafe { core::ptr::write_volatile(p.add(k), *b) };
+        }
+        self.index(0)
+            .store(tail.wrapping_add(1) & self.wrap, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests;
