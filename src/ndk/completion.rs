@@ -273,8 +273,8 @@ impl<K> SlotTable for WqPort<K, Slot> {
 pub struct RetireRun {
     /// `tag << 32 | retired`.
     next: u64,
-    /// `posted − retired`: the indices from `next` on that are outstanding.
-    left: u64,
+    /// `tag << 32 | posted`.
+    end: u64,
 }
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
@@ -418,11 +418,9 @@ impl<T: SlotTable> OrderedQueue<T> {
     #[inline(always)]
     pub fn run(&self, tag: u32) -> RetireRun {
         let t = u64::from(tag) << 32;
-        let retired = self.retired.load(Ordering::Relaxed);
-        let posted = self.posted.load(Ordering::Acquire);
         RetireRun {
-            next: t | u64::from(retired),
-            left: u64::from(posted.wrapping_sub(retired)),
+            next: t | u64::from(self.retired.load(Ordering::Relaxed)),
+            end: t | u64::from(self.posted.load(Ordering::Acquire)),
         }
     }
 
@@ -433,14 +431,12 @@ impl<T: SlotTable> OrderedQueue<T> {
         // One compare checks both halves: the tag must match exactly and the index lie in
         // [retired, posted). A run whose indices wrap past 2^32 fails here, and the caller
         // falls back to `retire`, which works modulo 2^32.
-        let d = wr_id.wrapping_sub(run.next);
-        if d >= run.left {
+        if wr_id.wrapping_sub(run.next) >= run.end.wrapping_sub(run.next) {
             return None;
         }
         // CAST: the low half is the index.
         let rec = self.recorded(wr_id as u32);
         run.next = wr_id.wrapping_add(1);
-        run.left -= d + 1;
         Some(rec)
     }
 
