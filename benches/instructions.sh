@@ -4,51 +4,198 @@
 #
 #   bash benches/instructions.sh            # per-request table, scaling table, memory
 #   SCALING=0 bash benches/instructions.sh  # per-request table only
+#   bash benches/instructions.sh --check    # guard (CI): per-request shapes against
+#                                           # benches/instructions.expected
+#   bash benches/instructions.sh --update   # rewrite benches/instructions.expected
 #
 # Isolation: `examples/instr.rs` drives two simulated hosts; for each shape callgrind runs
 # with collection OFF except inside ONE provider entry point (--toggle-collect on the
-# `extern "system"` thunk in src/ndk/dispatch.rs, e.g. pvrdma_ndk::ndk::dispatch::read),
-# so the count is every instruction executed from that thunk's entry to its return,
-# inclusive of everything it calls, and nothing else: not the harness, not the device
-# model, not the fabric. The binary is built with the feature `bare-doorbell`, which
-# compiles the host build's doorbell hook out (not even the test for one is left), so a
-# doorbell is exactly the Windows build's one volatile store to the UAR page; the harness
-# hands the stored word to the model after the thunk returned. Counts are totals /
-# requests handled.
+# `extern "system"` thunk in src/ndk/dispatch, e.g. pvrdma_ndk::ndk::dispatch::read or,
+# once the dispatch table is split by object, pvrdma_ndk::ndk::dispatch::qp::read), so the
+# count is every instruction executed from that thunk's entry to its return, inclusive of
+# everything it calls, and nothing else: not the harness, not the device model, not the
+# fabric. The binary is built with the feature `bare-doorbell`, which compiles the host
+# build's doorbell hook out (not even the test for one is left), so a doorbell is exactly
+# the Windows build's one volatile store to the UAR page; the harness hands the stored word
+# to the model after the thunk returned. Counts are totals / requests handled.
+#
+# The guard: counts are deterministic for one toolchain and one build (no libc call, no
+# CPU-dispatched code on the measured path), so a figure that rises is a change in the code
+# the compiler emitted. --check fails when any shape rises more than $SLACK above its
+# committed figure; a drop of more than $SLACK passes but must be committed (--update).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || { echo "valgrind is required" >&2; exit 1; }
-export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release --example instr --features bare-doorbell -q
-BIN=target/release/examples/instr
-OUT=${OUT:-target/callgrind}
-mkdir -p "$OUT"
-N=${N:-1000}
 
-# measure <name> <thunk> <args...>: prints instructions per request
+MODE=table
+case "${1:-}" in
+  "") ;;
+  --check) MODE=check ;;
+  --update) MODE=update ;;
+  *) echo "usage: $0 [--check|--update]" >&2; exit 2 ;;
+esac
+EXPECTED=benches/instructions.expected
+SLACK=2
+
+command -v valgrind >/dev/null || { echo "valgrind is required" >&2; exit 1; }
+
+# The figures hold for one build only: pin every setting that changes the code emitted, so
+# neither the caller's environment nor a user-level cargo config can make the guard measure
+# a different binary from the one the committed figures were taken from. The profile is the
+# release profile of Cargo.toml (fat LTO, panic = abort) plus line tables for
+# callgrind_annotate; an empty CARGO_ENCODED_RUSTFLAGS overrides RUSTFLAGS and every
+# config-file rustflags.
+for v in $(compgen -e); do
+  case $v in CARGO_PROFILE_*) unset "$v" ;; esac
+done
+unset RUSTFLAGS CARGO_BUILD_TARGET
+export CARGO_ENCODED_RUSTFLAGS=
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=3
+export CARGO_PROFILE_RELEASE_LTO=true
+export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+export CARGO_PROFILE_RELEASE_PANIC=abort
+export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=false
+export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=false
+export CARGO_PROFILE_RELEASE_INCREMENTAL=false
+export CARGO_PROFILE_RELEASE_STRIP=none
+RUSTC_VERSION=$(rustc -V)
+
+# The binary cargo built, wherever the target directory is (CARGO_TARGET_DIR, a config's
+# build.target-dir): the build's own report names it.
+BIN=$(cargo build --release --example instr --features bare-doorbell -q \
+        --message-format=json-render-diagnostics \
+      | grep '"target":{[^}]*"name":"instr"' \
+      | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+[ -x "$BIN" ] || { echo "the build reported no instr executable" >&2; exit 1; }
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps \
+               | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+OUT=${OUT:-$TARGET_DIR/callgrind}
+mkdir -p "$OUT"
+# The committed figures were taken at this many iterations (the one-off costs amortised
+# over them are part of the figure), so the guard ignores N.
+if [ "$MODE" = table ]; then N=${N:-1000}; else N=1000; fi
+
+# measure <name> <thunk> <args...>: prints instructions per request.
+# One pattern matches the thunk at dispatch::<thunk> and at dispatch::<module>::<thunk>
+# (callgrind's * matches any run, `::` and the empty one included, but dispatch::srq_receive
+# is not *::receive), so splitting the dispatch module moves no figure. One pattern, not two:
+# callgrind 3.19 given an exact and a wildcard --toggle-collect for one thunk collected
+# nothing for fast_register. Should a thunk ever call a function matching the same pattern,
+# collection would toggle off inside it and the figure drop: the guard reports that.
 measure() {
   local name=$1 thunk=$2; shift 2
   local f="$OUT/$name.out" log="$OUT/$name.log"
   valgrind --tool=callgrind --callgrind-out-file="$f" \
-    --toggle-collect="pvrdma_ndk::ndk::dispatch::$thunk" "$BIN" "$@" 2>"$log" >/dev/null
+    --toggle-collect="pvrdma_ndk::ndk::dispatch*::$thunk" \
+    "$BIN" "$@" 2>"$log" >/dev/null || { echo "instr $* failed under callgrind: $log" >&2; exit 1; }
   local total reqs
   total=$(awk '/^totals:/ {print $2}' "$f")
   reqs=$(sed -n 's/^requests=//p' "$log")
+  if [ -z "$total" ] || [ "$total" = 0 ] || [ -z "$reqs" ] || [ "$reqs" = 0 ]; then
+    echo "$name: nothing collected (no function matched dispatch::$thunk, or no requests): $f" >&2
+    exit 1
+  fi
   awk -v t="$total" -v r="$reqs" 'BEGIN { printf "%.1f", t / r }'
 }
 
+# The per-request shapes: instr shape, thunk, iterations, label, reference, target.
+SHAPES=(
+  "read       read           $N            (a) NdkRead, 1 SGE, not deferred + doorbell|131|65"
+  "poll1      get_cq_results $N            (b) NdkGetCqResults reaping 1 completion|95|47"
+  "chain16    read           $((N / 16 + 1)) (c) 16-NdkRead DEFER chain, per request|76.6|38"
+  "poll16     get_cq_results $((N / 16 + 1)) (d) NdkGetCqResults reaping 16, per CQE|58.4|29"
+  "poll_empty get_cq_results $N            NdkGetCqResults, empty CQ|64 (39)|-"
+  "arm        arm_cq         $N            NdkArmCq (ANY)|-|-"
+  "fastreg1   fast_register  $N            NdkFastRegister, 1 page|-|-"
+  "fastreg16  fast_register  $N            NdkFastRegister, 16 pages|-|-"
+  "send       send           $N            NdkSend, 1 SGE|-|-"
+  "receive    receive        $N            NdkReceive, 1 SGE|-|-"
+)
+
+if [ "$MODE" != table ]; then
+  declare -A committed=()
+  committed_rustc=
+  committed_iterations=
+  if [ -f "$EXPECTED" ]; then
+    while read -r key value; do
+      case $key in
+        ''|'#'*) ;;
+        rustc) committed_rustc="rustc $value" ;;
+        iterations) committed_iterations=$value ;;
+        *) committed[$key]=$value ;;
+      esac
+    done <"$EXPECTED"
+  fi
+  if [ "$MODE" = check ]; then
+    [ -f "$EXPECTED" ] || { echo "no $EXPECTED: run $0 --update and commit it" >&2; exit 1; }
+    if [ "$committed_rustc" != "$RUSTC_VERSION" ] || [ "$committed_iterations" != "$N" ]; then
+      echo "$EXPECTED was taken with '$committed_rustc' at $committed_iterations iterations;" >&2
+      echo "this is '$RUSTC_VERSION' at $N: the figures do not compare. Run $0 --update and commit it." >&2
+      exit 1
+    fi
+  fi
+  printf '%-12s %10s %10s %8s\n' shape committed now delta
+  rose=() dropped=() missing=() now=()
+  for s in "${SHAPES[@]}"; do
+    read -r name thunk iters _ <<<"$s"
+    figure=$(measure "$name" "$thunk" "$name" "$iters")
+    now+=("$name $figure")
+    was=${committed[$name]:-}
+    if [ -z "$was" ]; then
+      printf '%-12s %10s %10s %8s\n' "$name" - "$figure" -
+      missing+=("$name")
+      continue
+    fi
+    delta=$(awk -v a="$figure" -v b="$was" 'BEGIN { printf "%+.1f", a - b }')
+    flag=
+    if awk -v d="$delta" -v s="$SLACK" 'BEGIN { exit !(d > s) }'; then flag="  ROSE"; rose+=("$name"); fi
+    if awk -v d="$delta" -v s="$SLACK" 'BEGIN { exit !(d < -s) }'; then flag="  dropped"; dropped+=("$name"); fi
+    printf '%-12s %10s %10s %8s%s\n' "$name" "$was" "$figure" "$delta" "$flag"
+  done
+  if [ "$MODE" = update ]; then
+    {
+      echo "# Instructions per request of the data path's shapes (callgrind; benches/instructions.sh)."
+      echo "# CI runs \`bash benches/instructions.sh --check\`: it fails when a shape rises more than"
+      echo "# $SLACK instructions above its figure here, and asks for this file to be regenerated when"
+      echo "# one drops by more. Regenerate with \`bash benches/instructions.sh --update\` and commit"
+      echo "# it with the change that moved a figure, before/after figures in the commit message."
+      echo "# The figures hold for the toolchain and iteration count below only."
+      echo "$RUSTC_VERSION"
+      echo "iterations $N"
+      printf '%s\n' "${now[@]}"
+    } >"$EXPECTED"
+    echo "wrote $EXPECTED"
+    exit 0
+  fi
+  status=0
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "FAIL: no committed figure for ${missing[*]}: run $0 --update and commit $EXPECTED"
+    status=1
+  fi
+  if [ ${#rose[@]} -gt 0 ]; then
+    echo "FAIL: instruction count rose by more than $SLACK for ${rose[*]}."
+    echo "      Profiles: $OUT/<shape>.out (callgrind_annotate --inclusive=no). If the rise is"
+    echo "      intended, run $0 --update and commit $EXPECTED with the figures in the message."
+    status=1
+  fi
+  if [ ${#dropped[@]} -gt 0 ]; then
+    printf '\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n'
+    echo "!! Instruction count dropped by more than $SLACK for ${dropped[*]} (not a failure)."
+    echo "!! Record it: run $0 --update and commit $EXPECTED in the same"
+    echo "!! commit as the change, or a later rise back to the old figure goes unnoticed."
+    printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n'
+  fi
+  [ $status = 0 ] && echo "instruction counts: no shape rose by more than $SLACK"
+  exit $status
+fi
+
 printf '%-44s %10s %10s %8s\n' "shape (instructions per request)" "pvrdma-ndk" "reference" "target"
-row() { printf '%-44s %10s %10s %8s\n' "$1" "$2" "$3" "$4"; }
-row "(a) NdkRead, 1 SGE, not deferred + doorbell" "$(measure read read read $N)" 131 65
-row "(b) NdkGetCqResults reaping 1 completion" "$(measure poll1 get_cq_results poll1 $N)" 95 47
-row "(c) 16-NdkRead DEFER chain, per request" "$(measure chain16 read chain16 $((N / 16 + 1)))" 76.6 38
-row "(d) NdkGetCqResults reaping 16, per CQE" "$(measure poll16 get_cq_results poll16 $((N / 16 + 1)))" 58.4 29
-row "NdkGetCqResults, empty CQ" "$(measure poll_empty get_cq_results poll_empty $N)" "64 (39)" -
-row "NdkArmCq (ANY)" "$(measure arm arm_cq arm $N)" - -
-row "NdkFastRegister, 1 page" "$(measure fastreg1 fast_register fastreg1 $N)" - -
-row "NdkFastRegister, 16 pages" "$(measure fastreg16 fast_register fastreg16 $N)" - -
-row "NdkSend, 1 SGE" "$(measure send send send $N)" - -
-row "NdkReceive, 1 SGE" "$(measure receive receive receive $N)" - -
+for s in "${SHAPES[@]}"; do
+  read -r name thunk iters rest <<<"$s"
+  IFS='|' read -r label reference target <<<"$rest"
+  figure=$(measure "$name" "$thunk" "$name" "$iters")
+  printf '%-44s %10s %10s %8s\n' "$label" "$figure" "$reference" "$target"
+done
 echo "reference: rdma-core vmw_pvrdma, gcc 12 -O2, callgrind inclusive; the empty poll also"
 echo "rings a POLL doorbell (39 without its lock). Line-by-line: callgrind_annotate --inclusive=no $OUT/<shape>.out"
 
@@ -58,11 +205,11 @@ printf '%-32s %12s %12s %12s %12s\n' "scaling (per request)" "(a) read" "(b) pol
 for cfg in "1 shared 64" "1 separate 64" "64 shared 64" "64 separate 64" "1024 shared 64" "1024 separate 64" "1 shared 65536" "64 shared 65536" "1024 shared 65536"; do
   set -- $cfg
   n=$((N > 2048 ? N : 2048))
-  printf '%-32s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" \
-    "$(measure s_read read read $n $1 $2 $3)" \
-    "$(measure s_poll1 get_cq_results poll1 $n $1 $2 $3)" \
-    "$(measure s_chain read chain16 $((n / 16)) $1 $2 $3)" \
-    "$(measure s_poll16 get_cq_results poll16 $((n / 16)) $1 $2 $3)"
+  a=$(measure s_read read read $n $1 $2 $3)
+  b=$(measure s_poll1 get_cq_results poll1 $n $1 $2 $3)
+  c=$(measure s_chain read chain16 $((n / 16)) $1 $2 $3)
+  d=$(measure s_poll16 get_cq_results poll16 $((n / 16)) $1 $2 $3)
+  printf '%-32s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" "$a" "$b" "$c" "$d"
 done
 echo
 echo "host memory per object (heap = every heap byte the provider keeps, counted by a global allocator; seam pool = os::alloc try_box/KVec/try_arc; DMA = DmaBuffer/SharedDma):"

@@ -249,8 +249,8 @@ impl<K> SlotTable for WqWriter<K, SlotCell> {
 pub struct RetireRun {
     /// `tag << 32 | retired`.
     next: u64,
-    /// `posted − retired`: the indices from `next` on that are outstanding.
-    left: u64,
+    /// `tag << 32 | posted`.
+    end: u64,
 }
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
@@ -374,30 +374,6 @@ impl<T: SlotTable> OrderedQueue<T> {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
     }
 
-    /// True if committed requests have not been indicated by a doorbell yet: the last one
-    /// was posted with NDK_OP_FLAG_DEFER (its record keeps the flags) and no doorbell has
-    /// covered it since ([`Self::mark_rung`]). A request without DEFER rings for every
-    /// earlier one, so only the last needs looking at, and a post stores nothing for it.
-    /// The poster's call (its record is not reused before the next post).
-    pub fn doorbell_pending(&self) -> bool {
-        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
-        let meta = self.slots.slot(last).meta.load(Ordering::Relaxed);
-        meta & NDK_OP_FLAG_DEFER != 0
-    }
-
-    /// Records that a doorbell covered every committed request (the poster's call, after
-    /// ringing for [`Self::doorbell_pending`]): the last record's DEFER bit is cleared. The
-    /// retirer may be reading that record; it reads neither the bit nor anything this
-    /// store changes.
-    pub fn mark_rung(&self) {
-        let last = self.posted.load(Ordering::Relaxed).wrapping_sub(1);
-        let meta = &self.slots.slot(last).meta;
-        meta.store(
-            meta.load(Ordering::Relaxed) & !NDK_OP_FLAG_DEFER,
-            Ordering::Relaxed,
-        );
-    }
-
     /// Retires outstanding index `index` (and every earlier one) and returns its record;
     /// `None` if `index` is not outstanding (a device-written value that fails validation).
     #[inline(always)]
@@ -418,11 +394,9 @@ impl<T: SlotTable> OrderedQueue<T> {
     #[inline(always)]
     pub fn run(&self, tag: u32) -> RetireRun {
         let t = u64::from(tag) << 32;
-        let retired = self.retired.load(Ordering::Relaxed);
-        let posted = self.posted.load(Ordering::Acquire);
         RetireRun {
-            next: t | u64::from(retired),
-            left: u64::from(posted.wrapping_sub(retired)),
+            next: t | u64::from(self.retired.load(Ordering::Relaxed)),
+            end: t | u64::from(self.posted.load(Ordering::Acquire)),
         }
     }
 
@@ -433,14 +407,12 @@ impl<T: SlotTable> OrderedQueue<T> {
         // One compare checks both halves: the tag must match exactly and the index lie in
         // [retired, posted). A run whose indices wrap past 2^32 fails here, and the caller
         // falls back to `retire`, which works modulo 2^32.
-        let d = wr_id.wrapping_sub(run.next);
-        if d >= run.left {
+        if wr_id.wrapping_sub(run.next) >= run.end.wrapping_sub(run.next) {
             return None;
         }
         // CAST: the low half is the index.
         let rec = self.recorded(wr_id as u32);
         run.next = wr_id.wrapping_add(1);
-        run.left -= d + 1;
         Some(rec)
     }
 
@@ -628,51 +600,5 @@ mod tests {
         }
         let none = queue(0, 1);
         assert_eq!(none.next(), None, "depth 0 takes nothing");
-    }
-
-    #[test]
-    fn doorbell_tracking() {
-        let q = queue(4, 4);
-        assert!(!q.doorbell_pending());
-        let rec = SlotRecord {
-            request_context: 0,
-            op: NdkOperationTypeSend,
-            signaled: true,
-        };
-        // Nothing posted yet: the record before index 0 (the last slot) is empty.
-        assert!(!q.doorbell_pending());
-        let post = |flags: u32| {
-            let i = q.next().expect("space");
-            q.record(i, 0, SlotMeta::from_flags(rec.op, flags));
-            q.commit(i);
-        };
-        post(NDK_OP_FLAG_DEFER);
-        assert!(q.doorbell_pending());
-        post(NDK_OP_FLAG_DEFER | NDK_OP_FLAG_SILENT_SUCCESS);
-        assert!(q.doorbell_pending());
-        q.mark_rung();
-        assert!(!q.doorbell_pending());
-        assert_eq!(
-            q.retire(1),
-            Some(SlotRecord {
-                signaled: false,
-                ..rec
-            }),
-            "record kept"
-        );
-        // A request without DEFER rang for itself and every earlier one.
-        post(NDK_OP_FLAG_DEFER);
-        post(0);
-        assert!(!q.doorbell_pending());
-        // Across the wrap of the 4-slot ring, and of the free-running index.
-        q.posted.store(u32::MAX, Ordering::Relaxed);
-        q.retired.store(u32::MAX, Ordering::Relaxed);
-        q.limit.store(u32::MAX, Ordering::Relaxed);
-        post(NDK_OP_FLAG_DEFER);
-        assert!(q.doorbell_pending(), "index u32::MAX");
-        post(NDK_OP_FLAG_READ_FENCE | NDK_OP_FLAG_DEFER);
-        assert!(q.doorbell_pending(), "index 0 after the wrap");
-        q.mark_rung();
-        assert!(!q.doorbell_pending());
     }
 }

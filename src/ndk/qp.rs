@@ -168,6 +168,9 @@ pub struct Qp {
     max_read_sge: u32,
     max_transfer: u32,
     connected: AtomicBool,
+    /// The last SQ post carried NDK_OP_FLAG_DEFER and no doorbell has covered it yet. Only
+    /// the poster reads or writes it (posts are serialized per QP, §5.3).
+    sq_doorbell_pending: AtomicBool,
     /// What an initiator request passes for its SGE count, one load and one compare
     /// (together with its flags, the whole admission of a well-formed request):
     /// MaxInitiatorRequestSge + 1 while connected, 0 while not (so that no count, not even
@@ -322,6 +325,7 @@ impl PendingQp {
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
                 max_transfer: info.MaxTransferLength,
                 connected: AtomicBool::new(false),
+                sq_doorbell_pending: AtomicBool::new(false),
                 admit_send: AtomicU64::new(0),
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
@@ -516,9 +520,9 @@ impl Qp {
 
     /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
     fn ring_deferred(&self) {
-        if self.sq.doorbell_pending() {
+        if self.sq_doorbell_pending.load(Ordering::Relaxed) {
             self.sq.writer().ring_doorbell();
-            self.sq.mark_rung();
+            self.sq_doorbell_pending.store(false, Ordering::Relaxed);
         }
     }
 
@@ -603,8 +607,10 @@ impl Qp {
         self.sq.writer().publish(next);
         posted();
         if flags & NDK_OP_FLAG_DEFER == 0 {
-            // The record's flags say no doorbell is pending (`doorbell_pending`).
             self.sq.writer().ring_doorbell();
+            self.sq_doorbell_pending.store(false, Ordering::Relaxed);
+        } else {
+            self.sq_doorbell_pending.store(true, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -107,6 +107,9 @@ impl<R> Elements<R> {
     /// The entry of free-running index `i`.
     #[inline(always)]
     pub(super) fn entry(&self, i: u32) -> &Entry<R> {
+        // Unchecked because it pays: a checked `get` with a cold failure measured +2.0 per
+        // post (read, chain16, send, receive, fastreg) and +4.0 per CQE (poll1, poll16);
+        // masking by `len - 1` instead of `mask`, +4.0 and +8 to +10.
         // SAFETY: `i & mask < entries.len()` (type invariant).
         unsafe { self.entries.get_unchecked((i & self.mask) as usize) }
     }

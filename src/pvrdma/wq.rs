@@ -48,24 +48,6 @@ unsafe fn put64(p: *mut u8, off: usize, v: u64) {
     unsafe { core::ptr::write_volatile(p.add(off).cast::<u64>(), v.to_le()) }
 }
 
-/// Stores `wr_id` @0 as two 32-bit halves: a poster's `wr_id` is a constant tag above a
-/// free-running index, so the high half is an immediate store and no 64-bit constant is
-/// built (the device reads the WQE only after `prod_tail` covers it, so the split is not
-/// observable).
-///
-/// # Safety
-/// `p` is valid for an aligned 8-byte write.
-#[inline(always)]
-unsafe fn put_wr_id(p: *mut u8, wr_id: u64) {
-    // CAST: the halves of `wr_id`, stored little-endian as the u64 would be.
-    let (lo, hi) = (wr_id as u32, (wr_id >> 32) as u32);
-    // SAFETY: caller contract (both halves lie in the 8 aligned bytes at `p`).
-    unsafe {
-        core::ptr::write_volatile(p.cast::<u32>(), lo.to_le());
-        core::ptr::write_volatile(p.add(4).cast::<u32>(), hi.to_le());
-    }
-}
-
 /// Where a driver-produced ring lives in its buffer (§9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WqGeometry {
@@ -362,7 +344,7 @@ impl<R> WqSlot<'_, SendWqe, R> {
         // bytes at least (`SendWqe::HEADER`, checked in `WqWriter::new`), page-aligned runs
         // so every word offset is aligned.
         unsafe {
-            put_wr_id(p, wr_id);
+            put64(p, 0, wr_id);
             put64(p, 8, sges.len() as u64);
             put64(p, 16, h.op_word);
             put64(p, 24, u64::from(h.ex));
@@ -394,7 +376,7 @@ impl<R> WqSlot<'_, RecvWqe, R> {
         // bytes at least (`RecvWqe::HEADER`, checked in `WqWriter::new`), page-aligned runs
         // so every word offset is aligned; `fits` bounds the SGEs.
         unsafe {
-            put_wr_id(p, wr_id);
+            put64(p, 0, wr_id);
             put64(p, 8, sges.len() as u64);
             put_sges(p.add(RQ_WQE_HDR_SIZE), sges);
         }
