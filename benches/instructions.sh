@@ -7,7 +7,7 @@
 #
 # Isolation: `examples/instr.rs` drives two simulated hosts; for each shape callgrind runs
 # with collection OFF except inside ONE provider entry point (--toggle-collect on the
-# `extern "system"` thunk in src/ndk/dispatch.rs, e.g. pvrdma_ndk::ndk::dispatch::read),
+# `extern "system"` thunk in src/ndk/dispatch/, e.g. pvrdma_ndk::ndk::dispatch::qp::read),
 # so the count is every instruction executed from that thunk's entry to its return,
 # inclusive of everything it calls, and nothing else: not the harness, not the device
 # model, not the fabric. The binary is built with the feature `bare-doorbell`, which
@@ -25,7 +25,7 @@ OUT=${OUT:-target/callgrind}
 mkdir -p "$OUT"
 N=${N:-1000}
 
-# measure <name> <thunk> <args...>: prints instructions per request
+# measure <name> <table>::<thunk> <args...>: prints instructions per request
 measure() {
   local name=$1 thunk=$2; shift 2
   local f="$OUT/$name.out" log="$OUT/$name.log"
@@ -39,16 +39,16 @@ measure() {
 
 printf '%-44s %10s %10s %8s\n' "shape (instructions per request)" "pvrdma-ndk" "reference" "target"
 row() { printf '%-44s %10s %10s %8s\n' "$1" "$2" "$3" "$4"; }
-row "(a) NdkRead, 1 SGE, not deferred + doorbell" "$(measure read read read $N)" 131 65
-row "(b) NdkGetCqResults reaping 1 completion" "$(measure poll1 get_cq_results poll1 $N)" 95 47
-row "(c) 16-NdkRead DEFER chain, per request" "$(measure chain16 read chain16 $((N / 16 + 1)))" 76.6 38
-row "(d) NdkGetCqResults reaping 16, per CQE" "$(measure poll16 get_cq_results poll16 $((N / 16 + 1)))" 58.4 29
-row "NdkGetCqResults, empty CQ" "$(measure poll_empty get_cq_results poll_empty $N)" "64 (39)" -
-row "NdkArmCq (ANY)" "$(measure arm arm_cq arm $N)" - -
-row "NdkFastRegister, 1 page" "$(measure fastreg1 fast_register fastreg1 $N)" - -
-row "NdkFastRegister, 16 pages" "$(measure fastreg16 fast_register fastreg16 $N)" - -
-row "NdkSend, 1 SGE" "$(measure send send send $N)" - -
-row "NdkReceive, 1 SGE" "$(measure receive receive receive $N)" - -
+row "(a) NdkRead, 1 SGE, not deferred + doorbell" "$(measure read qp::read read $N)" 131 65
+row "(b) NdkGetCqResults reaping 1 completion" "$(measure poll1 cq::get_cq_results poll1 $N)" 95 47
+row "(c) 16-NdkRead DEFER chain, per request" "$(measure chain16 qp::read chain16 $((N / 16 + 1)))" 76.6 38
+row "(d) NdkGetCqResults reaping 16, per CQE" "$(measure poll16 cq::get_cq_results poll16 $((N / 16 + 1)))" 58.4 29
+row "NdkGetCqResults, empty CQ" "$(measure poll_empty cq::get_cq_results poll_empty $N)" "64 (39)" -
+row "NdkArmCq (ANY)" "$(measure arm cq::arm_cq arm $N)" - -
+row "NdkFastRegister, 1 page" "$(measure fastreg1 qp::fast_register fastreg1 $N)" - -
+row "NdkFastRegister, 16 pages" "$(measure fastreg16 qp::fast_register fastreg16 $N)" - -
+row "NdkSend, 1 SGE" "$(measure send qp::send send $N)" - -
+row "NdkReceive, 1 SGE" "$(measure receive qp::receive receive $N)" - -
 echo "reference: rdma-core vmw_pvrdma, gcc 12 -O2, callgrind inclusive; the empty poll also"
 echo "rings a POLL doorbell (39 without its lock). Line-by-line: callgrind_annotate --inclusive=no $OUT/<shape>.out"
 
@@ -59,10 +59,10 @@ for cfg in "1 shared 64" "1 separate 64" "64 shared 64" "64 separate 64" "1024 s
   set -- $cfg
   n=$((N > 2048 ? N : 2048))
   printf '%-32s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" \
-    "$(measure s_read read read $n $1 $2 $3)" \
-    "$(measure s_poll1 get_cq_results poll1 $n $1 $2 $3)" \
-    "$(measure s_chain read chain16 $((n / 16)) $1 $2 $3)" \
-    "$(measure s_poll16 get_cq_results poll16 $((n / 16)) $1 $2 $3)"
+    "$(measure s_read qp::read read $n $1 $2 $3)" \
+    "$(measure s_poll1 cq::get_cq_results poll1 $n $1 $2 $3)" \
+    "$(measure s_chain qp::read chain16 $((n / 16)) $1 $2 $3)" \
+    "$(measure s_poll16 cq::get_cq_results poll16 $((n / 16)) $1 $2 $3)"
 done
 echo
 echo "host memory per object (heap = every heap byte the provider keeps, counted by a global allocator; seam pool = os::alloc try_box/KVec/try_arc; DMA = DmaBuffer/SharedDma):"

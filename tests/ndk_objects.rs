@@ -1712,7 +1712,7 @@ impl<const N: usize> MdlPfn<N> {
         MdlPfn {
             mdl: MDL {
                 Next: null_mut(),
-                Size: 0,
+                Size: core::mem::size_of::<Self>() as i16,
                 MdlFlags: MDL_PAGES_LOCKED,
                 AllocationProcessorNumber: 0,
                 Reserved: 0,

@@ -1449,7 +1449,7 @@ mod tests {
         let mut m = MdlPfn {
             mdl: MDL {
                 Next: core::ptr::null_mut(),
-                Size: 0,
+                Size: core::mem::size_of::<MdlPfn>() as i16,
                 MdlFlags: MDL_PAGES_LOCKED,
                 AllocationProcessorNumber: 0,
                 Reserved: 0,

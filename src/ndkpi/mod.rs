@@ -6,7 +6,8 @@
 //! alignment and field offset is asserted for x64 in `layout.rs` at compile time, so a
 //! drifting declaration fails the build instead of corrupting a consumer's memory.
 //!
-//! Files by topic: [`types`] scalar typedefs and OS structures, [`mdl`] the MDL, [`object`]
+//! Files by topic: [`types`] scalar typedefs and OS structures, [`mdl`] the MDL (declared in
+//! [`crate::os::mdl`], where the kernel's types live), [`object`]
 //! the object header and the ten object structs, [`dispatch`] the ten dispatch tables,
 //! [`callbacks`] every `NDK_FN_*` function-pointer type, [`structs`] SGE/results/adapter info/
 //! LAM/extension interface, [`consts`] enums and flag values, [`status`] NTSTATUS and
