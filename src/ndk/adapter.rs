@@ -433,8 +433,10 @@ impl Adapter {
             return Err(NdkError::InvalidParameter);
         }
         let mut mapped = 0usize;
-        for (slot, page) in out.iter_mut().zip(region.pages()) {
+        // Driven by the walk, not by `out`: its last step may still refuse a shared page.
+        for page in region.pages() {
             let page = page.map_err(mdl_error)?;
+            let slot = out.get_mut(mapped).ok_or(NdkError::InvalidParameter)?;
             *slot = self
                 .hw()
                 .page_address(page.pfn)

@@ -154,6 +154,8 @@ pub struct MdlRegion<'a> {
     va: u64,
     length: u64,
     pages: usize,
+    /// MDLs holding the region's bytes (the first ones of the chain).
+    mdls: usize,
 }
 
 /// Iterator over the pages of an MDL chain (see [`MdlChain::pages`]). After an error it
@@ -169,6 +171,10 @@ pub struct MdlPages<'a> {
     end: u64,
     last: Option<MdlPage>,
     failed: bool,
+    /// MDLs still to be walked, the current one included (`None`: to the end of the chain).
+    mdls_left: Option<usize>,
+    /// The walk ends at the first page at or above this VA.
+    end_page: u64,
 }
 
 /// Validates `m` as a walk enters it after an MDL that ended at `prev_end`; returns its page
@@ -227,6 +233,8 @@ impl<'a> MdlChain<'a> {
             end: 0,
             last: None,
             failed: false,
+            mdls_left: None,
+            end_page: u64::MAX,
         }
     }
 
@@ -240,7 +248,7 @@ impl<'a> MdlChain<'a> {
         for p in self.pages() {
             p?;
         }
-        Ok((self.va(), self.cover(u64::MAX)?))
+        Ok((self.va(), self.cover(u64::MAX)?.0))
     }
 
     /// The first `length` bytes of the chain. Only the MDLs that hold them are entered (and
@@ -254,7 +262,8 @@ impl<'a> MdlChain<'a> {
         if length == 0 {
             return Err(MdlError::Malformed);
         }
-        if self.cover(length)? < length {
+        let (covered, mdls) = self.cover(length)?;
+        if covered < length {
             return Err(MdlError::TooShort);
         }
         let va = self.va();
@@ -266,27 +275,30 @@ impl<'a> MdlChain<'a> {
             va,
             length,
             pages,
+            mdls,
         })
     }
 
     /// Bytes from the start covered by the MDLs entered until `limit` bytes are (the whole
-    /// chain if it is shorter), each validated on entry.
-    fn cover(self, limit: u64) -> Result<u64, MdlError> {
+    /// chain if it is shorter), each validated on entry, and how many MDLs that took.
+    fn cover(self, limit: u64) -> Result<(u64, usize), MdlError> {
         let start = self.va();
         let mut covered = 0;
+        let mut mdls = 0;
         let mut prev_end = None;
         let mut m = Some(self.first);
         while let Some(mdl) = m
             && covered < limit
         {
             let (_, end) = enter(mdl, prev_end)?;
+            mdls += 1;
             // Contiguity makes every end at least `start`.
             covered = end.saturating_sub(start);
             prev_end = Some(end);
             // SAFETY: `Next` is null or a valid MDL for 'a (contract of `from_ptr`).
             m = unsafe { mdl.Next.cast_const().as_ref() };
         }
-        Ok(covered)
+        Ok((covered, mdls))
     }
 }
 
@@ -311,9 +323,16 @@ impl<'a> MdlRegion<'a> {
         BYTE_OFFSET(self.va as usize)
     }
 
-    /// Its pages in order, [`Self::page_count`] of them unless the walk fails.
-    pub fn pages(&self) -> core::iter::Take<MdlPages<'a>> {
-        self.chain.pages().take(self.pages)
+    /// Its pages in order, [`Self::page_count`] of them unless the walk fails. Every MDL
+    /// holding region bytes is read, so a page the region shares between two MDLs has both
+    /// PFNs checked; no MDL after them is.
+    pub fn pages(&self) -> MdlPages<'a> {
+        let first_page = self.va & !(PAGE_SIZE as u64 - 1);
+        MdlPages {
+            mdls_left: Some(self.mdls),
+            end_page: first_page.saturating_add((self.pages as u64) << PAGE_SHIFT),
+            ..self.chain.pages()
+        }
     }
 }
 
@@ -340,13 +359,25 @@ impl Iterator for MdlPages<'_> {
             };
             if i >= self.npages {
                 self.prev_end = Some(self.end);
-                // SAFETY: `Next` is null or a valid MDL for 'a (contract of
-                // `MdlChain::from_ptr`).
-                self.cur = unsafe { m.Next.cast_const().as_ref() };
+                self.mdls_left = self.mdls_left.map(|n| n.saturating_sub(1));
+                self.cur = if self.mdls_left == Some(0) {
+                    None
+                } else {
+                    // SAFETY: `Next` is null or a valid MDL for 'a (contract of
+                    // `MdlChain::from_ptr`).
+                    unsafe { m.Next.cast_const().as_ref() }
+                };
                 self.index = None;
                 continue;
             }
             self.index = Some(i + 1);
+            let Some(va) = (m.StartVa as u64).checked_add(u64::from(i) * PAGE_SIZE as u64) else {
+                return self.fail(MdlError::Malformed);
+            };
+            if va >= self.end_page {
+                self.cur = None;
+                return None;
+            }
             let array = MmGetMdlPfnArray(m);
             // SAFETY: `i < npages`, the length of the PFN array that follows `m`
             // (contract of `MdlChain::from_ptr`), so the element is in bounds.
@@ -357,9 +388,6 @@ impl Iterator for MdlPages<'_> {
             if pfn > u64::MAX >> PAGE_SHIFT {
                 return self.fail(MdlError::Malformed);
             }
-            let Some(va) = (m.StartVa as u64).checked_add(u64::from(i) * PAGE_SIZE as u64) else {
-                return self.fail(MdlError::Malformed);
-            };
             let page = MdlPage { va, pfn };
             match self.last {
                 Some(last) if last.va == va => {
@@ -433,7 +461,9 @@ mod tests {
         let r = chain(first).region(length)?;
         assert_eq!(r.length(), length);
         let pages: Vec<_> = r.pages().collect();
-        assert!(pages.len() <= r.page_count());
+        let ok = pages.iter().filter(|p| p.is_ok()).count();
+        // Exactly the region's pages, or fewer and then the error that stopped the walk.
+        assert!(ok == r.page_count() && ok == pages.len() || ok + 1 == pages.len());
         Ok(pages)
     }
 
@@ -553,7 +583,12 @@ mod tests {
         let b = build(0x40000, 0x800, 0x800, &[6]);
         link(&mut a, &b);
         assert_eq!(collect(&a), [page(0x40000, 5), Err(MdlError::Malformed)]);
-        assert_eq!(region(&a, 0x1000), Ok(vec![page(0x40000, 5)]));
+        assert_eq!(
+            region(&a, 0x1000),
+            Ok(vec![page(0x40000, 5), Err(MdlError::Malformed)])
+        );
+        // A region inside the first MDL does not read the second.
+        assert_eq!(region(&a, 0x800), Ok(vec![page(0x40000, 5)]));
         // A bad second MDL fails a region that reaches it.
         let mut c = build(0x40000, 0, 0x1000, &[5]);
         let mut bad = build(0x41000, 0, 0x1000, &[6]);
