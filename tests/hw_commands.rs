@@ -7,13 +7,12 @@ mod common;
 use common::memory::ConsumerMem;
 use common::objects::*;
 use common::{Harness, Mode};
+use pvrdma_ndk::ndk::HwError;
+use pvrdma_ndk::ndk::pvrdma_hw::hw_error;
 use pvrdma_ndk::pvrdma::cmd::{
     CreateBind, CreateCq, CreateMr, CreatePd, DestroyBind, DestroyCq, DestroyMr, DestroyPd,
     ModifySrq, QpAttrMask, QpState, QpType, QueryPkey, QueryPort, QuerySrq, SrqAttr, code,
     mr_flags, srq_attr_mask,
-};
-use pvrdma_ndk::pvrdma::error::{
-    STATUS_DEVICE_BUSY, STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
 };
 use pvrdma_ndk::pvrdma::pdir::PageDir;
 use pvrdma_ndk::pvrdma::wqe::AccessFlags;
@@ -45,7 +44,7 @@ fn query_port_and_pkey() {
         .execute(&QueryPort { port_num: 2 })
         .unwrap_err();
     assert_eq!(e, dev_err(code::QUERY_PORT, 22));
-    assert_eq!(e.to_ntstatus(), STATUS_INVALID_PARAMETER);
+    assert_eq!(hw_error(e), HwError::Invalid);
     let cmd = QueryPkey {
         port_num: 1,
         index: 0,
@@ -71,7 +70,7 @@ fn pd_handles_and_errors() {
     // A user context that does not exist (no CREATE_UC): unknown handle.
     let e = dev.cmd().execute(&CreatePd { ctx_handle: 5 }).unwrap_err();
     assert_eq!(e, dev_err(code::CREATE_PD, 2));
-    assert_eq!(e.to_ntstatus(), STATUS_INVALID_HANDLE);
+    assert_eq!(hw_error(e), HwError::Failed);
     destroy_pd(dev, 1);
     assert_eq!(create_pd(dev), 1, "lowest free handle (M10)");
     assert_eq!(h.rig.model_objects(), counts(2, 0, 0, 0, 0));
@@ -166,7 +165,7 @@ fn memory_regions_normal_dma_frmr() {
     // A PD with MRs is busy; an unknown PD is an unknown handle.
     let e = dev.cmd().execute(&DestroyPd { pd_handle: pd }).unwrap_err();
     assert_eq!(e, dev_err(code::DESTROY_PD, 16));
-    assert_eq!(e.to_ntstatus(), STATUS_DEVICE_BUSY);
+    assert_eq!(hw_error(e), HwError::Failed);
     let orphan = CreateMr {
         pd_handle: 9,
         ..dma_mr
@@ -438,7 +437,7 @@ fn srq_commands_unsupported_without_srqs() {
     let pd = create_pd(h.dev());
     let e = create_srq(h.dev(), pd, 64, 1, 0).err().unwrap();
     assert_eq!(e, dev_err(code::CREATE_SRQ, 95));
-    assert_eq!(e.to_ntstatus(), STATUS_NOT_SUPPORTED);
+    assert_eq!(hw_error(e), HwError::Invalid);
     destroy_pd(h.dev(), pd);
     h.finish();
 }

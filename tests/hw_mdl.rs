@@ -7,7 +7,7 @@ mod common;
 use common::Harness;
 use common::memory::ConsumerMem;
 use common::objects::*;
-use pvrdma_ndk::os::mdl::{self, MdlError, MdlPage};
+use pvrdma_ndk::os::mdl::{MdlChain, MdlError, MdlPage};
 use pvrdma_ndk::pvrdma::cmd::{CreateMr, DestroyMr, mr_flags};
 use pvrdma_ndk::pvrdma::pdir::PageDir;
 use pvrdma_ndk::pvrdma::wqe::AccessFlags;
@@ -24,20 +24,18 @@ fn mdl_chain_to_mr_reads_the_right_bytes() {
     let b = mem.mdl(0x1123, 0x1700);
     a.set_next(Some(&b));
     // SAFETY: `a` and `b` are live MDLs with their PFN arrays, unchanged during the walk.
-    let pages: Vec<MdlPage> = unsafe { mdl::pages(a.as_ptr()) }
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let chain = unsafe { MdlChain::from_ptr(a.as_ptr()) }.unwrap();
+    let pages: Vec<MdlPage> = chain.pages().collect::<Result<_, _>>().unwrap();
     assert_eq!(
         pages,
         (0..3)
             .map(|i| MdlPage {
                 va: mem.va + 4096 * i as u64,
-                logical: mem.bus(i),
+                pfn: mem.bus(i) >> 12,
             })
             .collect::<Vec<_>>()
     );
-    // SAFETY: as above.
-    let (start, len) = unsafe { mdl::span(a.as_ptr()) }.unwrap();
+    let (start, len) = chain.span().unwrap();
     assert_eq!((start, len), (mem.va + 0x123, 0x2700));
 
     let pd = create_pd(dev);
@@ -45,7 +43,7 @@ fn mdl_chain_to_mr_reads_the_right_bytes() {
     let qp = create_qp(dev, &QpSpec::rc(pd, qp_cq.handle)).unwrap();
     let dir = PageDir::new(dev.platform().dma(), pages.len() as u32).unwrap();
     for (i, p) in pages.iter().enumerate() {
-        dir.set_page(i as u32, p.logical).unwrap();
+        dir.set_page(i as u32, p.pfn << 12).unwrap();
     }
     let mr = dev
         .cmd()
@@ -97,8 +95,10 @@ fn non_contiguous_chain_is_refused() {
     let b = mem.mdl(0x2000, 0x1000); // skips page 1
     a.set_next(Some(&b));
     // SAFETY: live MDLs with their PFN arrays.
-    let span = unsafe { mdl::span(a.as_ptr()) };
-    assert_eq!(span, Err(MdlError::NotContiguous));
+    let chain = unsafe { MdlChain::from_ptr(a.as_ptr()) }.unwrap();
+    assert_eq!(chain.span(), Err(MdlError::NotContiguous));
+    assert_eq!(chain.region(0x1000).map(|r| r.page_count()), Ok(1));
+    assert_eq!(chain.region(0x1001).unwrap_err(), MdlError::NotContiguous);
     drop((a, b, mem));
     h.finish();
 }

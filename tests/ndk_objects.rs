@@ -1713,7 +1713,7 @@ impl<const N: usize> MdlPfn<N> {
         MdlPfn {
             mdl: MDL {
                 Next: null_mut(),
-                Size: 0,
+                Size: core::mem::size_of::<Self>() as i16,
                 MdlFlags: MDL_PAGES_LOCKED,
                 AllocationProcessorNumber: 0,
                 Reserved: 0,
@@ -1831,6 +1831,99 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
     assert_eq!(close(mr, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
     assert_eq!(e.fake.count(&Hw::Destroy("mr", dma)), 1);
+    e.close_adapter();
+}
+
+/// §5.7: whatever is wrong with the MDL chain (os::mdl's checks), NdkRegisterMr and
+/// NdkBuildLam fail inline with STATUS_INVALID_PARAMETER and no device MR is made; only the
+/// MDLs that hold the `Length` bytes are read, so a chain that breaks after them is fine.
+#[test]
+fn malformed_mdl_chains_are_invalid_parameter() {
+    let e = env();
+    let pd = e.pd();
+    let mr = e.mr(pd, false);
+    let reg = |mdl: *mut MDL, len: usize| -> NTSTATUS {
+        // SAFETY: live MR; `mdl` heads a chain of live MDLs with their PFN arrays.
+        unsafe { (NDK_MR::disp(mr).NdkRegisterMr)(mr, mdl, len, 0, request_cb, ctx(1)) }
+    };
+    let lam = |mdl: *mut MDL, len: usize| -> (NTSTATUS, u32, u64) {
+        let mut buf = [0u64; 8];
+        let (mut size, mut fbo) = (64u32, 0u32);
+        let p = buf.as_mut_ptr().cast::<NDK_LOGICAL_ADDRESS_MAPPING>();
+        // SAFETY: live adapter, MDLs as above, a 64-byte LAM buffer.
+        let st = unsafe {
+            (NDK_ADAPTER::disp(e.a).NdkBuildLAM)(
+                e.a,
+                mdl,
+                len,
+                Some(request_cb),
+                ctx(2),
+                p,
+                &mut size,
+                &mut fbo,
+            )
+        };
+        (st, buf[1] as u32, buf[2])
+    };
+    let mrs = || e.fake.st.lock().unwrap().mrs.len();
+    let before = mrs();
+    let mut misaligned = MdlPfn::new(0x7000_0010, 0, 0x100, [0x1]);
+    let mut big_offset = MdlPfn::new(0x7000_0000, 0x1000, 0x100, [0x1]);
+    let mut empty = MdlPfn::new(0x7000_0000, 0, 0, [0x1]);
+    let mut short_array = MdlPfn::new(0x7000_0000, 0, 0x2000, [0x1, 0x2]);
+    short_array.mdl.Size = 0x30 + 8;
+    let mut huge_pfn = MdlPfn::new(0x7000_0000, 0, 0x100, [1 << 60]);
+    // The page both MDLs share names two different frames.
+    let mut shared = MdlPfn::new(0x7000_0000, 0, 0x800, [0x5]);
+    let mut disagrees = MdlPfn::new(0x7000_0000, 0x800, 0x800, [0x6]);
+    shared.mdl.Next = disagrees.ptr();
+    // A good first MDL, then one too small for its PFN array.
+    let mut good = MdlPfn::new(0x7000_0000, 0, 0x1000, [0x7]);
+    let mut bad_second = MdlPfn::new(0x7000_1000, 0, 0x1000, [0x8]);
+    bad_second.mdl.Size = 0x30;
+    good.mdl.Next = bad_second.ptr();
+    for (mdl, len, what) in [
+        (misaligned.ptr(), 0x100, "StartVa not page aligned"),
+        (big_offset.ptr(), 0x100, "ByteOffset = PAGE_SIZE"),
+        (empty.ptr(), 1, "ByteCount 0"),
+        (
+            short_array.ptr(),
+            0x2000,
+            "Size without room for the PFN array",
+        ),
+        (huge_pfn.ptr(), 0x100, "PFN beyond 52 bits"),
+        (shared.ptr(), 0x1000, "boundary page with two PFNs"),
+        (good.ptr(), 0x1001, "bad second MDL"),
+    ] {
+        assert_eq!(
+            reg(mdl, len),
+            STATUS_INVALID_PARAMETER,
+            "NdkRegisterMr: {what}"
+        );
+        assert_eq!(
+            lam(mdl, len).0,
+            STATUS_INVALID_PARAMETER,
+            "NdkBuildLAM: {what}"
+        );
+    }
+    assert_eq!(mrs(), before, "no CREATE_MR for a bad chain");
+    // The same chains for fewer bytes stop before the bad part.
+    assert_eq!(lam(good.ptr(), 0x1000), (STATUS_SUCCESS, 1, 0x7000));
+    assert_eq!(lam(shared.ptr(), 0x800), (STATUS_SUCCESS, 1, 0x5000));
+    assert_eq!(reg(good.ptr(), 0x1000), STATUS_SUCCESS);
+    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
+    assert_eq!(
+        spec,
+        Some(MrRec::Normal {
+            start: 0x7000_0000,
+            length: 0x1000,
+            access: 0b001,
+            pages: vec![0x7000],
+        })
+    );
+    assert_eq!(events(), vec![], "all inline: no RequestCompletion");
+    assert_eq!(close(mr, 1), STATUS_SUCCESS);
+    assert_eq!(close(pd, 1), STATUS_SUCCESS);
     e.close_adapter();
 }
 

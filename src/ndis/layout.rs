@@ -18,53 +18,20 @@ assert_layout!(NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES, size 0x10, align 8,
 const _: () = assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1 == 0x10);
 
 assert_layout!(NDIS_NDK_CAPABILITIES, size 0x38, align 8,
-    Header @ 0x00,
-    Flags @ 0x04,
-    MaxQpCount @ 0x08,
-    MaxCqCount @ 0x0C,
-    MaxMrCount @ 0x10,
-    MaxPdCount @ 0x14,
-    MaxInboundReadLimit @ 0x18,
-    MaxOutboundReadLimit @ 0x1C,
-    MaxMwCount @ 0x20,
-    MaxSrqCount @ 0x24,
-    MissingCounterMask @ 0x28,
-    NdkInfo @ 0x30,
-);
+    Header @ 0x00, MissingCounterMask @ 0x28, NdkInfo @ 0x30);
+assert_layout!(NDIS_NDK_CAPABILITIES, every 4 from 0x04: [
+    Flags, MaxQpCount, MaxCqCount, MaxMrCount, MaxPdCount, MaxInboundReadLimit,
+    MaxOutboundReadLimit, MaxMwCount, MaxSrqCount,
+]);
 const _: () = assert!(NDIS_SIZEOF_NDK_CAPABILITIES_REVISION_1 == 0x38);
 
-assert_layout!(NDIS_NDK_PERFORMANCE_COUNTERS, size 0xF0, align 8,
-    Connect @ 0x00,
-    Accept @ 0x08,
-    ConnectFailure @ 0x10,
-    ConnectionError @ 0x18,
-    ActiveConnection @ 0x20,
-    Reserved01 @ 0x28,
-    Reserved02 @ 0x30,
-    Reserved03 @ 0x38,
-    Reserved04 @ 0x40,
-    Reserved05 @ 0x48,
-    Reserved06 @ 0x50,
-    Reserved07 @ 0x58,
-    Reserved08 @ 0x60,
-    Reserved09 @ 0x68,
-    Reserved10 @ 0x70,
-    Reserved11 @ 0x78,
-    Reserved12 @ 0x80,
-    Reserved13 @ 0x88,
-    Reserved14 @ 0x90,
-    Reserved15 @ 0x98,
-    Reserved16 @ 0xA0,
-    Reserved17 @ 0xA8,
-    Reserved18 @ 0xB0,
-    Reserved19 @ 0xB8,
-    Reserved20 @ 0xC0,
-    CQError @ 0xC8,
-    RDMAInOctets @ 0xD0,
-    RDMAOutOctets @ 0xD8,
-    RDMAInFrames @ 0xE0,
-    RDMAOutFrames @ 0xE8,
-);
+assert_layout!(NDIS_NDK_PERFORMANCE_COUNTERS, size 0xF0, align 8, every 8: [
+    Connect, Accept, ConnectFailure, ConnectionError, ActiveConnection,
+    Reserved01, Reserved02, Reserved03, Reserved04, Reserved05, Reserved06, Reserved07,
+    Reserved08, Reserved09, Reserved10, Reserved11, Reserved12, Reserved13, Reserved14,
+    Reserved15, Reserved16, Reserved17, Reserved18, Reserved19, Reserved20,
+    CQError, RDMAInOctets, RDMAOutOctets, RDMAInFrames, RDMAOutFrames,
+]);
 // The mask bit of a counter is its field index (offset / 8), as the C macro computes.
 const _: () = assert!(
     NDIS_NDK_PERFORMANCE_COUNTER_MASK(
@@ -85,13 +52,8 @@ const _: () = assert!(NDIS_SIZEOF_NDK_STATISTICS_INFO_REVISION_1 == 0xF8);
 
 assert_layout!(NDIS_NDK_CONNECTION_ENTRY, size 0x40, align 4,
     Local @ 0x00, Remote @ 0x1C, UserModeOwner @ 0x38, OwnerPid @ 0x3C);
-assert_layout!(NDIS_NDK_CONNECTIONS, size 0x50, align 4,
-    Header @ 0x00,
-    Flags @ 0x04,
-    Count @ 0x08,
-    NDConnectionsMappedtoTCPConnections @ 0x0C,
-    Connections @ 0x10,
-);
+assert_layout!(NDIS_NDK_CONNECTIONS, size 0x50, align 4, Header @ 0x00, Flags @ 0x04,
+    Count @ 0x08, NDConnectionsMappedtoTCPConnections @ 0x0C, Connections @ 0x10);
 const _: () = assert!(NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1(0) == 0x10);
 const _: () = assert!(NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1(3) == 0x10 + 3 * 0x40);
 const _: () =
@@ -99,13 +61,8 @@ const _: () =
 
 assert_layout!(NDIS_NDK_LOCAL_ENDPOINT_ENTRY, size 0x24, align 4,
     Local @ 0x00, UserModeOwner @ 0x1C, Listener @ 0x1D, OwnerPid @ 0x20);
-assert_layout!(NDIS_NDK_LOCAL_ENDPOINTS, size 0x34, align 4,
-    Header @ 0x00,
-    Flags @ 0x04,
-    Count @ 0x08,
-    NDLocalEndpointsMappedtoTCPLocalEndpoints @ 0x0C,
-    LocalEndpoints @ 0x10,
-);
+assert_layout!(NDIS_NDK_LOCAL_ENDPOINTS, size 0x34, align 4, Header @ 0x00, Flags @ 0x04,
+    Count @ 0x08, NDLocalEndpointsMappedtoTCPLocalEndpoints @ 0x0C, LocalEndpoints @ 0x10);
 const _: () = assert!(NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1(0) == 0x10);
 const _: () = assert!(NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1(5) == 0x10 + 5 * 0x24);
 const _: () = assert!(ndis_header_size(0x1234) == 0x1234);
@@ -113,23 +70,11 @@ const _: () =
     assert!(ndis_header_size(NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1(10_000)) == 0xFFFF);
 
 assert_layout!(NET_PNP_EVENT_CODE, size 0x4, align 4);
-assert_layout!(NET_PNP_EVENT, size 0x98, align 8,
-    NetEvent @ 0x00,
-    Buffer @ 0x08,
-    BufferLength @ 0x10,
-    NdisReserved @ 0x18,
-    TransportReserved @ 0x38,
-    TdiReserved @ 0x58,
-    TdiClientReserved @ 0x78,
-);
-assert_layout!(NET_PNP_EVENT_NOTIFICATION, size 0xB0, align 8,
-    Header @ 0x00,
-    PortNumber @ 0x04,
-    NetPnPEvent @ 0x08,
-    Flags @ 0xA0,
-    SwitchId @ 0xA4,
-    VPortId @ 0xA8,
-);
+assert_layout!(NET_PNP_EVENT, size 0x98, align 8, NetEvent @ 0x00, Buffer @ 0x08,
+    BufferLength @ 0x10, NdisReserved @ 0x18, TransportReserved @ 0x38, TdiReserved @ 0x58,
+    TdiClientReserved @ 0x78);
+assert_layout!(NET_PNP_EVENT_NOTIFICATION, size 0xB0, align 8, Header @ 0x00,
+    PortNumber @ 0x04, NetPnPEvent @ 0x08, Flags @ 0xA0, SwitchId @ 0xA4, VPortId @ 0xA8);
 const _: () = assert!(NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_1 == 0xA4);
 const _: () = assert!(NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_2 == 0xAC);
 

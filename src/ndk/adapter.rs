@@ -20,6 +20,7 @@ use super::qp_table::QpTable;
 use super::srq::Srq;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
+use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {
@@ -394,6 +395,95 @@ impl Adapter {
     /// The hardware.
     pub fn hw(&self) -> &dyn Hardware {
         self.device.hw()
+    }
+}
+
+/// §5.7: whatever is wrong with a consumer's MDL chain (malformed, not virtually
+/// contiguous, shorter than the region) is STATUS_INVALID_PARAMETER.
+pub(crate) fn mdl_error(_: MdlError) -> NdkError {
+    NdkError::InvalidParameter
+}
+
+/// An NdkBuildLam request checked against its MDL chain: what the mapping holds and the
+/// bytes its `NDK_LOGICAL_ADDRESS_MAPPING` needs.
+#[derive(Clone, Copy, Debug)]
+pub struct LamPlan<'a> {
+    region: MdlRegion<'a>,
+    pages: u32,
+    size: u32,
+}
+
+impl LamPlan<'_> {
+    /// `AdapterPageCount`: pages the region spans (at least 1).
+    pub fn pages(&self) -> u32 {
+        self.pages
+    }
+
+    /// `*pLAMSize`: bytes of the mapping with its page array.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// `*pFBO`: the region's offset in its first page.
+    pub fn first_byte_offset(&self) -> u32 {
+        self.region.first_byte_offset()
+    }
+}
+
+impl Adapter {
+    /// The adapter logical address of each page of `region`, in order, into `out` (one entry
+    /// per page; [`Hardware::page_address`] maps the PFNs).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER if `out` is not one entry per page, a PFN is bad (see
+    /// [`crate::os::mdl::MdlPages`]) or has no logical address.
+    pub fn map_pages(&self, region: &MdlRegion<'_>, out: &mut [u64]) -> NdkResult<()> {
+        if out.len() != region.page_count() {
+            return Err(NdkError::InvalidParameter);
+        }
+        let mut mapped = 0usize;
+        // Driven by the walk, not by `out`: its last step may still refuse a shared page.
+        for page in region.pages() {
+            let page = page.map_err(mdl_error)?;
+            let slot = out.get_mut(mapped).ok_or(NdkError::InvalidParameter)?;
+            *slot = self
+                .hw()
+                .page_address(page.pfn)
+                .ok_or(NdkError::InvalidParameter)?;
+            mapped += 1;
+        }
+        if mapped != out.len() {
+            return Err(NdkError::InvalidParameter);
+        }
+        Ok(())
+    }
+
+    /// NdkBuildLam, first step (§5.7): checks that the first `length` bytes of `mdl` are a
+    /// valid, virtually contiguous region and sizes its mapping.
+    ///
+    /// # Errors
+    /// STATUS_INVALID_PARAMETER for `length` 0 or above 4 GiB, a bad chain
+    /// ([`MdlChain::region`]), or a mapping whose size does not fit a ULONG.
+    pub fn plan_lam<'a>(&self, mdl: MdlChain<'a>, length: usize) -> NdkResult<LamPlan<'a>> {
+        let length = u32::try_from(length).map_err(|_| NdkError::InvalidParameter)?;
+        let region = mdl.region(u64::from(length)).map_err(mdl_error)?;
+        let pages = u32::try_from(region.page_count()).map_err(|_| NdkError::InvalidParameter)?;
+        let size = ndk_lam_size(pages).ok_or(NdkError::InvalidParameter)?;
+        Ok(LamPlan {
+            region,
+            pages,
+            size,
+        })
+    }
+
+    /// NdkBuildLam, second step: the adapter logical address of each page of `plan` into
+    /// `out` (the LAM's `AdapterPageArray`, [`LamPlan::pages`] entries). The mapping holds
+    /// no resources (nothing for NdkReleaseLam to undo).
+    ///
+    /// # Errors
+    /// As [`Adapter::map_pages`].
+    pub fn build_lam(&self, plan: &LamPlan<'_>, out: &mut [u64]) -> NdkResult<()> {
+        self.map_pages(&plan.region, out)
     }
 }
 

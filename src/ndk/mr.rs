@@ -12,6 +12,7 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use super::adapter::mdl_error;
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, MrKeys, MrSpec, access};
@@ -19,6 +20,7 @@ use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
+use crate::os::mdl::MdlChain;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MrState {
@@ -62,16 +64,6 @@ impl NdkObject for Mr {
     }
 }
 
-/// The virtually contiguous span an MDL chain describes (checked by the caller, which reads
-/// the consumer's MDLs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MdlSpan {
-    /// `MmGetMdlVirtualAddress` of the first MDL: the region's base index.
-    pub va: u64,
-    /// Bytes from `va` covered by MDLs that each start where the previous one ended.
-    pub contiguous: u64,
-}
-
 /// A fast-register request checked against the MR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastRegTicket {
@@ -79,15 +71,6 @@ pub struct FastRegTicket {
     pub handle: u32,
     /// The key the MR gets.
     pub new_key: u32,
-}
-
-/// Pages spanned by `length` bytes at `va` (`ADDRESS_AND_SIZE_TO_SPAN_PAGES` in 64 bits).
-pub fn span_pages(va: u64, length: u64) -> Option<u64> {
-    let page = PAGE_SIZE as u64;
-    (va & (page - 1))
-        .checked_add(length)?
-        .checked_add(page - 1)
-        .map(|b| b / page)
 }
 
 const MR_FLAGS_ALL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE
@@ -217,21 +200,23 @@ impl Mr {
     }
 }
 impl ObjRef<Mr> {
-    /// NdkRegisterMr. The CREATE_MR may complete later; its status goes to `req` (inline or
-    /// through RequestCompletion), and the request holds a close count meanwhile (§5.2).
+    /// NdkRegisterMr of the first `length` bytes of the chain `mdl`, whose first virtual
+    /// address is the region's base index (§5.7). The MDLs are read before this returns. The
+    /// CREATE_MR may complete later; its status goes to `req` (inline or through
+    /// RequestCompletion), and the request holds a close count meanwhile (§5.2).
     ///
     /// # Errors
     /// STATUS_INVALID_DEVICE_REQUEST on a fast-register MR or one already registered (or
     /// registering); STATUS_INVALID_PARAMETER for unknown flags, REMOTE_WRITE without
-    /// LOCAL_WRITE (0x4), length 0 or above MaxRegistrationSize, an MDL chain not virtually
-    /// contiguous for `length` bytes, a zero-based VA, or a page list that does not span the
-    /// region.
+    /// LOCAL_WRITE (0x4), length 0 or above MaxRegistrationSize, an MDL chain that is
+    /// malformed or not virtually contiguous for `length` bytes (see [`MdlChain::region`]),
+    /// a zero-based VA, or a page without an adapter logical address;
+    /// STATUS_INSUFFICIENT_RESOURCES if the page list cannot be allocated.
     pub fn register(
         &self,
-        span: MdlSpan,
+        mdl: MdlChain<'_>,
         length: usize,
         flags: u32,
-        pages: impl FnOnce() -> NdkResult<alloc::vec::Vec<u64>>,
         req: alloc::sync::Arc<RequestHandoff>,
     ) -> NdkResult<()> {
         if self.fast {
@@ -242,12 +227,13 @@ impl ObjRef<Mr> {
         }
         let length = length as u64;
         let max = self.pd.adapter().info().MaxRegistrationSize as u64;
-        if length == 0 || length > max || length > span.contiguous || span.va == 0 {
+        if length == 0 || length > max {
             return Err(NdkError::InvalidParameter);
         }
-        span.va
-            .checked_add(length)
-            .ok_or(NdkError::InvalidParameter)?;
+        let region = mdl.region(length).map_err(mdl_error)?;
+        if region.va() == 0 {
+            return Err(NdkError::InvalidParameter);
+        }
         let mut access = access::LOCAL_WRITE;
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
             access |= access::REMOTE_READ;
@@ -258,13 +244,16 @@ impl ObjRef<Mr> {
         if *self.state.lock() != MrState::Idle {
             return Err(NdkError::InvalidDeviceRequest);
         }
-        // Read the MDL's page list only once the request is known to be valid.
-        let pages = pages()?;
-        if Some(pages.len() as u64) != span_pages(span.va, length) {
-            return Err(NdkError::InvalidParameter);
-        }
+        // Read the PFNs only once the request is known to be valid; the list allocates, as
+        // registration may.
+        let mut pages = alloc::vec::Vec::new();
+        pages
+            .try_reserve_exact(region.page_count())
+            .map_err(|_| NdkError::InsufficientResources)?;
+        pages.resize(region.page_count(), 0);
+        self.pd.adapter().map_pages(&region, &mut pages)?;
         let spec = MrSpec::Normal {
-            start: span.va,
+            start: region.va(),
             length,
             access,
             pages: &pages,

@@ -38,6 +38,7 @@ use crate::pvrdma::cmd::{
 use crate::pvrdma::cq::CqReader;
 use crate::pvrdma::device::{CqEvents, Device, DeviceEvents, SrqEvents};
 use crate::pvrdma::eqe::EqeType;
+use crate::pvrdma::error::dev_err;
 use crate::pvrdma::pdir::PageDir;
 use crate::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use crate::pvrdma::table::HandleTable;
@@ -49,17 +50,24 @@ use crate::pvrdma::wqe::AccessFlags;
 /// rings as they are, so this only bounds the WQE stride).
 pub const MAX_POST_SGE: usize = 32;
 
-/// The device's error as the seam reports it (M8 codes: 12 no resources, 22/95 invalid).
+/// The device's error as the seam reports it; the NTSTATUS a consumer sees follows from it
+/// (`NdkError::to_ntstatus`).
 pub fn hw_error(e: PvrdmaError) -> HwError {
     match e {
         PvrdmaError::NoMemory | PvrdmaError::QueueFull => HwError::NoResources,
         // M8: ERR (a command refused at REQUEST) and `hdr.err` carry the same codes.
-        PvrdmaError::CommandFailed { err: 12, .. }
-        | PvrdmaError::CommandRejected { err: 12, .. } => HwError::NoResources,
-        PvrdmaError::CommandFailed { err: 22 | 95, .. }
-        | PvrdmaError::CommandRejected { err: 22 | 95, .. }
-        | PvrdmaError::InvalidParameter
-        | PvrdmaError::NotSupported => HwError::Invalid,
+        PvrdmaError::CommandFailed { err, .. } => device_code_error(u32::from(err)),
+        PvrdmaError::CommandRejected { err, .. } => device_code_error(err),
+        PvrdmaError::InvalidParameter | PvrdmaError::NotSupported => HwError::Invalid,
+        _ => HwError::Failed,
+    }
+}
+
+/// An M8 device error code as the seam reports it.
+fn device_code_error(err: u32) -> HwError {
+    match err {
+        dev_err::NO_RESOURCES => HwError::NoResources,
+        dev_err::INVALID | dev_err::UNSUPPORTED => HwError::Invalid,
         _ => HwError::Failed,
     }
 }
@@ -982,6 +990,15 @@ mod tests {
             HwError::Invalid
         );
         assert_eq!(hw_error(PvrdmaError::Timeout), HwError::Failed);
+        let rejected = |err| hw_error(PvrdmaError::CommandRejected { code: 1, err });
+        assert_eq!(rejected(12), HwError::NoResources);
+        assert_eq!(rejected(22), HwError::Invalid);
+        assert_eq!(rejected(95), HwError::Invalid);
+        assert_eq!(rejected(16), HwError::Failed, "BUSY");
+        let failed = |err| hw_error(PvrdmaError::CommandFailed { code: 9, err });
+        assert_eq!(failed(95), HwError::Invalid);
+        assert_eq!(failed(2), HwError::Failed, "UNKNOWN_HANDLE");
+        assert_eq!(failed(200), HwError::Failed);
     }
 
     // ------------------------------------------------------------ end to end over the
@@ -1388,7 +1405,7 @@ mod tests {
         let mut m = MdlPfn {
             mdl: MDL {
                 Next: core::ptr::null_mut(),
-                Size: 0,
+                Size: core::mem::size_of::<MdlPfn>() as i16,
                 MdlFlags: MDL_PAGES_LOCKED,
                 AllocationProcessorNumber: 0,
                 Reserved: 0,

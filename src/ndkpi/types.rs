@@ -39,8 +39,8 @@ pub type SIZE_T = usize;
 pub type ULONG_PTR = usize;
 /// `KAFFINITY` (`ULONG_PTR`).
 pub type KAFFINITY = usize;
-/// `PFN_NUMBER` (`ULONG_PTR`).
-pub type PFN_NUMBER = usize;
+/// `PFN_NUMBER` (`ULONG_PTR`), declared with the MDL in the OS seam.
+pub use crate::os::mdl::PFN_NUMBER;
 /// `PVOID`.
 pub type PVOID = *mut c_void;
 /// `PHYSICAL_ADDRESS` (`LARGE_INTEGER`: LowPart u32 @0, HighPart i32 @4, as one `i64`).

@@ -4,7 +4,8 @@
 //! What the Windows kernel implementation (over NDIS / wdk-sys, a later issue) must provide:
 //! - [`alloc`]: non-paged pool allocation (the global allocator already is `ExAllocatePool2`
 //!   under `wdk-alloc`; this module adds fallibility and accounting).
-//! - [`mdl`]: MDL chain walking (the structures are the OS's; nothing to implement).
+//! - [`mdl`]: the kernel's `MDL` (declared here, the lowest layer that reads it) and the one
+//!   walker of MDL chains (the structures are the OS's; nothing to implement).
 //! - [`dma::DmaAllocator`]: `NdisMAllocateSharedMemory` / `NdisMFreeSharedMemory`.
 //! - [`mmio::RegisterIo`]: BAR1 accessors (`READ_REGISTER_ULONG` / `WRITE_REGISTER_ULONG`).
 //! - [`mmio::Uar`]: the mapped UAR page 0 of BAR2 (`NdisMMapIoSpace`), written with one

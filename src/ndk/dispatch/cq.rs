@@ -1,0 +1,102 @@
+//! `NDK_CQ_DISPATCH`: arming and polling (two of the hot thunks). Every thunk follows the
+//! shared `# Safety` contract of [`super`] ("the module contract").
+
+use super::{close_object, query_extension};
+use crate::ndk::cq::Cq;
+use crate::ndk::object::ObjRef;
+use crate::ndkpi::*;
+
+/// NdkResizeCq: CQ_RESIZE_SUPPORTED is not advertised (RESIZE_CQ is unsupported, M11).
+///
+/// # Safety
+/// See the module contract (nothing is dereferenced).
+unsafe extern "system" fn resize_cq(
+    _pNdkCq: *mut NDK_CQ,
+    _CqDepth: ULONG,
+    _RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    _RequestContext: PVOID,
+) -> NTSTATUS {
+    STATUS_NOT_SUPPORTED
+}
+
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn arm_cq(pNdkCq: *mut NDK_CQ, Type: ULONG) {
+    // SAFETY: module contract.
+    if let Some(cq) = unsafe { ObjRef::<Cq>::borrow(pNdkCq) } {
+        cq.arm(Type);
+    }
+}
+
+/// The consumer's result array, for [`Cq::get_results`] and [`Cq::get_results_ex`].
+///
+/// # Safety
+/// `p` is null or valid for writes of `n` entries for the call.
+#[inline(always)]
+unsafe fn results<'a, R>(p: *mut R, n: ULONG) -> Option<&'a mut [R]> {
+    if p.is_null() || n == 0 {
+        return None;
+    }
+    // SAFETY: non-null, valid for writes of `n` entries by contract; the provider only
+    // writes whole entries.
+    Some(unsafe { core::slice::from_raw_parts_mut(p, n as usize) })
+}
+
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn get_cq_results(
+    pNdkCq: *mut NDK_CQ,
+    pResults: *mut NDK_RESULT,
+    nResults: ULONG,
+) -> ULONG {
+    // SAFETY: module contract; a poll starts no callback.
+    let Some(cq) = (unsafe { ObjRef::<Cq>::peek(pNdkCq) }) else {
+        return 0;
+    };
+    // SAFETY: module contract.
+    match unsafe { results(pResults, nResults) } {
+        Some(out) => cq.get_results(out) as ULONG,
+        None => 0,
+    }
+}
+
+/// NdkControlCqInterruptModeration: the flag is not advertised (no device control).
+///
+/// # Safety
+/// See the module contract (nothing is dereferenced).
+unsafe extern "system" fn control_cq_moderation(
+    _pNdkCq: *mut NDK_CQ,
+    _ModerationInterval: ULONG,
+    _ModerationCount: ULONG,
+) -> NTSTATUS {
+    STATUS_NOT_SUPPORTED
+}
+
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn get_cq_results_ex(
+    pNdkCq: *mut NDK_CQ,
+    pResults: *mut NDK_RESULT_EX,
+    nResults: ULONG,
+) -> ULONG {
+    // SAFETY: module contract; a poll starts no callback.
+    let Some(cq) = (unsafe { ObjRef::<Cq>::peek(pNdkCq) }) else {
+        return 0;
+    };
+    // SAFETY: module contract.
+    match unsafe { results(pResults, nResults) } {
+        Some(out) => cq.get_results_ex(out) as ULONG,
+        None => 0,
+    }
+}
+
+/// `NDK_CQ_DISPATCH`.
+pub static CQ_DISPATCH: NDK_CQ_DISPATCH = NDK_CQ_DISPATCH {
+    NdkCloseCq: close_object::<Cq>,
+    NdkQueryExtension: query_extension,
+    NdkResizeCq: resize_cq,
+    NdkArmCq: arm_cq,
+    NdkGetCqResults: get_cq_results,
+    NdkControlCqInterruptModeration: control_cq_moderation,
+    NdkGetCqResultsEx: get_cq_results_ex,
+};
