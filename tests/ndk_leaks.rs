@@ -306,14 +306,18 @@ fn adapter_close_blocks_until_children_closed_from_another_thread() {
         d.store(true, Ordering::SeqCst);
     });
     c.hosts[0].adapter.ptr = null_mut();
-    for _ in 0..5 {
-        c.settle();
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(
-            !done.load(Ordering::SeqCst),
-            "adapter close returned with children open"
-        );
-    }
+    // The test thread makes no provider call until the QP close below, so every provider
+    // poll from here on is the closer's wait finding the children still open (each after the
+    // world ran to idle): the close has reached its wait and keeps waiting.
+    let polls = c.pump().provider_polls();
+    c.wait_for("the adapter close to wait for its children", || {
+        done.load(Ordering::SeqCst) || c.pump().provider_polls() >= polls + 20
+    });
+    c.settle();
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "adapter close returned with children open"
+    );
     qp.close();
     assert!(
         !done.load(Ordering::SeqCst),

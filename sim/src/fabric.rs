@@ -297,6 +297,8 @@ struct State {
     capture_errors: u64,
     clock: Option<RealClock>,
     stop: bool,
+    /// Callbacks the delivery thread is running (see [`Fabric::is_idle`]).
+    in_callback: u32,
 }
 
 struct Shared {
@@ -667,6 +669,7 @@ impl Fabric {
             capture_errors: 0,
             clock: None,
             stop: false,
+            in_callback: 0,
         };
         Self {
             shared: Arc::new(Shared {
@@ -794,6 +797,15 @@ impl Fabric {
     /// Time of the next pending event.
     pub fn next_event_time(&self) -> Option<u64> {
         self.lock().next_event_time()
+    }
+
+    /// True when no event is queued (cancelled timers aside) and the delivery thread is not
+    /// inside a port callback: nothing is in flight. A harness waits for this, together with
+    /// the devices' [`crate::Device::is_idle`], instead of sleeping.
+    pub fn is_idle(&self) -> bool {
+        let s = self.lock();
+        // Cancelled timers are a subset of the queued ones until they are discarded.
+        s.queue.len() == s.cancelled_timers.len() && s.in_callback == 0
     }
 
     /// Number of pending events (cancelled timers not yet discarded included).
@@ -955,9 +967,11 @@ fn delivery_thread(shared: &Shared) {
         let now = s.sync_clock();
         let limit = if s.clock.is_some() { Some(now) } else { None };
         if let Some(action) = s.pop_ready(limit) {
+            s.in_callback += 1;
             drop(s);
             action.run();
             s = shared.lock();
+            s.in_callback -= 1;
             continue;
         }
         let wait = match (s.next_event_time(), &s.clock) {

@@ -44,7 +44,7 @@ pub mod wqe;
 pub mod testutil;
 
 pub use counters::Counters;
-pub use device::{Core, Device, GidEntry, MmioError, ObjectCounts};
+pub use device::{Activity, Core, Device, GidEntry, MmioError, ObjectCounts};
 pub use dma::{DmaBuffer, DmaFault, DmaSpace};
 pub use dsr::{Caps, DeviceConfig};
 pub use intr::InterruptSink;

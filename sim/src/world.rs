@@ -325,6 +325,12 @@ impl World {
         self.threaded = false;
     }
 
+    /// True when no frame or timer is in flight on the fabric and every device is idle
+    /// ([`Device::is_idle`]); meant for threaded mode, where it can change at any moment.
+    pub fn is_idle(&self) -> bool {
+        self.fabric.is_idle() && self.nodes.iter().all(|n| n.dev.is_idle())
+    }
+
     /// Whether threaded mode runs.
     pub fn is_threaded(&self) -> bool {
         self.threaded

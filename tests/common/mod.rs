@@ -10,7 +10,8 @@
 //! - Interrupts: [`PlatformSink`] hands model vectors to `HostPlatform::raise_interrupt`.
 //! - [`Mode::Deterministic`]: no device thread; device work runs only in `process()`, called by
 //!   the platform's pump (command waits) and by [`Rig::settle`]. [`Mode::Threaded`]: the model's
-//!   thread runs it.
+//!   thread runs it, and [`settle_threaded`] waits on the model's own accounting
+//!   (`pvrdma_sim::Activity`) and the DPC executors, never on a sleep.
 //! - [`Harness`]: a rig plus a probed `pvrdma::Device`, with leak checks in
 //!   [`Harness::finish`].
 //!
@@ -29,11 +30,13 @@ use std::time::{Duration, Instant};
 
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::dma::{DmaRegion, PAGE_SIZE};
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_ndk::os::dpc::DpcScheduler;
+use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform};
 use pvrdma_ndk::os::{DmaAllocator, Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::PvrdmaError;
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
-use pvrdma_sim::{DeviceConfig, DmaSpace, InterruptSink, ObjectCounts};
+use pvrdma_sim::fabric::Fabric;
+use pvrdma_sim::{Activity, DeviceConfig, DmaSpace, InterruptSink, ObjectCounts};
 
 /// How the model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +186,88 @@ impl InterruptSink for PlatformSink {
     }
 }
 
+// ---------------------------------------------------------------------------------- settle
+
+/// Bound on a settle: a hang, not a timing assertion.
+pub const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
+
+fn dpc_runs(executors: &[&HostExecutor]) -> u64 {
+    executors
+        .iter()
+        .map(|e| (0..e.processor_count()).map(|p| e.runs_on(p)).sum::<u64>())
+        .sum()
+}
+
+/// Threaded mode: returns once the models (each running its device thread), the fabric
+/// joining them (if any) and the hosts' DPC executors have all run out of work: everything
+/// submitted so far consumed, every interrupt it raised delivered and handled, nothing in
+/// flight. Panics after [`SETTLE_DEADLINE`] with the state it was stuck in.
+///
+/// Each round waits for the executors to go idle, asks every model for a pass and waits until
+/// a whole pass that began after the request has ended (so a write a DPC made, or ring space a
+/// DPC freed, has been seen), then checks that over the round no model did anything (same
+/// `effects`, no write but the request), no DPC ran, and nothing is queued anywhere. A DPC may
+/// ring a doorbell that makes more work, and that work more interrupts, so rounds repeat until
+/// one finds the whole system quiet: a fixed point, not a guess that it is probably done.
+pub fn settle_threaded(
+    models: &[&pvrdma_sim::Device],
+    executors: &[&HostExecutor],
+    fabric: Option<&Fabric>,
+) {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    let state = || {
+        let acts: Vec<Activity> = models.iter().map(|m| m.activity()).collect();
+        let inflight: Vec<u64> = executors.iter().map(|e| e.inflight()).collect();
+        format!(
+            "models {acts:?}, models idle {:?}, DPCs in flight {inflight:?}, fabric idle {:?}",
+            models.iter().map(|m| m.is_idle()).collect::<Vec<_>>(),
+            fabric.map(Fabric::is_idle),
+        )
+    };
+    let until = |stage: &str, cond: &dyn Fn() -> bool| {
+        while !cond() {
+            assert!(
+                Instant::now() < deadline,
+                "threaded rig did not settle within {SETTLE_DEADLINE:?}: stuck waiting for \
+                 {stage}; {}",
+                state()
+            );
+            std::thread::yield_now();
+        }
+    };
+    let executors_idle = || executors.iter().all(|e| e.is_idle());
+    loop {
+        until("the DPC executors to go idle", &executors_idle);
+        let before: Vec<Activity> = models.iter().map(|m| m.activity()).collect();
+        let runs = dpc_runs(executors);
+        let passes: Vec<u64> = models.iter().map(|m| m.request_pass()).collect();
+        until("a device pass begun after the request", &|| {
+            models.iter().zip(&passes).all(|(m, &g)| {
+                let a = m.activity();
+                a.consumed >= g && a.delivering == 0
+            })
+        });
+        let after: Vec<Activity> = models.iter().map(|m| m.activity()).collect();
+        let models_quiet = before
+            .iter()
+            .zip(&after)
+            .all(|(b, a)| a.effects == b.effects && a.received == b.received + 1);
+        if models_quiet
+            && dpc_runs(executors) == runs
+            && executors_idle()
+            && fabric.is_none_or(Fabric::is_idle)
+            && models.iter().all(|m| m.is_idle())
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "threaded rig did not settle within {SETTLE_DEADLINE:?}: no round was quiet; {}",
+            state()
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------- Rig
 
 /// Serializes harness users in one test binary: allocation counters are global.
@@ -296,25 +381,23 @@ impl Rig {
 
     /// Deterministic mode: runs the model and delivers its interrupts, and waits for the
     /// driver's DPCs, until an iteration finds nothing to do on either side. Threaded mode:
-    /// waits until the DPC executor is idle and stays idle over a short window.
+    /// [`settle_threaded`] over the model and the DPC executor.
     pub fn settle(&self) {
+        if self.mode == Mode::Threaded {
+            settle_threaded(&[&*self.model], &[&**self.platform.executor()], None);
+            return;
+        }
         let ex = self.platform.executor();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + SETTLE_DEADLINE;
         loop {
             assert!(Instant::now() < deadline, "rig did not settle");
-            let (n, d) = match self.mode {
-                Mode::Deterministic => (self.model.process(), self.model.deliver_interrupts()),
-                Mode::Threaded => (0, 0),
-            };
+            let n = self.model.process();
+            let d = self.model.deliver_interrupts();
             let mut waited = false;
             while !ex.is_idle() {
                 waited = true;
                 assert!(Instant::now() < deadline, "DPCs did not drain");
                 std::thread::yield_now();
-            }
-            if self.mode == Mode::Threaded {
-                std::thread::sleep(Duration::from_millis(2));
-                waited |= !ex.is_idle();
             }
             if n == 0 && d == 0 && !waited {
                 return;

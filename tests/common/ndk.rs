@@ -17,7 +17,7 @@
 #![allow(dead_code, clippy::too_many_arguments)]
 
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,14 +28,16 @@ use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{NodeConfig, World};
 
 use super::memory::{BuiltMdl, ConsumerMem};
 use super::objects::{rc_rtr_rts, rts_attrs};
-use super::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
+use super::{
+    DEFAULT_UAR_PFN, Mode, PlatformSink, SETTLE_DEADLINE, SimBar1, SimDma, serial, settle_threaded,
+};
 
 /// Bound on every wait: a hang, not a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
@@ -47,9 +49,17 @@ pub struct Pump {
     world: Arc<World>,
     mode: Mode,
     platforms: Mutex<Vec<Arc<HostPlatform>>>,
+    provider_polls: Arc<AtomicU64>,
 }
 
 impl Pump {
+    /// Times a provider wait (`Platform::wait_until` on any host) found its condition false
+    /// and pumped: evidence that a thread is blocked inside the provider, e.g. a close
+    /// waiting for children.
+    pub fn provider_polls(&self) -> u64 {
+        self.provider_polls.load(Ordering::SeqCst)
+    }
+
     /// Waits until `cond` holds, pumping the world in deterministic mode. Panics after 20 s.
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         let deadline = Instant::now() + HANG;
@@ -71,30 +81,29 @@ impl Pump {
     }
 
     /// Deterministic: runs devices, fabric and DPCs until an iteration finds nothing to do.
-    /// Threaded: until every DPC executor is idle and the fabric has no event queued, over a
-    /// short window.
+    /// Threaded: [`settle_threaded`] over every node's model, the fabric and every host's DPC
+    /// executor.
     pub fn settle(&self) {
-        let deadline = Instant::now() + HANG;
+        if self.mode == Mode::Threaded {
+            let platforms = self.platforms.lock().unwrap().clone();
+            let executors: Vec<&HostExecutor> = platforms.iter().map(|p| &**p.executor()).collect();
+            let models: Vec<&pvrdma_sim::Device> = (0..self.world.len())
+                .map(|i| &**self.world.device(i))
+                .collect();
+            settle_threaded(&models, &executors, Some(self.world.fabric()));
+            return;
+        }
+        let deadline = Instant::now() + SETTLE_DEADLINE;
         loop {
             assert!(Instant::now() < deadline, "cluster did not settle");
-            let ran = match self.mode {
-                Mode::Deterministic => {
-                    let d = self.world.run_devices();
-                    let f = self.world.run_until_idle();
-                    d || f != 0
-                }
-                Mode::Threaded => false,
-            };
+            let d = self.world.run_devices();
+            let f = self.world.run_until_idle();
+            let ran = d || f != 0;
             let mut waited = false;
             while !self.executors_idle() {
                 waited = true;
                 assert!(Instant::now() < deadline, "DPCs did not drain");
                 std::thread::yield_now();
-            }
-            if self.mode == Mode::Threaded {
-                std::thread::sleep(Duration::from_millis(2));
-                waited |= !self.executors_idle();
-                waited |= self.world.fabric().next_event_time().is_some();
             }
             if !ran && !waited {
                 return;
@@ -401,6 +410,7 @@ impl Cluster {
             world: world.clone(),
             mode: cfg.mode,
             platforms: Mutex::new(Vec::new()),
+            provider_polls: Arc::new(AtomicU64::new(0)),
         });
         let mut hosts = Vec::new();
         for i in 0..usize::from(cfg.hosts) {
@@ -409,18 +419,23 @@ impl Cluster {
             let space = node.dma().clone();
             let dma = SimDma::new(space.clone());
             let m = model.clone();
+            let polls = pump.provider_polls.clone();
             let pumpfn: Arc<dyn Fn() + Send + Sync> = match cfg.mode {
                 Mode::Deterministic => {
                     // Weak: the world must not outlive the cluster through a platform.
                     let w = Arc::downgrade(&world);
                     Arc::new(move || {
+                        polls.fetch_add(1, Ordering::SeqCst);
                         if let Some(w) = w.upgrade() {
                             w.run_until_idle();
                         }
                         std::thread::yield_now();
                     })
                 }
-                Mode::Threaded => Arc::new(std::thread::yield_now),
+                Mode::Threaded => Arc::new(move || {
+                    polls.fetch_add(1, Ordering::SeqCst);
+                    std::thread::yield_now();
+                }),
             };
             let platform = HostPlatform::new(
                 HostDevice {

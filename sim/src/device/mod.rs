@@ -62,6 +62,27 @@ pub struct ObjectCounts {
     pub srqs: usize,
 }
 
+/// How far the device has got with what it was given ([`Device::activity`]). Not device
+/// behaviour: a harness running the device thread uses it to wait until everything submitted
+/// so far has been consumed, instead of sleeping and hoping.
+///
+/// A *pass* is one `process` (doorbell work and transport inputs until none is left) followed
+/// by one `deliver_interrupts`; the device thread runs passes, deterministic callers call the
+/// two themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// BAR1 and UAR writes received (legal or not), plus [`Device::request_pass`] calls.
+    pub received: u64,
+    /// `received` as it stood when the latest completed pass began: every write counted up to
+    /// here has been acted on and the interrupts it raised have been handed to the sink.
+    pub consumed: u64,
+    /// Work done so far: doorbell work items and transport inputs run, interrupt vectors handed
+    /// to the sink. Equal at two instants means the device did nothing in between.
+    pub effects: u64,
+    /// Interrupt sink calls in progress.
+    pub delivering: u32,
+}
+
 /// A GID table entry (M38).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GidEntry {
@@ -123,6 +144,10 @@ pub struct Core {
     pub(crate) transport: Option<Box<dyn Transport>>,
     /// Test hook: see [`Core::fail_nth_command`].
     pub(crate) command_fault: Option<CommandFault>,
+    /// Harness accounting (see [`Activity`]).
+    activity: Activity,
+    /// `activity.received` when the latest `process` began.
+    pass_began_at: u64,
 }
 
 /// A command error injected by a test (not device behaviour): the `countdown`-th command
@@ -196,6 +221,8 @@ impl Device {
                 work: VecDeque::new(),
                 transport: None,
                 command_fault: None,
+                activity: Activity::default(),
+                pass_began_at: 0,
             }),
             cv: Condvar::new(),
             sink: Mutex::new(None),
@@ -273,6 +300,7 @@ impl Device {
     /// A BAR1 write of `width` bytes; only aligned 4-byte writes are legal (M2).
     pub fn bar1_write(&self, offset: u32, width: u32, value: u32) -> Result<(), MmioError> {
         let mut c = self.lock();
+        c.activity.received += 1;
         c.check_bar1(offset, width)?;
         let r = match offset {
             off::DSRLOW => {
@@ -325,6 +353,7 @@ impl Device {
     /// A UAR write of `width` bytes; only aligned 4-byte writes are legal (M2).
     pub fn uar_write(&self, offset: u32, width: u32, value: u32) -> Result<(), MmioError> {
         let mut c = self.lock();
+        c.activity.received += 1;
         if width != 4 || !offset.is_multiple_of(4) {
             c.counters.bad_mmio += 1;
             return Err(MmioError::BadAccess);
@@ -347,34 +376,77 @@ impl Device {
 
     /// Runs queued doorbell work (and the transport) until idle; returns the work items run.
     pub fn process(&self) -> usize {
-        self.lock().process()
+        let mut c = self.lock();
+        c.pass_began_at = c.activity.received;
+        let n = c.process();
+        c.activity.effects += n as u64;
+        n
     }
 
     /// Hands latched interrupts to the sink (no lock held during the calls); returns the
     /// delivered vector set (bit i = vector i).
     pub fn deliver_interrupts(&self) -> u32 {
-        let (bits, sink) = {
+        let (bits, sink, pass) = {
             let mut c = self.lock();
+            let pass = c.pass_began_at;
             let sink = relock(&self.sink).clone();
-            if sink.is_none() {
+            let Some(sink) = sink else {
+                c.activity.consumed = c.activity.consumed.max(pass);
+                return 0;
+            };
+            let bits = c.intr.take();
+            if bits == 0 {
+                c.activity.consumed = c.activity.consumed.max(pass);
                 return 0;
             }
-            let bits = c.intr.take();
             for v in 0..3 {
                 if bits & (1 << v) != 0 {
                     c.counters.interrupts[v] += 1;
                 }
             }
-            (bits, sink)
+            c.activity.effects += u64::from(bits.count_ones());
+            c.activity.delivering += 1;
+            (bits, sink, pass)
         };
-        if let Some(sink) = sink {
-            for v in 0..3 {
-                if bits & (1 << v) != 0 {
-                    sink.raise(v);
-                }
+        for v in 0..3 {
+            if bits & (1 << v) != 0 {
+                sink.raise(v);
             }
         }
+        let mut c = self.lock();
+        c.activity.delivering -= 1;
+        c.activity.consumed = c.activity.consumed.max(pass);
         bits
+    }
+
+    /// Snapshot of the harness accounting (see [`Activity`]).
+    pub fn activity(&self) -> Activity {
+        self.lock().activity
+    }
+
+    /// Asks for one more pass: counts as a write (so the device thread, if running, wakes and
+    /// runs a pass) and returns the new `received`; once `activity().consumed` reaches it, a
+    /// whole pass began after this call. Without a device thread the caller runs the pass.
+    pub fn request_pass(&self) -> u64 {
+        let g = {
+            let mut c = self.lock();
+            c.activity.received += 1;
+            c.activity.received
+        };
+        self.cv.notify_all();
+        g
+    }
+
+    /// True when the device has nothing left to do on its own: every write consumed, no
+    /// doorbell work queued, no interrupt latched for delivery or being delivered. Work held
+    /// elsewhere (frames in flight on a fabric, notifications waiting for ring space the
+    /// driver has not freed) is not the device's to report.
+    pub fn is_idle(&self) -> bool {
+        let c = self.lock();
+        c.activity.consumed == c.activity.received
+            && c.activity.delivering == 0
+            && c.work.is_empty()
+            && c.intr.to_deliver == 0
     }
 
     /// `process` then `deliver_interrupts` until both are idle (deterministic mode).
@@ -414,7 +486,12 @@ impl Device {
         while !self.stop.load(Ordering::SeqCst) {
             {
                 let c = self.lock();
-                if c.work.is_empty() && c.intr.to_deliver == 0 {
+                // A write that queued no work (a CQ arm, a command) still gets a pass, so
+                // `Activity::consumed` catches up without waiting for the timeout.
+                if c.work.is_empty()
+                    && c.intr.to_deliver == 0
+                    && c.activity.consumed == c.activity.received
+                {
                     // Timeout: transport timers and rings waiting for space are polled too.
                     let _ = self.cv.wait_timeout(c, Duration::from_millis(5));
                 }
