@@ -31,15 +31,18 @@ const WITH_IMM: u32 = WcFlags::WITH_IMM.bits();
 /// `wc_flags` WITH_INVALIDATE.
 const WITH_INVALIDATE: u32 = WcFlags::WITH_INVALIDATE.bits();
 
-/// Effective arm type, ordered so that combining two arms is `max` (§5.4 table).
+/// Effective arm type. The discriminants are the arm field of [`ArmState`] (0 there is
+/// "not armed"), ordered so that combining two arms, or an arm with none, is `max` (§5.4
+/// table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
 pub enum ArmType {
     /// NDK_CQ_NOTIFY_ERRORS: CQ errors only.
-    Errors,
+    Errors = 1,
     /// NDK_CQ_NOTIFY_SOLICITED: solicited receives and failed requests.
-    Solicited,
+    Solicited = 2,
     /// NDK_CQ_NOTIFY_ANY: the next completion.
-    Any,
+    Any = 3,
 }
 
 impl ArmType {
@@ -47,17 +50,36 @@ impl ArmType {
     /// refused; it is taken as ANY, which at worst gives the consumer an extra callback
     /// instead of a missing one.
     pub fn from_ndk(t: ULONG) -> ArmType {
-        match t {
-            NDK_CQ_NOTIFY_ERRORS => ArmType::Errors,
-            NDK_CQ_NOTIFY_SOLICITED => ArmType::Solicited,
-            _ => ArmType::Any,
-        }
+        /// By NDK_CQ_NOTIFY_* value: one load instead of a chain of compares.
+        const BY_NDK: [ArmType; 3] = [ArmType::Errors, ArmType::Any, ArmType::Solicited];
+        const _: () = assert!(
+            NDK_CQ_NOTIFY_ERRORS == 0 && NDK_CQ_NOTIFY_ANY == 1 && NDK_CQ_NOTIFY_SOLICITED == 2
+        );
+        BY_NDK.get(t as usize).copied().unwrap_or(ArmType::Any)
     }
 
     /// The effective type when `second` is armed before `self` is satisfied: ANY wins,
     /// SOLICITED beats ERRORS (§5.4).
     pub fn combine(self, second: ArmType) -> ArmType {
         core::cmp::max(self, second)
+    }
+
+    /// What the device must be armed with (see [`ArmState::device_arm`]).
+    pub fn device_arm(self) -> Option<bool> {
+        match self {
+            ArmType::Any => Some(false),
+            ArmType::Solicited => Some(true),
+            ArmType::Errors => None,
+        }
+    }
+
+    fn from_bits(b: u32) -> Option<ArmType> {
+        match b {
+            1 => Some(ArmType::Errors),
+            2 => Some(ArmType::Solicited),
+            3 => Some(ArmType::Any),
+            _ => None,
+        }
     }
 }
 
@@ -75,18 +97,70 @@ pub enum CqEvent {
     Error(NTSTATUS),
 }
 
-/// Notification state of one CQ (§5.4): one callback per arm, only after an arm, callbacks
-/// serialized (a notification due while one runs is deferred until it returns).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ArmState {
-    armed: Option<ArmType>,
-    in_callback: bool,
-    deferred: Option<NTSTATUS>,
-    error: Option<NTSTATUS>,
-    error_reported: bool,
+/// A callback's `CqStatus` as a 2-bit code of [`ArmState`] (0 there is "none"); the only
+/// statuses a CQ notification carries are these three (§5.4 CqStatus). Errors rank above
+/// success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum CqStatus {
+    Success = 1,
+    Overflow = 2,
+    InternalError = 3,
 }
 
+impl CqStatus {
+    /// Any failure but an overrun is fatal (§5.4).
+    fn of_error(st: NTSTATUS) -> CqStatus {
+        if st == STATUS_BUFFER_OVERFLOW {
+            CqStatus::Overflow
+        } else {
+            CqStatus::InternalError
+        }
+    }
+
+    fn from_bits(b: u32) -> Option<CqStatus> {
+        match b {
+            1 => Some(CqStatus::Success),
+            2 => Some(CqStatus::Overflow),
+            3 => Some(CqStatus::InternalError),
+            _ => None,
+        }
+    }
+
+    fn ntstatus(self) -> NTSTATUS {
+        match self {
+            CqStatus::Success => STATUS_SUCCESS,
+            CqStatus::Overflow => STATUS_BUFFER_OVERFLOW,
+            CqStatus::InternalError => STATUS_INTERNAL_ERROR,
+        }
+    }
+}
+
+/// Notification state of one CQ (§5.4): one callback per arm, only after an arm, callbacks
+/// serialized (a notification due while one runs is deferred until it returns).
+///
+/// The state is its own packed form: the low byte (`ARM_STATE_BITS`) of an [`ArmCell`]
+/// word. The `ArmState` an [`ArmCell::update`] transition edits is the cell's whole word,
+/// the epoch above the state carried through untouched, so a transition is a few bit
+/// operations on the word and nothing converts the state to or from it. Elsewhere (a
+/// state of its own, [`ArmCell::get`]) the bits above are 0.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArmState(u32);
+
 impl ArmState {
+    /// The current arm, an [`ArmType`] discriminant, or 0.
+    const ARMED: u32 = 0b11;
+    /// A callback is being delivered.
+    const IN_CALLBACK: u32 = 1 << 2;
+    /// The [`CqStatus`] of the callback due when the one in progress returns, or 0.
+    const DEFERRED_SHIFT: u32 = 3;
+    const DEFERRED: u32 = 0b11 << Self::DEFERRED_SHIFT;
+    /// The [`CqStatus`] of the CQ's error, or 0: a CQ fails once and stays failed.
+    const ERROR_SHIFT: u32 = 5;
+    const ERROR: u32 = 0b11 << Self::ERROR_SHIFT;
+    /// The error was delivered, or is due.
+    const ERROR_REPORTED: u32 = 1 << 7;
+
     /// NdkArmCq with `t`; `has_entries` says whether the CQ holds unretrieved completions
     /// after the device was armed. Returns the status of a callback to deliver now.
     ///
@@ -94,20 +168,24 @@ impl ArmState {
     /// when one was added since the last callback and may otherwise, and it cannot tell
     /// the two apart from the device ring, so it always does.
     pub fn arm(&mut self, t: ArmType, has_entries: bool) -> Option<NTSTATUS> {
-        let effective = match self.armed {
-            Some(a) => a.combine(t),
-            None => t,
-        };
-        self.armed = Some(effective);
-        if let Some(e) = self.error {
-            if !self.error_reported {
-                self.error_reported = true;
-                return self.fire(e);
+        let effective = self.armed_with(t);
+        self.arm_as(effective, has_entries && effective.device_arm().is_some())
+    }
+
+    /// [`arm`](Self::arm) with the arm it makes effective ([`armed_with`](Self::armed_with))
+    /// and whether completions satisfy that arm at once: completions are present and the arm
+    /// is one the device is armed for (SOLICITED or ANY).
+    fn arm_as(&mut self, effective: ArmType, satisfied: bool) -> Option<NTSTATUS> {
+        self.0 = (self.0 & !Self::ARMED) | effective as u32;
+        if self.0 & Self::ERROR != 0 {
+            if self.0 & Self::ERROR_REPORTED != 0 {
+                return None;
             }
-            return None;
+            self.0 |= Self::ERROR_REPORTED;
+            return self.fire(self.error());
         }
-        if has_entries && effective != ArmType::Errors {
-            return self.fire(STATUS_SUCCESS);
+        if satisfied {
+            return self.fire(CqStatus::Success);
         }
         None
     }
@@ -115,32 +193,39 @@ impl ArmState {
     /// A completion or error; returns the status of a callback to deliver now.
     pub fn event(&mut self, ev: CqEvent) -> Option<NTSTATUS> {
         match ev {
-            CqEvent::Completion { solicited } => match self.armed {
-                Some(ArmType::Any) => self.fire(STATUS_SUCCESS),
-                Some(ArmType::Solicited) if solicited => self.fire(STATUS_SUCCESS),
-                _ => None,
-            },
-            CqEvent::Error(st) => {
-                if self.error.is_some() {
-                    return None;
-                }
-                self.error = Some(st);
-                if self.armed.is_some() {
-                    self.error_reported = true;
-                    self.fire(st)
+            CqEvent::Completion { solicited } => {
+                let armed = self.0 & Self::ARMED;
+                if armed == ArmType::Any as u32 || (solicited && armed == ArmType::Solicited as u32)
+                {
+                    self.fire(CqStatus::Success)
                 } else {
                     None
                 }
+            }
+            CqEvent::Error(st) => {
+                if self.0 & Self::ERROR != 0 {
+                    return None;
+                }
+                let code = CqStatus::of_error(st);
+                self.0 |= (code as u32) << Self::ERROR_SHIFT;
+                if self.0 & Self::ARMED == 0 {
+                    return None;
+                }
+                self.0 |= Self::ERROR_REPORTED;
+                self.fire(code)
             }
         }
     }
 
     /// The consumer's callback returned; returns a deferred callback to deliver next.
     pub fn callback_returned(&mut self) -> Option<NTSTATUS> {
-        match self.deferred.take() {
-            Some(st) => Some(st),
+        match CqStatus::from_bits((self.0 & Self::DEFERRED) >> Self::DEFERRED_SHIFT) {
+            Some(st) => {
+                self.0 &= !Self::DEFERRED;
+                Some(st.ntstatus())
+            }
             None => {
-                self.in_callback = false;
+                self.0 &= !Self::IN_CALLBACK;
                 None
             }
         }
@@ -148,37 +233,67 @@ impl ArmState {
 
     /// The callback could not be delivered (the CQ is closing): forget it.
     pub fn callback_dropped(&mut self) {
-        self.in_callback = false;
-        self.deferred = None;
+        self.0 &= !(Self::IN_CALLBACK | Self::DEFERRED);
     }
 
     /// What the device must be armed with: `Some(solicited_only)`, or `None` when only CQ
     /// errors are of interest (those arrive as async events, not CQNEs).
     pub fn device_arm(&self) -> Option<bool> {
-        match self.armed {
-            Some(ArmType::Any) => Some(false),
-            Some(ArmType::Solicited) => Some(true),
-            _ => None,
-        }
+        self.armed().and_then(ArmType::device_arm)
     }
 
     /// The current arm.
     pub fn armed(&self) -> Option<ArmType> {
-        self.armed
+        ArmType::from_bits(self.0 & Self::ARMED)
     }
 
-    fn fire(&mut self, st: NTSTATUS) -> Option<NTSTATUS> {
-        self.armed = None;
-        if self.in_callback {
+    /// The arm NdkArmCq with `t` makes effective (§5.4 table).
+    pub fn armed_with(&self, t: ArmType) -> ArmType {
+        // The arm field is 0 or a discriminant, so `max` with `t` is the combination and
+        // is one of the types.
+        ArmType::from_bits(core::cmp::max(self.0 & Self::ARMED, t as u32)).unwrap_or(t)
+    }
+
+    /// Whether a callback is being delivered.
+    pub fn in_callback(&self) -> bool {
+        self.0 & Self::IN_CALLBACK != 0
+    }
+
+    fn error(&self) -> CqStatus {
+        CqStatus::from_bits((self.0 & Self::ERROR) >> Self::ERROR_SHIFT)
+            .unwrap_or(CqStatus::InternalError)
+    }
+
+    fn fire(&mut self, st: CqStatus) -> Option<NTSTATUS> {
+        self.0 &= !Self::ARMED;
+        if self.0 & Self::IN_CALLBACK != 0 {
             // An error outranks a plain notification if both wait.
-            if self.deferred.is_none() || st != STATUS_SUCCESS {
-                self.deferred = Some(st);
+            if self.0 & Self::DEFERRED == 0 || st != CqStatus::Success {
+                self.0 = (self.0 & !Self::DEFERRED) | (st as u32) << Self::DEFERRED_SHIFT;
             }
             None
         } else {
-            self.in_callback = true;
-            Some(st)
+            self.0 |= Self::IN_CALLBACK;
+            Some(st.ntstatus())
         }
+    }
+}
+
+impl core::fmt::Debug for ArmState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ArmState")
+            .field("armed", &self.armed())
+            .field("in_callback", &self.in_callback())
+            .field(
+                "deferred",
+                &CqStatus::from_bits((self.0 & Self::DEFERRED) >> Self::DEFERRED_SHIFT),
+            )
+            .field(
+                "error",
+                &CqStatus::from_bits((self.0 & Self::ERROR) >> Self::ERROR_SHIFT),
+            )
+            .field("error_reported", &(self.0 & Self::ERROR_REPORTED != 0))
+            .finish()
     }
 }
 
@@ -186,57 +301,6 @@ impl ArmState {
 const ARM_STATE_BITS: u32 = 0xFF;
 /// One device event in an [`ArmCell`] word.
 const ARM_EPOCH: u32 = 1 << 8;
-
-/// A status as 2 bits: none, success, overflow, anything else (internal error). The only
-/// statuses the state machine sees are those three (§5.4 CqStatus).
-fn status_bits(st: Option<NTSTATUS>) -> u32 {
-    match st {
-        None => 0,
-        Some(STATUS_SUCCESS) => 1,
-        Some(STATUS_BUFFER_OVERFLOW) => 2,
-        Some(_) => 3,
-    }
-}
-
-fn bits_status(b: u32) -> Option<NTSTATUS> {
-    match b & 3 {
-        0 => None,
-        1 => Some(STATUS_SUCCESS),
-        2 => Some(STATUS_BUFFER_OVERFLOW),
-        _ => Some(STATUS_INTERNAL_ERROR),
-    }
-}
-
-impl ArmState {
-    fn pack(&self) -> u32 {
-        let armed = match self.armed {
-            None => 0,
-            Some(ArmType::Errors) => 1,
-            Some(ArmType::Solicited) => 2,
-            Some(ArmType::Any) => 3,
-        };
-        armed
-            | u32::from(self.in_callback) << 2
-            | status_bits(self.deferred) << 3
-            | status_bits(self.error) << 5
-            | u32::from(self.error_reported) << 7
-    }
-
-    fn unpack(w: u32) -> ArmState {
-        ArmState {
-            armed: match w & 3 {
-                0 => None,
-                1 => Some(ArmType::Errors),
-                2 => Some(ArmType::Solicited),
-                _ => Some(ArmType::Any),
-            },
-            in_callback: w & 1 << 2 != 0,
-            deferred: bits_status(w >> 3),
-            error: bits_status(w >> 5),
-            error_reported: w & 1 << 7 != 0,
-        }
-    }
-}
 
 /// One CQ's [`ArmState`] in an atomic word: every transition is a compare-and-swap of the
 /// whole state, so neither NdkArmCq nor a device event takes a lock. Device events also
@@ -247,8 +311,7 @@ pub struct ArmCell(AtomicU32);
 
 impl Default for ArmCell {
     fn default() -> Self {
-        // The default state packs to 0.
-        ArmCell(AtomicU32::new(0))
+        ArmCell(AtomicU32::new(ArmState::default().0))
     }
 }
 
@@ -259,9 +322,9 @@ impl ArmCell {
     pub fn update<R>(&self, device_event: bool, mut f: impl FnMut(&mut ArmState) -> R) -> R {
         let mut cur = self.0.load(Ordering::Acquire);
         loop {
-            let mut st = ArmState::unpack(cur);
+            let mut st = ArmState(cur);
             let r = f(&mut st);
-            let mut next = (cur & !ARM_STATE_BITS) | st.pack();
+            let mut next = st.0;
             if device_event {
                 next = next.wrapping_add(ARM_EPOCH);
             }
@@ -277,7 +340,7 @@ impl ArmCell {
 
     /// The current state.
     pub fn get(&self) -> ArmState {
-        ArmState::unpack(self.0.load(Ordering::Acquire))
+        ArmState(self.0.load(Ordering::Acquire) & ARM_STATE_BITS)
     }
 }
 
@@ -761,16 +824,17 @@ impl ObjRef<Cq> {
         self.release_buried();
         let t = ArmType::from_ndk(t);
         let fire = self.arm.update(false, |st| {
-            let probe = st.armed().map_or(t, |a| a.combine(t));
-            let solicited_only = match probe {
-                ArmType::Any => Some(false),
-                ArmType::Solicited => Some(true),
-                ArmType::Errors => None,
+            let effective = st.armed_with(t);
+            let satisfied = match effective.device_arm() {
+                Some(solicited_only) => {
+                    self.reader.arm(solicited_only);
+                    self.reader.has_entries()
+                }
+                // ERRORS: the device stays unarmed and completions do not satisfy the arm,
+                // so the ring need not be read.
+                None => false,
             };
-            if let Some(sol) = solicited_only {
-                self.reader.arm(sol);
-            }
-            st.arm(t, self.reader.has_entries())
+            st.arm_as(effective, satisfied)
         });
         if let Some(status) = fire {
             self.deliver(status);
@@ -842,6 +906,7 @@ impl CqEvents for CqLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
 
     use ArmType::*;
 
@@ -943,34 +1008,257 @@ mod tests {
         assert_eq!(s.callback_returned(), None);
     }
 
-    #[test]
-    fn packed_state_round_trips() {
-        let statuses = [
-            None,
-            Some(STATUS_SUCCESS),
-            Some(STATUS_BUFFER_OVERFLOW),
-            Some(STATUS_INTERNAL_ERROR),
-        ];
-        for armed in [None, Some(Errors), Some(Solicited), Some(Any)] {
-            for deferred in statuses {
-                for error in statuses {
-                    for (in_callback, error_reported) in
-                        [(false, false), (true, false), (false, true), (true, true)]
-                    {
-                        let s = ArmState {
-                            armed,
-                            in_callback,
-                            deferred,
-                            error,
-                            error_reported,
-                        };
-                        assert_eq!(ArmState::unpack(s.pack()), s);
-                        assert_eq!(s.pack() & !ARM_STATE_BITS, 0);
+    /// The state machine as plain fields: the reference the packed [`ArmState`] must match.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    struct Model {
+        armed: Option<ArmType>,
+        in_callback: bool,
+        deferred: Option<NTSTATUS>,
+        error: Option<NTSTATUS>,
+        error_reported: bool,
+    }
+
+    impl Model {
+        fn arm(&mut self, t: ArmType, has_entries: bool) -> Option<NTSTATUS> {
+            let effective = match self.armed {
+                Some(a) => a.combine(t),
+                None => t,
+            };
+            self.armed = Some(effective);
+            if let Some(e) = self.error {
+                if !self.error_reported {
+                    self.error_reported = true;
+                    return self.fire(e);
+                }
+                return None;
+            }
+            if has_entries && effective != Errors {
+                return self.fire(STATUS_SUCCESS);
+            }
+            None
+        }
+
+        fn event(&mut self, ev: CqEvent) -> Option<NTSTATUS> {
+            match ev {
+                CqEvent::Completion { solicited } => match self.armed {
+                    Some(Any) => self.fire(STATUS_SUCCESS),
+                    Some(Solicited) if solicited => self.fire(STATUS_SUCCESS),
+                    _ => None,
+                },
+                CqEvent::Error(st) => {
+                    if self.error.is_some() {
+                        return None;
+                    }
+                    self.error = Some(st);
+                    if self.armed.is_some() {
+                        self.error_reported = true;
+                        self.fire(st)
+                    } else {
+                        None
                     }
                 }
             }
         }
-        assert_eq!(ArmState::default().pack(), 0);
+
+        fn callback_returned(&mut self) -> Option<NTSTATUS> {
+            match self.deferred.take() {
+                Some(st) => Some(st),
+                None => {
+                    self.in_callback = false;
+                    None
+                }
+            }
+        }
+
+        fn callback_dropped(&mut self) {
+            self.in_callback = false;
+            self.deferred = None;
+        }
+
+        fn device_arm(&self) -> Option<bool> {
+            match self.armed {
+                Some(Any) => Some(false),
+                Some(Solicited) => Some(true),
+                _ => None,
+            }
+        }
+
+        fn fire(&mut self, st: NTSTATUS) -> Option<NTSTATUS> {
+            self.armed = None;
+            if self.in_callback {
+                if self.deferred.is_none() || st != STATUS_SUCCESS {
+                    self.deferred = Some(st);
+                }
+                None
+            } else {
+                self.in_callback = true;
+                Some(st)
+            }
+        }
+
+        /// The layout, written out independently of ArmState's constants.
+        fn pack(&self) -> ArmState {
+            let code = |s: Option<NTSTATUS>| match s {
+                None => 0u32,
+                Some(STATUS_SUCCESS) => 1,
+                Some(STATUS_BUFFER_OVERFLOW) => 2,
+                Some(_) => 3,
+            };
+            ArmState(
+                self.armed.map_or(0, |a| a as u32)
+                    | u32::from(self.in_callback) << 2
+                    | code(self.deferred) << 3
+                    | code(self.error) << 5
+                    | u32::from(self.error_reported) << 7,
+            )
+        }
+
+        fn of(s: ArmState) -> Model {
+            let status = |b: u32| CqStatus::from_bits(b & 3).map(CqStatus::ntstatus);
+            Model {
+                armed: s.armed(),
+                in_callback: s.in_callback(),
+                deferred: status(s.0 >> 3),
+                error: status(s.0 >> 5),
+                error_reported: s.0 & ArmState::ERROR_REPORTED != 0,
+            }
+        }
+
+        /// Every state the fields can hold (the five fields take 256 values, as the byte).
+        fn all() -> Vec<Model> {
+            let statuses = [
+                None,
+                Some(STATUS_SUCCESS),
+                Some(STATUS_BUFFER_OVERFLOW),
+                Some(STATUS_INTERNAL_ERROR),
+            ];
+            let mut all = Vec::new();
+            for armed in [None, Some(Errors), Some(Solicited), Some(Any)] {
+                for deferred in statuses {
+                    for error in statuses {
+                        for in_callback in [false, true] {
+                            for error_reported in [false, true] {
+                                all.push(Model {
+                                    armed,
+                                    in_callback,
+                                    deferred,
+                                    error,
+                                    error_reported,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            all
+        }
+    }
+
+    /// One input of the state machine, applied to both forms.
+    #[derive(Clone, Copy, Debug)]
+    enum Input {
+        Arm(ArmType, bool),
+        Event(CqEvent),
+        Returned,
+        Dropped,
+    }
+
+    const INPUTS: [Input; 12] = [
+        Input::Arm(Errors, false),
+        Input::Arm(Errors, true),
+        Input::Arm(Solicited, false),
+        Input::Arm(Solicited, true),
+        Input::Arm(Any, false),
+        Input::Arm(Any, true),
+        Input::Event(CqEvent::Completion { solicited: false }),
+        Input::Event(CqEvent::Completion { solicited: true }),
+        Input::Event(CqEvent::Error(STATUS_BUFFER_OVERFLOW)),
+        Input::Event(CqEvent::Error(STATUS_INTERNAL_ERROR)),
+        Input::Returned,
+        Input::Dropped,
+    ];
+
+    fn apply_model(m: &mut Model, i: Input) -> Option<NTSTATUS> {
+        match i {
+            Input::Arm(t, e) => m.arm(t, e),
+            Input::Event(ev) => m.event(ev),
+            Input::Returned => m.callback_returned(),
+            Input::Dropped => {
+                m.callback_dropped();
+                None
+            }
+        }
+    }
+
+    fn apply(s: &mut ArmState, i: Input) -> Option<NTSTATUS> {
+        match i {
+            Input::Arm(t, e) => s.arm(t, e),
+            Input::Event(ev) => s.event(ev),
+            Input::Returned => s.callback_returned(),
+            Input::Dropped => {
+                s.callback_dropped();
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn every_state_round_trips_through_the_byte() {
+        let all = Model::all();
+        let mut seen = [false; 256];
+        for m in &all {
+            let s = m.pack();
+            assert_eq!(Model::of(s), *m, "{s:?}");
+            assert_eq!(s.0 & !ARM_STATE_BITS, 0, "{m:?}");
+            let seen = seen.get_mut(s.0 as usize).expect("in the low byte");
+            assert!(!*seen, "two states share {:#04x}", s.0);
+            *seen = true;
+            for t in [Errors, Solicited, Any] {
+                assert_eq!(s.armed_with(t), m.armed.map_or(t, |a| a.combine(t)));
+            }
+        }
+        assert_eq!(all.len(), 256);
+        assert_eq!(Model::default().pack(), ArmState::default());
+        assert_eq!(ArmCell::default().0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn every_transition_matches_the_reference_model() {
+        // Every state the byte can hold, reachable or not, under every input.
+        for m in Model::all() {
+            for i in INPUTS {
+                let (mut want, mut got) = (m, m.pack());
+                let want_fire = apply_model(&mut want, i);
+                assert_eq!(apply(&mut got, i), want_fire, "{m:?} {i:?}");
+                assert_eq!(Model::of(got), want, "{m:?} {i:?}");
+                assert_eq!(got.device_arm(), want.device_arm(), "{m:?} {i:?}");
+                assert_eq!(got.armed(), want.armed, "{m:?} {i:?}");
+                // In a cell, the epoch above the state rides through untouched.
+                let mut in_cell = ArmState(m.pack().0 | 0xA5A5_A500);
+                apply(&mut in_cell, i);
+                assert_eq!(in_cell.0, got.0 | 0xA5A5_A500, "{m:?} {i:?}");
+            }
+        }
+        let mut reachable = Vec::from([ArmState::default()]);
+        let mut next = 0;
+        while let Some(&s) = reachable.get(next) {
+            next += 1;
+            for i in INPUTS {
+                let mut t = s;
+                apply(&mut t, i);
+                if !reachable.contains(&t) {
+                    reachable.push(t);
+                }
+            }
+        }
+        for s in &reachable {
+            let m = Model::of(*s);
+            // What the states reachable from the initial one have in common: a callback is
+            // deferred only behind one in progress, and an error is reported only once the
+            // CQ has one.
+            assert!(m.deferred.is_none() || m.in_callback, "{m:?}");
+            assert!(!m.error_reported || m.error.is_some(), "{m:?}");
+        }
     }
 
     #[test]
@@ -984,7 +1272,7 @@ mod tests {
         );
         let after = c.0.load(Ordering::SeqCst);
         assert_eq!(after >> 8, (before >> 8) + 1);
-        assert!(c.get().in_callback);
+        assert!(c.get().in_callback());
         assert_eq!(c.get().armed(), None);
         assert_eq!(c.update(false, ArmState::callback_returned), None);
         assert_eq!(
