@@ -9,8 +9,9 @@ use crate::ndk::completion::{tag, wr_id};
 use crate::ndkpi::*;
 use crate::os::Platform;
 use crate::os::host::{HostDevice, HostPlatform};
-use crate::pvrdma::cmd::code;
+use crate::pvrdma::cmd::{code, mr_flags, srq_attr_mask};
 use crate::pvrdma::device::DeviceConfig;
+use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::testdev::{FakeDevice, Mode};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::vec::Vec;
@@ -98,6 +99,15 @@ fn wait_for(cond: impl Fn() -> bool) {
 
 fn requests(fake: &FakeDevice) -> Vec<[u8; crate::pvrdma::cmd::REQ_MAX]> {
     fake.st.lock().unwrap().requests.clone()
+}
+
+/// Waits for the next RequestCompletion, checks that it reported STATUS_SUCCESS, and returns
+/// the last request the device received.
+fn next_request_succeeded(fake: &FakeDevice) -> [u8; crate::pvrdma::cmd::REQ_MAX] {
+    REQ_WAIT.fetch_add(1, Ordering::SeqCst);
+    wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
+    assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
+    *requests(fake).last().expect("a request")
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -379,7 +389,7 @@ fn ndk_objects_over_the_hardware_layer() {
     wait_for(|| SRQ_NOTIFY.load(Ordering::SeqCst) == 1);
     // CQ_ERR for the CQ: reported at the next arm as an overrun.
     fake.post_eqe(EqeType::CqErr as u32, 7);
-    wait_for(|| hw.dev.stats().events >= 2);
+    wait_for(|| hw.dev().stats().events >= 2);
     // SAFETY: as above.
     unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ERRORS) };
     wait_for(|| NOTIFY.load(Ordering::SeqCst) == 2);
@@ -405,11 +415,7 @@ fn ndk_objects_over_the_hardware_layer() {
     let st =
         held(&mut || unsafe { (srqd.NdkModifySrq)(srq, 0, 2, request_cb, core::ptr::null_mut()) });
     assert_eq!(st, STATUS_PENDING);
-    REQ_WAIT.fetch_add(1, Ordering::SeqCst);
-    wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
-    assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
-    let r = requests(&fake);
-    let m = r.last().expect("MODIFY_SRQ");
+    let m = &next_request_succeeded(&fake);
     assert_eq!(
         (u32_at(m, 8), u32_at(m, 16), u32_at(m, 20)),
         (code::MODIFY_SRQ, 7, srq_attr_mask::LIMIT)
@@ -461,11 +467,7 @@ fn ndk_objects_over_the_hardware_layer() {
         )
     };
     assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
-    REQ_WAIT.fetch_add(1, Ordering::SeqCst);
-    wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
-    assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
-    let reqs = requests(&fake);
-    let r = reqs.last().expect("CREATE_MR");
+    let r = &next_request_succeeded(&fake);
     assert_eq!(u32_at(r, 8), code::CREATE_MR);
     assert_eq!((u64_at(r, 16), u64_at(r, 24)), (0x4000_0100, 0x1800));
     assert_eq!(
@@ -488,11 +490,7 @@ fn ndk_objects_over_the_hardware_layer() {
     let st =
         unsafe { (mrd.NdkInitializeFastRegisterMr)(fr, 4, 1, request_cb, core::ptr::null_mut()) };
     assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
-    REQ_WAIT.fetch_add(1, Ordering::SeqCst);
-    wait_for(|| REQUESTS.load(Ordering::SeqCst) == REQ_WAIT.load(Ordering::SeqCst));
-    assert_eq!(REQ_STATUS.load(Ordering::SeqCst), STATUS_SUCCESS as u32);
-    let reqs = requests(&fake);
-    let r = reqs.last().expect("CREATE_MR");
+    let r = &next_request_succeeded(&fake);
     assert_eq!((u32_at(r, 48), u32_at(r, 52)), (mr_flags::FRMR, 4));
     let pages = [0x6_0000i64, 0x8_1000];
     // SAFETY: as above.
