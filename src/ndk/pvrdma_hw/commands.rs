@@ -128,8 +128,7 @@ pub(super) fn prepare_pd(dev: &Device) -> Result<(CreatePd, (PdRecord, MrRecord)
     let pd = PdRecord {
         destroy: reserve_destroy(ch, ())?,
     };
-    let dma = MrRecord {
-        dir: None,
+    let dma = MrRecord::Dma {
         destroy: reserve_destroy(ch, ())?,
     };
     Ok((CreatePd { ctx_handle: 0 }, (pd, dma)))
@@ -264,5 +263,5 @@ pub(super) fn prepare_mr(
         }
     };
     let destroy = reserve_destroy(dev.cmd(), dir.clone())?;
-    Ok((cmd, MrRecord { dir, destroy }))
+    Ok((cmd, MrRecord::new(dir, destroy)))
 }

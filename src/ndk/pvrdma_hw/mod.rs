@@ -354,12 +354,13 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
-        let dir = self.seam.tables.mr_dir(mr)?;
-        for (i, &p) in pages.iter().enumerate() {
-            // CAST: a logical address is a 64-bit bus address.
-            dir.set_page(i as u32, p as u64).map_err(hw_error)?;
-        }
-        Ok(dir.dma())
+        self.seam.tables.with_mr_dir(mr, |dir| {
+            for (i, &p) in pages.iter().enumerate() {
+                // CAST: a logical address is a 64-bit bus address.
+                dir.set_page(i as u32, p as u64).map_err(hw_error)?;
+            }
+            Ok(dir.dma())
+        })
     }
 
     fn wait_until(&self, cond: &dyn Fn() -> bool) {

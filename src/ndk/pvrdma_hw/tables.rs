@@ -35,11 +35,27 @@ pub(super) struct PdRecord {
     pub(super) destroy: Reserved<DestroyPd>,
 }
 
-/// A live MR: its page directory (none for the PD's DMA MR), which NdkFastRegister rewrites
-/// for an FRMR (`fast_reg_pages`), and its reserved DESTROY, whose completion frees it.
-pub(super) struct MrRecord {
-    pub(super) dir: Option<Arc<PageDir>>,
-    pub(super) destroy: Reserved<DestroyMr>,
+/// A live MR: its reserved DESTROY and, but for the PD's DMA MR, its page directory, which
+/// NdkFastRegister rewrites for an FRMR (`fast_reg_pages`) and the DESTROY's completion
+/// frees. Two variants rather than an optional directory, so that NdkFastRegister's lookup
+/// checks one discriminant, as a table of directories alone would.
+pub(super) enum MrRecord {
+    /// The PD's DMA MR.
+    Dma { destroy: Reserved<DestroyMr> },
+    /// A normal MR or an FRMR.
+    Paged {
+        dir: Arc<PageDir>,
+        destroy: Reserved<DestroyMr>,
+    },
+}
+
+impl MrRecord {
+    pub(super) fn new(dir: Option<Arc<PageDir>>, destroy: Reserved<DestroyMr>) -> MrRecord {
+        match dir {
+            Some(dir) => MrRecord::Paged { dir, destroy },
+            None => MrRecord::Dma { destroy },
+        }
+    }
 }
 
 /// A live CQ: its ring, read once when the NDK CQ takes its reader (`cq_reader`), and its
@@ -82,14 +98,15 @@ pub(super) trait Record: Sized + Send {
 }
 
 macro_rules! record {
-    ($record:ty, $cmd:ident { $field:ident }, $table:ident) => {
+    ($record:ident, $cmd:ident { $field:ident }, $table:ident, $destroy:pat => $reserved:ident) => {
         impl Record for $record {
             type Destroy = $cmd;
             fn destroy_cmd(h: u32) -> $cmd {
                 $cmd { $field: h }
             }
             fn into_destroy(self) -> Reserved<$cmd> {
-                self.destroy
+                let $destroy = self;
+                $reserved
             }
             fn table(t: &Tables) -> &SpinLock<HandleTable<Self>> {
                 &t.$table
@@ -97,11 +114,16 @@ macro_rules! record {
         }
     };
 }
-record!(PdRecord, DestroyPd { pd_handle }, pds);
-record!(MrRecord, DestroyMr { mr_handle }, mrs);
-record!(CqRecord, DestroyCq { cq_handle }, cqs);
-record!(QpRecord, DestroyQp { qp_handle }, qps);
-record!(SrqRecord, DestroySrq { srq_handle }, srqs);
+record!(PdRecord, DestroyPd { pd_handle }, pds, PdRecord { destroy } => destroy);
+record!(CqRecord, DestroyCq { cq_handle }, cqs, CqRecord { destroy, .. } => destroy);
+record!(QpRecord, DestroyQp { qp_handle }, qps, QpRecord { destroy, .. } => destroy);
+record!(SrqRecord, DestroySrq { srq_handle }, srqs, SrqRecord { destroy, .. } => destroy);
+record!(
+    MrRecord,
+    DestroyMr { mr_handle },
+    mrs,
+    (MrRecord::Dma { destroy } | MrRecord::Paged { destroy, .. }) => destroy
+);
 
 /// Submits the DESTROY reserved in `rec` for object `h`, allocating nothing; the rest of the
 /// record is dropped (its queue memory lives on in the DESTROY's completion).
@@ -183,10 +205,20 @@ impl Tables {
         queue.ok_or(HwError::Invalid)
     }
 
-    /// MR `h`'s page directory (an FRMR's, or a normal MR's; the DMA MR has none).
-    pub(super) fn mr_dir(&self, h: u32) -> Result<Arc<PageDir>, HwError> {
-        let dir = self.mrs.lock().get(h).and_then(|r| r.dir.clone());
-        dir.ok_or(HwError::Invalid)
+    /// Runs `write` on MR `h`'s page directory (an FRMR's or a normal MR's; the DMA MR has
+    /// none) under the table lock. The lock keeps the directory alive (a DESTROY takes the
+    /// record out under it), so NdkFastRegister, which runs this in its post, counts no
+    /// reference; the lock is held for the page writes only.
+    #[inline(always)]
+    pub(super) fn with_mr_dir<T>(
+        &self,
+        h: u32,
+        write: impl FnOnce(&PageDir) -> Result<T, HwError>,
+    ) -> Result<T, HwError> {
+        match self.mrs.lock().get(h) {
+            Some(MrRecord::Paged { dir, .. }) => write(dir),
+            _ => Err(HwError::Invalid),
+        }
     }
 
     /// QP `h`'s flush, if no flush took it yet.
