@@ -15,12 +15,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use pvrdma_ndk::ndk::completion::{tag, wr_id};
-use pvrdma_ndk::ndk::hw::{MrKeys, MrSpec, QpSpec, SrqSpec};
+use pvrdma_ndk::ndk::cq::{Cq, CqLink};
+use pvrdma_ndk::ndk::hw::{HwDone, MrKeys, MrSpec, QpSpec, SrqSpec};
+use pvrdma_ndk::ndk::object::ObjRef;
+use pvrdma_ndk::ndk::pvrdma_hw::SrqLink;
+use pvrdma_ndk::ndk::srq::Srq;
 use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
 use pvrdma_ndk::pvrdma::cq::CqReader;
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
+use pvrdma_ndk::pvrdma::device::{CqEvents, SrqEvents};
+use pvrdma_ndk::pvrdma::eqe::EqeType;
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
 use pvrdma_ndk::pvrdma::uar::{Bell, CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
 use pvrdma_ndk::pvrdma::wq::{RecvWqe, RecvWriter, SendWqe, SendWriter, WqKind, WqWriter};
@@ -253,6 +259,10 @@ struct FakeState {
     srq_queued: u32,
     /// CREATE_QP answers "no resources".
     fail_qp: bool,
+    /// The event handlers `bind_cq` / `bind_srq` registered, as the device's tables hold
+    /// them (removed by `destroy_cq` / `destroy_srq`).
+    cq_links: BTreeMap<u32, Arc<dyn CqEvents>>,
+    srq_links: BTreeMap<u32, Arc<dyn SrqEvents>>,
 }
 
 impl FakeState {
@@ -450,22 +460,10 @@ impl Fake {
     }
 }
 
-impl pvrdma_ndk::ndk::Hardware for Fake {
-    fn caps(&self) -> &HwCaps {
-        &self.caps
-    }
-    fn wait_until(&self, cond: &dyn Fn() -> bool) {
-        self.waits.lock().unwrap().push(cond());
-        if let Some(h) = self.wait_hook.lock().unwrap().as_mut() {
-            h();
-        }
-        assert!(cond(), "the blocking close would wait forever");
-    }
+/// The device's side of each CREATE, completed inline by the asynchronous commands.
+impl Fake {
     fn create_pd(&self) -> Result<u32, HwError> {
         Ok(self.handle("pd"))
-    }
-    fn destroy_pd(&self, pd: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("pd", pd));
     }
     fn create_cq(&self, entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
         let ring = CqRing::alloc(&self.dma, entries).map_err(|_| HwError::NoResources)?;
@@ -478,9 +476,6 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             .cq_rings
             .insert(h, CqRings { ring, producer });
         Ok(h)
-    }
-    fn destroy_cq(&self, cq: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("cq", cq));
     }
     fn create_mr(&self, _pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
         let h = self.handle("mr");
@@ -507,9 +502,6 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
             lkey: h << 8,
             rkey: if remote { h << 8 } else { 0 },
         })
-    }
-    fn destroy_mr(&self, mr: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("mr", mr));
     }
     fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
         if self.st.lock().unwrap().fail_qp {
@@ -546,12 +538,6 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         );
         Ok(h)
     }
-    fn destroy_qp(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("qp", qp));
-    }
-    fn flush_qp(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::Flush(qp));
-    }
     fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
         let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(|_| HwError::Invalid)?;
         let queue = SrqQueue::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
@@ -570,14 +556,101 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
         );
         Ok(h)
     }
-    fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError> {
-        self.st.lock().unwrap().log.push(Hw::SrqLimit(srq, limit));
+    /// The device reads a CQNE for `cq`: its bound handler, if any, gets the completion.
+    fn cq_notification(&self, cq: u32) {
+        let link = self.st.lock().unwrap().cq_links.get(&cq).cloned();
+        if let Some(l) = link {
+            l.completion();
+        }
+    }
+    /// CQ_ERR for `cq`.
+    fn cq_error(&self, cq: u32) {
+        let link = self.st.lock().unwrap().cq_links.get(&cq).cloned();
+        if let Some(l) = link {
+            l.error();
+        }
+    }
+    /// An SRQ event (SRQ_LIMIT_REACHED, SRQ_ERR) for `srq`.
+    fn srq_event(&self, srq: u32, kind: EqeType) {
+        let link = self.st.lock().unwrap().srq_links.get(&srq).cloned();
+        if let Some(l) = link {
+            l.event(kind);
+        }
+    }
+}
+
+impl pvrdma_ndk::ndk::Hardware for Fake {
+    fn caps(&self) -> &HwCaps {
+        &self.caps
+    }
+    fn wait_until(&self, cond: &dyn Fn() -> bool) {
+        self.waits.lock().unwrap().push(cond());
+        if let Some(h) = self.wait_hook.lock().unwrap().as_mut() {
+            h();
+        }
+        assert!(cond(), "the blocking close would wait forever");
+    }
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
+        let r = self.create_pd().and_then(|pd| {
+            self.create_mr(pd, &MrSpec::Dma)
+                .map(|k| (pd, k))
+                .inspect_err(|_| self.destroy_pd(pd))
+        });
+        done(r);
+    }
+    fn destroy_pd(&self, pd: u32) {
+        self.st.lock().unwrap().log.push(Hw::Destroy("pd", pd));
+    }
+    fn create_cq_async(&self, entries: u32, aff: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
+        done(self.create_cq(entries, aff));
+    }
+    fn bind_cq(&self, cq: &ObjRef<Cq>) -> Result<(), HwError> {
+        let link: Arc<dyn CqEvents> = Arc::new(CqLink::new(cq));
+        self.st.lock().unwrap().cq_links.insert(cq.handle(), link);
         Ok(())
+    }
+    fn destroy_cq(&self, cq: u32) {
+        let link = self.st.lock().unwrap().cq_links.remove(&cq);
+        drop(link);
+        self.st.lock().unwrap().log.push(Hw::Destroy("cq", cq));
+    }
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
+        done(self.create_mr(pd, spec));
+    }
+    fn destroy_mr(&self, mr: u32) {
+        self.st.lock().unwrap().log.push(Hw::Destroy("mr", mr));
+    }
+    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
+        self.destroy_mr(mr);
+        Ok(())
+    }
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        done(self.create_qp(spec));
+    }
+    fn destroy_qp(&self, qp: u32) {
+        self.st.lock().unwrap().log.push(Hw::Destroy("qp", qp));
+    }
+    fn flush_qp(&self, qp: u32) {
+        self.st.lock().unwrap().log.push(Hw::Flush(qp));
+    }
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
+        done(self.create_srq(spec));
+    }
+    fn bind_srq(&self, srq: &ObjRef<Srq>) -> Result<(), HwError> {
+        let link: Arc<dyn SrqEvents> = Arc::new(SrqLink::new(srq));
+        self.st.lock().unwrap().srq_links.insert(srq.handle(), link);
+        Ok(())
+    }
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
+        self.st.lock().unwrap().log.push(Hw::SrqLimit(srq, limit));
+        done(Ok(()));
     }
     fn srq_queued(&self, _srq: u32) -> u32 {
         self.st.lock().unwrap().srq_queued
     }
     fn destroy_srq(&self, srq: u32) {
+        let link = self.st.lock().unwrap().srq_links.remove(&srq);
+        drop(link);
         self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
     }
     fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError> {
@@ -2200,13 +2273,13 @@ fn cq_notifications_one_per_arm_and_errors() {
     let cq = e.cq(7);
     let cq_h = e.fake.last("cq");
     e.fake.clear_log();
-    e.dev.cq_notification(cq_h);
+    e.fake.cq_notification(cq_h);
     assert_eq!(events(), vec![], "never without an arm");
     arm(cq, NDK_CQ_NOTIFY_ANY);
     assert_eq!(e.fake.log(), vec![Hw::Arm(cq_h, false)]);
     assert_eq!(events(), vec![], "empty CQ: waits");
-    e.dev.cq_notification(cq_h);
-    e.dev.cq_notification(cq_h);
+    e.fake.cq_notification(cq_h);
+    e.fake.cq_notification(cq_h);
     assert_eq!(
         events(),
         vec![Ev::Cq(7, STATUS_SUCCESS)],
@@ -2220,15 +2293,15 @@ fn cq_notifications_one_per_arm_and_errors() {
         vec![Hw::Arm(cq_h, true), Hw::Arm(cq_h, true)],
         "ERRORS after SOLICITED stays SOLICITED"
     );
-    e.dev.cq_error(cq_h, true);
+    e.fake.cq_error(cq_h);
     assert_eq!(events(), vec![Ev::Cq(7, STATUS_BUFFER_OVERFLOW)]);
-    e.dev.cq_error(cq_h, false);
+    e.fake.cq_error(cq_h);
     arm(cq, NDK_CQ_NOTIFY_ANY);
     assert_eq!(events(), vec![], "the error is reported once");
     // An unknown handle is ignored.
-    e.dev.cq_notification(cq_h + 100);
+    e.fake.cq_notification(cq_h + 100);
     assert_eq!(close(cq, 1), STATUS_SUCCESS);
-    e.dev.cq_notification(cq_h);
+    e.fake.cq_notification(cq_h);
     assert_eq!(events(), vec![], "no callback after close");
     e.close_adapter();
 }
@@ -2273,8 +2346,8 @@ fn srq_limits_notifications_and_completions() {
             limit: 3
         }
     );
-    e.dev.srq_limit_reached(srq_h);
-    e.dev.srq_limit_reached(srq_h);
+    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
+    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
     assert_eq!(events(), vec![Ev::Srq(6, STATUS_SUCCESS)], "once per arm");
     let modify = |depth: u32, thr: u32| -> NTSTATUS {
         // SAFETY: live SRQ.
@@ -2295,7 +2368,7 @@ fn srq_limits_notifications_and_completions() {
     assert_eq!(modify(0, 2), STATUS_SUCCESS);
     assert_eq!(events(), vec![]);
     assert_eq!(modify(0, 0), STATUS_SUCCESS, "0 keeps the arm");
-    e.dev.srq_limit_reached(srq_h);
+    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
     assert_eq!(events(), vec![Ev::Srq(6, STATUS_SUCCESS)]);
     // Posting, the depth cap, and a QP drawing from the SRQ.
     let cq = e.cq(1);
@@ -2326,8 +2399,8 @@ fn srq_limits_notifications_and_completions() {
         receive(qp, 1, &[sge(0, 1, 1)]),
         STATUS_INVALID_DEVICE_REQUEST
     );
-    e.dev.srq_error(srq_h);
-    e.dev.srq_error(srq_h);
+    e.fake.srq_event(srq_h, EqeType::SrqErr);
+    e.fake.srq_event(srq_h, EqeType::SrqErr);
     assert_eq!(
         events(),
         vec![Ev::Srq(6, STATUS_INTERNAL_ERROR)],
@@ -2369,8 +2442,8 @@ fn srq_limits_notifications_and_completions() {
         view,
         vec![(STATUS_SUCCESS, 21, 0x51), (STATUS_CANCELLED, 20, 0x51)]
     );
-    e.dev.srq_limit_reached(srq_h);
-    e.dev.srq_error(srq_h);
+    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
+    e.fake.srq_event(srq_h, EqeType::SrqErr);
     assert_eq!(
         events(),
         vec![],
@@ -2515,7 +2588,7 @@ fn cq_close_racing_device_notifications_ends_with_one_close_completion() {
         assert_eq!(st, STATUS_SUCCESS);
         let h = e.fake.last("cq");
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let dev = e.dev.clone();
+        let dev = e.fake.clone();
         let s2 = stop.clone();
         // The device side: CQNEs keep arriving from a DPC on another processor.
         let notifier = std::thread::spawn(move || {
@@ -2598,7 +2671,7 @@ fn cq_close_from_another_thread_waits_for_the_running_callback() {
     assert_eq!(st, STATUS_SUCCESS);
     let h = e.fake.last("cq");
     arm(cq, NDK_CQ_NOTIFY_ANY);
-    let dev = e.dev.clone();
+    let dev = e.fake.clone();
     // The CQNE DPC runs the callback on another processor and is held inside it.
     let dpc = std::thread::spawn(move || dev.cq_notification(h));
     while !IN_CB.load(std::sync::atomic::Ordering::SeqCst) {
@@ -2614,7 +2687,7 @@ fn cq_close_from_another_thread_waits_for_the_running_callback() {
         "not torn down under the callback"
     );
     // Later CQNEs deliver nothing: the close has started.
-    e.dev.cq_notification(h);
+    e.fake.cq_notification(h);
     RELEASE_CB.store(true, std::sync::atomic::Ordering::SeqCst);
     dpc.join().expect("dpc");
     assert_eq!(

@@ -2,8 +2,9 @@
 //! (ndkpi.md §1.7 and Project decision (a), §3.7, §5.2, §5.13; pvrdma.md §1, §4).
 //!
 //! [`NdkDevice`] is the per-device part shared by every NDK_ADAPTER opened on the device
-//! (NDIS may open several): the hardware and the handle tables that route device events
-//! (CQ notifications, CQ and SRQ errors, SRQ limit events) to the NDK objects.
+//! (NDIS may open several): the hardware, the QPs by handle for the CQ pollers, and every
+//! live CQ and SRQ for device-wide events (per-object device events reach the objects
+//! through the hardware, [`Hardware::bind_cq`]).
 #![deny(unsafe_code)]
 
 use alloc::boxed::Box;
@@ -12,7 +13,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::cq::{Cq, CqEvent};
 use super::dispatch;
-use super::error::{NdkError, NdkResult};
+use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
 use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
 use super::qp::Qp;
@@ -115,9 +116,10 @@ pub fn adapter_info_bytes(has_buffer: bool, size: u32) -> Result<u32, u32> {
     }
 }
 
-/// Handle → NDK object table for device events (a CQNE or CQ_ERR finds its `Cq`, an SRQ
-/// event its `Srq`); indexed by the device handle, bounds-checked
-/// (style.md §10).
+/// Handle → NDK object, bounds-checked (style.md §10): every live object of one kind, for the
+/// device-wide events that reach them all (DEVICE_FATAL). Per-object device events do not
+/// come here: the hardware delivers them to the object it was given by
+/// [`Hardware::bind_cq`] / [`Hardware::bind_srq`], found by its own lookup of the handle.
 struct ObjectTable<T: NdkObject> {
     slots: SpinLock<Box<[Option<ObjRef<T>>]>>,
 }
@@ -139,6 +141,21 @@ impl<T: NdkObject> ObjectTable<T> {
             // A handle outside the table or already in use: the device misbehaves.
             _ => Err(NdkError::Device),
         }
+    }
+
+    /// Files `obj` under `handle`, then has `bind` route its device events to it; when that
+    /// fails, takes it out again.
+    fn insert_bound(
+        &self,
+        handle: u32,
+        obj: &ObjRef<T>,
+        bind: impl FnOnce() -> Result<(), HwError>,
+    ) -> NdkResult<()> {
+        self.insert(handle, obj)?;
+        bind().map_err(|e| {
+            drop(self.remove(handle));
+            e.into()
+        })
     }
 
     fn remove(&self, handle: u32) -> Option<ObjRef<T>> {
@@ -171,19 +188,17 @@ impl<T: NdkObject> ObjectTable<T> {
             }
         }
     }
-
-    fn get(&self, handle: u32) -> Option<ObjRef<T>> {
-        self.slots
-            .lock()
-            .get(handle as usize)
-            .and_then(|s| s.as_ref().cloned())
-    }
 }
 
 /// The NDK side of one PVRDMA device: shared by all its NDK_ADAPTERs.
+///
+/// It keeps at most one table per kind of handle, each described at its field (the hardware
+/// keeps its own per kind: queue memory, reserved commands, event handlers).
 pub struct NdkDevice {
     hw: Arc<dyn Hardware>,
+    /// Every live CQ, for DEVICE_FATAL ([`NdkDevice::device_fatal`]).
     cqs: ObjectTable<Cq>,
+    /// Every live SRQ, for DEVICE_FATAL.
     srqs: ObjectTable<Srq>,
     /// QPs by device handle: a CQE's `qp` finds its QP here in O(1), bounds-checked and
     /// without a lock, if the QP completes on the polled CQ.
@@ -246,14 +261,11 @@ impl NdkDevice {
         &*self.hw
     }
 
-    /// Files `cq` under its handle and has the hardware route the CQ's device events to it.
+    /// Files `cq` under its handle and has the hardware route the CQ's device events to it
+    /// (the CQ's [`Hardware::destroy_cq`] undoes that).
     pub(crate) fn register_cq(&self, cq: &ObjRef<Cq>) -> NdkResult<()> {
-        self.cqs.insert(cq.handle(), cq)?;
-        if let Err(e) = self.hw.bind_cq(cq) {
-            self.unregister_cq(cq.handle());
-            return Err(e.into());
-        }
-        Ok(())
+        self.cqs
+            .insert_bound(cq.handle(), cq, || self.hw.bind_cq(cq))
     }
 
     pub(crate) fn unregister_cq(&self, handle: u32) {
@@ -276,8 +288,11 @@ impl NdkDevice {
         &self.qps
     }
 
+    /// Files `srq` under its handle and has the hardware route the SRQ's device events to it
+    /// (the SRQ's [`Hardware::destroy_srq`] undoes that).
     pub(crate) fn register_srq(&self, srq: &ObjRef<Srq>) -> NdkResult<()> {
-        self.srqs.insert(srq.handle(), srq)
+        self.srqs
+            .insert_bound(srq.handle(), srq, || self.hw.bind_srq(srq))
     }
 
     pub(crate) fn unregister_srq(&self, handle: u32) {
@@ -315,48 +330,12 @@ impl NdkDevice {
         self.bad_cqes.load(Ordering::Relaxed)
     }
 
-    /// A CQNE for `cq`, from hardware that does not route its CQs' events itself
-    /// ([`Hardware::bind_cq`]; the PVRDMA device does, with one lookup). Unknown handles are
-    /// ignored.
-    pub fn cq_notification(&self, cq: u32) {
-        if let Some(cq) = self.cqs.get(cq) {
-            cq.event(CqEvent::Completion { solicited: true });
-        }
-    }
-
-    /// CQ_ERR for `cq`, from hardware that does not route its CQs' events itself: `overflow` → STATUS_BUFFER_OVERFLOW, otherwise
-    /// STATUS_INTERNAL_ERROR (§5.4 CqStatus).
-    pub fn cq_error(&self, cq: u32, overflow: bool) {
-        if let Some(cq) = self.cqs.get(cq) {
-            let st = if overflow {
-                STATUS_BUFFER_OVERFLOW
-            } else {
-                STATUS_INTERNAL_ERROR
-            };
-            cq.event(CqEvent::Error(st));
-        }
-    }
-
     /// DEVICE_FATAL: every CQ reports STATUS_INTERNAL_ERROR (at its next arm, or now if
     /// armed) and every SRQ with a notification callback STATUS_INTERNAL_ERROR (§5.4, §5.9).
     pub fn device_fatal(&self) {
         self.cqs
             .for_each(|cq| cq.event(CqEvent::Error(STATUS_INTERNAL_ERROR)));
         self.srqs.for_each(|srq| srq.error_event());
-    }
-
-    /// SRQ_LIMIT_REACHED for `srq` (M45).
-    pub fn srq_limit_reached(&self, srq: u32) {
-        if let Some(srq) = self.srqs.get(srq) {
-            srq.limit_event();
-        }
-    }
-
-    /// SRQ_ERR for `srq` (M47).
-    pub fn srq_error(&self, srq: u32) {
-        if let Some(srq) = self.srqs.get(srq) {
-            srq.error_event();
-        }
     }
 }
 

@@ -13,7 +13,10 @@
 //! that deferred WQEs share one (ndkpi.md §5.5, pvrdma.md §12 "one doorbell write per batch").
 #![deny(unsafe_code)]
 
+use super::cq::Cq;
 use super::error::HwError;
+use super::object::ObjRef;
+use super::srq::Srq;
 use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
 use crate::pvrdma::cq::CqReader;
 use crate::pvrdma::wq::{RecvWriter, SendWriter};
@@ -192,116 +195,116 @@ pub struct SrqSpec {
     pub limit: u32,
 }
 
-/// Completion of an object command issued asynchronously; runs exactly once, possibly before
-/// the issuing call returns, at IRQL ≤ DISPATCH_LEVEL.
+/// Completion of an object command: runs exactly once, at IRQL ≤ DISPATCH_LEVEL, with no
+/// driver lock held (it may call back into the hardware, and the NDK completion it drives
+/// calls the consumer). It may run before the issuing call returns (when the command cannot
+/// be issued, or the device answers at once), or later from the command-completion DPC.
 pub type HwDone<T> = alloc::boxed::Box<dyn FnOnce(Result<T, HwError>) + Send>;
 
-/// The PVRDMA device as the NDK objects use it.
+/// The PVRDMA device as the NDK objects use it: device objects made and unmade by
+/// asynchronous commands, the routing of their device events, the ring handles of the data
+/// path, and what a blocking close needs.
 ///
-/// Object commands run at PASSIVE_LEVEL or DISPATCH_LEVEL as the NDK functions that issue
-/// them; `fast_reg_pages` runs in a post and must not allocate or issue commands.
+/// - **Commands** (`create_*_async`, `modify_srq_limit_async`): callable at IRQL ≤
+///   DISPATCH_LEVEL, as the NDK functions that issue them; the outcome goes to the
+///   [`HwDone`]. An object the completion reports created is the caller's until its
+///   `destroy_*`.
+/// - **Destroys** (`destroy_*`, `flush_qp`, `try_destroy_mr`): IRQL ≤ DISPATCH_LEVEL, return at
+///   once without waiting for the device, allocate nothing and (but for `try_destroy_mr`)
+///   cannot fail: the seam reserved what they need when the object was created (ndkpi.md
+///   §5.1 "A close request can never fail"). A handle is destroyed at most once.
+/// - **Event routing** (`bind_cq`, `bind_srq`): once the NDK object exists, its device events
+///   (CQNE and CQ_ERR, SRQ_LIMIT_REACHED and SRQ_ERR) are delivered to it straight from the
+///   device's DPC, with the one lookup the device makes of the handle; `destroy_*` undoes it.
+///   Device-wide events reach [`super::NdkDevice::device_fatal`].
+/// - **Data path** (`qp_writers`, `srq_writer`, `cq_reader`): taken once, when the NDK queue
+///   object is built; posts and polls then go through the writers and reader alone.
+///   `fast_reg_pages` and `srq_queued` run in the data path (a post, an SRQ arm) at IRQL ≤
+///   DISPATCH_LEVEL and allocate nothing.
 pub trait Hardware: Send + Sync {
-    /// Device limits.
+    /// Device limits (any IRQL; fixed at device start).
     fn caps(&self) -> &HwCaps;
-    /// Blocks (PASSIVE_LEVEL) until `cond` holds; used by the blocking adapter close.
-    fn wait_until(&self, cond: &dyn Fn() -> bool);
 
-    /// CREATE_PD.
-    fn create_pd(&self) -> Result<u32, HwError>;
-    /// CREATE_PD then the PD's DMA MR (the privileged token), completing through `done`
-    /// (a DMA MR failure destroys the PD). The default runs the synchronous commands and
-    /// completes before returning.
-    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
-        let r = self.create_pd().and_then(|pd| {
-            self.create_mr(pd, &MrSpec::Dma)
-                .map(|k| (pd, k))
-                .inspect_err(|_| self.destroy_pd(pd))
-        });
-        done(r);
-    }
-    /// DESTROY_PD.
+    /// CREATE_PD, then the PD's DMA MR (its privileged token, [`MrSpec::Dma`]); `done` gets
+    /// the PD handle and the DMA MR's keys. When the DMA MR fails the PD is destroyed and
+    /// `done` gets the error: no object is left behind.
+    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>);
+    /// DESTROY_PD (its DMA MR is destroyed first, by [`Hardware::destroy_mr`]).
     fn destroy_pd(&self, pd: u32);
-    /// CREATE_CQ with `entries` (a power of two). Notifications for it are delivered on a
-    /// processor of `affinity` when one is given (NdkCreateCq's GROUP_AFFINITY, §5.4).
-    fn create_cq(&self, entries: u32, affinity: Option<GROUP_AFFINITY>) -> Result<u32, HwError>;
-    /// [`Hardware::create_cq`] completing through `done`; the default completes before
-    /// returning.
-    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
-        done(self.create_cq(entries, affinity));
-    }
-    /// Routes the device's notifications and errors for `cq` straight to it, found by the
-    /// device's one lookup of the handle (called once the NDK CQ exists; `destroy_cq` undoes
-    /// it). The default routes nothing: such hardware reports through
-    /// [`super::NdkDevice::cq_notification`].
-    fn bind_cq(&self, _cq: &super::object::ObjRef<super::cq::Cq>) -> Result<(), HwError> {
-        Ok(())
-    }
-    /// DESTROY_CQ.
+
+    /// CREATE_CQ with `entries` (a power of two); `done` gets the CQ handle. `affinity` is
+    /// NdkCreateCq's GROUP_AFFINITY (§5.4), applied to its notifications by
+    /// [`Hardware::bind_cq`].
+    fn create_cq_async(&self, entries: u32, affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>);
+    /// Routes the device's notifications (CQNE) and errors (CQ_ERR) for `cq` to it: from
+    /// then until [`Hardware::destroy_cq`] they arrive as calls of its
+    /// [`super::cq::CqLink`], at DISPATCH_LEVEL with no driver lock held, on a processor of
+    /// the CQ's affinity when it has one. Called once, by the CREATE_CQ completion that
+    /// builds the NDK CQ (IRQL ≤ DISPATCH_LEVEL); it allocates the link and, for a CQ with an
+    /// affinity, the CQ's DPC.
+    fn bind_cq(&self, cq: &ObjRef<Cq>) -> Result<(), HwError>;
+    /// DESTROY_CQ; the CQ's events stop before this returns, but for a notification already
+    /// queued to its processor, which may still run once.
     fn destroy_cq(&self, cq: u32);
-    /// CREATE_MR.
-    fn create_mr(&self, pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError>;
-    /// Adapter logical address of the locked page `pfn` (an MDL PFN), for NdkRegisterMr and
-    /// NdkBuildLam. The default is the physical address, which is what PVRDMA DMA uses when
-    /// no IOMMU remaps the guest; the Windows build must route this through the DMA adapter
-    /// of the OS seam (not written yet) when DMA remapping is on.
-    fn page_address(&self, pfn: u64) -> Option<u64> {
-        pfn.checked_mul(crate::ndkpi::PAGE_SIZE as u64)
-    }
-    /// [`Hardware::create_mr`] completing through `done` (the spec's page list is consumed
-    /// before this returns); the default completes before returning.
-    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
-        done(self.create_mr(pd, spec));
-    }
-    /// DESTROY_MR.
+
+    /// CREATE_MR of `spec` in `pd`; `done` gets the keys. The spec's page list is consumed
+    /// before this returns.
+    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>);
+    /// DESTROY_MR (close, re-initialization of an FRMR, the PD's DMA MR).
     fn destroy_mr(&self, mr: u32);
-    /// DESTROY_MR for NdkDeregisterMr, which can still fail: `Err` when the command could
-    /// not be issued (the MR is then still registered in the device). The default issues
-    /// [`Hardware::destroy_mr`], which cannot fail.
-    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
-        self.destroy_mr(mr);
-        Ok(())
-    }
-    /// CREATE_QP (RC) followed by RESET → INIT.
-    fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError>;
-    /// [`Hardware::create_qp`] completing through `done`; the default completes before
-    /// returning.
-    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
-        done(self.create_qp(spec));
-    }
+    /// DESTROY_MR for NdkDeregisterMr, which reports its outcome: `Err` when the command
+    /// could not be issued, and the MR is then still registered in the device. It cannot
+    /// fail for an MR this hardware created (its DESTROY is reserved).
+    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError>;
+
+    /// CREATE_QP (RC), then RESET → INIT; `done` gets the QP handle. When the INIT fails the
+    /// QP is destroyed and `done` gets the error.
+    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>);
+    /// MODIFY_QP → ERR for NdkFlush: the device completes every outstanding WQE with
+    /// WR_FLUSH_ERR (M32). Only the first flush of a QP issues it; the QP stays in ERR.
+    fn flush_qp(&self, qp: u32);
     /// DESTROY_QP.
     fn destroy_qp(&self, qp: u32);
-    /// MODIFY_QP → ERR: the device flushes every outstanding WQE (M32).
-    fn flush_qp(&self, qp: u32);
-    /// CREATE_SRQ.
-    fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError>;
-    /// [`Hardware::modify_srq_limit`] completing through `done`; the default completes
-    /// before returning.
-    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
-        done(self.modify_srq_limit(srq, limit));
-    }
-    /// [`Hardware::create_srq`] completing through `done`; the default completes before
-    /// returning.
-    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
-        done(self.create_srq(spec));
-    }
-    /// MODIFY_SRQ `attr_mask` = LIMIT.
-    fn modify_srq_limit(&self, srq: u32, limit: u32) -> Result<(), HwError>;
-    /// WQEs posted to the SRQ and not yet taken by a QP (`prod_tail − cons_head`, M45).
+
+    /// CREATE_SRQ; `done` gets the SRQ handle.
+    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>);
+    /// MODIFY_SRQ `attr_mask` = LIMIT (NdkModifySrq's threshold, M44).
+    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>);
+    /// Routes the device's SRQ_LIMIT_REACHED and SRQ_ERR for `srq` to it (as
+    /// [`Hardware::bind_cq`], through the SRQ's `limit_event` and `error_event`), until
+    /// [`Hardware::destroy_srq`].
+    fn bind_srq(&self, srq: &ObjRef<Srq>) -> Result<(), HwError>;
+    /// WQEs posted to the SRQ and not yet taken by a QP (`prod_tail − cons_head`, M45), for
+    /// the check NdkModifySrq makes when it arms (the device never raises the event at arm
+    /// time, M44). 0 for an unknown SRQ.
     fn srq_queued(&self, srq: u32) -> u32;
-    /// DESTROY_SRQ.
+    /// DESTROY_SRQ; the SRQ's events stop before this returns.
     fn destroy_srq(&self, srq: u32);
 
     /// The writers of QP `qp`: its send queue and, unless it takes receives from an SRQ, its
-    /// receive queue. Taken once, when the NDK QP is built; posts then write WQEs, publish
-    /// `prod_tail` and ring doorbells through them without calling the hardware.
+    /// receive queue. Posts then write WQEs, publish `prod_tail` and ring doorbells through
+    /// them without calling the hardware.
     fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError>;
     /// The writer of SRQ `srq`.
     fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError>;
     /// The reader of CQ `cq` (its ring and its arm doorbells).
     fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError>;
     /// Writes the page list of a FAST_REG_MR WQE for FRMR `mr` into the FRMR's page-list
-    /// directory (§9 MRs) and returns the directory's address (`pl_pdir_dma`).
+    /// directory (§9 MRs) and returns the directory's address (`pl_pdir_dma`). Runs in a
+    /// post: no allocation, no command.
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError>;
+
+    /// Adapter logical address of the locked page `pfn` (an MDL PFN), for NdkRegisterMr and
+    /// NdkBuildLam (IRQL ≤ DISPATCH_LEVEL). The default is the physical address, which is
+    /// what PVRDMA DMA uses when no IOMMU remaps the guest; the Windows build must route this
+    /// through the DMA adapter of the OS seam (not written yet) when DMA remapping is on.
+    fn page_address(&self, pfn: u64) -> Option<u64> {
+        pfn.checked_mul(crate::ndkpi::PAGE_SIZE as u64)
+    }
+
+    /// Blocks until `cond` holds (PASSIVE_LEVEL only): the wait of CloseNDKAdapterHandler
+    /// for every object of the adapter to close and every callback on them to return (§5.2).
+    fn wait_until(&self, cond: &dyn Fn() -> bool);
 }
 
 /// Largest power of two ≤ `n` (0 for 0): ring sizes the device accepts (M11).

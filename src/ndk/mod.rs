@@ -13,8 +13,9 @@
 //! Entry points for the NDIS glue: [`NdkDevice::new`] at device start (with
 //! [`pvrdma_hw::PvrdmaHardware::new`] and `attach`), [`NdkDevice::open_adapter`] from
 //! OpenNDKAdapterHandler, [`dispatch::close_adapter`] from CloseNDKAdapterHandler. Device
-//! events reach the objects through `NdkDevice`'s event methods (CQNE, CQ_ERR, SRQ events,
-//! DEVICE_FATAL).
+//! events reach each CQ and SRQ through the handler the hardware bound to it
+//! ([`Hardware::bind_cq`], [`Hardware::bind_srq`]), and DEVICE_FATAL through
+//! [`NdkDevice::device_fatal`].
 //!
 //! Not implemented yet: connection management (connector, listener, shared endpoint: their
 //! tables exist and answer STATUS_NOT_IMPLEMENTED); until then [`set_qp_connected`] is what

@@ -187,9 +187,16 @@ struct Shared {
     cmd: Arc<CmdChannel>,
     async_ring: DeviceRing,
     cq_ring: DeviceRing,
+    /// Each CQ's handler (and targeted DPC), registered by the layer above once its CQ
+    /// exists; read by the CQ-notification drain (CQNE) and the async drain (CQ_ERR), one
+    /// lookup per element. The only table of CQ handles in this layer.
     cqs: SpinLock<HandleTable<CqEntry>>,
+    /// Each QP's handler, read by the async drain (QP events). The NDK layer registers none
+    /// yet (its QP events are not mapped), so QP events are counted as dropped.
     qps: SpinLock<HandleTable<Arc<dyn QpEvents>>>,
+    /// Each SRQ's handler, read by the async drain (SRQ_LIMIT_REACHED, SRQ_ERR).
     srqs: SpinLock<HandleTable<Arc<dyn SrqEvents>>>,
+    /// The handler of port and device-wide events (DEVICE_FATAL), read by the async drain.
     device_events: SpinLock<Option<Arc<dyn DeviceEvents>>>,
     dpcs: SpinLock<Option<[Dpc; 3]>>,
     counters: Counters,

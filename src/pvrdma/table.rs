@@ -37,6 +37,11 @@ impl<T> HandleTable<T> {
         self.slots.get(handle as usize)?.as_ref()
     }
 
+    /// The object registered under `handle`, if any, to change in place.
+    pub fn get_mut(&mut self, handle: u32) -> Option<&mut T> {
+        self.slots.get_mut(handle as usize)?.as_mut()
+    }
+
     /// Registers `value` under `handle`.
     ///
     /// # Errors
@@ -87,9 +92,14 @@ mod tests {
         assert_eq!(t.insert(3, 'b'), Err(PvrdmaError::InvalidParameter));
         assert_eq!(t.insert(4, 'c'), Err(PvrdmaError::InvalidParameter));
         assert_eq!(t.get(3), Some(&'a'));
+        if let Some(v) = t.get_mut(3) {
+            *v = 'd';
+        }
+        assert_eq!(t.get(3), Some(&'d'));
+        assert_eq!(t.get_mut(4), None);
         assert_eq!(t.get(4), None);
         assert_eq!(t.get(u32::MAX), None);
-        assert_eq!(t.remove(3), Some('a'));
+        assert_eq!(t.remove(3), Some('d'));
         assert_eq!(t.get(3), None);
         assert_eq!(t.remove(99), None);
     }

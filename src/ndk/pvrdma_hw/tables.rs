@@ -1,0 +1,228 @@
+//! The seam's one table per kind of device handle (PD, MR, CQ, QP, SRQ): one record per live
+//! object this seam created, holding everything the seam keeps for it, filed under the handle
+//! the device returned and taken out whole by its DESTROY.
+//!
+//! The other layers keep their own table per kind: the device (`pvrdma::device`) a CQ's,
+//! QP's or SRQ's event handler, to route the events it reads off its rings; the NDK device
+//! (`NdkDevice`) its live NDK objects, for device-wide events and CQE → QP lookups.
+#![deny(unsafe_code)]
+
+use alloc::sync::Arc;
+
+use super::commands::submit_then;
+use super::hw_error;
+use crate::ndk::error::HwError;
+use crate::os::SpinLock;
+use crate::os::alloc::try_arc;
+use crate::pvrdma::cmd::{
+    CmdChannel, Command, DestroyCq, DestroyMr, DestroyPd, DestroyQp, DestroySrq, ModifyQp, Reserved,
+};
+use crate::pvrdma::dsr::Caps;
+use crate::pvrdma::pdir::PageDir;
+use crate::pvrdma::queue::{CqRing, QpQueues, SrqQueue};
+use crate::pvrdma::table::HandleTable;
+
+/// A value several owners reach, behind a spin lock (the queue memory, shared by the record
+/// and the DESTROY completion that frees it).
+pub(super) type Locked<T> = Arc<SpinLock<T>>;
+
+pub(super) fn locked<T>(v: T) -> Result<Locked<T>, HwError> {
+    try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
+}
+
+/// A live PD: its reserved DESTROY.
+pub(super) struct PdRecord {
+    pub(super) destroy: Reserved<DestroyPd>,
+}
+
+/// A live MR: its reserved DESTROY and, but for the PD's DMA MR, its page directory, which
+/// NdkFastRegister rewrites for an FRMR (`fast_reg_pages`) and the DESTROY's completion
+/// frees. Two variants rather than an optional directory, so that NdkFastRegister's lookup
+/// checks one discriminant, as a table of directories alone would.
+pub(super) enum MrRecord {
+    /// The PD's DMA MR.
+    Dma { destroy: Reserved<DestroyMr> },
+    /// A normal MR or an FRMR.
+    Paged {
+        dir: Arc<PageDir>,
+        destroy: Reserved<DestroyMr>,
+    },
+}
+
+impl MrRecord {
+    pub(super) fn new(dir: Option<Arc<PageDir>>, destroy: Reserved<DestroyMr>) -> MrRecord {
+        match dir {
+            Some(dir) => MrRecord::Paged { dir, destroy },
+            None => MrRecord::Dma { destroy },
+        }
+    }
+}
+
+/// A live CQ: its ring, read once when the NDK CQ takes its reader (`cq_reader`), and its
+/// reserved DESTROY, whose completion frees the ring.
+pub(super) struct CqRecord {
+    pub(super) ring: Locked<CqRing>,
+    pub(super) destroy: Reserved<DestroyCq>,
+}
+
+/// A live QP: its queues, read once when the NDK QP takes its writers (`qp_writers`), its
+/// reserved DESTROY, whose completion frees them, and its MODIFY_QP → ERR for NdkFlush,
+/// which cannot fail either (§5.6).
+///
+/// The first flush takes `flush`; later ones find none and do nothing: the QP already is, or
+/// is about to be, in ERR, where the device flushes every WQE posted later at its doorbell
+/// (pvrdma.md M17), and this seam never moves a QP out of ERR.
+pub(super) struct QpRecord {
+    pub(super) queues: Locked<QpQueues>,
+    pub(super) destroy: Reserved<DestroyQp>,
+    pub(super) flush: Option<Reserved<ModifyQp>>,
+}
+
+/// A live SRQ: its ring, read when the NDK SRQ takes its writer (`srq_writer`) and by the
+/// arm-time limit check (`srq_queued`), and its reserved DESTROY, whose completion frees it.
+pub(super) struct SrqRecord {
+    pub(super) queue: Locked<SrqQueue>,
+    pub(super) destroy: Reserved<DestroySrq>,
+}
+
+/// The record of one kind of handle.
+pub(super) trait Record: Sized + Send {
+    /// The kind's DESTROY command.
+    type Destroy: Command;
+    /// The DESTROY of object `h`.
+    fn destroy_cmd(h: u32) -> Self::Destroy;
+    /// The DESTROY reserved when the object was created.
+    fn into_destroy(self) -> Reserved<Self::Destroy>;
+    /// The kind's table.
+    fn table(t: &Tables) -> &SpinLock<HandleTable<Self>>;
+}
+
+macro_rules! record {
+    ($record:ident, $cmd:ident { $field:ident }, $table:ident, $destroy:pat => $reserved:ident) => {
+        impl Record for $record {
+            type Destroy = $cmd;
+            fn destroy_cmd(h: u32) -> $cmd {
+                $cmd { $field: h }
+            }
+            fn into_destroy(self) -> Reserved<$cmd> {
+                let $destroy = self;
+                $reserved
+            }
+            fn table(t: &Tables) -> &SpinLock<HandleTable<Self>> {
+                &t.$table
+            }
+        }
+    };
+}
+record!(PdRecord, DestroyPd { pd_handle }, pds, PdRecord { destroy } => destroy);
+record!(CqRecord, DestroyCq { cq_handle }, cqs, CqRecord { destroy, .. } => destroy);
+record!(QpRecord, DestroyQp { qp_handle }, qps, QpRecord { destroy, .. } => destroy);
+record!(SrqRecord, DestroySrq { srq_handle }, srqs, SrqRecord { destroy, .. } => destroy);
+record!(
+    MrRecord,
+    DestroyMr { mr_handle },
+    mrs,
+    (MrRecord::Dma { destroy } | MrRecord::Paged { destroy, .. }) => destroy
+);
+
+/// Submits the DESTROY reserved in `rec` for object `h`, allocating nothing; the rest of the
+/// record is dropped (its queue memory lives on in the DESTROY's completion).
+pub(super) fn kill<R: Record>(ch: &CmdChannel, h: u32, rec: R) {
+    ch.submit_reserved(rec.into_destroy(), &R::destroy_cmd(h));
+}
+
+/// Every live object the seam created, by kind and device handle. Written when a CREATE
+/// completes (in the command DPC) and by DESTROY; read when an NDK object takes its ring
+/// handles, by NdkFastRegister (`mrs`), NdkFlush (`qps`) and the SRQ limit check (`srqs`).
+/// A DESTROY is submitted only by taking its record out, so each runs once.
+pub(super) struct Tables {
+    pds: SpinLock<HandleTable<PdRecord>>,
+    mrs: SpinLock<HandleTable<MrRecord>>,
+    cqs: SpinLock<HandleTable<CqRecord>>,
+    qps: SpinLock<HandleTable<QpRecord>>,
+    srqs: SpinLock<HandleTable<SrqRecord>>,
+}
+
+fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, HwError> {
+    // Handles are below `max_*` (M10), which M5 bounds by 65536.
+    let t = HandleTable::new(bound.min(65536)).map_err(hw_error)?;
+    Ok(SpinLock::new(t))
+}
+
+impl Tables {
+    /// Empty tables sized by the device caps (PASSIVE_LEVEL, at device start).
+    pub(super) fn new(c: &Caps) -> Result<Tables, HwError> {
+        Ok(Tables {
+            pds: table(c.max_pd)?,
+            mrs: table(c.max_mr)?,
+            cqs: table(c.max_cq)?,
+            qps: table(c.max_qp)?,
+            srqs: table(c.max_srq)?,
+        })
+    }
+
+    /// Files `rec` under the new object's handle `h`; when the handle is out of range or
+    /// taken, the object is destroyed through the record's reserved DESTROY right away.
+    pub(super) fn file<R: Record>(&self, ch: &CmdChannel, h: u32, rec: R) -> Result<(), HwError> {
+        let filed = R::table(self).lock().try_put(h, rec);
+        filed.map_err(|rec| {
+            kill(ch, h, rec);
+            HwError::Invalid
+        })
+    }
+
+    /// Takes object `h`'s record out (its DESTROY is then the caller's to submit).
+    pub(super) fn take<R: Record>(&self, h: u32) -> Option<R> {
+        R::table(self).lock().remove(h)
+    }
+
+    /// DESTROY for object `h` (close, or a create that failed after its CREATE), allocating
+    /// nothing: the reserved one, whose completion frees the object's memory on the device's
+    /// response. With no record (an object this seam did not create, or one already
+    /// destroyed) the command is submitted unreserved, if it can be.
+    pub(super) fn destroy<R: Record>(&self, ch: &CmdChannel, h: u32) {
+        match self.take::<R>(h) {
+            Some(rec) => kill(ch, h, rec),
+            None => submit_then(ch, &R::destroy_cmd(h), |_| {}),
+        }
+    }
+
+    /// CQ `h`'s ring (the table lock is held only for the clone).
+    pub(super) fn cq_ring(&self, h: u32) -> Result<Locked<CqRing>, HwError> {
+        let ring = self.cqs.lock().get(h).map(|r| r.ring.clone());
+        ring.ok_or(HwError::Invalid)
+    }
+
+    /// QP `h`'s queues.
+    pub(super) fn qp_queues(&self, h: u32) -> Result<Locked<QpQueues>, HwError> {
+        let queues = self.qps.lock().get(h).map(|r| r.queues.clone());
+        queues.ok_or(HwError::Invalid)
+    }
+
+    /// SRQ `h`'s ring.
+    pub(super) fn srq_queue(&self, h: u32) -> Result<Locked<SrqQueue>, HwError> {
+        let queue = self.srqs.lock().get(h).map(|r| r.queue.clone());
+        queue.ok_or(HwError::Invalid)
+    }
+
+    /// Runs `write` on MR `h`'s page directory (an FRMR's or a normal MR's; the DMA MR has
+    /// none) under the table lock. The lock keeps the directory alive (a DESTROY takes the
+    /// record out under it), so NdkFastRegister, which runs this in its post, counts no
+    /// reference; the lock is held for the page writes only.
+    #[inline(always)]
+    pub(super) fn with_mr_dir<T>(
+        &self,
+        h: u32,
+        write: impl FnOnce(&PageDir) -> Result<T, HwError>,
+    ) -> Result<T, HwError> {
+        match self.mrs.lock().get(h) {
+            Some(MrRecord::Paged { dir, .. }) => write(dir),
+            _ => Err(HwError::Invalid),
+        }
+    }
+
+    /// QP `h`'s flush, if no flush took it yet.
+    pub(super) fn take_flush(&self, h: u32) -> Option<Reserved<ModifyQp>> {
+        self.qps.lock().get_mut(h).and_then(|r| r.flush.take())
+    }
+}
