@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
 use crate::pvrdma::cqe::wc_status as wc;
-use crate::pvrdma::wq::{SendWriter, WqKind, WqSlot, WqWriter};
+use crate::pvrdma::wq::{SendWriter, WqKind, WqWriter};
 
 /// Completion status of a request from its WC status (Project decision (c) and §4.5).
 ///
@@ -207,7 +207,7 @@ pub struct SlotCell {
 impl SlotCell {
     /// Stores the record of a request being posted.
     #[inline(always)]
-    fn set(&self, request_context: usize, meta: SlotMeta) {
+    pub(super) fn set(&self, request_context: usize, meta: SlotMeta) {
         self.context.store(request_context, Ordering::Relaxed);
         self.meta.store(meta.0, Ordering::Relaxed);
     }
@@ -257,15 +257,22 @@ pub struct RetireRun {
 /// posts per queue, §5.3) and one retirer (the queue's CQ poller; polls are serialized per CQ,
 /// §5.4), so atomics suffice and the hot path takes no lock. It owns its slot table, for a
 /// QP queue the queue's writer (a [`SendWriter`] by default, a receive writer for an RQ).
+///
+/// The retire side is here; the post side (`next`, `take`, `commit`) is in `super::qp`,
+/// beside the posts that use it, so a post reads in the QP and the ring writer alone. The
+/// fields are visible to it for that reason only. What the two sides rely on: the poster
+/// stores a slot's record, then (`commit`, Release) `posted`, before the WQE reaches the
+/// device (`prod_tail`), so a retirer that sees a CQE sees the record; the retirer reads
+/// records, then publishes `retired` (Release), before the poster (Acquire) reuses a slot.
 pub struct OrderedQueue<T = SendWriter<SlotCell>> {
-    slots: T,
-    depth: u32,
-    posted: AtomicU32,
+    pub(super) slots: T,
+    pub(super) depth: u32,
+    pub(super) posted: AtomicU32,
     /// The poster's bound on `posted`: `retired + depth` as of the poster's last look at
     /// `retired` (never above the true bound, since `retired` only grows). A post compares
     /// against it and reads `retired` only when it is reached.
-    limit: AtomicU32,
-    retired: AtomicU32,
+    pub(super) limit: AtomicU32,
+    pub(super) retired: AtomicU32,
 }
 
 impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {
@@ -280,26 +287,6 @@ impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {
             .with_records(SlotCell::default)
             .map_err(|_| NdkError::InsufficientResources)?;
         Self::new(depth, writer)
-    }
-
-    /// The queue's writer.
-    #[inline(always)]
-    pub fn writer(&self) -> &WqWriter<K, SlotCell> {
-        &self.slots
-    }
-
-    /// Records the request posted at `index` (from [`Self::next`]), as [`Self::record`]
-    /// does, and returns the element its WQE goes to.
-    #[inline(always)]
-    pub fn record_wqe(
-        &self,
-        index: u32,
-        request_context: usize,
-        meta: SlotMeta,
-    ) -> WqSlot<'_, K, SlotCell> {
-        let slot = self.slots.slot(index);
-        slot.record().set(request_context, meta);
-        slot
     }
 }
 
@@ -331,47 +318,6 @@ impl<T: SlotTable> OrderedQueue<T> {
         self.posted
             .load(Ordering::Relaxed)
             .wrapping_sub(self.retired.load(Ordering::Acquire))
-    }
-
-    /// The index of the next post, `None` when `depth` requests are outstanding (the
-    /// queue's single poster calls this; a retired slot is free in the ring too, because the
-    /// device consumes WQEs in order and completes a slot only after consuming it).
-    #[inline(always)]
-    pub fn next(&self) -> Option<u32> {
-        let posted = self.posted.load(Ordering::Relaxed);
-        if posted == self.limit.load(Ordering::Relaxed) {
-            // The cached bound is reached: look at `retired` again. Its Acquire orders the
-            // retirer's last reads of the slots it freed before our reuse of them (every
-            // later post stays below this bound, so it is ordered too). `posted` − `retired`
-            // ≤ `depth` always, so `posted` never passes the bound: equal means full. Inline
-            // (a load, an add, a store): a call here would make the whole post save
-            // registers.
-            let limit = self
-                .retired
-                .load(Ordering::Acquire)
-                .wrapping_add(self.depth);
-            self.limit.store(limit, Ordering::Relaxed);
-            if posted == limit {
-                return None;
-            }
-        }
-        Some(posted)
-    }
-
-    /// Records the request posted at `index` (from [`Self::next`]): the consumer's
-    /// RequestContext, its operation type and signalling.
-    #[inline(always)]
-    pub fn record(&self, index: u32, request_context: usize, meta: SlotMeta) {
-        self.slots.slot(index).set(request_context, meta);
-    }
-
-    /// Publishes the recorded index. Done before its WQE reaches the device (`prod_tail`):
-    /// the device may run a WQE as soon as `prod_tail` covers it, without waiting for its
-    /// doorbell (M17 runs an SQ until empty), so its CQE can be polled on another thread
-    /// before the post returns.
-    #[inline(always)]
-    pub fn commit(&self, index: u32) {
-        self.posted.store(index.wrapping_add(1), Ordering::Release);
     }
 
     /// Retires outstanding index `index` (and every earlier one) and returns its record;
@@ -423,7 +369,7 @@ impl<T: SlotTable> OrderedQueue<T> {
         self.retired.store(run.next as u32, Ordering::Release);
     }
 
-    /// The record [`Self::record`] stored for `index`.
+    /// The record the poster stored for `index`.
     #[inline(always)]
     fn recorded(&self, index: u32) -> SlotRecord {
         self.slots.slot(index).get()
@@ -455,11 +401,9 @@ mod tests {
     /// A post's bookkeeping: the next index with `rec` recorded in its slot.
     fn reserve(q: &OrderedQueue<Array>, rec: &SlotRecord) -> NdkResult<u32> {
         let index = q.next().ok_or(NdkError::InsufficientResources)?;
-        q.record(
-            index,
-            rec.request_context,
-            SlotMeta::new(rec.op, rec.signaled),
-        );
+        q.slots
+            .slot(index)
+            .set(rec.request_context, SlotMeta::new(rec.op, rec.signaled));
         Ok(index)
     }
 

@@ -1,17 +1,18 @@
 //! NDK_QP over a PVRDMA RC QP (ndkpi.md §5.3, §5.5, §5.6, §5.7 NdkFastRegister/Invalidate,
 //! §5.8; pvrdma.md §1 mapping, §9, §10, §12).
 //!
-//! Posting: validate, record the slot, write the WQE (the hardware publishes `prod_tail`),
-//! then ring the doorbell unless the request carries NDK_OP_FLAG_DEFER. Deferred WQEs are
-//! already in the ring and share the doorbell of the next non-deferred request; an inline
-//! failure first rings for them, so a chain cut short by a failure still completes what it
-//! posted (§5.5). Posts take no lock (the consumer serializes each queue, §5.3) and never
-//! allocate.
+//! Posting: validate, take the next slot and store its record (the queue's post side,
+//! below), then one call to the ring writer ([`WqSlot::post_send`]) writes the WQE, commits
+//! the slot, publishes `prod_tail` and rings the doorbell unless the request carries
+//! NDK_OP_FLAG_DEFER. Deferred WQEs are already in the ring and share the doorbell of the
+//! next non-deferred request; an inline failure first rings for them, so a chain cut short
+//! by a failure still completes what it posted (§5.5). Posts take no lock (the consumer
+//! serializes each queue, §5.3) and never allocate.
 #![deny(unsafe_code)]
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, tag, wr_id};
+use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
@@ -23,7 +24,7 @@ use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use crate::ndkpi::*;
-use crate::pvrdma::wq::{RecvWriter, SendWriter};
+use crate::pvrdma::wq::{RecvWriter, SendWriter, WqKind, WqSlot, WqWriter};
 use crate::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
 
 /// Every NDK_OP_FLAG_* bit NDKPI defines.
@@ -145,6 +146,61 @@ fn total_length(sges: &[Sge]) -> u64 {
     sges.iter().map(|s| u64::from(s.length)).sum()
 }
 
+/// The post side of a queue's bookkeeping (its retire side, run by the CQ's poller, is in
+/// `completion`, with the ordering both sides rely on).
+impl<T: SlotTable> OrderedQueue<T> {
+    /// The index of the next post, `None` when `depth` requests are outstanding (the
+    /// queue's single poster calls this; a retired slot is free in the ring too, because the
+    /// device consumes WQEs in order and completes a slot only after consuming it).
+    #[inline(always)]
+    pub(crate) fn next(&self) -> Option<u32> {
+        let posted = self.posted.load(Ordering::Relaxed);
+        if posted == self.limit.load(Ordering::Relaxed) {
+            // The cached bound is reached: look at `retired` again. Its Acquire orders the
+            // retirer's last reads of the slots it freed before our reuse of them (every
+            // later post stays below this bound, so it is ordered too). `posted` − `retired`
+            // ≤ `depth` always, so `posted` never passes the bound: equal means full. Inline
+            // (a load, an add, a store): a call here would make the whole post save
+            // registers.
+            let limit = self
+                .retired
+                .load(Ordering::Acquire)
+                .wrapping_add(self.depth);
+            self.limit.store(limit, Ordering::Relaxed);
+            if posted == limit {
+                return None;
+            }
+        }
+        Some(posted)
+    }
+
+    /// Publishes the slot taken at `index`: from now on a CQE may retire it. Runs inside
+    /// the writer's post, before `prod_tail` covers the WQE ([`WqSlot::post_send`]).
+    #[inline(always)]
+    pub(crate) fn commit(&self, index: u32) {
+        self.posted.store(index.wrapping_add(1), Ordering::Release);
+    }
+}
+
+impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {
+    /// The queue's ring writer.
+    #[inline(always)]
+    fn writer(&self) -> &WqWriter<K, SlotCell> {
+        &self.slots
+    }
+
+    /// Stores the record of the request posted at `index` (from [`Self::next`]): the
+    /// consumer's RequestContext, its operation type and signalling; and returns the slot
+    /// its WQE goes to. Nothing is committed: a request refused after this leaves a record
+    /// nobody reads.
+    #[inline(always)]
+    fn take(&self, index: u32, request_context: usize, meta: SlotMeta) -> WqSlot<'_, K, SlotCell> {
+        let slot = self.slots.slot(index);
+        slot.record().set(request_context, meta);
+        slot
+    }
+}
+
 /// A queue pair.
 pub struct Qp {
     life: Lifetime,
@@ -168,9 +224,6 @@ pub struct Qp {
     max_read_sge: u32,
     max_transfer: u32,
     connected: AtomicBool,
-    /// The last SQ post carried NDK_OP_FLAG_DEFER and no doorbell has covered it yet. Only
-    /// the poster reads or writes it (posts are serialized per QP, §5.3).
-    sq_doorbell_pending: AtomicBool,
     /// What an initiator request passes for its SGE count, one load and one compare
     /// (together with its flags, the whole admission of a well-formed request):
     /// MaxInitiatorRequestSge + 1 while connected, 0 while not (so that no count, not even
@@ -325,7 +378,6 @@ impl PendingQp {
                 max_read_sge: p.max_initiator_sge.min(info.MaxReadRequestSge),
                 max_transfer: info.MaxTransferLength,
                 connected: AtomicBool::new(false),
-                sq_doorbell_pending: AtomicBool::new(false),
                 admit_send: AtomicU64::new(0),
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
@@ -520,10 +572,7 @@ impl Qp {
 
     /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
     fn ring_deferred(&self) {
-        if self.sq_doorbell_pending.load(Ordering::Relaxed) {
-            self.sq.writer().ring_doorbell();
-            self.sq_doorbell_pending.store(false, Ordering::Relaxed);
-        }
+        self.sq.writer().ring_owed();
     }
 
     /// An initiator request failed inline: the WQEs it would have shared a doorbell with
@@ -561,10 +610,11 @@ impl Qp {
     }
 
     /// The common initiator post: connection, flag and SGE checks, queue space, the slot
-    /// record, the WQE written straight into the ring, `prod_tail`, and the doorbell unless
-    /// DEFER. `admit` is the request's admission word (`admit_send` or `admit_read`).
-    /// `header` gets the `op_word` for `flags`, runs once the slot
-    /// is known and may still refuse; `posted` runs once the WQE is in the ring.
+    /// record, then the writer's post: the WQE written straight into the ring, the commit,
+    /// `prod_tail`, and the doorbell unless DEFER. `admit` is the request's admission word
+    /// (`admit_send` or `admit_read`). `header` gets the `op_word` for `flags`, runs once the
+    /// slot is known and may still refuse; `posted` runs once the WQE is in the ring, with
+    /// the commit (before the device can see the WQE).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn post_initiator(
@@ -594,23 +644,18 @@ impl Qp {
         // committed), so the record's values are dead before the header's are loaded.
         let slot = self
             .sq
-            .record_wqe(index, ctx, SlotMeta::from_flags(kind.op, flags));
+            .take(index, ctx, SlotMeta::from_flags(kind.op, flags));
         let h = match header(kind.op_word(flags)) {
             Ok(h) => h,
             Err(e) => return self.fail(e),
         };
-        if !slot.write_send(wr_id(tag::SQ, index), &h, sges) {
+        let commit = || {
+            self.sq.commit(index);
+            posted();
+        };
+        let defer = flags & NDK_OP_FLAG_DEFER != 0;
+        if !slot.post_send(wr_id(tag::SQ, index), &h, sges, commit, defer) {
             return self.fail(NdkError::InvalidParameter);
-        }
-        let next = index.wrapping_add(1);
-        self.sq.commit(index);
-        self.sq.writer().publish(next);
-        posted();
-        if flags & NDK_OP_FLAG_DEFER == 0 {
-            self.sq.writer().ring_doorbell();
-            self.sq_doorbell_pending.store(false, Ordering::Relaxed);
-        } else {
-            self.sq_doorbell_pending.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -844,14 +889,10 @@ impl Qp {
         let Some(index) = rq.next() else {
             return Err(NdkError::InsufficientResources);
         };
-        let slot = rq.record_wqe(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
-        if !slot.write_recv(wr_id(tag::RQ, index), sges) {
+        let slot = rq.take(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
+        if !slot.post_recv(wr_id(tag::RQ, index), sges, || rq.commit(index)) {
             return Err(NdkError::InvalidParameter);
         }
-        let next = index.wrapping_add(1);
-        rq.commit(index);
-        rq.writer().publish(next);
-        rq.writer().ring_doorbell();
         Ok(())
     }
 

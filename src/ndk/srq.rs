@@ -236,16 +236,19 @@ impl Srq {
         let index = self.posted.load(Ordering::Relaxed);
         rec.context.store(ctx, Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
-        if !self.writer.write_recv(index, wr_id(tag::SRQ, id), sges) {
+        let commit = || {
+            self.outstanding.fetch_add(1, Ordering::AcqRel);
+            self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
+            self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
+        };
+        if !self
+            .writer
+            .slot(index)
+            .post_recv(wr_id(tag::SRQ, id), sges, commit)
+        {
             rec.busy.store(false, Ordering::Release);
             return Err(NdkError::InvalidParameter);
         }
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
-        let next = index.wrapping_add(1);
-        self.posted.store(next, Ordering::Relaxed);
-        self.writer.publish(next);
-        self.writer.ring_doorbell();
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! The work-queue writer (§7, §9, §10, §12): the producer side of a driver-produced ring (QP
 //! send queue, QP receive queue, SRQ), resolved once when the queue is created, so that
 //! posting a WQE is a handful of stores with no lock, no table lookup and no allocation:
-//! write the WQE into its slot, publish `prod_tail`, ring the doorbell. This is the one
+//! write the WQE into its slot, publish `prod_tail`, ring the doorbell ([`WqSlot::post_send`],
+//! [`WqSlot::post_recv`]: the whole hardware half of a post, in that order). This is the one
 //! writer of WQE bytes in the driver.
 //!
 //! The ring's WQE format is part of the writer's type ([`SendWriter`], [`RecvWriter`]): only
@@ -28,7 +29,7 @@
 use alloc::sync::Arc;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::os::dma::PAGE_SIZE;
 use crate::os::sync::to_device_barrier;
@@ -141,6 +142,9 @@ pub struct WqWriter<K, R = ()> {
     /// SGEs a WQE of this ring can hold.
     max_sge: u32,
     bell: Bell,
+    /// A post left its doorbell to a later one ([`WqSlot::post_send`] with `defer`) and no
+    /// doorbell has covered it yet. Only the ring's one producer reads or writes it.
+    doorbell_owed: AtomicBool,
     _buf: Arc<PagedBuffer>,
     /// The WQE format (no value: `fn() -> K` so that it adds no auto-trait bound).
     _kind: PhantomData<fn() -> K>,
@@ -187,6 +191,7 @@ impl<K: WqKind> WqWriter<K> {
             wrap: 2 * n - 1,
             max_sge,
             bell,
+            doorbell_owed: AtomicBool::new(false),
             _buf: buf,
             _kind: PhantomData,
         })
@@ -209,6 +214,7 @@ impl<K, R> WqWriter<K, R> {
             wrap: self.wrap,
             max_sge: self.max_sge,
             bell: self.bell,
+            doorbell_owed: self.doorbell_owed,
             _buf: self._buf,
             _kind: PhantomData,
         })
@@ -241,9 +247,36 @@ impl<K, R> WqWriter<K, R> {
         // INVARIANT: an entry of this writer, whose elements hold a `K` WQE of `max_sge`
         // SGEs, kept alive by `self._buf` for as long as `self` is borrowed.
         WqSlot {
+            writer: self,
             entry: self.elements.entry(index),
-            max_sge: self.max_sge,
-            _kind: PhantomData,
+            index,
+        }
+    }
+
+    /// The rest of a post once WQE `index` is written: `commit`, then the barrier that
+    /// orders the WQE's bytes (and whatever `commit` stored) before `prod_tail` =
+    /// `index + 1 mod 2N` (§7), then the doorbell (§12) unless `defer`.
+    #[inline(always)]
+    fn hand_over(&self, index: u32, commit: impl FnOnce(), defer: bool) {
+        commit();
+        to_device_barrier();
+        let next = index.wrapping_add(1);
+        self.prod_tail().store(next & self.wrap, Ordering::Release);
+        if defer {
+            self.doorbell_owed.store(true, Ordering::Relaxed);
+        } else {
+            self.bell.ring();
+            self.doorbell_owed.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Rings the doorbell a deferred post left owed, if any (a chain cut short by an inline
+    /// failure, a flush: what was posted still reaches the device).
+    #[inline(always)]
+    pub fn ring_owed(&self) {
+        if self.doorbell_owed.load(Ordering::Relaxed) {
+            self.bell.ring();
+            self.doorbell_owed.store(false, Ordering::Relaxed);
         }
     }
 
@@ -255,7 +288,8 @@ impl<K, R> WqWriter<K, R> {
         self.prod_tail().store(next & self.wrap, Ordering::Release);
     }
 
-    /// Rings this ring's doorbell.
+    /// Rings this ring's doorbell (tests and diagnostics: a post rings through
+    /// [`WqSlot::post_send`] / [`WqSlot::post_recv`]).
     #[inline(always)]
     pub fn ring_doorbell(&self) {
         self.bell.ring();
@@ -302,12 +336,14 @@ impl<R> WqWriter<RecvWqe, R> {
 /// One slot of a [`WqWriter`] of WQE format `K`: its record and its WQE (the caller owns
 /// the slot: its index was retired, so the device is done with it).
 pub struct WqSlot<'a, K, R> {
-    // INVARIANT: `entry.at` is 8-aligned and valid for writes of a `K` header and `max_sge`
-    // (≥ 1) SGEs for 'a. (The address is loaded where a WQE is written, not before: a post
-    // that stores its record first keeps one register free.)
+    writer: &'a WqWriter<K, R>,
+    // INVARIANT: `entry` is `writer`'s entry of `index`: `entry.at` is 8-aligned and valid for
+    // writes of a `K` header and `writer.max_sge` (≥ 1) SGEs for 'a. (The address is loaded
+    // where a WQE is written, not before: a post that stores its record first keeps one
+    // register free.)
     entry: &'a Entry<R>,
-    max_sge: u32,
-    _kind: PhantomData<fn() -> K>,
+    /// The free-running index.
+    index: u32,
 }
 
 impl<'a, K, R> WqSlot<'a, K, R> {
@@ -319,18 +355,43 @@ impl<'a, K, R> WqSlot<'a, K, R> {
 
     /// SGEs this WQE holds.
     pub fn max_sge(&self) -> u32 {
-        self.max_sge
+        self.writer.max_sge
     }
 
     /// False for more SGEs than a WQE holds. A WQE holds at least one (type invariant), so
     /// a post whose SGE count is known to be 0 or 1 compiles this away.
     #[inline(always)]
     fn fits(&self, sges: &[Sge]) -> bool {
-        sges.len() <= 1 || sges.len() <= self.max_sge as usize
+        sges.len() <= 1 || sges.len() <= self.writer.max_sge as usize
     }
 }
 
 impl<R> WqSlot<'_, SendWqe, R> {
+    /// Posts the send WQE: writes it ([`Self::write_send`]), runs `commit`, publishes
+    /// `prod_tail` to cover it, and rings the doorbell, or with `defer` leaves the doorbell
+    /// owed to the next post ([`WqWriter::ring_owed`]). `false` (nothing written, `commit`
+    /// not run, nothing published) for more SGEs than the ring holds.
+    ///
+    /// `commit` is the poster's record that the slot is taken. It runs before `prod_tail`
+    /// covers the WQE because the device may run a WQE as soon as `prod_tail` covers it,
+    /// without waiting for its doorbell (M17 runs an SQ until empty), so its CQE can be
+    /// polled on another thread before the post returns.
+    #[inline(always)]
+    pub fn post_send(
+        self,
+        wr_id: u64,
+        h: &SqHeader,
+        sges: &[Sge],
+        commit: impl FnOnce(),
+        defer: bool,
+    ) -> bool {
+        if !self.write_send(wr_id, h, sges) {
+            return false;
+        }
+        self.writer.hand_over(self.index, commit, defer);
+        true
+    }
+
     /// Writes the send WQE (§10: `wr_id` @0, `num_sge` @8, `opcode`/`send_flags` @16, `ex`
     /// @24, the `wr` union @32, SGEs @80); `false` (nothing written) for more SGEs than the
     /// ring holds.
@@ -364,6 +425,17 @@ impl<R> WqSlot<'_, SendWqe, R> {
 }
 
 impl<R> WqSlot<'_, RecvWqe, R> {
+    /// Posts the receive WQE and rings the doorbell, as [`WqSlot::post_send`] does (a
+    /// receive is never deferred).
+    #[inline(always)]
+    pub fn post_recv(self, wr_id: u64, sges: &[Sge], commit: impl FnOnce()) -> bool {
+        if !self.write_recv(wr_id, sges) {
+            return false;
+        }
+        self.writer.hand_over(self.index, commit, false);
+        true
+    }
+
     /// Writes the receive WQE (RQ or SRQ format, §10: `wr_id` @0, `num_sge` @8, SGEs @16);
     /// `false` for too many SGEs.
     #[inline(always)]
