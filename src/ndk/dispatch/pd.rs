@@ -1,7 +1,7 @@
 //! `NDK_PD_DISPATCH`: the creates under a PD. Every thunk follows the shared `# Safety`
 //! contract of [`super`] ("the module contract").
 
-use super::{close_object, create_async, create_inline, optional, query_extension, status};
+use super::{create_async, create_inline, dispatch_table, optional, status};
 use crate::ndk::cq::Cq;
 use crate::ndk::mr::Mr;
 use crate::ndk::mw::Mw;
@@ -228,14 +228,11 @@ unsafe extern "system" fn get_privileged_token(pNdkPd: *mut NDK_PD, pToken: *mut
     }
 }
 
-/// `NDK_PD_DISPATCH`.
-pub static PD_DISPATCH: NDK_PD_DISPATCH = NDK_PD_DISPATCH {
-    NdkClosePd: close_object::<Pd>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(PD_DISPATCH: NDK_PD_DISPATCH, NdkClosePd: Pd {
     NdkCreateMr: create_mr,
     NdkCreateMw: create_mw,
     NdkCreateSrq: create_srq,
     NdkCreateQp: create_qp,
     NdkCreateQpWithSrq: create_qp_with_srq,
     NdkGetPrivilegedMemoryRegionToken: get_privileged_token,
-};
+});
