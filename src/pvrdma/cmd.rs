@@ -23,6 +23,7 @@ use crate::os::sync::{from_device_barrier, mmio_flush, to_device_barrier};
 use crate::os::{DmaBuffer, DpcHandler, Platform, SharedDma, SpinLock, Timer};
 
 use super::bytes::{Sink, get, get_u8, get_u16, get_u32};
+use super::device_enum::device_enum;
 use super::error::PvrdmaError;
 use super::regs::{self, version};
 use super::wqe::AccessFlags;
@@ -112,46 +113,34 @@ fn check_header(code: u32, resp: &[u8; RESP_MAX]) -> Result<(), PvrdmaError> {
 // ---------------------------------------------------------------------------------------------
 // Shared structures.
 
-/// QP types (`pvrdma_qp_type`), the ones v1 creates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum QpType {
-    /// QP1.
-    Gsi = 1,
-    /// Reliable connected.
-    Rc = 2,
-    /// Unreliable datagram.
-    Ud = 4,
-}
-
-/// QP states.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-#[allow(missing_docs)]
-pub enum QpState {
-    Reset = 0,
-    Init = 1,
-    Rtr = 2,
-    Rts = 3,
-    Sqd = 4,
-    Sqe = 5,
-    Err = 6,
-}
-
-impl TryFrom<u32> for QpState {
-    type Error = PvrdmaError;
-    fn try_from(v: u32) -> Result<Self, PvrdmaError> {
-        Ok(match v {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqd,
-            5 => QpState::Sqe,
-            6 => QpState::Err,
-            _ => return Err(PvrdmaError::InvalidParameter),
-        })
+device_enum! {
+    /// QP types (`pvrdma_qp_type`), the ones v1 creates.
+    pub enum QpType: u8 {
+        /// QP1.
+        Gsi = 1,
+        /// Reliable connected.
+        Rc = 2,
+        /// Unreliable datagram.
+        Ud = 4,
     }
+    /// A QP type the driver does not create.
+    unknown UnknownQpType;
+}
+
+device_enum! {
+    /// QP states.
+    #[allow(missing_docs)]
+    pub enum QpState: u32 {
+        Reset = 0,
+        Init = 1,
+        Rtr = 2,
+        Rts = 3,
+        Sqd = 4,
+        Sqe = 5,
+        Err = 6,
+    }
+    /// A QP state the driver does not know.
+    unknown UnknownQpState;
 }
 
 bitflags::bitflags! {

@@ -2,67 +2,37 @@
 #![deny(unsafe_code)]
 
 use super::bytes::get_u32;
+use super::device_enum::device_enum;
 
 /// Size of an EQE.
 pub const EQE_SIZE: usize = 8;
 
-/// `enum pvrdma_eqe_type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-#[allow(missing_docs)]
-pub enum EqeType {
-    CqErr = 0,
-    QpFatal = 1,
-    QpReqErr = 2,
-    QpAccessErr = 3,
-    CommEst = 4,
-    SqDrained = 5,
-    PathMig = 6,
-    PathMigErr = 7,
-    DeviceFatal = 8,
-    PortActive = 9,
-    PortErr = 10,
-    LidChange = 11,
-    PkeyChange = 12,
-    SmChange = 13,
-    SrqErr = 14,
-    SrqLimitReached = 15,
-    QpLastWqeReached = 16,
-    ClientReregister = 17,
-    GidChange = 18,
-}
-
-/// An event type the driver does not know.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UnknownEvent(pub u32);
-
-impl TryFrom<u32> for EqeType {
-    type Error = UnknownEvent;
-    fn try_from(v: u32) -> Result<Self, UnknownEvent> {
-        use EqeType::*;
-        Ok(match v {
-            0 => CqErr,
-            1 => QpFatal,
-            2 => QpReqErr,
-            3 => QpAccessErr,
-            4 => CommEst,
-            5 => SqDrained,
-            6 => PathMig,
-            7 => PathMigErr,
-            8 => DeviceFatal,
-            9 => PortActive,
-            10 => PortErr,
-            11 => LidChange,
-            12 => PkeyChange,
-            13 => SmChange,
-            14 => SrqErr,
-            15 => SrqLimitReached,
-            16 => QpLastWqeReached,
-            17 => ClientReregister,
-            18 => GidChange,
-            other => return Err(UnknownEvent(other)),
-        })
+device_enum! {
+    /// `enum pvrdma_eqe_type`.
+    #[allow(missing_docs)]
+    pub enum EqeType: u32 {
+        CqErr = 0,
+        QpFatal = 1,
+        QpReqErr = 2,
+        QpAccessErr = 3,
+        CommEst = 4,
+        SqDrained = 5,
+        PathMig = 6,
+        PathMigErr = 7,
+        DeviceFatal = 8,
+        PortActive = 9,
+        PortErr = 10,
+        LidChange = 11,
+        PkeyChange = 12,
+        SmChange = 13,
+        SrqErr = 14,
+        SrqLimitReached = 15,
+        QpLastWqeReached = 16,
+        ClientReregister = 17,
+        GidChange = 18,
     }
+    /// An event type the driver does not know.
+    unknown UnknownEvent;
 }
 
 /// What an event is about, by the meaning of its `info` (§13).
@@ -148,8 +118,15 @@ mod tests {
             Eqe::parse(&[0, 0, 0, 0x80, 1, 0, 0, 0]),
             Err(UnknownEvent(0x8000_0000))
         );
+    }
+
+    #[test]
+    fn every_event_type_round_trips_and_no_other_is_one() {
         for v in 0..=18 {
-            assert_eq!(EqeType::try_from(v).map(|t| t as u32), Ok(v));
+            assert_eq!(EqeType::try_from(v).map(EqeType::as_raw), Ok(v));
         }
+        assert_eq!(EqeType::GidChange.as_raw(), 18);
+        assert_eq!(EqeType::try_from(19), Err(UnknownEvent(19)));
+        assert_eq!(EqeType::try_from(u32::MAX), Err(UnknownEvent(u32::MAX)));
     }
 }

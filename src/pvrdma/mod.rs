@@ -12,6 +12,7 @@
 //!   WQEs; [`cq`]: the CQ reader (poll: validated `prod_tail`, CQE fields, `cons_head`, arm),
 //!   the one reader of CQEs;
 //! - [`table`]: bounds-checked tables keyed by device handle;
+//! - `device_enum`: the one way a C enum of the device is declared and decoded;
 //! - [`device`]: bring-up, teardown, interrupts and event dispatch (§5, §13);
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
@@ -20,6 +21,7 @@ pub mod cmd;
 pub mod cq;
 pub mod cqe;
 pub mod device;
+mod device_enum;
 pub mod dsr;
 mod elements;
 pub mod eqe;

@@ -25,6 +25,8 @@ use core::marker::PhantomData;
 
 use crate::os::RegisterIo;
 
+use super::device_enum::device_enum;
+
 /// Access-mode marker: read-only.
 pub struct ReadOnly;
 /// Access-mode marker: write-only.
@@ -100,22 +102,24 @@ pub const IMR_ALL_ENABLED: u32 = 0;
 /// IMR value masking every vector.
 pub const IMR_ALL_MASKED: u32 = !0;
 
-/// Values of CTL (M7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Ctl {
-    /// Start the device after the DSR is loaded.
-    Activate = 0,
-    /// Resume after a quiesce (link up).
-    Unquiesce = 1,
-    /// Destroy everything and stop DMA before the write returns.
-    Reset = 2,
+device_enum! {
+    /// Values of CTL (M7).
+    pub enum Ctl: u32 {
+        /// Start the device after the DSR is loaded.
+        Activate = 0,
+        /// Resume after a quiesce (link up).
+        Unquiesce = 1,
+        /// Destroy everything and stop DMA before the write returns.
+        Reset = 2,
+    }
+    /// A CTL value the driver does not know.
+    unknown UnknownCtl;
 }
 
 impl Ctl {
     /// Writes this control value to CTL.
     pub fn write(self, io: &dyn RegisterIo) {
-        CTL.write(io, self as u32);
+        CTL.write(io, self.as_raw());
     }
 }
 
@@ -153,16 +157,21 @@ mod tests {
         assert_eq!(IMR.offset(), 0x1C);
         assert_eq!(MACL.offset(), 0x20);
         assert_eq!(MACH.offset(), 0x24);
-        assert_eq!(
-            [
-                Ctl::Activate as u32,
-                Ctl::Unquiesce as u32,
-                Ctl::Reset as u32
-            ],
-            [0, 1, 2]
-        );
         assert!(!version::supported(17));
         assert!(version::supported(18) && version::supported(19) && version::supported(20));
         assert!(!version::supported(21));
+    }
+
+    #[test]
+    fn every_ctl_value_round_trips_and_no_other_is_one() {
+        assert_eq!(
+            [Ctl::Activate, Ctl::Unquiesce, Ctl::Reset].map(Ctl::as_raw),
+            [0, 1, 2]
+        );
+        for v in 0..=2 {
+            assert_eq!(Ctl::try_from(v).map(Ctl::as_raw), Ok(v));
+        }
+        assert_eq!(Ctl::try_from(3), Err(UnknownCtl(3)));
+        assert_eq!(Ctl::try_from(u32::MAX), Err(UnknownCtl(u32::MAX)));
     }
 }

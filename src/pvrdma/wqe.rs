@@ -5,6 +5,8 @@
 
 use bitflags::bitflags;
 
+use super::device_enum::device_enum;
+
 /// `pvrdma_sq_wqe_hdr` size.
 pub const SQ_WQE_HDR_SIZE: usize = 80;
 /// `pvrdma_rq_wqe_hdr` size.
@@ -26,43 +28,45 @@ pub fn rq_stride(max_sge: u32) -> Option<u32> {
         .checked_next_power_of_two()
 }
 
-/// `enum pvrdma_wr_opcode` (PVRDMA values, not IB's: §16 item 1). `PVRDMA_WR_ERROR` (16) is
-/// Linux's "no mapping" marker and is never posted, so it has no variant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum WrOpcode {
-    /// RDMA WRITE (NdkWrite).
-    RdmaWrite = 0,
-    /// RDMA WRITE with immediate data (not posted by the NDK layer).
-    RdmaWriteWithImm = 1,
-    /// SEND (NdkSend).
-    Send = 2,
-    /// SEND with immediate data (not posted).
-    SendWithImm = 3,
-    /// RDMA READ (NdkRead).
-    RdmaRead = 4,
-    /// Atomic compare and swap (not posted).
-    AtomicCmpAndSwp = 5,
-    /// Atomic fetch and add (not posted).
-    AtomicFetchAndAdd = 6,
-    /// Large send offload (not posted).
-    Lso = 7,
-    /// SEND with invalidate (NdkSendAndInvalidate).
-    SendWithInv = 8,
-    /// RDMA READ with local invalidate (not posted: Project decision (b)).
-    RdmaReadWithInv = 9,
-    /// Local invalidate (NdkInvalidate).
-    LocalInv = 10,
-    /// Fast-register an MR (NdkFastRegister).
-    FastRegMr = 11,
-    /// Masked compare and swap (not posted).
-    MaskedAtomicCmpAndSwp = 12,
-    /// Masked fetch and add (not posted).
-    MaskedAtomicFetchAndAdd = 13,
-    /// Memory-window bind (not posted: no MWs, pvrdma.md §1).
-    BindMw = 14,
-    /// Signature MR registration (not posted).
-    RegSigMr = 15,
+device_enum! {
+    /// `enum pvrdma_wr_opcode` (PVRDMA values, not IB's: §16 item 1). `PVRDMA_WR_ERROR` (16) is
+    /// Linux's "no mapping" marker and is never posted, so it has no variant.
+    pub enum WrOpcode: u32 {
+        /// RDMA WRITE (NdkWrite).
+        RdmaWrite = 0,
+        /// RDMA WRITE with immediate data (not posted by the NDK layer).
+        RdmaWriteWithImm = 1,
+        /// SEND (NdkSend).
+        Send = 2,
+        /// SEND with immediate data (not posted).
+        SendWithImm = 3,
+        /// RDMA READ (NdkRead).
+        RdmaRead = 4,
+        /// Atomic compare and swap (not posted).
+        AtomicCmpAndSwp = 5,
+        /// Atomic fetch and add (not posted).
+        AtomicFetchAndAdd = 6,
+        /// Large send offload (not posted).
+        Lso = 7,
+        /// SEND with invalidate (NdkSendAndInvalidate).
+        SendWithInv = 8,
+        /// RDMA READ with local invalidate (not posted: Project decision (b)).
+        RdmaReadWithInv = 9,
+        /// Local invalidate (NdkInvalidate).
+        LocalInv = 10,
+        /// Fast-register an MR (NdkFastRegister).
+        FastRegMr = 11,
+        /// Masked compare and swap (not posted).
+        MaskedAtomicCmpAndSwp = 12,
+        /// Masked fetch and add (not posted).
+        MaskedAtomicFetchAndAdd = 13,
+        /// Memory-window bind (not posted: no MWs, pvrdma.md §1).
+        BindMw = 14,
+        /// Signature MR registration (not posted).
+        RegSigMr = 15,
+    }
+    /// A WR opcode the driver does not know.
+    unknown UnknownWrOpcode;
 }
 
 bitflags! {
@@ -188,5 +192,16 @@ mod tests {
         assert_eq!(rq_stride(2), Some(64));
         assert_eq!(rq_stride(16), Some(512));
         assert_eq!(sq_stride(u32::MAX), None);
+    }
+
+    #[test]
+    fn every_wr_opcode_round_trips_and_no_other_is_one() {
+        for v in 0..=15 {
+            assert_eq!(WrOpcode::try_from(v).map(WrOpcode::as_raw), Ok(v));
+        }
+        assert_eq!(WrOpcode::RegSigMr.as_raw(), 15);
+        // PVRDMA_WR_ERROR, Linux's "no mapping" marker, is not an opcode.
+        assert_eq!(WrOpcode::try_from(16), Err(UnknownWrOpcode(16)));
+        assert_eq!(WrOpcode::try_from(u32::MAX), Err(UnknownWrOpcode(u32::MAX)));
     }
 }

@@ -1,7 +1,7 @@
 //! `NDK_ADAPTER_DISPATCH` and CloseNDKAdapterHandler's core. Every thunk follows the shared
 //! `# Safety` contract of [`super`] ("the module contract").
 
-use super::{create_async, optional, query_extension, status};
+use super::{create_async, dispatch_table, optional, status};
 use crate::ndk::adapter::{Adapter, adapter_info_bytes};
 use crate::ndk::connector::Connector;
 use crate::ndk::cq::{Cq, CqParams};
@@ -211,9 +211,7 @@ unsafe extern "system" fn release_lam(
 ) {
 }
 
-/// `NDK_ADAPTER_DISPATCH`.
-pub static ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH = NDK_ADAPTER_DISPATCH {
-    NdkQueryExtension: query_extension,
+dispatch_table!(ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH {
     NdkQueryAdapterInfo: query_adapter_info,
     NdkCreateCq: create_cq,
     NdkCreatePd: create_pd,
@@ -222,7 +220,7 @@ pub static ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH = NDK_ADAPTER_DISPATCH {
     NdkCreateListener: create_listener,
     NdkBuildLAM: build_lam,
     NdkReleaseLAM: release_lam,
-};
+});
 
 /// CloseNDKAdapterHandler's core: blocks (PASSIVE_LEVEL) until every object under the
 /// adapter has closed and every callback on them has returned (§5.2).

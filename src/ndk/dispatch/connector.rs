@@ -3,7 +3,7 @@
 
 use core::ffi::c_void;
 
-use super::{close_object, not_implemented, query_extension};
+use super::{dispatch_table, not_implemented};
 use crate::ndk::connector::Connector;
 use crate::ndkpi::*;
 
@@ -33,10 +33,7 @@ not_implemented! {
         _dectx: PVOID, _rc: NDK_FN_REQUEST_COMPLETION, _ctx: PVOID);
 }
 
-/// `NDK_CONNECTOR_DISPATCH` (NDKPI 2.1, 13 slots).
-pub static CONNECTOR_DISPATCH: NDK_CONNECTOR_DISPATCH = NDK_CONNECTOR_DISPATCH {
-    NdkCloseConnector: close_object::<Connector>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(CONNECTOR_DISPATCH: NDK_CONNECTOR_DISPATCH, NdkCloseConnector: Connector {
     NdkConnect: connect,
     NdkConnectWithSharedEndpoint: connect_with_shared_endpoint,
     NdkCompleteConnect: complete_connect,
@@ -48,4 +45,4 @@ pub static CONNECTOR_DISPATCH: NDK_CONNECTOR_DISPATCH = NDK_CONNECTOR_DISPATCH {
     NdkDisconnect: disconnect,
     NdkCompleteConnectEx: complete_connect_ex,
     NdkAcceptEx: accept_ex,
-};
+});

@@ -1,7 +1,7 @@
 //! `NDK_CQ_DISPATCH`: arming and polling (two of the hot thunks). Every thunk follows the
 //! shared `# Safety` contract of [`super`] ("the module contract").
 
-use super::{close_object, query_extension};
+use super::dispatch_table;
 use crate::ndk::cq::Cq;
 use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
@@ -90,13 +90,10 @@ unsafe extern "system" fn get_cq_results_ex(
     }
 }
 
-/// `NDK_CQ_DISPATCH`.
-pub static CQ_DISPATCH: NDK_CQ_DISPATCH = NDK_CQ_DISPATCH {
-    NdkCloseCq: close_object::<Cq>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(CQ_DISPATCH: NDK_CQ_DISPATCH, NdkCloseCq: Cq {
     NdkResizeCq: resize_cq,
     NdkArmCq: arm_cq,
     NdkGetCqResults: get_cq_results,
     NdkControlCqInterruptModeration: control_cq_moderation,
     NdkGetCqResultsEx: get_cq_results_ex,
-};
+});

@@ -1,7 +1,7 @@
 //! `NDK_LISTENER_DISPATCH`. No listener can be created yet (connection management is a later
 //! issue); the slots exist and answer STATUS_NOT_IMPLEMENTED.
 
-use super::{close_object, not_implemented, query_extension};
+use super::{dispatch_table, not_implemented};
 use crate::ndk::listener::Listener;
 use crate::ndkpi::*;
 
@@ -15,11 +15,8 @@ not_implemented! {
 /// Nothing is dereferenced.
 unsafe extern "system" fn control_connect_events(_l: *mut NDK_LISTENER, _pause: BOOLEAN) {}
 
-/// `NDK_LISTENER_DISPATCH`.
-pub static LISTENER_DISPATCH: NDK_LISTENER_DISPATCH = NDK_LISTENER_DISPATCH {
-    NdkCloseListener: close_object::<Listener>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(LISTENER_DISPATCH: NDK_LISTENER_DISPATCH, NdkCloseListener: Listener {
     NdkListen: listen,
     NdkGetLocalAddress: listener_address,
     NdkControlConnectEvents: control_connect_events,
-};
+});

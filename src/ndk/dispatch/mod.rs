@@ -187,6 +187,29 @@ macro_rules! not_implemented {
 }
 use not_implemented;
 
+/// Declares `pub static $name: $table`, an NDK dispatch table: the slots listed (in ABI order)
+/// after the ones every table fills alike, `$close` with [`close_object`] for `$object` (the
+/// adapter's table has no close slot: adapters close through CLOSE_NDK_ADAPTER_HANDLER) and
+/// `NdkQueryExtension` with [`query_extension`]. The table's field types check every thunk.
+macro_rules! dispatch_table {
+    ($name:ident: $table:ident, $close:ident: $object:ident { $($slot:ident: $thunk:expr,)+ }) => {
+        #[doc = concat!("`", stringify!($table), "`.")]
+        pub static $name: $table = $table {
+            $close: $crate::ndk::dispatch::close_object::<$object>,
+            NdkQueryExtension: $crate::ndk::dispatch::query_extension,
+            $($slot: $thunk,)+
+        };
+    };
+    ($name:ident: $table:ident { $($slot:ident: $thunk:expr,)+ }) => {
+        #[doc = concat!("`", stringify!($table), "`.")]
+        pub static $name: $table = $table {
+            NdkQueryExtension: $crate::ndk::dispatch::query_extension,
+            $($slot: $thunk,)+
+        };
+    };
+}
+use dispatch_table;
+
 // ---------------------------------------------------------------- common slots
 
 /// NDK_FN_CLOSE_OBJECT for every object type but the adapter.

@@ -1,7 +1,7 @@
 //! `NDK_MR_DISPATCH`. Every thunk follows the shared `# Safety` contract of [`super`] ("the
 //! module contract").
 
-use super::{close_object, query_extension, request, status};
+use super::{dispatch_table, request, status};
 use crate::ndk::mr::Mr;
 use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
@@ -80,13 +80,10 @@ unsafe extern "system" fn get_local_token_from_mr(pNdkMr: *mut NDK_MR) -> UINT32
     unsafe { ObjRef::<Mr>::borrow(pNdkMr) }.map_or(0, |mr| mr.local_token())
 }
 
-/// `NDK_MR_DISPATCH`.
-pub static MR_DISPATCH: NDK_MR_DISPATCH = NDK_MR_DISPATCH {
-    NdkCloseMr: close_object::<Mr>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(MR_DISPATCH: NDK_MR_DISPATCH, NdkCloseMr: Mr {
     NdkRegisterMr: register_mr,
     NdkDeregisterMr: deregister_mr,
     NdkInitializeFastRegisterMr: initialize_fast_register_mr,
     NdkGetRemoteTokenFromMr: get_remote_token_from_mr,
     NdkGetLocalTokenFromMr: get_local_token_from_mr,
-};
+});

@@ -1,7 +1,7 @@
 //! `NDK_MW_DISPATCH` (no MW is ever created, see `ndk/mw.rs`). Every thunk follows the
 //! shared `# Safety` contract of [`super`] ("the module contract").
 
-use super::{close_object, query_extension};
+use super::dispatch_table;
 use crate::ndk::mw::Mw;
 use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
@@ -13,9 +13,6 @@ unsafe extern "system" fn get_remote_token_from_mw(pNdkMw: *mut NDK_MW) -> UINT3
     unsafe { ObjRef::<Mw>::borrow(pNdkMw) }.map_or(0, |mw| mw.remote_token())
 }
 
-/// `NDK_MW_DISPATCH`.
-pub static MW_DISPATCH: NDK_MW_DISPATCH = NDK_MW_DISPATCH {
-    NdkCloseMw: close_object::<Mw>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(MW_DISPATCH: NDK_MW_DISPATCH, NdkCloseMw: Mw {
     NdkGetRemoteTokenFromMw: get_remote_token_from_mw,
-};
+});

@@ -1,7 +1,7 @@
 //! `NDK_PD_DISPATCH`: the creates under a PD. Every thunk follows the shared `# Safety`
 //! contract of [`super`] ("the module contract").
 
-use super::{close_object, create_async, create_inline, optional, query_extension, status};
+use super::{create_async, create_inline, dispatch_table, optional, status};
 use crate::ndk::cq::Cq;
 use crate::ndk::mr::Mr;
 use crate::ndk::mw::Mw;
@@ -138,81 +138,85 @@ unsafe fn create_qp_common(
     }
 }
 
-/// # Safety
-/// See the module contract.
-unsafe extern "system" fn create_qp(
-    pNdkPd: *mut NDK_PD,
-    pReceiveCq: *mut NDK_CQ,
-    pInitiatorCq: *mut NDK_CQ,
-    QPContext: PVOID,
-    ReceiveQueueDepth: ULONG,
-    InitiatorQueueDepth: ULONG,
-    MaxReceiveRequestSge: ULONG,
-    MaxInitiatorRequestSge: ULONG,
-    InlineDataSize: ULONG,
-    CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    RequestContext: PVOID,
-    ppNdkQp: *mut *mut NDK_QP,
-) -> NTSTATUS {
-    let sizes = QpSizes {
-        receive_depth: ReceiveQueueDepth,
-        initiator_depth: InitiatorQueueDepth,
-        max_receive_sge: MaxReceiveRequestSge,
-        max_initiator_sge: MaxInitiatorRequestSge,
-        inline_data: InlineDataSize,
+/// Declares a QP-create thunk. NDK_FN_CREATE_QP and NDK_FN_CREATE_QP_WITH_SRQ (§2.11) begin
+/// alike (the PD, the receive CQ, the initiator CQ) and end alike (the create completion, its
+/// context, the out pointer), and both hand their arguments to [`create_qp_common`]; the
+/// parameters in between are each one's own, listed in ABI order, and give the SRQ, the QP
+/// context and the queue sizes. The table field's type checks the whole signature.
+macro_rules! qp_create {
+    (
+        fn $name:ident($($param:ident: $ty:ty,)+)
+        => (srq: $srq:expr, context: $context:expr, sizes: $sizes:expr $(,)?)
+    ) => {
+        /// # Safety
+        /// See the module contract.
+        unsafe extern "system" fn $name(
+            pNdkPd: *mut NDK_PD,
+            pReceiveCq: *mut NDK_CQ,
+            pInitiatorCq: *mut NDK_CQ,
+            $($param: $ty,)+
+            CreateCompletion: NDK_FN_CREATE_COMPLETION,
+            RequestContext: PVOID,
+            ppNdkQp: *mut *mut NDK_QP,
+        ) -> NTSTATUS {
+            let (srq, context, sizes) = ($srq, $context, $sizes);
+            // SAFETY: forwarded contract.
+            unsafe {
+                create_qp_common(
+                    pNdkPd,
+                    pReceiveCq,
+                    pInitiatorCq,
+                    srq,
+                    context,
+                    sizes,
+                    CreateCompletion,
+                    RequestContext,
+                    ppNdkQp,
+                )
+            }
+        }
     };
-    // SAFETY: forwarded contract.
-    unsafe {
-        create_qp_common(
-            pNdkPd,
-            pReceiveCq,
-            pInitiatorCq,
-            None,
-            QPContext,
-            sizes,
-            CreateCompletion,
-            RequestContext,
-            ppNdkQp,
-        )
-    }
 }
 
-/// # Safety
-/// See the module contract.
-unsafe extern "system" fn create_qp_with_srq(
-    pNdkPd: *mut NDK_PD,
-    pReceiveCq: *mut NDK_CQ,
-    pInitiatorCq: *mut NDK_CQ,
-    pSrq: *mut NDK_SRQ,
-    QPContext: PVOID,
-    InitiatorQueueDepth: ULONG,
-    MaxInitiatorRequestSge: ULONG,
-    InlineDataSize: ULONG,
-    CreateCompletion: NDK_FN_CREATE_COMPLETION,
-    RequestContext: PVOID,
-    ppNdkQp: *mut *mut NDK_QP,
-) -> NTSTATUS {
-    let sizes = QpSizes {
-        receive_depth: 0,
-        initiator_depth: InitiatorQueueDepth,
-        max_receive_sge: 0,
-        max_initiator_sge: MaxInitiatorRequestSge,
-        inline_data: InlineDataSize,
-    };
-    // SAFETY: forwarded contract.
-    unsafe {
-        create_qp_common(
-            pNdkPd,
-            pReceiveCq,
-            pInitiatorCq,
-            Some(pSrq),
-            QPContext,
-            sizes,
-            CreateCompletion,
-            RequestContext,
-            ppNdkQp,
-        )
-    }
+qp_create! {
+    fn create_qp(
+        QPContext: PVOID,
+        ReceiveQueueDepth: ULONG,
+        InitiatorQueueDepth: ULONG,
+        MaxReceiveRequestSge: ULONG,
+        MaxInitiatorRequestSge: ULONG,
+        InlineDataSize: ULONG,
+    ) => (
+        srq: None,
+        context: QPContext,
+        sizes: QpSizes {
+            receive_depth: ReceiveQueueDepth,
+            initiator_depth: InitiatorQueueDepth,
+            max_receive_sge: MaxReceiveRequestSge,
+            max_initiator_sge: MaxInitiatorRequestSge,
+            inline_data: InlineDataSize,
+        },
+    )
+}
+
+qp_create! {
+    fn create_qp_with_srq(
+        pSrq: *mut NDK_SRQ,
+        QPContext: PVOID,
+        InitiatorQueueDepth: ULONG,
+        MaxInitiatorRequestSge: ULONG,
+        InlineDataSize: ULONG,
+    ) => (
+        srq: Some(pSrq),
+        context: QPContext,
+        sizes: QpSizes {
+            receive_depth: 0,
+            initiator_depth: InitiatorQueueDepth,
+            max_receive_sge: 0,
+            max_initiator_sge: MaxInitiatorRequestSge,
+            inline_data: InlineDataSize,
+        },
+    )
 }
 
 /// # Safety
@@ -228,14 +232,11 @@ unsafe extern "system" fn get_privileged_token(pNdkPd: *mut NDK_PD, pToken: *mut
     }
 }
 
-/// `NDK_PD_DISPATCH`.
-pub static PD_DISPATCH: NDK_PD_DISPATCH = NDK_PD_DISPATCH {
-    NdkClosePd: close_object::<Pd>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(PD_DISPATCH: NDK_PD_DISPATCH, NdkClosePd: Pd {
     NdkCreateMr: create_mr,
     NdkCreateMw: create_mw,
     NdkCreateSrq: create_srq,
     NdkCreateQp: create_qp,
     NdkCreateQpWithSrq: create_qp_with_srq,
     NdkGetPrivilegedMemoryRegionToken: get_privileged_token,
-};
+});

@@ -2,7 +2,7 @@
 //! `fast_register`). Every thunk follows the shared `# Safety` contract of [`super`] ("the
 //! module contract").
 
-use super::{close_object, query_extension, sgl, status};
+use super::{dispatch_table, sgl, status};
 use crate::ndk::error::{NdkError, NdkResult};
 use crate::ndk::mr::Mr;
 use crate::ndk::object::ObjRef;
@@ -317,10 +317,7 @@ unsafe extern "system" fn send_and_invalidate(
     }
 }
 
-/// `NDK_QP_DISPATCH`.
-pub static QP_DISPATCH: NDK_QP_DISPATCH = NDK_QP_DISPATCH {
-    NdkCloseQp: close_object::<Qp>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(QP_DISPATCH: NDK_QP_DISPATCH, NdkCloseQp: Qp {
     NdkFlush: flush,
     NdkSend: send,
     NdkReceive: receive,
@@ -330,4 +327,4 @@ pub static QP_DISPATCH: NDK_QP_DISPATCH = NDK_QP_DISPATCH {
     NdkRead: read,
     NdkWrite: write,
     NdkSendAndInvalidate: send_and_invalidate,
-};
+});

@@ -1,7 +1,7 @@
 //! `NDK_SHARED_ENDPOINT_DISPATCH`. No shared endpoint can be created yet (connection
 //! management is a later issue); the slots exist and answer STATUS_NOT_IMPLEMENTED.
 
-use super::{close_object, not_implemented, query_extension};
+use super::{dispatch_table, not_implemented};
 use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
 
@@ -9,9 +9,9 @@ not_implemented! {
     fn shared_endpoint_address(_s: *mut NDK_SHARED_ENDPOINT, _a: *mut SOCKADDR, _len: *mut ULONG);
 }
 
-/// `NDK_SHARED_ENDPOINT_DISPATCH`.
-pub static SHARED_ENDPOINT_DISPATCH: NDK_SHARED_ENDPOINT_DISPATCH = NDK_SHARED_ENDPOINT_DISPATCH {
-    NdkCloseSharedEndpoint: close_object::<SharedEndpoint>,
-    NdkQueryExtension: query_extension,
-    NdkGetLocalAddress: shared_endpoint_address,
-};
+dispatch_table!(
+    SHARED_ENDPOINT_DISPATCH: NDK_SHARED_ENDPOINT_DISPATCH,
+    NdkCloseSharedEndpoint: SharedEndpoint {
+        NdkGetLocalAddress: shared_endpoint_address,
+    }
+);

@@ -1,7 +1,7 @@
 //! `NDK_SRQ_DISPATCH`. Every thunk follows the shared `# Safety` contract of [`super`] ("the
 //! module contract").
 
-use super::{close_object, query_extension, request, sgl, status};
+use super::{dispatch_table, request, sgl, status};
 use crate::ndk::object::ObjRef;
 use crate::ndk::srq::Srq;
 use crate::ndkpi::*;
@@ -41,10 +41,7 @@ unsafe extern "system" fn srq_receive(
     status(r)
 }
 
-/// `NDK_SRQ_DISPATCH`.
-pub static SRQ_DISPATCH: NDK_SRQ_DISPATCH = NDK_SRQ_DISPATCH {
-    NdkCloseSrq: close_object::<Srq>,
-    NdkQueryExtension: query_extension,
+dispatch_table!(SRQ_DISPATCH: NDK_SRQ_DISPATCH, NdkCloseSrq: Srq {
     NdkModifySrq: modify_srq,
     NdkSrqReceive: srq_receive,
-};
+});

@@ -748,3 +748,27 @@ fn reservation_after_shutdown_completes_and_unused_one_drops_uncalled() {
     assert_eq!(*log.lock().unwrap(), [(1, Err(PvrdmaError::Shutdown))]);
     assert!(r.fake.st.lock().unwrap().requests.is_empty());
 }
+
+#[test]
+fn every_qp_type_round_trips_and_no_other_is_one() {
+    for v in [1, 2, 4] {
+        assert_eq!(QpType::try_from(v).map(QpType::as_raw), Ok(v));
+    }
+    assert_eq!(
+        [QpType::Gsi, QpType::Rc, QpType::Ud].map(QpType::as_raw),
+        [1, 2, 4]
+    );
+    for v in [0, 3, 5, u8::MAX] {
+        assert_eq!(QpType::try_from(v), Err(UnknownQpType(v)));
+    }
+}
+
+#[test]
+fn every_qp_state_round_trips_and_no_other_is_one() {
+    for v in 0..=6 {
+        assert_eq!(QpState::try_from(v).map(QpState::as_raw), Ok(v));
+    }
+    assert_eq!(QpState::Err.as_raw(), 6);
+    assert_eq!(QpState::try_from(7), Err(UnknownQpState(7)));
+    assert_eq!(QpState::try_from(u32::MAX), Err(UnknownQpState(u32::MAX)));
+}
