@@ -57,7 +57,11 @@ fn every_line_the_architecture_page_cites_names_its_item() {
             ));
         }
     }
-    assert!(wrong.is_empty(), "docs/ARCHITECTURE.md:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "docs/ARCHITECTURE.md:\n{}",
+        wrong.join("\n")
+    );
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -111,5 +115,9 @@ fn no_layer_imports_from_a_layer_above_it() {
     for (layer, forbidden) in rules {
         hits.extend(upward_imports(layer, forbidden));
     }
-    assert!(hits.is_empty(), "imports against the layering:\n{}", hits.join("\n"));
+    assert!(
+        hits.is_empty(),
+        "imports against the layering:\n{}",
+        hits.join("\n")
+    );
 }
