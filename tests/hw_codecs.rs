@@ -382,7 +382,7 @@ fn rings(h: &Harness) -> Rings {
 
 /// Writes send WQE `index` and returns its element's bytes.
 fn send_bytes(r: &Rings, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> [u8; 128] {
-    assert!(r.sq.write_send(index, wr_id, h, sges));
+    assert!(r.sq.slot(index).write_send(wr_id, h, sges));
     let mut slot = [0u8; 128];
     r.sq.read_element(index, &mut slot);
     slot
@@ -514,7 +514,7 @@ fn recv_wqe_read_back_by_the_model() {
             lkey: 0x100 * (i as u32 + 1),
         })
         .collect();
-    assert!(r.rq.write_recv(5, 0x0123_4567_89AB_CDEF, &sges));
+    assert!(r.rq.slot(5).write_recv(0x0123_4567_89AB_CDEF, &sges));
     let mut slot = [0u8; 64];
     r.rq.read_element(5, &mut slot);
     let w = sw::RecvWqe::parse(&slot, 3);

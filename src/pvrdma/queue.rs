@@ -471,7 +471,7 @@ mod tests {
             ..SqHeader::default()
         };
         for i in 0..4 {
-            assert!(sq.write_send(i, u64::from(i), &h, &sges));
+            assert!(sq.slot(i).write_send(u64::from(i), &h, &sges));
         }
         sq.publish(4);
         let buf = q.sq.wq.buf.clone();
@@ -482,7 +482,7 @@ mod tests {
         p0.write_u32(4, 2);
         assert_eq!(q.sq.outstanding(), Ok(2));
         // WQE 4 reuses slot 0 at byte 4096; WQE 1 is at 4096 + 128, its SGE @80.
-        assert!(sq.write_send(4, 4, &h, &sges));
+        assert!(sq.slot(4).write_send(4, &h, &sges));
         assert_eq!(buf.view(4096, 8).unwrap().read_u64(0), 4);
         assert_eq!(buf.view(4096 + 128, 8).unwrap().read_u64(0), 1);
         assert_eq!(buf.view(4096 + 128 + 80, 8).unwrap().read_u64(0), 0x1000);
@@ -493,7 +493,7 @@ mod tests {
         p0.write_u32(4, 7); // occupancy (5 − 7) mod 8 = 6 > 4
         assert_eq!(q.sq.outstanding(), Err(RingCorrupt));
         // RQ: ring state @8/@12, WQEs after the SQ pages (page 2).
-        assert!(rq.write_recv(0, 7, &sges));
+        assert!(rq.slot(0).write_recv(7, &sges));
         rq.publish(1);
         assert_eq!(p0.read_u32(8), 1);
         assert_eq!(buf.view(2 * 4096, 8).unwrap().read_u64(0), 7);
@@ -511,7 +511,7 @@ mod tests {
         let s = SrqQueue::alloc(&dma, &SrqLayout::new(2, 1).unwrap()).unwrap();
         assert_eq!(s.nchunks(), 3);
         let w = s.writer(Bell::new(u, SrqDoorbell::recv(3))).unwrap();
-        assert!(w.write_recv(0, 11, &[]));
+        assert!(w.slot(0).write_recv(11, &[]));
         w.publish(1);
         let p0 = s.wq.buf.page(0).unwrap().view();
         assert_eq!((p0.read_u32(0), p0.read_u32(8)), (0, 1));

@@ -259,13 +259,11 @@ impl<K, R> WqWriter<K, R> {
     #[inline(always)]
     fn hand_over(&self, index: u32, commit: impl FnOnce(), defer: bool) {
         commit();
-        to_device_barrier();
-        let next = index.wrapping_add(1);
-        self.prod_tail().store(next & self.wrap, Ordering::Release);
+        self.publish(index.wrapping_add(1));
         if defer {
             self.doorbell_owed.store(true, Ordering::Relaxed);
         } else {
-            self.bell.ring();
+            self.ring_doorbell();
             self.doorbell_owed.store(false, Ordering::Relaxed);
         }
     }
@@ -275,7 +273,7 @@ impl<K, R> WqWriter<K, R> {
     #[inline(always)]
     pub fn ring_owed(&self) {
         if self.doorbell_owed.load(Ordering::Relaxed) {
-            self.bell.ring();
+            self.ring_doorbell();
             self.doorbell_owed.store(false, Ordering::Relaxed);
         }
     }
@@ -288,8 +286,7 @@ impl<K, R> WqWriter<K, R> {
         self.prod_tail().store(next & self.wrap, Ordering::Release);
     }
 
-    /// Rings this ring's doorbell (tests and diagnostics: a post rings through
-    /// [`WqSlot::post_send`] / [`WqSlot::post_recv`]).
+    /// Rings this ring's doorbell (§12).
     #[inline(always)]
     pub fn ring_doorbell(&self) {
         self.bell.ring();
@@ -314,22 +311,6 @@ impl<K, R> WqWriter<K, R> {
             // SAFETY: `i` < stride: inside the element.
             *o = unsafe { core::ptr::read_volatile(p.add(i)) };
         }
-    }
-}
-
-impl<R> WqWriter<SendWqe, R> {
-    /// Writes send WQE `index` ([`WqSlot::write_send`]).
-    #[inline(always)]
-    pub fn write_send(&self, index: u32, wr_id: u64, h: &SqHeader, sges: &[Sge]) -> bool {
-        self.slot(index).write_send(wr_id, h, sges)
-    }
-}
-
-impl<R> WqWriter<RecvWqe, R> {
-    /// Writes receive WQE `index` ([`WqSlot::write_recv`]).
-    #[inline(always)]
-    pub fn write_recv(&self, index: u32, wr_id: u64, sges: &[Sge]) -> bool {
-        self.slot(index).write_recv(wr_id, sges)
     }
 }
 

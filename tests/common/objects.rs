@@ -126,7 +126,10 @@ impl Qp {
     /// Writes a send WQE at the next index and publishes it, without a doorbell (a batch
     /// shares the one [`Self::ring_send`] rings).
     pub fn write_send(&mut self, wr_id: u64, h: &SqHeader, sges: &[Sge]) {
-        assert!(self.sq.write_send(self.sq_next, wr_id, h, sges), "SGEs fit");
+        assert!(
+            self.sq.slot(self.sq_next).write_send(wr_id, h, sges),
+            "SGEs fit"
+        );
         self.sq_next = self.sq_next.wrapping_add(1);
         self.sq.publish(self.sq_next);
     }
@@ -145,7 +148,7 @@ impl Qp {
     /// Writes a receive WQE at the next index and publishes it, without a doorbell.
     pub fn write_recv(&mut self, wr_id: u64, sges: &[Sge]) {
         let rq = self.rq.as_ref().expect("a QP with an RQ");
-        assert!(rq.write_recv(self.rq_next, wr_id, sges), "SGEs fit");
+        assert!(rq.slot(self.rq_next).write_recv(wr_id, sges), "SGEs fit");
         self.rq_next = self.rq_next.wrapping_add(1);
         rq.publish(self.rq_next);
     }
@@ -347,7 +350,10 @@ pub struct Srq {
 impl Srq {
     /// Writes a receive WQE at the next index and publishes it, without a doorbell.
     pub fn write(&mut self, wr_id: u64, sges: &[Sge]) {
-        assert!(self.writer.write_recv(self.next, wr_id, sges), "SGEs fit");
+        assert!(
+            self.writer.slot(self.next).write_recv(wr_id, sges),
+            "SGEs fit"
+        );
         self.next = self.next.wrapping_add(1);
         self.writer.publish(self.next);
     }

@@ -77,7 +77,7 @@ fn rdma_write_bytes() {
         ex: u32::from_le_bytes([0xDE, 0xAD, 0xBE, 0xEF]),
         body: SqHeader::rdma_body(0x7000_1000, 0x0000_0A01),
     };
-    assert!(r.sq.write_send(9, 0xAABB_CCDD_0011_2233, &h, &sges));
+    assert!(r.sq.slot(9).write_send(0xAABB_CCDD_0011_2233, &h, &sges));
     let mut b = [0u8; 128];
     r.sq.read_element(9, &mut b);
     let mut want = [0u8; 96];
@@ -117,7 +117,7 @@ fn fast_reg_and_send_with_inv_bytes() {
             0x0000_0207,
         ),
     };
-    assert!(r.sq.write_send(0, 1, &h, &[]));
+    assert!(r.sq.slot(0).write_send(1, &h, &[]));
     let mut b = [0u8; 80];
     r.sq.read_element(0, &mut b);
     let mut want = [0u8; 80];
@@ -138,7 +138,7 @@ fn fast_reg_and_send_with_inv_bytes() {
         ex: 0x1234_5678,
         body: [0; 6],
     };
-    assert!(r.sq.write_send(8, 2, &h, &[]));
+    assert!(r.sq.slot(8).write_send(2, &h, &[]));
     r.sq.read_element(0, &mut b);
     assert_eq!(b[0], 2);
     assert_eq!(
@@ -163,7 +163,7 @@ fn recv_bytes_and_sge_bounds() {
             lkey: 4,
         },
     ];
-    assert!(r.rq.write_recv(6, 0x55, &sges));
+    assert!(r.rq.slot(6).write_recv(0x55, &sges));
     let mut b = [0u8; 64];
     r.rq.read_element(6, &mut b);
     let mut want = [0u8; 64];
@@ -178,19 +178,19 @@ fn recv_bytes_and_sge_bounds() {
     assert_eq!(b, want);
     // More SGEs than the ring holds: refused, nothing written.
     let four: Vec<Sge> = (0..4).map(sge).collect();
-    assert!(!r.rq.write_recv(6, 1, &four));
+    assert!(!r.rq.slot(6).write_recv(1, &four));
     r.rq.read_element(6, &mut b);
     assert_eq!(b, want);
     let h = SqHeader::default();
     let mut before = [0u8; 128];
     r.sq.read_element(2, &mut before);
-    assert!(!r.sq.write_send(2, 1, &h, &four));
+    assert!(!r.sq.slot(2).write_send(1, &h, &four));
     let mut after = [0u8; 128];
     r.sq.read_element(2, &mut after);
     assert_eq!(before, after);
     // At the limit: three SGEs, the last ending at byte 128 of the send element.
     let three: Vec<Sge> = (0..3).map(sge).collect();
-    assert!(r.sq.write_send(2, 1, &h, &three));
+    assert!(r.sq.slot(2).write_send(1, &h, &three));
     r.sq.read_element(2, &mut after);
     assert_eq!(after[112..120], le64(three[2].addr));
     assert_eq!(after[8], 3);
@@ -293,12 +293,12 @@ fn each_writer_checks_its_elements_hold_its_header_and_sges() {
     assert_eq!((sq.entries(), sq.max_sge()), (8, 3));
     let h = SqHeader::default();
     let three: Vec<Sge> = (0..3).map(sge).collect();
-    assert!(sq.write_send(7, 1, &h, &three));
+    assert!(sq.slot(7).write_send(1, &h, &three));
     let four: Vec<Sge> = (0..4).map(sge).collect();
-    assert!(!sq.write_send(7, 1, &h, &four));
+    assert!(!sq.slot(7).write_send(1, &h, &four));
     let rq = recv(g(64, 3)).unwrap();
-    assert!(rq.write_recv(7, 1, &three));
-    assert!(!rq.write_recv(7, 1, &four));
+    assert!(rq.slot(7).write_recv(1, &three));
+    assert!(!rq.slot(7).write_recv(1, &four));
 }
 
 #[test]
