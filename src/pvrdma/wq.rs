@@ -111,7 +111,7 @@ pub type RecvWriter<R = ()> = WqWriter<RecvWqe, R>;
 /// # use pvrdma_ndk::pvrdma::wq::RecvWriter;
 /// # use pvrdma_ndk::pvrdma::wqe::SqHeader;
 /// fn post(rq: &RecvWriter) -> bool {
-///     rq.write_send(0, 0, &SqHeader::default(), &[])
+///     rq.slot(0).write_send(0, &SqHeader::default(), &[])
 /// }
 /// ```
 ///
@@ -128,7 +128,7 @@ pub type RecvWriter<R = ()> = WqWriter<RecvWqe, R>;
 /// # use pvrdma_ndk::pvrdma::wq::{RecvWriter, SendWriter};
 /// # use pvrdma_ndk::pvrdma::wqe::SqHeader;
 /// fn post(sq: &SendWriter, rq: &RecvWriter) -> bool {
-///     sq.write_send(0, 0, &SqHeader::default(), &[]) && rq.slot(0).write_recv(0, &[])
+///     sq.slot(0).write_send(0, &SqHeader::default(), &[]) && rq.slot(0).write_recv(0, &[])
 /// }
 /// ```
 pub struct WqWriter<K, R = ()> {
