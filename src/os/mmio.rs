@@ -22,6 +22,11 @@ pub type DoorbellHook = Arc<dyn Fn(u32, u32) + Send + Sync>;
 /// The mapped UAR page 0 of BAR2 (§12). A doorbell is one volatile 32-bit store to it: that is
 /// all the Windows build runs, and what instruction-count benchmarks measure.
 ///
+/// The store orders nothing before it: a doorbell that makes the device read DMA memory
+/// (WQEs, `prod_tail`) follows [`crate::os::sync::doorbell_barrier`], as `pvrdma::uar` rings
+/// them. On x86-64 that costs no instruction; on ARM64 it is the `dmb oshst` that Linux's
+/// `writel()` issues before its store.
+///
 /// On the Linux host build a `Uar` may also carry a hook, called after the store with
 /// `(offset, value)`, through which the test harness forwards doorbells to the device model.
 /// The cargo feature `bare-doorbell` (instruction counting) compiles the hook out, so the

@@ -3,7 +3,9 @@
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicBool, Ordering, fence};
+#[cfg(not(target_arch = "aarch64"))]
+use core::sync::atomic::fence;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// The raw lock underneath [`SpinLock`]: acquiring returns the state the release needs.
 ///
@@ -166,17 +168,73 @@ mod held {
     pub fn released() {}
 }
 
-/// Orders the CPU's writes to DMA memory (WQEs, command requests) before a later write that
-/// tells the device to look (a `prod_tail` update, REQUEST, a doorbell).
+// The DMA barriers, per architecture. Where the device sits matters on ARM64: it is an observer
+// in the outer shareable domain, and the memory it is told about through a doorbell is Normal
+// memory while the doorbell itself is Device memory (`NdisMMapIoSpace` maps BAR1 and the UAR
+// page non-cached, not write-combined). The `dmb ish` that a Release or Acquire fence compiles
+// to there orders accesses only for the inner shareable domain, not for the device, so ARM64
+// takes the barriers Linux and rdma-core use (Linux `arch/arm64/include/asm/barrier.h` and
+// `io.h`, rdma-core `util/udma_barrier.h`). On x86-64 stores are not reordered with older
+// stores nor loads with older loads, to WB and to UC memory alike (no WC mapping, no
+// non-temporal store here), so a compiler barrier is all the first three need: what a
+// Release or Acquire fence compiles to there, no instruction (rdma-core's x86-64
+// `udma_to_device_barrier()` is `asm volatile("" ::: "memory")`; Linux's `dma_wmb()`,
+// `dma_rmb()` and `writel()`'s ordering are compiler barriers too).
+//
+// Every ARM64 `asm!` below leaves out `nomem`, so the compiler treats it as reading and
+// writing any memory: it is a compiler barrier as well as a CPU one.
+
+/// Orders the CPU's writes to DMA memory (WQEs) before a later write to DMA memory that tells
+/// the device to look (the `prod_tail` update): Linux's `dma_wmb()`.
 #[inline]
 pub fn to_device_barrier() {
+    // ARM64: `dma_wmb()` is `dmb oshst`, a store-store barrier for the outer shareable domain
+    // (the device's).
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction: it touches no memory, registers or flags and has no
+    // memory-safety precondition.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    #[cfg(not(target_arch = "aarch64"))]
     fence(Ordering::Release);
 }
 
-/// Orders a read of a device-written index (`prod_tail`) before the reads of the entries it
-/// publishes (CQEs, EQEs, CQNEs, the command response).
+/// Orders the CPU's writes to DMA memory (WQEs, `prod_tail`, a command request) before a
+/// following store to device memory that makes the device read them (a UAR doorbell, the
+/// REQUEST register): the ordering that Linux's `writel()` gives and `writel_relaxed()` does
+/// not, and rdma-core's `udma_to_device_barrier()` before a doorbell ring.
+#[inline]
+pub fn doorbell_barrier() {
+    // ARM64: `writel()` is `__iowmb()` then the store, and `__iowmb()` is `dma_wmb()`,
+    // `dmb oshst`: every earlier store is observed by the outer shareable domain before the
+    // Device-memory store is. rdma-core's aarch64 `udma_to_device_barrier()` is the same
+    // instruction. (`dsb st`, Linux's `wmb()` and rdma-core's `mmio_flush_writes()`, would
+    // also wait for the stores to complete, which a UC doorbell does not need: that is for
+    // draining write-combining buffers.)
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction: it touches no memory, registers or flags and has no
+    // memory-safety precondition.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    #[cfg(not(target_arch = "aarch64"))]
+    fence(Ordering::Release);
+}
+
+/// Orders a read of a device-written index (`prod_tail`, the response key) before the reads
+/// of the entries it publishes (CQEs, EQEs, CQNEs, the command response): Linux's `dma_rmb()`.
 #[inline]
 pub fn from_device_barrier() {
+    // ARM64: `dma_rmb()` is `dmb oshld`, a load-load/load-store barrier for the outer
+    // shareable domain; rdma-core's aarch64 `udma_from_device_barrier()` is the same.
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction: it touches no memory, registers or flags and has no
+    // memory-safety precondition.
+    unsafe {
+        core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
+    };
+    #[cfg(not(target_arch = "aarch64"))]
     fence(Ordering::Acquire);
 }
 
@@ -184,6 +242,16 @@ pub fn from_device_barrier() {
 /// ERR, CTL then ERR, DSRHIGH then caps): Linux's `mb()` in `pvrdma_cmd_post` and probe.
 #[inline]
 pub fn mmio_flush() {
+    // ARM64: `mb()` is `dsb sy`, which waits until every earlier access has completed, the
+    // Device-memory write included. Off the data path (commands, probe), so its cost is moot.
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction: it touches no memory, registers or flags and has no
+    // memory-safety precondition.
+    unsafe {
+        core::arch::asm!("dsb sy", options(nostack, preserves_flags))
+    };
+    // x86-64: `mb()` is `mfence` (the SeqCst fence).
+    #[cfg(not(target_arch = "aarch64"))]
     fence(Ordering::SeqCst);
 }
 

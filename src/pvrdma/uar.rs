@@ -7,7 +7,7 @@ use alloc::sync::Arc;
 use core::ptr::NonNull;
 
 use crate::os::Uar;
-use crate::os::sync::to_device_barrier;
+use crate::os::sync::doorbell_barrier;
 
 /// `PVRDMA_UAR_HANDLE_MASK`.
 pub const HANDLE_MASK: u32 = 0x00FF_FFFF;
@@ -106,7 +106,7 @@ impl Doorbell for SrqDoorbell {
 /// volatile 32-bit store.
 #[inline]
 pub fn ring(uar: &Uar, db: impl Doorbell) {
-    to_device_barrier();
+    doorbell_barrier();
     uar.write32(db.offset(), db.value());
 }
 
@@ -166,7 +166,7 @@ impl Bell {
     /// then stores the value.
     #[inline(always)]
     pub fn ring(&self) {
-        to_device_barrier();
+        doorbell_barrier();
         // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
         unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
         #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
