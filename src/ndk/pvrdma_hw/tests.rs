@@ -692,6 +692,24 @@ fn create_response_naming_a_live_handle_keeps_the_live_object_and_quarantines_th
         "the ring the device was given stays allocated"
     );
 
+    // A colliding response that is also malformed (cqe 3, not a power of two) fails on the
+    // handle, before anything could be destroyed for the bad count.
+    fake.st.lock().unwrap().resp_body[4..8].copy_from_slice(&3u32.to_le_bytes());
+    let before = requests(&fake).len();
+    let (third, third_pdir) = create(&hw);
+    let codes: Vec<u32> = requests(&fake)[before..]
+        .iter()
+        .map(|r| u32_at(r, 8))
+        .collect();
+    assert_eq!(
+        codes,
+        [code::CREATE_CQ],
+        "no DESTROY_CQ for a malformed collision"
+    );
+    assert_eq!(third, Err(HwError::Failed));
+    assert_eq!(hw.quarantined(), 2);
+    assert!(fake.dma.cpu_of(third_pdir).is_some());
+
     // The live CQ's own DESTROY still works, and frees its ring only.
     hw.destroy_cq(7);
     wait_for(|| fake.dma.cpu_of(live_pdir).is_none());
