@@ -142,7 +142,10 @@ impl Mr {
         }
     }
 
-    /// Checks an NdkFastRegister of `pages` pages from a QP of PD `pd_handle`.
+    /// Checks an NdkFastRegister of `pages` pages from a QP of PD `pd`.
+    ///
+    /// The PD is compared by identity: device handles are per adapter, so another
+    /// adapter's PD may carry the same handle.
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER if the MR is not an initialized FRMR of that PD or `pages`
@@ -150,11 +153,11 @@ impl Mr {
     /// without RemoteAccess.
     pub fn check_fast_register(
         &self,
-        pd_handle: u32,
+        pd: &ObjRef<Pd>,
         pages: u32,
         wants_remote: bool,
     ) -> NdkResult<FastRegTicket> {
-        if self.pd.handle() != pd_handle {
+        if self.pd != *pd {
             return Err(NdkError::InvalidParameter);
         }
         match *self.state.lock() {
@@ -184,13 +187,14 @@ impl Mr {
         self.key.store(key, Ordering::Relaxed);
     }
 
-    /// The key NdkInvalidate must name: only fast-register MRs of `pd_handle` qualify
-    /// (an NdkRegisterMr MR is deregistered, never invalidated, §5.7).
+    /// The key NdkInvalidate must name: only fast-register MRs of `pd` (the same PD object,
+    /// not an equal handle) qualify (an NdkRegisterMr MR is deregistered, never invalidated,
+    /// §5.7).
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER otherwise.
-    pub fn invalidate_key(&self, pd_handle: u32) -> NdkResult<u32> {
-        if self.pd.handle() != pd_handle {
+    pub fn invalidate_key(&self, pd: &ObjRef<Pd>) -> NdkResult<u32> {
+        if self.pd != *pd {
             return Err(NdkError::InvalidParameter);
         }
         match *self.state.lock() {

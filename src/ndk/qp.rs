@@ -769,7 +769,7 @@ impl Qp {
                     return Err(NdkError::InvalidParameter);
                 }
                 let count = u32::try_from(pages.len()).map_err(|_| NdkError::InvalidParameter)?;
-                let t = mr.check_fast_register(self.pd.handle(), count, remote)?;
+                let t = mr.check_fast_register(&self.pd, count, remote)?;
                 let page = PAGE_SIZE as u64;
                 if pages.iter().any(|&a| (a as u64) & (page - 1) != 0) {
                     return Err(NdkError::InvalidParameter);
@@ -840,7 +840,7 @@ impl Qp {
             &[],
             &self.admit_send,
             |op_word| {
-                let key = mr.invalidate_key(self.pd.handle())?;
+                let key = mr.invalidate_key(&self.pd)?;
                 // §5.4: a token the peer invalidated (SendAndInvalidate) cannot be
                 // invalidated again.
                 if self.pd.adapter().device().remotely_invalidated(key) {

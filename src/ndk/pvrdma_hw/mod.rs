@@ -99,7 +99,7 @@ struct Seam {
 impl Seam {
     /// Files `rec` under `h` (see [`Tables::file`]).
     fn file<R: tables::Record>(&self, h: u32, rec: R) -> Result<(), HwError> {
-        self.tables.file(self.dev.cmd(), h, rec)
+        self.tables.file(h, rec)
     }
 
     /// DESTROY for `h` (see [`Tables::destroy`]).
@@ -150,6 +150,13 @@ impl PvrdmaHardware {
 
     fn dev(&self) -> &Device {
         &self.seam.dev
+    }
+
+    /// Created objects whose CREATE response named a handle this seam could not file (one
+    /// held by a live object, or out of range): their memory is kept, never freed, because
+    /// the device may still use it (see `Tables::file`).
+    pub fn quarantined(&self) -> u32 {
+        self.seam.tables.quarantined()
     }
 
     /// Submits a prepared CREATE and, on the device's answer (in the command DPC), has
@@ -213,14 +220,16 @@ impl Hardware for PvrdmaHardware {
         let prepared = prepare_cq(self.dev(), entries);
         self.create(prepared, done, |s, resp, rec, done| {
             let h = resp.cq_handle;
-            let entries = rec.ring.lock().set_device_entries(resp.cqe);
-            done(match entries {
-                Ok(()) => s.file(h, rec).map(|()| h),
-                Err(e) => {
-                    tables::kill(s.dev.cmd(), h, rec);
-                    Err(hw_error(e))
-                }
-            });
+            // The handle first: the CQ is ours to destroy only once it is filed under it.
+            let ring = rec.ring.clone();
+            if let Err(e) = s.file(h, rec) {
+                return done(Err(e));
+            }
+            let entries = ring.lock().set_device_entries(resp.cqe);
+            done(entries.map(|()| h).map_err(|e| {
+                s.destroy::<CqRecord>(h);
+                hw_error(e)
+            }));
         });
     }
 

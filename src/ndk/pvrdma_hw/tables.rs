@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 use alloc::sync::Arc;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::commands::submit_then;
 use super::hw_error;
@@ -141,6 +142,7 @@ pub(super) struct Tables {
     cqs: SpinLock<HandleTable<CqRecord>>,
     qps: SpinLock<HandleTable<QpRecord>>,
     srqs: SpinLock<HandleTable<SrqRecord>>,
+    quarantined: AtomicU32,
 }
 
 fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, HwError> {
@@ -158,17 +160,37 @@ impl Tables {
             cqs: table(c.max_cq)?,
             qps: table(c.max_qp)?,
             srqs: table(c.max_srq)?,
+            quarantined: AtomicU32::new(0),
         })
     }
 
-    /// Files `rec` under the new object's handle `h`; when the handle is out of range or
-    /// taken, the object is destroyed through the record's reserved DESTROY right away.
-    pub(super) fn file<R: Record>(&self, ch: &CmdChannel, h: u32, rec: R) -> Result<(), HwError> {
+    /// Files `rec` under the new object's handle `h`, the handle of a CREATE response.
+    ///
+    /// A handle this seam cannot record (out of range, against M10, or held by a live object)
+    /// fails the create with [`HwError::Failed`] (STATUS_INTERNAL_ERROR: a device error) and
+    /// touches nothing filed: a DESTROY of `h` would destroy the live object, not the new one,
+    /// and no command names the new one. The device may still be using the new object's queue
+    /// memory, so the record is quarantined ([`Tables::quarantined`]): neither its memory nor
+    /// its reserved DESTROY (whose completion would free that memory) is ever released.
+    pub(super) fn file<R: Record>(&self, h: u32, rec: R) -> Result<(), HwError> {
         let filed = R::table(self).lock().try_put(h, rec);
         filed.map_err(|rec| {
-            kill(ch, h, rec);
-            HwError::Invalid
+            self.quarantine(rec);
+            HwError::Failed
         })
+    }
+
+    /// Keeps `rec` (queue memory the device may write, and the DESTROY that would free it)
+    /// alive for good: leaked memory is harmless, memory the device writes after a free is
+    /// not.
+    fn quarantine<R: Record>(&self, rec: R) {
+        self.quarantined.fetch_add(1, Ordering::Relaxed);
+        core::mem::forget(rec);
+    }
+
+    /// Created objects whose handle could not be filed (see [`Tables::file`]), diagnostics.
+    pub(super) fn quarantined(&self) -> u32 {
+        self.quarantined.load(Ordering::Relaxed)
     }
 
     /// Takes object `h`'s record out (its DESTROY is then the caller's to submit).

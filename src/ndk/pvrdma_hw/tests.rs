@@ -562,6 +562,8 @@ fn ndk_objects_over_the_hardware_layer() {
     // SAFETY: as above.
     let st = unsafe { (pdd.NdkCreateMr)(pd, 0, create_cb, core::ptr::null_mut(), &mut late) };
     assert_eq!(st, STATUS_SUCCESS);
+    // Its own handle: one a live MR holds would fail the registration (`Tables::file`).
+    fake.st.lock().unwrap().resp_body[0..4].copy_from_slice(&10u32.to_le_bytes());
     fake.st.lock().unwrap().modes.push_back(Mode::Defer);
     // SAFETY: as above; the MDL is followed by its PFN array.
     let st = unsafe { (mrd.NdkRegisterMr)(late, mdl, 0x1800, 0, request_cb, 0x51 as PVOID) };
@@ -615,4 +617,104 @@ fn ndk_objects_over_the_hardware_layer() {
     let codes: Vec<u32> = requests(&fake).iter().map(|r| u32_at(r, 8)).collect();
     assert_eq!(&codes[codes.len() - 5..], want);
     platform.executor().shutdown();
+}
+
+/// A CREATE_CQ response naming the handle of a live CQ (the fake answers every command with
+/// handle 7) fails that create as a device error, leaves the live CQ filed and alive, and
+/// frees none of the new CQ's ring: no DESTROY names it, and DESTROY 7 would destroy the live
+/// CQ instead.
+#[test]
+fn create_response_naming_a_live_handle_keeps_the_live_object_and_quarantines_the_new_ring() {
+    let fake = FakeDevice::new(20);
+    let platform = HostPlatform::new(
+        HostDevice {
+            bar1: fake.clone(),
+            dma: fake.dma.clone(),
+            doorbell: None,
+            uar_pfn: 0x1_2345,
+            pump: None,
+        },
+        2,
+    );
+    let w = Arc::downgrade(&platform);
+    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
+        if let Some(p) = w.upgrade() {
+            p.raise_interrupt(v);
+        }
+    }));
+    let p: Arc<dyn Platform> = platform.clone();
+    let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
+    {
+        let mut st = fake.st.lock().unwrap();
+        st.resp_body[0..4].copy_from_slice(&7u32.to_le_bytes());
+        st.resp_body[4..8].copy_from_slice(&64u32.to_le_bytes());
+    }
+    let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hw");
+    type Answer = Arc<std::sync::Mutex<Option<Result<u32, HwError>>>>;
+    let create = |hw: &PvrdmaHardware| {
+        let answer: Answer = Arc::new(std::sync::Mutex::new(None));
+        let a = answer.clone();
+        let done = crate::os::alloc::try_box(move |r| *a.lock().unwrap() = Some(r))
+            .expect("box")
+            .map_box(|b| b as HwDone<u32>)
+            .into_inner();
+        hw.create_cq_async(64, None, done);
+        wait_for(|| answer.lock().unwrap().is_some());
+        let r = answer.lock().unwrap().take().expect("answered");
+        let req = *requests(&fake).last().expect("CREATE_CQ");
+        assert_eq!(u32_at(&req, 8), code::CREATE_CQ);
+        (r, u64_at(&req, 16))
+    };
+    let (first, live_pdir) = create(&hw);
+    assert_eq!(first, Ok(7));
+    let before = requests(&fake).len();
+
+    let (second, new_pdir) = create(&hw);
+    let codes: Vec<u32> = requests(&fake)[before..]
+        .iter()
+        .map(|r| u32_at(r, 8))
+        .collect();
+    assert_eq!(
+        codes,
+        [code::CREATE_CQ],
+        "no DESTROY_CQ for the colliding handle"
+    );
+    assert_eq!(second, Err(HwError::Failed), "a device error");
+    assert_eq!(hw.quarantined(), 1);
+    assert!(hw.cq_reader(7).is_ok(), "the live CQ is still filed");
+    assert!(
+        fake.dma.cpu_of(live_pdir).is_some(),
+        "the live ring is intact"
+    );
+    let new_ring = fake.read_u64(new_pdir);
+    assert!(
+        fake.dma.cpu_of(new_ring).is_some(),
+        "the ring the device was given stays allocated"
+    );
+
+    // A colliding response that is also malformed (cqe 3, not a power of two) fails on the
+    // handle, before anything could be destroyed for the bad count.
+    fake.st.lock().unwrap().resp_body[4..8].copy_from_slice(&3u32.to_le_bytes());
+    let before = requests(&fake).len();
+    let (third, third_pdir) = create(&hw);
+    let codes: Vec<u32> = requests(&fake)[before..]
+        .iter()
+        .map(|r| u32_at(r, 8))
+        .collect();
+    assert_eq!(
+        codes,
+        [code::CREATE_CQ],
+        "no DESTROY_CQ for a malformed collision"
+    );
+    assert_eq!(third, Err(HwError::Failed));
+    assert_eq!(hw.quarantined(), 2);
+    assert!(fake.dma.cpu_of(third_pdir).is_some());
+
+    // The live CQ's own DESTROY still works, and frees its ring only.
+    hw.destroy_cq(7);
+    wait_for(|| fake.dma.cpu_of(live_pdir).is_none());
+    let last = *requests(&fake).last().expect("DESTROY_CQ");
+    assert_eq!((u32_at(&last, 8), u32_at(&last, 16)), (code::DESTROY_CQ, 7));
+    assert!(fake.dma.cpu_of(new_pdir).is_some());
+    assert!(fake.dma.cpu_of(new_ring).is_some());
 }
