@@ -1523,16 +1523,18 @@ fn admission_follows_the_connection_and_refusals_keep_their_status() {
         assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 3);
         posted += 3;
         assert_eq!(e.fake.wqes().len(), posted);
-        // Retire the round (a CQE for its last, silent, request retires the earlier ones
-        // with it), so the 4-deep queue has room in the next round.
+        // Retire the round, so the 4-deep queue has room in the next round: the two
+        // signalled requests report, the silent one does not.
         let cq_h = e.fake.last("cq");
-        e.fake.push_cqe(
-            cq_h,
-            cqe(qp_h, wr_id(tag::SQ, posted as u32 - 1), wc::SUCCESS),
-        );
+        for back in (1..=3).rev() {
+            e.fake.push_cqe(
+                cq_h,
+                cqe(qp_h, wr_id(tag::SQ, (posted - back) as u32), wc::SUCCESS),
+            );
+        }
         assert_eq!(
             results_ex(cq, 8).len(),
-            0,
+            2,
             "a silent success reports nothing"
         );
     }
@@ -2073,7 +2075,7 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
     assert_eq!(got, STATUS_SUCCESS);
     assert_eq!(e.fake.wqes()[3].opcode, WrOpcode::SendWithInv);
     assert_eq!(e.fake.wqes()[3].invalidate_rkey, 0x4242);
-    assert_eq!(receive(qp, 10, &s), STATUS_SUCCESS);
+    assert_eq!(receive(qp, 10, &[sge(0x1000, 100, 0x100)]), STATUS_SUCCESS);
     assert_eq!(receive(qp, 11, &s), STATUS_SUCCESS);
     e.fake
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
@@ -2739,9 +2741,10 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     let s = [sge(0x1000, 8, 0x100)];
     // A success longer than MaxTransferLength, or claiming both immediate data and an
     // invalidation, fails its request (STATUS_INTERNAL_ERROR, GENERAL_ERR) and is counted.
-    for c in 10..13 {
+    for c in 10..12 {
         assert_eq!(receive(qp, c, &s), STATUS_SUCCESS);
     }
+    assert_eq!(receive(qp, 12, &[sge(0x1000, max, 0x100)]), STATUS_SUCCESS);
     let mut long = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     long.byte_len = max + 1;
     e.fake.push_cqe(cq_h, long);
@@ -2953,4 +2956,180 @@ fn qps_whose_handles_collide_on_a_cq_each_get_their_completions() {
         .collect();
     assert_eq!(got, vec![102, 101, 103]);
     assert_eq!(e.dev.bad_cqes(), 1);
+}
+
+/// (Status, RequestContext, Type, ProviderErrorCode, BytesTransferred) of each result.
+fn outcome(r: &[NDK_RESULT_EX]) -> Vec<(NTSTATUS, usize, NDK_OPERATION_TYPE, u32, u32)> {
+    r.iter()
+        .map(|r| {
+            (
+                r.Status,
+                r.RequestContext as usize,
+                r.Type,
+                r.ProviderErrorCode,
+                r.BytesTransferred,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_cqe_is_accepted_only_on_the_cq_its_queue_completes_to() {
+    // Send and receive CQs polled by their own threads must never see one request twice:
+    // a CQE naming the QP on its other CQ is device garbage, dropped and counted, and the
+    // request it names stays outstanding for its own CQ.
+    let e = env();
+    let pd = e.pd();
+    let scq = e.cq(1);
+    let rcq = e.cq(2);
+    let qp = e.qp(pd, rcq, scq);
+    connect(qp);
+    let (qp_h, scq_h, rcq_h) = (e.fake.last("qp"), e.fake.last("cq") - 1, e.fake.last("cq"));
+    let s = [sge(0x1000, 8, 0x100)];
+    assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
+    assert_eq!(receive(qp, 10, &s), STATUS_SUCCESS);
+    // The send's CQE on the receive CQ (the fast path's shape: a successful SQ CQE).
+    e.fake
+        .push_cqe(rcq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
+    assert_eq!(outcome(&results_ex(rcq, 4)), vec![]);
+    assert_eq!(e.dev.bad_cqes(), 1);
+    // The receive's CQE on the send CQ.
+    let mut rc = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
+    rc.byte_len = 8;
+    e.fake.push_cqe(scq_h, rc);
+    assert_eq!(outcome(&results_ex(scq, 4)), vec![]);
+    assert_eq!(e.dev.bad_cqes(), 2);
+    // Each on its own CQ completes exactly once.
+    e.fake
+        .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
+    e.fake.push_cqe(rcq_h, rc);
+    assert_eq!(
+        outcome(&results_ex(scq, 4)),
+        vec![(STATUS_SUCCESS, 1, NdkOperationTypeSend, 0, 0)]
+    );
+    assert_eq!(
+        outcome(&results_ex(rcq, 4)),
+        vec![(STATUS_SUCCESS, 10, NdkOperationTypeReceive, 0, 8)]
+    );
+    assert_eq!(e.dev.bad_cqes(), 2);
+    for p in [hdr(qp), hdr(rcq), hdr(scq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}
+
+#[test]
+fn a_receive_reports_no_more_bytes_than_it_posted() {
+    // 64 bytes posted, 4096 claimed (well within MaxTransferLength): the device wrote
+    // past the consumer's buffers, so the request fails (STATUS_INTERNAL_ERROR,
+    // GENERAL_ERR) instead of reporting bytes it cannot have placed.
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let qp = e.qp(pd, cq, cq);
+    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    assert!(e.info().MaxTransferLength >= 4096);
+    let one = [sge(0x1000, 64, 0x100)];
+    let two = [sge(0x1000, 40, 0x100), sge(0x2000, 24, 0x100)];
+    for (c, s) in [
+        (10, &one[..]),
+        (11, &two[..]),
+        (12, &one[..]),
+        (13, &two[..]),
+    ] {
+        assert_eq!(receive(qp, c, s), STATUS_SUCCESS);
+    }
+    for (index, len) in [(0, 4096), (1, 65), (2, 64), (3, 64)] {
+        let mut c = cqe(qp_h, wr_id(tag::RQ, index), wc::SUCCESS);
+        c.byte_len = len;
+        e.fake.push_cqe(cq_h, c);
+    }
+    let bad = (
+        STATUS_INTERNAL_ERROR,
+        0,
+        NdkOperationTypeReceive,
+        wc::GENERAL_ERR,
+        0,
+    );
+    assert_eq!(
+        outcome(&results_ex(cq, 8)),
+        vec![
+            (bad.0, 10, bad.2, bad.3, bad.4),
+            (bad.0, 11, bad.2, bad.3, bad.4),
+            (STATUS_SUCCESS, 12, NdkOperationTypeReceive, 0, 64),
+            (STATUS_SUCCESS, 13, NdkOperationTypeReceive, 0, 64),
+        ]
+    );
+    assert_eq!(e.dev.bad_cqes(), 2);
+    for p in [hdr(qp), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}
+
+#[test]
+fn a_cqe_past_an_outstanding_signalled_slot_retires_nothing() {
+    // CQEs of a queue appear in posting order (pvrdma.md §14 "Ordering"): one for slot k
+    // while an earlier signalled slot is outstanding breaks that rule, so it is a corrupt
+    // CQE, counted and dropped, and the earlier request still completes. Only unsignalled
+    // successes retire silently ahead of a CQE.
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let qp = e.qp(pd, cq, cq);
+    connect(qp);
+    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let s = [sge(0x1000, 8, 0x100)];
+    assert_eq!(receive(qp, 10, &s), STATUS_SUCCESS);
+    assert_eq!(receive(qp, 11, &s), STATUS_SUCCESS);
+    let rc = |index| {
+        let mut c = cqe(qp_h, wr_id(tag::RQ, index), wc::SUCCESS);
+        c.byte_len = 8;
+        c
+    };
+    let bad_cqes = || {
+        // SAFETY: a live QP of this provider, not closed before the last use below.
+        unsafe { ObjRef::<pvrdma_ndk::ndk::Qp>::borrow(qp) }
+            .expect("live QP")
+            .bad_cqes()
+    };
+    // Receive #1's CQE before receive #0's.
+    e.fake.push_cqe(cq_h, rc(1));
+    assert_eq!(outcome(&results_ex(cq, 4)), vec![]);
+    assert_eq!(bad_cqes(), 1);
+    e.fake.push_cqe(cq_h, rc(0));
+    e.fake.push_cqe(cq_h, rc(1));
+    assert_eq!(
+        outcome(&results_ex(cq, 4)),
+        vec![
+            (STATUS_SUCCESS, 10, NdkOperationTypeReceive, 0, 8),
+            (STATUS_SUCCESS, 11, NdkOperationTypeReceive, 0, 8),
+        ]
+    );
+    // The send queue: signalled #0, silent #1, signalled #2. #2's CQE first is corrupt
+    // (#0 is signalled); after #0's, #2's retires the silent #1 with it.
+    assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
+    assert_eq!(write(qp, 2, &s, NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
+    assert_eq!(send(qp, 3, &s, 0), STATUS_SUCCESS);
+    e.fake
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::SUCCESS));
+    assert_eq!(outcome(&results_ex(cq, 4)), vec![]);
+    assert_eq!(bad_cqes(), 2);
+    e.fake
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
+    e.fake
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::SUCCESS));
+    assert_eq!(
+        outcome(&results_ex(cq, 4)),
+        vec![
+            (STATUS_SUCCESS, 1, NdkOperationTypeSend, 0, 0),
+            (STATUS_SUCCESS, 3, NdkOperationTypeSend, 0, 0),
+        ]
+    );
+    assert_eq!(bad_cqes(), 2);
+    assert_eq!(e.dev.bad_cqes(), 0, "each named its QP");
+    for p in [hdr(qp), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
 }

@@ -5,7 +5,10 @@
 //! the consumer's RequestContext, the NDK operation type and whether the request was
 //! signalled. `wr_id` = `tag << 32 | index` with the queue's free-running index. Send and
 //! receive queues retire in posting order (pvrdma.md §14 "Ordering"): a CQE for index `k`
-//! also retires every earlier outstanding slot, which were unsignalled successes.
+//! also retires every earlier outstanding slot, which must be unsignalled successes. A CQE
+//! for `k` while an earlier signalled slot is outstanding breaks that order: it is corrupt
+//! (counted as a bad CQE, like one naming no outstanding slot) and retires nothing, so the
+//! earlier request still completes when its own CQE comes.
 //!
 //! One NDK_RESULT is produced per successful signalled request and per failed request;
 //! an inline failure never reaches a queue, and a successful SILENT_SUCCESS request retires
@@ -68,6 +71,9 @@ pub struct SlotRecord {
     pub op: NDK_OPERATION_TYPE,
     /// False for SILENT_SUCCESS requests.
     pub signaled: bool,
+    /// A receive's total posted length: the most its CQE may report. Read only by the
+    /// general path's retirement ([`OrderedQueue::retire`], the SRQ's); 0 elsewhere.
+    pub posted_len: u32,
 }
 
 /// What a validated CQE says about the request it completes (pvrdma.md §11: in an error CQE
@@ -202,6 +208,8 @@ pub struct SlotCell {
     context: AtomicUsize,
     /// A [`SlotMeta`].
     meta: AtomicU32,
+    /// A receive's total length (in the record's padding; a send leaves it unwritten).
+    posted_len: AtomicU32,
 }
 
 impl SlotCell {
@@ -212,7 +220,14 @@ impl SlotCell {
         self.meta.store(meta.0, Ordering::Relaxed);
     }
 
-    /// The record [`Self::set`] stored.
+    /// Stores a receive's total length, with [`Self::set`], before the post commits.
+    #[inline(always)]
+    pub(super) fn set_posted_len(&self, len: u32) {
+        self.posted_len.store(len, Ordering::Relaxed);
+    }
+
+    /// The record [`Self::set`] stored, without the posted length (the fast path retires
+    /// only initiator requests, which report none).
     #[inline(always)]
     fn get(&self) -> SlotRecord {
         let meta = SlotMeta(self.meta.load(Ordering::Relaxed));
@@ -220,7 +235,14 @@ impl SlotCell {
             request_context: self.context.load(Ordering::Relaxed),
             op: meta.op(),
             signaled: meta.signaled(),
+            posted_len: 0,
         }
+    }
+
+    /// Whether the request recorded here is signalled.
+    #[inline(always)]
+    fn signaled(&self) -> bool {
+        SlotMeta(self.meta.load(Ordering::Relaxed)).signaled()
     }
 }
 
@@ -320,8 +342,10 @@ impl<T: SlotTable> OrderedQueue<T> {
             .wrapping_sub(self.retired.load(Ordering::Acquire))
     }
 
-    /// Retires outstanding index `index` (and every earlier one) and returns its record;
-    /// `None` if `index` is not outstanding (a device-written value that fails validation).
+    /// Retires outstanding index `index` (and every earlier one, each an unsignalled
+    /// request) and returns its record with the posted length; `None` if `index` is not
+    /// outstanding or an earlier signalled request is (a device-written value that fails
+    /// validation: CQEs come in posting order). The scan is bounded by the depth.
     #[inline(always)]
     pub fn retire(&self, index: u32) -> Option<SlotRecord> {
         let retired = self.retired.load(Ordering::Relaxed);
@@ -329,9 +353,28 @@ impl<T: SlotTable> OrderedQueue<T> {
         if index.wrapping_sub(retired) >= posted.wrapping_sub(retired) {
             return None;
         }
-        let rec = self.recorded(index);
+        if self.signaled_before(retired, index) {
+            return None;
+        }
+        let slot = self.slots.slot(index);
+        let mut rec = slot.get();
+        rec.posted_len = slot.posted_len.load(Ordering::Relaxed);
         self.retired.store(index.wrapping_add(1), Ordering::Release);
         Some(rec)
+    }
+
+    /// Whether a signalled request is outstanding in `[from, to)`; out of line, as the
+    /// usual CQE names the oldest outstanding slot and scans nothing.
+    #[inline(never)]
+    fn signaled_before(&self, from: u32, to: u32) -> bool {
+        let mut i = from;
+        while i != to {
+            if self.slots.slot(i).signaled() {
+                return true;
+            }
+            i = i.wrapping_add(1);
+        }
+        false
     }
 
     /// Starts a run of retirements by the queue's single retirer for `wr_id`s tagged
@@ -346,14 +389,15 @@ impl<T: SlotTable> OrderedQueue<T> {
         }
     }
 
-    /// Retires `wr_id` within `run` if it names an outstanding slot of this queue; `None`
-    /// leaves `run` as it was. The slots before it, silent successes, retire with it.
+    /// Retires `wr_id` within `run` if it names the oldest outstanding slot of this queue;
+    /// `None` leaves `run` as it was, and the caller falls back to [`Self::retire`], which
+    /// also takes a CQE after unsignalled slots (and refuses one after a signalled slot).
     #[inline(always)]
     pub fn retire_in(&self, run: &mut RetireRun, wr_id: u64) -> Option<SlotRecord> {
-        // One compare checks both halves: the tag must match exactly and the index lie in
-        // [retired, posted). A run whose indices wrap past 2^32 fails here, and the caller
+        // The tag must match exactly and the index be `retired`, with a slot outstanding. A
+        // run whose indices wrap past 2^32 fails here (the tag half changes), and the caller
         // falls back to `retire`, which works modulo 2^32.
-        if wr_id.wrapping_sub(run.next) >= run.end.wrapping_sub(run.next) {
+        if wr_id != run.next || run.next == run.end {
             return None;
         }
         // CAST: the low half is the index.
@@ -452,6 +496,7 @@ mod tests {
             request_context: 5,
             op: NdkOperationTypeWrite,
             signaled: false,
+            posted_len: 0,
         };
         assert!(make_result(&rec, &cqe(0, wc::SUCCESS), 9).is_none());
         let r = make_result(&rec, &cqe(0, wc::WR_FLUSH_ERR), 9).expect("failure reported");
@@ -469,6 +514,7 @@ mod tests {
             request_context: 1,
             op: NdkOperationTypeReceive,
             signaled: true,
+            posted_len: 0,
         };
         let mut c = cqe(0, wc::SUCCESS);
         c.invalidated_rkey = Some(0x1234_5601);
@@ -487,6 +533,7 @@ mod tests {
             request_context: c,
             op: NdkOperationTypeSend,
             signaled: c != 2,
+            posted_len: 0,
         };
         for c in 1..=3 {
             let i = reserve(&q, &rec(c)).expect("space");
@@ -495,7 +542,10 @@ mod tests {
         assert_eq!(q.next(), None);
         assert_eq!(reserve(&q, &rec(4)), Err(NdkError::InsufficientResources));
         assert_eq!(q.retire(7), None, "never posted");
-        // A CQE for index 2 retires the silent index 1 as well.
+        // Not past the signalled index 0; after it, a CQE for index 2 retires the silent
+        // index 1 as well.
+        assert_eq!(q.retire(2), None, "index 0 is signalled and outstanding");
+        assert_eq!(q.retire(0), Some(rec(1)));
         assert_eq!(q.retire(2), Some(rec(3)));
         assert_eq!(q.outstanding(), 0);
         assert_eq!(q.retire(0), None, "already retired");
@@ -523,6 +573,7 @@ mod tests {
             request_context: 7,
             op: NdkOperationTypeWrite,
             signaled: false,
+            posted_len: 0,
         };
         let mut expect = start;
         for round in 0..4 {

@@ -502,7 +502,7 @@ impl Cq {
 
     /// A new QP completes on this CQ (after it was registered with the device).
     pub(crate) fn bind(&self, qp: &ObjRef<Qp>) {
-        self.qps.bind(qp, qp.handle());
+        self.qps.bind(qp, qp.handle(), self.handle);
     }
 
     /// A QP of this CQ tore down: it leaves the CQ's table now, and stays alive until the
@@ -700,6 +700,13 @@ impl Cq {
                 continue;
             };
             let (t, index) = split_wr_id(c.wr_id);
+            // A QP's queue completes to one CQ: a CQE of it on the QP's other CQ would
+            // complete the request twice (once per poller) or steal it.
+            let (send_cq, recv_cq) = qp.cq_handles();
+            if self.handle != if t == tag::SQ { send_cq } else { recv_cq } {
+                self.adapter.device().count_bad_cqe();
+                continue;
+            }
             let Some(rec) = qp.retire(t, index) else {
                 continue;
             };
@@ -735,8 +742,15 @@ impl Cq {
         // A success whose length exceeds any buffer NDK can post, or whose flags claim both
         // immediate data and an invalidation, is not trusted: the request is reported failed
         // (STATUS_INTERNAL_ERROR) instead of with device garbage.
+        // A receive reports no more than its buffers hold (its posted total), whatever
+        // MaxTransferLength allows.
         let both = WITH_IMM | WITH_INVALIDATE;
-        let sane = !ok || (c.byte_len <= self.max_byte_len && c.wc_flags & both != both);
+        let limit = if rec.op == NdkOperationTypeReceive {
+            core::cmp::min(rec.posted_len, self.max_byte_len)
+        } else {
+            self.max_byte_len
+        };
+        let sane = !ok || (c.byte_len <= limit && c.wc_flags & both != both);
         let done = if sane {
             Completion {
                 status: c.status,

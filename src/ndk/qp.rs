@@ -883,13 +883,21 @@ impl Qp {
         let Some(rq) = &self.rq else {
             return Err(NdkError::InvalidDeviceRequest);
         };
-        if sges.len() > self.max_recv_sge as usize || !self.length_ok(sges) {
+        let total = match sges {
+            [] => 0,
+            [one] => u64::from(one.length),
+            many => total_length(many),
+        };
+        if sges.len() > self.max_recv_sge as usize || total > u64::from(self.max_transfer) {
             return Err(NdkError::InvalidParameter);
         }
         let Some(index) = rq.next() else {
             return Err(NdkError::InsufficientResources);
         };
         let slot = rq.take(index, ctx, SlotMeta::new(NdkOperationTypeReceive, true));
+        // The most the receive's CQE may report (checked at completion). CAST: at most
+        // MaxTransferLength, a u32.
+        slot.record().set_posted_len(total as u32);
         if !slot.post_recv(wr_id(tag::RQ, index), sges, || rq.commit(index)) {
             return Err(NdkError::InvalidParameter);
         }

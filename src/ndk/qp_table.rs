@@ -5,12 +5,14 @@
 //! Two tables:
 //! - [`CqQps`], one per CQ: the CQ's own QPs by handle residue (the first residue, or the
 //!   next one after a collision). The fast path reads only this: one masked load and the
-//!   QP's handle. Only QPs of this CQ are in it, so nothing else is checked.
+//!   QP's handle. Only QPs whose sends complete on this CQ are in it, so nothing else is
+//!   checked.
 //! - [`QpTable`], one per device: every QP by handle, with the handles of its two CQs. The
-//!   general path falls back on it (a QP whose residues were both taken); a poller of CQ `c`
-//!   accepts a slot's QP only if `c` is one of its CQs, which it checks on the slot itself,
-//!   so it never dereferences a QP of another CQ (a CQE is device memory and may name any
-//!   handle).
+//!   general path falls back on it (a QP whose residues were both taken, or whose receives
+//!   alone complete on the CQ); a poller of CQ `c` accepts a slot's QP only if `c` is one of
+//!   its CQs, which it checks on the slot itself, so it never dereferences a QP of another
+//!   CQ (a CQE is device memory and may name any handle). The poller then checks that the
+//!   CQE's queue completes on `c`.
 //!
 //! Polls are serialized per CQ (ndkpi.md §5.4) but not across CQs, and a QP may close while
 //! its CQs are polled. Memory safety without counts on the poll path rests on three rules:
@@ -319,10 +321,17 @@ impl CqQps {
         NonNull::new(unsafe { &*slot }.load(Ordering::Acquire))
     }
 
-    /// Binds `qp` (a QP of this CQ, with device handle `handle`): at the first free of its
-    /// two residues, growing the table first when half full. With both residues taken, or
-    /// after an allocation failure, the QP is found through the device table.
-    pub(crate) fn bind(&self, qp: &ObjRef<Qp>, handle: u32) {
+    /// Binds `qp` (a QP of CQ `cq`, with device handle `handle`) if its sends complete on
+    /// `cq`: at the first free of its two residues, growing the table first when half full.
+    /// With both residues taken, or after an allocation failure, the QP is found through
+    /// the device table. A QP whose receives alone complete on `cq` is never bound: the
+    /// fast path trusts this table without further checks and retires only sends, so a
+    /// send CQE on the QP's receive CQ must not find it there (the general path, which
+    /// finds it through the device table, checks each queue's CQ).
+    pub(crate) fn bind(&self, qp: &ObjRef<Qp>, handle: u32, cq: u32) {
+        if qp.cq_handles().0 != cq {
+            return;
+        }
         let mut w = self.writers.lock();
         w.count += 1;
         let len = w.current.as_ref().map_or(0, |r| r.e.len());

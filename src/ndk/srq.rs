@@ -20,6 +20,8 @@ use crate::pvrdma::wqe::Sge;
 struct Record {
     busy: AtomicBool,
     context: AtomicUsize,
+    /// The receive's total length (saturated): the most its CQE may report.
+    posted_len: AtomicU32,
 }
 
 /// NdkCreateSrq parameters.
@@ -97,6 +99,7 @@ impl Srq {
         let records = try_vec(ring as usize, || Record {
             busy: AtomicBool::new(false),
             context: AtomicUsize::new(0),
+            posted_len: AtomicU32::new(0),
         })?;
         let spec = SrqSpec {
             pd: pd.handle(),
@@ -234,7 +237,10 @@ impl Srq {
         }
         let (id, rec) = found.ok_or(NdkError::InsufficientResources)?;
         let index = self.posted.load(Ordering::Relaxed);
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         rec.context.store(ctx, Ordering::Relaxed);
+        rec.posted_len
+            .store(u32::try_from(total).unwrap_or(u32::MAX), Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
         let commit = || {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
@@ -256,6 +262,7 @@ impl Srq {
     pub fn retire(&self, id: u32) -> Option<SlotRecord> {
         let rec = self.records.get(id as usize)?;
         let ctx = rec.context.load(Ordering::Acquire);
+        let posted_len = rec.posted_len.load(Ordering::Acquire);
         if !rec.busy.swap(false, Ordering::AcqRel) {
             return None;
         }
@@ -264,6 +271,7 @@ impl Srq {
             request_context: ctx,
             op: NdkOperationTypeReceive,
             signaled: true,
+            posted_len,
         })
     }
 }
