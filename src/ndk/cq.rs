@@ -777,12 +777,30 @@ impl Cq {
         true
     }
 
-    /// The device's `prod_tail` failed validation (M14): nothing is read from the ring.
+    /// The device's `prod_tail` failed validation (M14): the CQ fails for good (§5.4: a CQ
+    /// that reported an error returns no completions). A poll starts no callback (the thunk
+    /// holds no count of the CQ, `ObjRef::peek`), so STATUS_INTERNAL_ERROR is recorded here
+    /// and reported by the next NdkArmCq, which is what a consumer does after a poll. (An arm
+    /// on the corrupt ring, which still looks non-empty, is satisfied at once, as with
+    /// completions waiting: the consumer polls, gets here and re-arms.) Before, every poll
+    /// found nothing while the ring still looked non-empty, and a consumer re-arming from its
+    /// callback got a STATUS_SUCCESS callback per arm, forever.
     #[cold]
     #[inline(never)]
     fn corrupt(&self) -> usize {
-        self.adapter.device().count_bad_cqe();
+        self.stop_ring();
+        self.arm
+            .update(true, |st| st.fail_quietly(STATUS_INTERNAL_ERROR));
         0
+    }
+
+    /// Never reads the ring again: nothing the device says of it can be trusted any more,
+    /// however sane its index looks later.
+    #[cold]
+    #[inline(never)]
+    fn stop_ring(&self) {
+        self.adapter.device().count_bad_cqe();
+        self.reader.stop();
     }
 }
 
@@ -917,6 +935,16 @@ impl CqEvents for CqLink {
     }
 }
 
+impl ArmState {
+    /// The CQ failed with `st` where no callback may start (a poll): recorded like
+    /// [`CqEvent::Error`], and reported by the next [`arm`](Self::arm).
+    pub fn fail_quietly(&mut self, st: NTSTATUS) {
+        if self.0 & Self::ERROR == 0 {
+            self.0 |= (CqStatus::of_error(st) as u32) << Self::ERROR_SHIFT;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -995,6 +1023,23 @@ mod tests {
         let mut s = ArmState::default();
         assert_eq!(s.event(CqEvent::Error(STATUS_INTERNAL_ERROR)), None);
         assert_eq!(s.arm(Solicited, false), Some(STATUS_INTERNAL_ERROR));
+    }
+
+    #[test]
+    fn an_error_found_by_a_poll_is_reported_by_the_next_arm_only() {
+        let mut s = ArmState::default();
+        assert_eq!(s.arm(Errors, false), None);
+        s.fail_quietly(STATUS_INTERNAL_ERROR);
+        assert_eq!(s.armed(), Some(Errors), "no callback from the poll");
+        assert_eq!(
+            s.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW)),
+            None,
+            "fails once"
+        );
+        assert_eq!(s.arm(Errors, false), Some(STATUS_INTERNAL_ERROR));
+        assert_eq!(s.callback_returned(), None);
+        s.fail_quietly(STATUS_INTERNAL_ERROR);
+        assert_eq!(s.arm(Any, true), None, "reported once");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 #![allow(clippy::multiple_unsafe_ops_per_block)]
 
 use alloc::sync::Arc;
+use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -44,15 +45,19 @@ pub struct CqReader {
     head: AtomicU32,
     /// 2N − 1.
     wrap: u32,
-    /// N, the number of CQEs.
-    n: u32,
+    /// N, the number of CQEs, the most [`Self::ready`] accepts; 0 once [`Self::stop`]ped.
+    /// Written only by `stop` and read only by `ready`, both on the CQ's serialized poll
+    /// and arm path (ndkpi.md §5.4), so never concurrently: a plain load, as for the
+    /// constant N it was (a relaxed atomic cost poll1 one instruction more).
+    n: UnsafeCell<u32>,
     arm: Bell,
     arm_solicited: Bell,
     _buf: Arc<PagedBuffer>,
 }
 
 // SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
-// device; all access is volatile or atomic.
+// device; all access is volatile or atomic. `n` is the exception, accessed only on the CQ's
+// serialized poll and arm path (see the field).
 unsafe impl Send for CqReader {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for CqReader {}
@@ -83,7 +88,7 @@ impl CqReader {
             prod_tail,
             head: AtomicU32::new(0),
             wrap: 2 * n - 1,
-            n,
+            n: UnsafeCell::new(n),
             arm,
             arm_solicited,
             _buf: buf,
@@ -116,7 +121,9 @@ impl CqReader {
         }
         let d = tail.wrapping_sub(head) & self.wrap;
         // `wrap` is 2N − 1, all ones: `tail > wrap` is `tail ∉ [0, 2N)`.
-        if tail > self.wrap || d > self.n {
+        // SAFETY: `n` is not written concurrently (see the field).
+        let n = unsafe { *self.n.get() };
+        if tail > self.wrap || d > n {
             return CqState::Corrupt;
         }
         from_device_barrier();
@@ -162,6 +169,16 @@ impl CqReader {
     #[inline(always)]
     pub fn next(&self, i: u32) -> u32 {
         i.wrapping_add(1) & self.wrap
+    }
+
+    /// Never reads the ring again: from now on [`Self::ready`] reports any index but our own
+    /// `cons_head` as [`CqState::Corrupt`] (the device's index failed validation, so nothing
+    /// it says about the ring can be trusted, however sane it looks later). `ready` already
+    /// compares with N, so the poll gains no test.
+    pub fn stop(&self) {
+        // SAFETY: called on the CQ's serialized poll and arm path only, like `ready` (see
+        // the field).
+        unsafe { *self.n.get() = 0 };
     }
 
     /// True when CQEs are waiting (or the ring is corrupt: the caller must look).

@@ -285,6 +285,18 @@ enum Drained {
     More,
     /// The DPC's budget ran out: deliver the batch, then requeue the DPC.
     Budget,
+    /// The device's index failed validation (M14): the ring was abandoned just now.
+    Broke,
+}
+
+/// How a whole drain ended.
+enum DrainEnd {
+    /// Nothing left (or the ring was abandoned earlier).
+    Done,
+    /// The budget ran out: requeue the DPC.
+    Requeue,
+    /// The ring was abandoned in this drain: the device is lost (see [`Shared::ring_broke`]).
+    Broke,
 }
 
 impl DeviceRing {
@@ -305,8 +317,16 @@ impl DeviceRing {
                 Ok(true) => {}
                 Ok(false) => return (n, Drained::Empty),
                 Err(RingCorrupt) => {
-                    self.broken.store(true, Ordering::Release);
-                    return (n, Drained::Empty);
+                    // Only the drain that abandons the ring reports it.
+                    let first = !self.broken.swap(true, Ordering::AcqRel);
+                    return (
+                        n,
+                        if first {
+                            Drained::Broke
+                        } else {
+                            Drained::Empty
+                        },
+                    );
                 }
             }
             *budget -= 1;
@@ -316,10 +336,9 @@ impl DeviceRing {
     }
 
     /// Drains the ring in batches, calling `deliver` for each element with no lock held.
-    /// Returns whether the budget ran out (the caller requeues its DPC).
-    fn drain<const N: usize>(&self, mut deliver: impl FnMut(&[u8; N])) -> bool {
+    fn drain<const N: usize>(&self, mut deliver: impl FnMut(&[u8; N])) -> DrainEnd {
         if self.broken.load(Ordering::Acquire) {
-            return false;
+            return DrainEnd::Done;
         }
         let mut budget = self.ring.cap();
         let mut batch = [[0u8; N]; DRAIN_BATCH];
@@ -330,8 +349,9 @@ impl DeviceRing {
             }
             match why {
                 Drained::More => {}
-                Drained::Empty => return false,
-                Drained::Budget => return true,
+                Drained::Empty => return DrainEnd::Done,
+                Drained::Budget => return DrainEnd::Requeue,
+                Drained::Broke => return DrainEnd::Broke,
             }
         }
     }
@@ -351,8 +371,21 @@ impl Shared {
 
     /// Vector 1: async events, each to its object's handler.
     fn drain_async(&self) {
-        if self.async_ring.drain(|raw| self.dispatch_event(raw)) {
-            self.requeue(VECTOR_ASYNC);
+        match self.async_ring.drain(|raw| self.dispatch_event(raw)) {
+            DrainEnd::Done => {}
+            DrainEnd::Requeue => self.requeue(VECTOR_ASYNC),
+            DrainEnd::Broke => self.ring_broke(),
+        }
+    }
+
+    /// The async-event or CQ-notification ring was abandoned (M14): every event or
+    /// notification the device writes from now on is lost, CQ_ERR and DEVICE_FATAL among
+    /// them, and an armed CQ would wait forever. So the device counts as failed: the
+    /// DEVICE_FATAL handler runs (once per ring), with no driver lock held.
+    fn ring_broke(&self) {
+        let handler = self.device_events.lock().clone();
+        if let Some(d) = handler {
+            d.device_fatal();
         }
     }
 
@@ -392,11 +425,13 @@ impl Shared {
     /// Vector 2 (`pvrdma_intrx_handler`): each CQNE's CQ is looked up once, and its handler
     /// runs with no driver lock held, here or in the CQ's own DPC on its target processor.
     fn drain_cq_notifications(&self) {
-        if self
+        match self
             .cq_ring
             .drain(|raw: &[u8; CQNE_SIZE]| self.notify_cq(u32::from_le_bytes(*raw)))
         {
-            self.requeue(VECTOR_CQ);
+            DrainEnd::Done => {}
+            DrainEnd::Requeue => self.requeue(VECTOR_CQ),
+            DrainEnd::Broke => self.ring_broke(),
         }
     }
 

@@ -341,6 +341,8 @@ pub struct Host {
     pub space: Arc<pvrdma_sim::DmaSpace>,
     /// The device model.
     pub model: Arc<pvrdma_sim::Device>,
+    /// BAR1 as the driver writes it (the DSR address: where to find the device rings).
+    pub bar1: Arc<SimBar1>,
     /// The probed driver device.
     pub dev: Arc<DrvDevice>,
     /// Hardware seam.
@@ -437,9 +439,10 @@ impl Cluster {
                     std::thread::yield_now();
                 }),
             };
+            let bar1 = SimBar1::new(model.clone());
             let platform = HostPlatform::new(
                 HostDevice {
-                    bar1: SimBar1::new(model.clone()),
+                    bar1: bar1.clone(),
                     dma: dma.clone(),
                     doorbell: Some(Arc::new(move |off, val| m.uar_write32(off, val))),
                     uar_pfn: DEFAULT_UAR_PFN,
@@ -472,6 +475,7 @@ impl Cluster {
                 dma,
                 space,
                 model,
+                bar1,
                 dev,
                 hw,
                 ndk,
