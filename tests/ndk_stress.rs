@@ -462,7 +462,9 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
             let (posted, done) = (posted.clone(), done.clone());
             std::thread::spawn(move || {
                 let l = lane as usize;
-                let deadline = Instant::now() + HANG;
+                // A deadline per wait, renewed on progress: a loaded machine may take long
+                // over the whole run, never this long for one step.
+                let mut deadline = Instant::now() + HANG;
                 while p.posted < share {
                     let room = DEPTH - (p.posted - done[l].load(Ordering::SeqCst));
                     if room == 0 {
@@ -472,6 +474,7 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
                     }
                     p.post_chain(room, share);
                     posted[l].store(p.posted, Ordering::SeqCst);
+                    deadline = Instant::now() + HANG;
                 }
                 p.posted
             })
@@ -512,10 +515,12 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
         }
         n
     };
-    let deadline = Instant::now() + HANG;
+    let mut deadline = Instant::now() + HANG;
     while trackers.iter().any(|t| t.next < share) {
         assert!(Instant::now() < deadline, "shared CQ consumer stalled");
-        while take(&mut trackers, &cons) != 0 {}
+        while take(&mut trackers, &cons) != 0 {
+            deadline = Instant::now() + HANG;
+        }
         // Requests posted (and published) before the arm complete after it or are already
         // in the CQ: either way the arm is satisfied.
         let outstanding = posted
@@ -616,7 +621,7 @@ fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
             let d = unsafe { (*qp.0).Dispatch };
             // SAFETY: the provider's dispatch tables are statics.
             let d = unsafe { &*d };
-            let deadline = Instant::now() + HANG;
+            let mut deadline = Instant::now() + HANG;
             let mut n = 0;
             while n < share {
                 if n - done[l].load(Ordering::SeqCst) >= DEPTH {
@@ -631,6 +636,7 @@ fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
                 assert_eq!(st, STATUS_SUCCESS, "NdkReceive {ctx:#x}");
                 n += 1;
                 posted[l].store(n, Ordering::SeqCst);
+                deadline = Instant::now() + HANG;
             }
             n
         }));
@@ -647,7 +653,7 @@ fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
             let d = unsafe { &*d };
             let mut t = Tracker::new(lane, qp_context, share);
             let mut buf = zero_results(32);
-            let deadline = Instant::now() + HANG;
+            let mut deadline = Instant::now() + HANG;
             while t.next < share {
                 assert!(Instant::now() < deadline, "sender {lane} stalled");
                 let credit = posted[l].load(Ordering::SeqCst);
@@ -661,6 +667,8 @@ fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
                 }
                 if n == 0 {
                     std::thread::yield_now();
+                } else {
+                    deadline = Instant::now() + HANG;
                 }
             }
             t.next
@@ -695,10 +703,12 @@ fn stress_threaded_receives_posted_while_polled_complete_once_in_order() {
         }
         n
     };
-    let deadline = Instant::now() + HANG;
+    let mut deadline = Instant::now() + HANG;
     while trackers.iter().any(|t| t.next < share) {
         assert!(Instant::now() < deadline, "receive consumer stalled");
-        while take(&mut trackers, &cons) != 0 {}
+        while take(&mut trackers, &cons) != 0 {
+            deadline = Instant::now() + HANG;
+        }
         // A receive completes only when a SEND arrives: arm only while a send is sure to
         // come, i.e. a posted receive is not retrieved and its sender has not finished.
         // Receives posted but not yet matched by a send get one eventually (the sender
