@@ -643,6 +643,7 @@ impl Cm {
         let per_try = timeout_ns(cfg.packet_life_time)
             .saturating_mul(2)
             .saturating_add(timeout_ns(cfg.cm_response_timeout));
+        c.max_retries = cfg.max_cm_retries;
         c.arm(now, per_try, cfg.max_cm_retries);
         let (id, path) = (c.id, c.path);
         self.push(Action::Send { path, mad });
@@ -921,25 +922,25 @@ impl Cm {
 
     /// The state of `conn`.
     pub fn state(&self, conn: ConnId) -> Option<State> {
-        self.lookup(conn.0).map(|s| self.conn(s).state)
+        self.held(conn).map(|c| c.state)
     }
 
     /// The peer's private data: the REQ's 56 bytes after the cma_hdr (passive), the REP's
     /// 196 (active), or the REJ's 148 after a rejection; zero-padded, fixed size (cm.md §9.4).
     pub fn peer_private_data(&self, conn: ConnId) -> Option<&[u8]> {
-        let c = self.conn(self.lookup(conn.0)?);
+        let c = self.held(conn)?;
         c.peer_data.get(..c.peer_data_len)
     }
 
     /// The REJ reason, once rejected.
     pub fn reject_reason(&self, conn: ConnId) -> Option<u16> {
-        self.conn(self.lookup(conn.0)?).reject_reason
+        self.held(conn)?.reject_reason
     }
 
     /// The read limits NdkGetConnectionData reports: passive before accept, what the peer
     /// asked for as this adapter can grant it; after accept or REP, the negotiated values.
     pub fn read_limits(&self, conn: ConnId) -> Option<ReadLimits> {
-        let c = self.conn(self.lookup(conn.0)?);
+        let c = self.held(conn)?;
         match c.negotiated {
             Some(l) => Some(l),
             None if c.passive => Some(passive_offer(c.requested, self.cfg.adapter_max)),
@@ -950,13 +951,13 @@ impl Cm {
     /// (local, peer) socket addresses: from the connect, or from the REQ's cma_hdr and
     /// service ID (passive).
     pub fn addresses(&self, conn: ConnId) -> Option<(SocketAddr, SocketAddr)> {
-        let c = self.conn(self.lookup(conn.0)?);
+        let c = self.held(conn)?;
         Some((c.local_addr?, c.peer_addr?))
     }
 
     /// The peer's QPN (after REQ or REP).
     pub fn remote_qpn(&self, conn: ConnId) -> Option<u32> {
-        self.lookup(conn.0).map(|s| self.conn(s).remote_qpn)
+        self.held(conn).map(|c| c.remote_qpn)
     }
 
     // ----- inputs from the wire and the clock -----
@@ -1251,9 +1252,25 @@ impl Cm {
     }
 
     fn on_rej(&mut self, now: u64, rej: &Rej<&[u8]>) -> Result<(), Dropped> {
-        let slot = self
-            .lookup(rej.remote_comm_id())
-            .ok_or(Dropped::UnknownConnection)?;
+        let slot = if rej.reason() == reject_reason::TIMEOUT {
+            // A REJ 4 from an active side that gave up in REQ_SENT never learnt our ID: it
+            // names itself and its CA GUID (in the ARI), as cm_acquire_rejected_id matches.
+            let guid = rej
+                .ari()
+                .get(..8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes);
+            let peer = rej.local_comm_id();
+            match guid {
+                Some(g) => self
+                    .find(|c| c.passive && c.remote_id == peer && c.remote_guid == g)
+                    .or_else(|| self.lookup(rej.remote_comm_id())),
+                None => self.lookup(rej.remote_comm_id()),
+            }
+        } else {
+            self.lookup(rej.remote_comm_id())
+        }
+        .ok_or(Dropped::UnknownConnection)?;
         let Some(c) = self.conns.get_mut(slot) else {
             return Err(Dropped::UnknownConnection);
         };
@@ -1478,6 +1495,13 @@ impl Cm {
         }
         let slot = ((id ^ self.cfg.id_seed) & self.slot_mask()) as usize;
         self.conns.get(slot).filter(|c| c.id == id).map(|_| slot)
+    }
+
+    /// The connection while its consumer holds it (a released one answers nothing).
+    fn held(&self, conn: ConnId) -> Option<&Conn> {
+        self.lookup(conn.0)
+            .map(|s| self.conn(s))
+            .filter(|c| c.owned)
     }
 
     fn owned_slot(&self, conn: ConnId) -> Result<usize, CmError> {
