@@ -146,10 +146,14 @@ struct Fabric {
 
 impl Fabric {
     fn new(capacity: usize) -> Self {
+        Self::between("192.168.1.10", "192.168.1.20", capacity)
+    }
+
+    fn between(a: &str, b: &str, capacity: usize) -> Self {
         Self {
             nodes: vec![
-                Node::new("192.168.1.10", capacity, 0x1357_9BDF),
-                Node::new("192.168.1.20", capacity, 0x2468_ACE0),
+                Node::new(a, capacity, 0x1357_9BDF),
+                Node::new(b, capacity, 0x2468_ACE0),
             ],
             now: 1_000 * MS,
             wire: Vec::new(),
@@ -1581,4 +1585,139 @@ fn a_full_action_queue_refuses_inputs_without_changing_state() {
         })
     );
     assert!(matches!(parse_any(&rej), Ok(Message::Rej(_))));
+}
+
+#[test]
+fn ipv6_connects_with_native_gids_and_cma_hdr() {
+    let mut f = Fabric::between("2001:db8::10", "2001:db8::20", 4);
+    f.listen(1);
+    let active = f.connect(0, PORT, &[0xAB; 56]);
+    assert!(f.run_until(100 * MS, |f| f.nodes[1].events.len() == 2));
+    let req = f.nodes[0].last_sent(attr::REQ);
+    let req = Req::new_checked(&req[..]).unwrap();
+    assert_eq!(
+        req.primary_local_gid(),
+        "2001:db8::10"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets()
+    );
+    assert_eq!(req.private_data()[1], 0x60);
+    let passive = last_request(&f.nodes[1]);
+    let (local, peer) = f.nodes[1].cm.addresses(passive).unwrap();
+    assert_eq!(local, "[2001:db8::20]:445".parse().unwrap());
+    assert_eq!(peer, f.nodes[0].cm.addresses(active).unwrap().0);
+    assert_eq!(
+        f.nodes[1].cm.peer_private_data(passive).unwrap(),
+        &[0xAB; 56]
+    );
+    assert_eq!(f.nodes[0].cm.state(active), Some(State::Established));
+}
+
+#[test]
+fn an_mra_stretches_the_req_timer_but_not_the_retry_budget() {
+    let mut f = Fabric::new(4);
+    f.listen(1);
+    f.nodes[1].auto.accept = false;
+    let t0 = f.now;
+    let active = f.connect(0, PORT, b"");
+    assert!(f.run_until(10_000_000 * MS, |f| !f.nodes[0].events.is_empty()));
+    // The first retransmission (t0 + 6144 ms) meets a consumer still deciding: MRA, which
+    // arrives one round trip later and sets every later try to conv(24) + conv(19).
+    let t_mra = t0 + REQ_TRY + 2 * f.latency;
+    let try_after_mra = 65_536 * MS + 2048 * MS;
+    assert_eq!(
+        f.nodes[0].events,
+        [(t_mra + 15 * try_after_mra, active, Event::TimedOut)]
+    );
+    assert_eq!(f.nodes[0].count_sent(attr::REQ), 16);
+    assert_eq!(f.nodes[1].count_sent(attr::MRA), 15);
+    assert_eq!(
+        f.nodes[1].cm.live_connections(),
+        1,
+        "the request waits for its consumer"
+    );
+}
+
+#[test]
+fn first_data_before_the_rtu_establishes_and_a_dreq_while_accepting_too() {
+    // The RTU is lost; the QP's first receive (COMM_EST) stands in for it.
+    let mut f = Fabric::new(4);
+    f.listen(1);
+    let active = f.connect(0, PORT, b"");
+    // Deliver the REQ and let the REP out, then drop what reaches node 1.
+    assert!(f.run_until(100 * MS, |f| f.nodes[1].count_sent(attr::REP) == 1));
+    f.deaf[1] = true;
+    assert!(f.run_until(100 * MS, |f| f.nodes[0].cm.state(active)
+        == Some(State::Established)));
+    let passive = last_request(&f.nodes[1]);
+    assert_eq!(f.nodes[1].cm.state(passive), Some(State::RepSent));
+    f.nodes[1].cm.established(passive).unwrap();
+    f.pump();
+    assert_eq!(f.nodes[1].events_of(passive)[1], Event::Established);
+    assert_eq!(
+        f.nodes[1].cm.next_timer(),
+        None,
+        "no more REP retransmissions"
+    );
+    assert_eq!(
+        f.nodes[1].cm.established(passive),
+        Err(CmError::InvalidState)
+    );
+    let rtu = f.nodes[0].last_sent(attr::RTU);
+    assert_eq!(f.inject(1, &rtu), Err(Dropped::WrongState));
+
+    // A DREQ while REP_SENT: the connection was up after all; accept completes, then the
+    // disconnect indication.
+    let mut f = Fabric::new(4);
+    f.listen(1);
+    f.nodes[1].auto.disconnect_on_request = false;
+    let active = f.connect(0, PORT, b"");
+    assert!(f.run_until(100 * MS, |f| f.nodes[1].count_sent(attr::REP) == 1));
+    f.deaf[1] = true;
+    assert!(f.run_until(100 * MS, |f| f.nodes[0].cm.state(active)
+        == Some(State::Established)));
+    f.deaf[1] = false;
+    f.nodes[0].cm.disconnect(f.now, active).unwrap();
+    f.pump();
+    let passive = last_request(&f.nodes[1]);
+    assert!(f.run_until(100 * MS, |f| f.nodes[1].events_of(passive).len() == 3));
+    assert_eq!(
+        f.nodes[1].events_of(passive)[1..],
+        [Event::Established, Event::DisconnectRequested]
+    );
+    assert_eq!(f.nodes[1].cm.state(passive), Some(State::DreqRcvd));
+    // Its QP is left alone until the consumer disconnects (ndkpi.md §5.12: no flush on
+    // the peer's request).
+    assert!(!f.nodes[1].mods.iter().any(|m| m.2 == QpTransition::Error));
+    f.nodes[1].cm.disconnect(f.now, passive).unwrap();
+    f.pump();
+    assert_eq!(f.nodes[1].mods.last().unwrap().2, QpTransition::Error);
+}
+
+#[test]
+fn a_rej_on_an_established_connection_aborts_it_into_timewait() {
+    let mut f = Fabric::new(4);
+    f.listen(1);
+    let active = f.connect(0, PORT, b"");
+    assert!(f.run_until(100 * MS, |f| f.nodes[1].events.len() == 2));
+    let passive = last_request(&f.nodes[1]);
+    let mut m = new_cm_mad(attr::REJ, 5);
+    let mut rej = Rej::new_unchecked(&mut m[..]);
+    rej.set_local_comm_id(passive.0);
+    rej.set_remote_comm_id(active.0);
+    rej.set_message_rejected(2);
+    rej.set_reason(6);
+    assert_eq!(f.inject(0, &m), Ok(()));
+    assert_eq!(
+        f.nodes[0].events_of(active)[1],
+        Event::Rejected { reason: 6 }
+    );
+    assert_eq!(f.nodes[0].mods.last().unwrap().2, QpTransition::Error);
+    assert_eq!(f.nodes[0].cm.state(active), Some(State::Timewait));
+    // From a stranger's ID: dropped.
+    let mut m2 = m;
+    Rej::new_unchecked(&mut m2[..]).set_local_comm_id(passive.0 ^ 1);
+    assert_eq!(f.inject(0, &m2), Err(Dropped::UnknownConnection));
+    assert_eq!(f.inject(0, &m), Err(Dropped::WrongState), "REJ in TIMEWAIT");
 }
