@@ -670,6 +670,17 @@ fn a_req_for_a_port_nobody_listens_on_gets_rej_8_and_leaves_no_state() {
         (0, 8, 0)
     );
     assert_eq!(f.nodes[1].sent.len(), 1);
+    // The REJ's local ID is the REQ's bytes 4–7 (cm_issue_rej swaps the two ID dwords).
+    let mut req = f.nodes[0].sent[0].1;
+    req[28..32].copy_from_slice(&0x00C0_FFEEu32.to_be_bytes());
+    Req::new_unchecked(&mut req[..]).set_local_comm_id(0x6161);
+    f.inject(1, &req).unwrap();
+    let rej = f.nodes[1].last_sent(attr::REJ);
+    let rej = Rej::new_checked(&rej[..]).unwrap();
+    assert_eq!(
+        (rej.local_comm_id(), rej.remote_comm_id()),
+        (0x00C0_FFEE, 0x6161)
+    );
     assert_eq!(
         f.nodes[0].cm.next_timer(),
         None,
@@ -973,8 +984,13 @@ fn duplicates_get_the_answers_linux_gives() {
     let rej = f.nodes[1].last_sent(attr::REJ);
     let rej = Rej::new_checked(&rej[..]).unwrap();
     assert_eq!(
-        (rej.reason(), rej.remote_comm_id(), rej.local_comm_id()),
-        (10, active.0, passive.0)
+        (
+            rej.reason(),
+            rej.message_rejected(),
+            rej.remote_comm_id(),
+            rej.local_comm_id()
+        ),
+        (10, 2, active.0, passive.0)
     );
     // A new REQ (new comm ID) from the QPN still in TIMEWAIT: REJ 10 too, no state.
     let mut fresh = req;

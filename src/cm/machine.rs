@@ -16,7 +16,7 @@ use super::msg::{
     Drep, Dreq, Message, Mra, REP_PRIVATE_DATA, Rej, Rep, Req, Rtu, msg_code, parse_any,
 };
 use super::timing::{ack_timeout, timeout_ns};
-use super::wire::{MAD_LEN, attr, new_cm_mad};
+use super::wire::{BODY, MAD_LEN, attr, be32, new_cm_mad};
 use super::{CmError, Dropped, reject_reason};
 
 /// Most private data a connect may carry: the REQ's 92 bytes less the cma_hdr (cm.md §1.3).
@@ -1057,9 +1057,14 @@ impl Cm {
             let c = self.conn(slot);
             let mad = match c.state {
                 State::MraReqSent => conn_mra(c, msg_code::REQ, self.cfg.mra_service_timeout),
-                State::Timewait => {
-                    conn_rej(c, msg_code::REQ, reject_reason::STALE_CONNECTION, &[], &[])
-                }
+                // cm_format_rej outside the REQ/REP states: MsgREJected 2 (other).
+                State::Timewait => conn_rej(
+                    c,
+                    msg_code::OTHER,
+                    reject_reason::STALE_CONNECTION,
+                    &[],
+                    &[],
+                ),
                 _ => return Err(Dropped::Duplicate),
             };
             let path = c.path;
@@ -1393,12 +1398,12 @@ impl Cm {
 
     // ----- helpers -----
 
-    /// A connectionless REJ to `req` (cm_issue_rej): its TID, our local ID 0... as Linux,
-    /// the REQ's bytes 4–7, which are 0 from any conforming sender.
+    /// A connectionless REJ to `req` (cm_issue_rej): its TID, the IDs swapped. Our "local
+    /// ID" is therefore the REQ's bytes 4–7, as Linux sends it: 0 from a conforming peer.
     fn reply_rej(&mut self, path: &Path, tid: u64, req: &Req<&[u8]>, reason: u16) {
         let mut mad = new_cm_mad(attr::REJ, tid);
         let mut rej = Rej::new_unchecked(&mut mad[..]);
-        rej.set_local_comm_id(0);
+        rej.set_local_comm_id(be32(req.as_bytes(), BODY + 4));
         rej.set_remote_comm_id(req.local_comm_id());
         rej.set_message_rejected(msg_code::REQ);
         rej.set_reason(reason);
