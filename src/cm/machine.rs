@@ -112,7 +112,8 @@ pub enum State {
     Idle,
     /// Active: REQ sent, waiting for REP or REJ.
     ReqSent,
-    /// Passive: REQ received, consumer not yet told (transient inside `on_mad`).
+    /// Passive: REQ received. Never held here: like rdma_cm, this CM moves on to
+    /// MRA_REQ_SENT as it hands the request to the consumer.
     ReqRcvd,
     /// Passive: the consumer has the request; a duplicate REQ is answered with an MRA.
     MraReqSent,
@@ -120,7 +121,8 @@ pub enum State {
     MraReqRcvd,
     /// Passive: REP sent, waiting for RTU.
     RepSent,
-    /// Active: REP received (transient inside `on_mad`).
+    /// Active: REP received. Never held here: this CM moves on to MRA_REP_SENT as it hands
+    /// the REP to the consumer.
     RepRcvd,
     /// Active: the consumer has the REP; a duplicate REP is answered with an MRA.
     MraRepSent,
@@ -974,7 +976,7 @@ impl Cm {
         }
         let tid = msg.transaction_id();
         match msg {
-            Message::Req(m) => self.on_req(now, path, tid, &m),
+            Message::Req(m) => self.on_req(path, tid, &m),
             Message::Rep(m) => self.on_rep(&m),
             Message::Rtu(m) => self.on_rtu(&m),
             Message::Rej(m) => self.on_rej(now, &m),
@@ -1041,13 +1043,7 @@ impl Cm {
 
     // ----- message handlers -----
 
-    fn on_req(
-        &mut self,
-        _now: u64,
-        path: &Path,
-        tid: u64,
-        req: &Req<&[u8]>,
-    ) -> Result<(), Dropped> {
+    fn on_req(&mut self, path: &Path, tid: u64, req: &Req<&[u8]>) -> Result<(), Dropped> {
         let (peer_id, peer_guid) = (req.local_comm_id(), req.local_ca_guid());
         // A REQ we already hold (cm_dup_req_handler): MRA while the consumer decides, REJ 10
         // in TIMEWAIT, silence otherwise (our REP retransmits on its own).
