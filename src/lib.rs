@@ -2,6 +2,8 @@
 //! PVRDMA paravirtual RDMA NIC, packaged as an NDIS miniport.
 //!
 //! Layers, one module each (the folder map is the architecture):
+//! - [`cm`]: the connection manager (IB CM MADs, RDMA CM addressing, the sans-IO state
+//!   machine), from docs/reference/cm.md.
 //! - [`ndkpi`]: the NDKPI ABI mirror (ndkpi.h / ndkinfo.h names, `#[repr(C)]`, layout asserted).
 //! - [`ndis`]: the NDIS side of an NDK provider (ndisndk.h / ntddndis.h structures and OIDs).
 //! - [`ndk`]: the NDK provider objects (adapter, PD, CQ, MR, MW, QP, SRQ, connection objects)
@@ -43,6 +45,7 @@ extern crate wdk_panic;
 #[global_allocator]
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 
+pub mod cm;
 pub mod ndis;
 pub mod ndk;
 pub mod ndkpi;
