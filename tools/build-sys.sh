@@ -18,7 +18,7 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_d
 out=$target_dir/sys/$dir
 mkdir -p "$out"
 cp "$target_dir/$target/$dir/pvrdma_ndk.dll" "$out/pvrdma_ndk.sys"
-if [ -f "$target_dir/$target/$dir/pvrdma_ndk.map" ]; then
-    cp "$target_dir/$target/$dir/pvrdma_ndk.map" "$out/pvrdma_ndk.map"
+if [ -f "$target_dir/$target/$dir/deps/pvrdma_ndk.map" ]; then
+    cp "$target_dir/$target/$dir/deps/pvrdma_ndk.map" "$out/pvrdma_ndk.map"
 fi
 printf '%s %s bytes\n' "$out/pvrdma_ndk.sys" "$(stat -c %s "$out/pvrdma_ndk.sys")"
