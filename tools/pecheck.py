@@ -23,6 +23,7 @@ NDIS_HANDLERS = [
     "set_options", "initialize", "halt", "unload", "pause", "restart", "oid_request",
     "send_net_buffer_lists", "return_net_buffer_lists", "cancel", "device_pnp_event",
     "shutdown", "open_ndk_adapter", "close_ndk_adapter", "process_sg_list",
+    "line_isr", "line_dpc", "line_control", "message_isr", "message_dpc", "message_control",
 ]
 SCN_MEM_EXECUTE = 0x20000000
 SCN_MEM_WRITE = 0x80000000

@@ -758,3 +758,71 @@ pub const NDIS_SEND_FLAGS_DISPATCH_LEVEL: u32 = 0x0000_0001;
 /// `NDIS_STATUS_REQUEST_ABORTED` (= STATUS_REQUEST_ABORTED): the status of every send, since
 /// the adapter carries no NDIS data path.
 pub const NDIS_STATUS_REQUEST_ABORTED: NDIS_STATUS = 0xC000_0240_u32 as i32;
+
+pub const NDIS_OBJECT_TYPE_MINIPORT_INTERRUPT: u8 = 0x84;
+
+/// `MINIPORT_ISR(NDIS_HANDLE MiniportInterruptContext, PBOOLEAN QueueDefaultInterruptDpc,
+/// PULONG TargetProcessors)`. DIRQL.
+pub type MINIPORT_ISR_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    QueueDefaultInterruptDpc: *mut BOOLEAN,
+    TargetProcessors: *mut u32,
+) -> BOOLEAN;
+/// `MINIPORT_INTERRUPT_DPC(NDIS_HANDLE, PVOID MiniportDpcContext,
+/// PVOID ReceiveThrottleParameters, PVOID NdisReserved2)`.
+pub type MINIPORT_INTERRUPT_DPC_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MiniportDpcContext: *mut core::ffi::c_void,
+    ReceiveThrottleParameters: *mut core::ffi::c_void,
+    NdisReserved2: *mut core::ffi::c_void,
+);
+/// `MINIPORT_DISABLE_INTERRUPT` / `MINIPORT_ENABLE_INTERRUPT(NDIS_HANDLE)`.
+pub type MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER =
+    unsafe extern "system" fn(MiniportInterruptContext: NDIS_HANDLE);
+/// `MINIPORT_MESSAGE_INTERRUPT(NDIS_HANDLE, ULONG MessageId, PBOOLEAN
+/// QueueDefaultInterruptDpc, PULONG TargetProcessors)`. DIRQL.
+pub type MINIPORT_MSI_ISR_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MessageId: u32,
+    QueueDefaultInterruptDpc: *mut BOOLEAN,
+    TargetProcessors: *mut u32,
+) -> BOOLEAN;
+/// `MINIPORT_MESSAGE_INTERRUPT_DPC(NDIS_HANDLE, ULONG MessageId, PVOID MiniportDpcContext,
+/// PVOID ReceiveThrottleParameters, PVOID NdisReserved2)`.
+pub type MINIPORT_MSI_INTERRUPT_DPC_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MessageId: u32,
+    MiniportDpcContext: *mut core::ffi::c_void,
+    ReceiveThrottleParameters: *mut core::ffi::c_void,
+    NdisReserved2: *mut core::ffi::c_void,
+);
+/// `MINIPORT_DISABLE_MESSAGE_INTERRUPT` / `MINIPORT_ENABLE_MESSAGE_INTERRUPT(NDIS_HANDLE,
+/// ULONG MessageId)`.
+pub type MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER =
+    unsafe extern "system" fn(MiniportInterruptContext: NDIS_HANDLE, MessageId: u32);
+
+/// `NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS` (REVISION_1), for NdisMRegisterInterruptEx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub InterruptHandler: Option<MINIPORT_ISR_HANDLER>,
+    pub InterruptDpcHandler: Option<MINIPORT_INTERRUPT_DPC_HANDLER>,
+    pub DisableInterruptHandler: Option<MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER>,
+    pub EnableInterruptHandler: Option<MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER>,
+    pub MsiSupported: BOOLEAN,
+    pub MsiSyncWithAllMessages: BOOLEAN,
+    pub MessageInterruptHandler: Option<MINIPORT_MSI_ISR_HANDLER>,
+    pub MessageInterruptDpcHandler: Option<MINIPORT_MSI_INTERRUPT_DPC_HANDLER>,
+    pub DisableMessageInterruptHandler: Option<MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER>,
+    pub EnableMessageInterruptHandler: Option<MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER>,
+    /// Out: `NDIS_INTERRUPT_TYPE` (1 = line based, 2 = message signalled).
+    pub InterruptType: i32,
+    /// Out: `PIO_INTERRUPT_MESSAGE_INFO`.
+    pub MessageInfoTable: *mut core::ffi::c_void,
+}
+pub const NDIS_MINIPORT_INTERRUPT_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1: u16 = through(
+    offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MessageInfoTable),
+    size_of::<*mut core::ffi::c_void>(),
+);

@@ -14,11 +14,12 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::abi::*;
 use super::miniport::{GeneralAttributes, MemRange, Miniport, OidResult, parse_resources};
-use crate::ndkpi::{NDK_ADAPTER, NTSTATUS};
+use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
 use crate::os::windows::imports::{
-    NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma, NdisMMapIoSpace,
-    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
-    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisSetOptionalHandlers,
+    NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma,
+    NdisMMapIoSpace, NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver,
+    NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes,
+    NdisMUnmapIoSpace, NdisSetOptionalHandlers,
 };
 use crate::os::windows::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsScheduler};
 
@@ -133,6 +134,7 @@ unsafe extern "system" fn set_options(
 struct AdapterContext {
     handle: NDIS_HANDLE,
     dma_handle: NDIS_HANDLE,
+    interrupt_handle: NDIS_HANDLE,
     bar1: Option<(NonNull<c_void>, u32)>,
     uar: Option<(NonNull<c_void>, u32)>,
     scheduler: Option<Arc<WindowsScheduler>>,
@@ -146,6 +148,11 @@ impl AdapterContext {
     fn teardown(&mut self) {
         if let Some(m) = self.miniport.take() {
             m.halt();
+        }
+        if !self.interrupt_handle.is_null() {
+            // SAFETY: registered in InitializeEx; the platform (its context) is still alive.
+            unsafe { NdisMDeregisterInterruptEx(self.interrupt_handle) };
+            self.interrupt_handle = null_mut();
         }
         if let Some(s) = &self.scheduler {
             s.shutdown();
@@ -219,6 +226,7 @@ unsafe extern "system" fn initialize(
     let Ok(ctx) = crate::os::alloc::try_box(AdapterContext {
         handle,
         dma_handle: null_mut(),
+        interrupt_handle: null_mut(),
         bar1: None,
         uar: None,
         scheduler: None,
@@ -334,6 +342,10 @@ unsafe fn initialize_adapter(
         return NDIS_STATUS_RESOURCES;
     };
     ctx.platform = Some(platform.clone());
+    let status = register_interrupt(handle, &platform, &mut ctx.interrupt_handle);
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
     let miniport = match Miniport::initialize(platform, &res) {
         Ok(m) => m,
         Err(s) => return s,
@@ -359,6 +371,117 @@ unsafe fn initialize_adapter(
     // SAFETY: the NDK attributes and the capabilities they point to are valid for the call.
     unsafe { set_attributes(handle, (&raw mut ndk).cast()) }
 }
+
+/// Connects the adapter's interrupts (MSI-X, or a line) to `platform`, which the device
+/// layer hands its handler through `Platform::connect_interrupt`; until then, and after it
+/// disconnects, the handlers report the interrupt as not ours.
+fn register_interrupt(
+    handle: NDIS_HANDLE,
+    platform: &Arc<WindowsPlatform>,
+    out: &mut NDIS_HANDLE,
+) -> NDIS_STATUS {
+    let mut chars = NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_INTERRUPT,
+            NDIS_MINIPORT_INTERRUPT_REVISION_1,
+            NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1,
+        ),
+        InterruptHandler: Some(line_isr),
+        InterruptDpcHandler: Some(line_dpc),
+        DisableInterruptHandler: Some(line_control),
+        EnableInterruptHandler: Some(line_control),
+        MsiSupported: 1,
+        MsiSyncWithAllMessages: 0,
+        MessageInterruptHandler: Some(message_isr),
+        MessageInterruptDpcHandler: Some(message_dpc),
+        DisableMessageInterruptHandler: Some(message_control),
+        EnableMessageInterruptHandler: Some(message_control),
+        InterruptType: 0,
+        MessageInfoTable: null_mut(),
+    };
+    // The context is the platform, kept alive by the adapter context until after
+    // NdisMDeregisterInterruptEx.
+    let context = Arc::as_ptr(platform).cast_mut().cast::<c_void>();
+    // SAFETY: valid characteristics and out-handle; PASSIVE_LEVEL in InitializeEx.
+    let status = unsafe { NdisMRegisterInterruptEx(handle, context, (&raw mut chars).cast(), out) };
+    if status != NDIS_STATUS_SUCCESS {
+        *out = null_mut();
+    }
+    status
+}
+
+/// The platform behind an interrupt context.
+///
+/// # Safety
+///
+/// `context` must be the one `register_interrupt` registered, before its deregistration.
+unsafe fn interrupt_platform<'a>(context: NDIS_HANDLE) -> Option<&'a WindowsPlatform> {
+    // SAFETY: per the function's contract.
+    unsafe { context.cast::<WindowsPlatform>().as_ref() }
+}
+
+/// MiniportMessageInterrupt (DIRQL): the device layer's ISR queues its own DPCs, so NDIS's
+/// default DPC is never requested.
+unsafe extern "system" fn message_isr(
+    context: NDIS_HANDLE,
+    message_id: u32,
+    queue_default_dpc: *mut BOOLEAN,
+    _targets: *mut u32,
+) -> BOOLEAN {
+    if let Some(q) = NonNull::new(queue_default_dpc) {
+        // SAFETY: NDIS's out-parameter.
+        unsafe { q.as_ptr().write(0) };
+    }
+    // SAFETY: NDIS passes the registered context.
+    let ours =
+        unsafe { interrupt_platform(context) }.is_some_and(|p| p.dispatch_interrupt(message_id));
+    BOOLEAN::from(ours)
+}
+
+/// MiniportInterrupt for a line-based interrupt: the device has no interrupt status register
+/// to tell its vectors apart, so every vector's handler gets a look.
+unsafe extern "system" fn line_isr(
+    context: NDIS_HANDLE,
+    queue_default_dpc: *mut BOOLEAN,
+    _targets: *mut u32,
+) -> BOOLEAN {
+    if let Some(q) = NonNull::new(queue_default_dpc) {
+        // SAFETY: NDIS's out-parameter.
+        unsafe { q.as_ptr().write(0) };
+    }
+    // SAFETY: NDIS passes the registered context.
+    let Some(p) = (unsafe { interrupt_platform(context) }) else {
+        return 0;
+    };
+    let mut ours = false;
+    for vector in 0..LINE_INTERRUPT_VECTORS {
+        ours |= p.dispatch_interrupt(vector);
+    }
+    BOOLEAN::from(ours)
+}
+
+/// Device vectors a line interrupt stands for (command, async events, CQ notifications).
+const LINE_INTERRUPT_VECTORS: u32 = 3;
+
+/// The default interrupt DPCs are never requested (the ISRs answer FALSE to it).
+unsafe extern "system" fn line_dpc(
+    _context: NDIS_HANDLE,
+    _dpc_context: *mut c_void,
+    _throttle: *mut c_void,
+    _reserved: *mut c_void,
+) {
+}
+unsafe extern "system" fn message_dpc(
+    _context: NDIS_HANDLE,
+    _message_id: u32,
+    _dpc_context: *mut c_void,
+    _throttle: *mut c_void,
+    _reserved: *mut c_void,
+) {
+}
+/// Masking is the device's IMR register, which the device layer drives itself.
+unsafe extern "system" fn line_control(_context: NDIS_HANDLE) {}
+unsafe extern "system" fn message_control(_context: NDIS_HANDLE, _message_id: u32) {}
 
 /// # Safety
 ///

@@ -197,3 +197,19 @@ unsafe extern "system" {
         SendCompleteFlags: u32,
     );
 }
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NDIS_STATUS NdisMRegisterInterruptEx(NDIS_HANDLE MiniportAdapterHandle,
+    /// NDIS_HANDLE MiniportInterruptContext, PNDIS_MINIPORT_INTERRUPT_CHARACTERISTICS
+    /// MiniportInterruptCharacteristics, PNDIS_HANDLE NdisInterruptHandle)`. From
+    /// MiniportInitializeEx, PASSIVE_LEVEL.
+    pub fn NdisMRegisterInterruptEx(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        MiniportInterruptContext: NDIS_HANDLE,
+        MiniportInterruptCharacteristics: PNDIS_STRUCT,
+        NdisInterruptHandle: *mut NDIS_HANDLE,
+    ) -> NDIS_STATUS;
+    /// `void NdisMDeregisterInterruptEx(NDIS_HANDLE NdisInterruptHandle)`. PASSIVE_LEVEL.
+    pub fn NdisMDeregisterInterruptEx(NdisInterruptHandle: NDIS_HANDLE);
+}
