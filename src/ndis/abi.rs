@@ -826,3 +826,64 @@ pub const NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1: u16 = throu
     offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MessageInfoTable),
     size_of::<*mut core::ffi::c_void>(),
 );
+
+// x64 layouts of the syslink block, computed by hand from the declarations on Learn (pointers
+// 8 bytes, natural alignment; CM_PARTIAL_RESOURCE_DESCRIPTOR under pack(4)).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2 == 0x98);
+    assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, SetOptionsHandler) == 0x10);
+    assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, CheckForHangHandlerEx) == 0x60);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_DRIVER_CHARACTERISTICS,
+            CancelOidRequestHandler
+        ) == 0x80
+    );
+    assert!(size_of::<NDIS_NDK_PROVIDER_CHARACTERISTICS>() == 0x18);
+    assert!(size_of::<CM_PARTIAL_RESOURCE_DESCRIPTOR>() == 0x14);
+    assert!(offset_of!(CM_PARTIAL_RESOURCE_LIST, PartialDescriptors) == 8);
+    assert!(offset_of!(NDIS_MINIPORT_INIT_PARAMETERS, AllocatedResources) == 8);
+    assert!(size_of::<NDIS_MINIPORT_INIT_PARAMETERS>() == 0x40);
+    assert!(NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1 == 0x24);
+    assert!(offset_of!(NDIS_SG_DMA_DESCRIPTION, ProcessSGListHandler) == 0x10);
+    assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2 == 0x1C);
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, MaxXmitLinkSpeed) == 0x18);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            PowerManagementCapabilities
+        ) == 0x48
+    );
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            PermanentMacAddress
+        ) == 0x5E
+    );
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            RecvScaleCapabilities
+        ) == 0xA0
+    );
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, IfType) == 0xB4);
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, SupportedOidList) == 0xC8);
+    assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2 == 0xE0);
+    assert!(offset_of!(NDIS_OID_REQUEST, RequestId) == 0x10);
+    assert!(offset_of!(NDIS_OID_REQUEST, DATA) == 0x20);
+    assert!(offset_of!(NDIS_OID_REQUEST_QUERY, InformationBuffer) == 8);
+    assert!(offset_of!(NDIS_OID_REQUEST_QUERY, BytesNeeded) == 0x18);
+    assert!(offset_of!(NDIS_OID_REQUEST_METHOD, BytesNeeded) == 0x24);
+    assert!(offset_of!(NET_DEVICE_PNP_EVENT, InformationBuffer) == 0x10);
+    assert!(offset_of!(NET_BUFFER_LIST, NblFlags) == 0x78);
+    assert!(offset_of!(NET_BUFFER_LIST, Status) == 0x84);
+    assert!(offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MsiSupported) == 0x28);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS,
+            MessageInterruptHandler
+        ) == 0x30
+    );
+    assert!(NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1 == 0x60);
+};

@@ -193,7 +193,7 @@ class Harness:
 
     def register_interrupt(self, a):
         handle, ctx, chars, phandle = a
-        self.interrupt_chars = self.read(chars, 0x68)
+        self.interrupt_chars = self.read(chars, 0x60)
         self.interrupt_context = ctx
         self.maps["interrupt"] = handle
         self.se.mem_write(phandle, struct.pack("<Q", INTERRUPT_HANDLE))
