@@ -7,13 +7,20 @@
 //! [`MAILBOX_SLOTS`] holds every DPC object of an adapter; an overflow is reported with
 //! DbgPrintEx and drops that one run.
 //!
+//! The mailboxes (4 KiB each) are allocated zeroed and used in place: a zeroed mailbox is a
+//! valid empty one (each cell's sequence is stored relative to its index), so none is ever
+//! built on the stack, which a debug build would copy several times over the 24 KiB kernel
+//! stack.
+//!
 //! Timers share one `KTIMER`: a table of [`TIMER_SLOTS`] pending expiries under a spin lock,
 //! the timer set to the earliest. The device layer uses one timer per command channel.
 
 use alloc::sync::Arc;
+use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::imports::{
@@ -23,7 +30,7 @@ use super::imports::{
     KeSetTargetProcessorDpcEx, KeSetTimer,
 };
 use super::ke::{ALL_PROCESSOR_GROUPS, KDPC, KTIMER, PROCESSOR_NUMBER};
-use crate::os::alloc::{KVec, try_arc};
+use crate::os::alloc::try_arc;
 use crate::os::{Dpc, DpcScheduler, OsError, Processor, SpinLock, Timer};
 
 /// DPC handles one processor's mailbox can hold.
@@ -34,6 +41,7 @@ pub const TIMER_SLOTS: usize = 16;
 pub const MAX_PROCESSORS: u32 = 256;
 
 struct Cell {
+    /// Vyukov's cell sequence minus the cell's index (so that zero is the initial state).
     sequence: AtomicUsize,
     value: UnsafeCell<MaybeUninit<Dpc>>,
 }
@@ -47,25 +55,14 @@ struct Mailbox {
 }
 
 impl Mailbox {
-    fn new() -> Self {
-        Mailbox {
-            kdpc: UnsafeCell::new(KDPC::zeroed()),
-            cells: core::array::from_fn(|i| Cell {
-                sequence: AtomicUsize::new(i),
-                value: UnsafeCell::new(MaybeUninit::uninit()),
-            }),
-            enqueue_pos: AtomicUsize::new(0),
-            dequeue_pos: AtomicUsize::new(0),
-        }
-    }
-
-    fn cell(&self, pos: usize) -> &Cell {
+    /// The cell of queue position `pos` and its index.
+    fn cell(&self, pos: usize) -> (&Cell, usize) {
         // MAILBOX_SLOTS is a power of two: the mask keeps the index in bounds.
         const _: () = assert!(MAILBOX_SLOTS.is_power_of_two());
         let i = pos & (MAILBOX_SLOTS - 1);
         match self.cells.get(i) {
-            Some(c) => c,
-            None => &self.cells[0],
+            Some(c) => (c, i),
+            None => (&self.cells[0], 0),
         }
     }
 
@@ -73,9 +70,9 @@ impl Mailbox {
     fn push(&self, dpc: Dpc) -> Result<(), Dpc> {
         let mut pos = self.enqueue_pos.load(Ordering::Relaxed);
         loop {
-            let cell = self.cell(pos);
-            let seq = cell.sequence.load(Ordering::Acquire);
-            let diff = seq as isize - pos as isize;
+            let (cell, index) = self.cell(pos);
+            let seq = cell.sequence.load(Ordering::Acquire).wrapping_add(index);
+            let diff = seq.wrapping_sub(pos) as isize;
             if diff == 0 {
                 match self.enqueue_pos.compare_exchange_weak(
                     pos,
@@ -87,7 +84,8 @@ impl Mailbox {
                         // SAFETY: winning the CAS for `pos` gives this producer the cell
                         // exclusively until it publishes the sequence below.
                         unsafe { (*cell.value.get()).write(dpc) };
-                        cell.sequence.store(pos.wrapping_add(1), Ordering::Release);
+                        cell.sequence
+                            .store(pos.wrapping_add(1).wrapping_sub(index), Ordering::Release);
                         return Ok(());
                     }
                     Err(now) => pos = now,
@@ -103,9 +101,9 @@ impl Mailbox {
     fn pop(&self) -> Option<Dpc> {
         let mut pos = self.dequeue_pos.load(Ordering::Relaxed);
         loop {
-            let cell = self.cell(pos);
-            let seq = cell.sequence.load(Ordering::Acquire);
-            let diff = seq as isize - pos.wrapping_add(1) as isize;
+            let (cell, index) = self.cell(pos);
+            let seq = cell.sequence.load(Ordering::Acquire).wrapping_add(index);
+            let diff = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
             if diff == 0 {
                 match self.dequeue_pos.compare_exchange_weak(
                     pos,
@@ -119,8 +117,10 @@ impl Mailbox {
                         let slot = unsafe { cell.value.get().read() };
                         // SAFETY: the producer initialized it before publishing the sequence.
                         let dpc = unsafe { slot.assume_init() };
-                        cell.sequence
-                            .store(pos.wrapping_add(MAILBOX_SLOTS), Ordering::Release);
+                        cell.sequence.store(
+                            pos.wrapping_add(MAILBOX_SLOTS).wrapping_sub(index),
+                            Ordering::Release,
+                        );
                         return Some(dpc);
                     }
                     Err(now) => pos = now,
@@ -140,9 +140,41 @@ struct TimerEntry {
     due_ns: u64,
 }
 
+/// Zero-initialized mailboxes, one per processor, in one pool block.
+struct Mailboxes {
+    // INVARIANT: `len` mailboxes at `ptr`, allocated by `alloc_zeroed` with `layout`.
+    ptr: NonNull<Mailbox>,
+    len: usize,
+    layout: Layout,
+}
+
+impl Mailboxes {
+    fn new(len: usize) -> Result<Self, OsError> {
+        let layout = Layout::array::<Mailbox>(len.max(1)).map_err(|_| OsError::NoMemory)?;
+        // SAFETY: the layout is non-zero-sized (at least one mailbox).
+        let raw = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw.cast::<Mailbox>()).ok_or(OsError::NoMemory)?;
+        Ok(Mailboxes { ptr, len, layout })
+    }
+
+    fn as_slice(&self) -> &[Mailbox] {
+        // SAFETY: `len` mailboxes at `ptr` (type invariant); all-zero bytes are a valid empty
+        // mailbox (KDPC storage, zero positions, relative sequences, uninit values).
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mailboxes {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; Mailbox needs no drop (its values are
+        // MaybeUninit, and `shutdown` has taken every queued handle out).
+        unsafe { alloc::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
+    }
+}
+
 /// DPCs and timers of one adapter.
 pub struct WindowsScheduler {
-    mailboxes: KVec<Mailbox>,
+    mailboxes: Mailboxes,
     ktimer: UnsafeCell<KTIMER>,
     timer_dpc: UnsafeCell<KDPC>,
     timers: SpinLock<[Option<TimerEntry>; TIMER_SLOTS]>,
@@ -165,19 +197,14 @@ impl WindowsScheduler {
         // SAFETY: no preconditions.
         let count =
             unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS) }.clamp(1, MAX_PROCESSORS);
-        let mut mailboxes = KVec::try_with_capacity(count as usize)?;
-        for _ in 0..count {
-            mailboxes
-                .push_within_capacity(Mailbox::new())
-                .map_err(|_| OsError::NoMemory)?;
-        }
+        let mailboxes = Mailboxes::new(count as usize)?;
         let sched = try_arc(WindowsScheduler {
             mailboxes,
             ktimer: UnsafeCell::new(KTIMER::zeroed()),
             timer_dpc: UnsafeCell::new(KDPC::zeroed()),
             timers: SpinLock::new(core::array::from_fn(|_| None)),
         })?;
-        for (index, mailbox) in (0u32..).zip(sched.mailboxes.iter()) {
+        for (index, mailbox) in (0u32..).zip(sched.mailboxes.as_slice().iter()) {
             let context = core::ptr::from_ref(mailbox).cast_mut().cast::<c_void>();
             // SAFETY: the KDPC lives inside the Arc'd scheduler, at a stable address, until
             // `shutdown` has removed and flushed it.
@@ -204,13 +231,13 @@ impl WindowsScheduler {
         unsafe { KeCancelTimer(self.ktimer.get()) };
         // SAFETY: initialized in `new`.
         unsafe { KeRemoveQueueDpc(self.timer_dpc.get()) };
-        for m in self.mailboxes.iter() {
+        for m in self.mailboxes.as_slice().iter() {
             // SAFETY: initialized in `new`.
             unsafe { KeRemoveQueueDpc(m.kdpc.get()) };
         }
         // SAFETY: PASSIVE_LEVEL (this method's contract).
         unsafe { KeFlushQueuedDpcs() };
-        for m in self.mailboxes.iter() {
+        for m in self.mailboxes.as_slice().iter() {
             while m.pop().is_some() {}
         }
         *self.timers.lock() = core::array::from_fn(|_| None);
@@ -222,7 +249,7 @@ impl WindowsScheduler {
             Processor::Current => unsafe { KeGetCurrentProcessorNumberEx(core::ptr::null_mut()) },
             Processor::Index(i) => i,
         };
-        (index as usize) % self.mailboxes.len().max(1)
+        (index as usize) % self.mailboxes.len.max(1)
     }
 
     /// Sets the kernel timer to the earliest pending expiry (under the table lock).
@@ -258,7 +285,7 @@ impl WindowsScheduler {
 
 impl DpcScheduler for WindowsScheduler {
     fn enqueue(&self, dpc: Dpc, target: Processor) {
-        let Some(mailbox) = self.mailboxes.get(self.mailbox_index(target)) else {
+        let Some(mailbox) = self.mailboxes.as_slice().get(self.mailbox_index(target)) else {
             return;
         };
         if mailbox.push(dpc).is_err() {
@@ -309,7 +336,7 @@ impl DpcScheduler for WindowsScheduler {
     }
 
     fn processor_count(&self) -> u32 {
-        u32::try_from(self.mailboxes.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.mailboxes.len).unwrap_or(u32::MAX)
     }
 }
 
