@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Checks a linked driver image (docs/BUILD.md, "PE checks").
 
-Usage: pecheck.py IMAGE.sys [--map IMAGE.map] [--allow tools/imports.allow]
+Usage: pecheck.py IMAGE.sys [--map IMAGE.map] [--allow tools/imports.allow] [--all-guarded]
 
 AMD64; subsystem NATIVE; DYNAMIC_BASE, NX_COMPAT and GUARD_CF, the last backed by a real
 load-config table whose CFG function table lists every NDIS handler (from the link map) and
 every code address the image stores in its data (dispatch tables); a valid checksum; base
 relocations; no section both writable and executable; exactly one export, DriverEntry, which
 is the entry point; imports only from ntoskrnl.exe, HAL.dll and ndis.sys, each on the
-allowlist. Prints one line per check and exits 1 on the first failed group.
+allowlist. With --all-guarded (the LTO release image), no indirect call may bypass the CFG
+dispatch pointer: without LTO the prebuilt sysroot (core, alloc), which is not compiled with
+CFG, keeps plain `call reg` instructions, reported as info. Prints one line per check and
+exits 1 if any failed.
 """
 import argparse
 import re
 import struct
 import sys
 
+import capstone
 import pefile
 
 ALLOWED_DLLS = {"ntoskrnl.exe", "hal.dll", "ndis.sys"}
@@ -84,11 +88,57 @@ def code_pointers_in_data(pe, skip):
     return found
 
 
+def unguarded_indirect_calls(pe):
+    """Addresses of `call reg` / `call [reg...]` in executable sections: indirect calls that
+    do not go through `__guard_dispatch_icall_fptr` (a RIP-relative memory operand). A call
+    through a register that was last loaded from the import address table is an import call
+    (CFG does not check those; LLVM hoists the IAT load out of loops): found by scanning back
+    linearly to the register's last write, which is a heuristic across branches."""
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    iat = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IAT"]]
+    in_iat = lambda rva: iat.VirtualAddress <= rva < iat.VirtualAddress + iat.Size  # noqa: E731
+    found = []
+    for sec in pe.sections:
+        if not sec.Characteristics & SCN_MEM_EXECUTE:
+            continue
+        code = sec.get_data()[: sec.Misc_VirtualSize]
+        insns = list(md.disasm(code, sec.VirtualAddress))
+        for i, insn in enumerate(insns):
+            if insn.mnemonic != "call" or not insn.operands:
+                continue
+            op = insn.operands[0]
+            if op.type == capstone.x86.X86_OP_IMM:
+                continue
+            if op.type == capstone.x86.X86_OP_MEM and op.mem.base in (0, capstone.x86.X86_REG_RIP):
+                continue
+            if op.type == capstone.x86.X86_OP_REG:
+                reg = op.reg
+                for prev in reversed(insns[max(0, i - 400):i]):
+                    _, written = prev.regs_access()
+                    if reg not in written:
+                        continue
+                    src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
+                    if src is not None and src.type == capstone.x86.X86_OP_REG:
+                        reg = src.reg  # a copy: follow the source register
+                        continue
+                    if (src is not None and src.type == capstone.x86.X86_OP_MEM
+                            and src.mem.base == capstone.x86.X86_REG_RIP
+                            and in_iat(prev.address + prev.size + src.mem.disp)):
+                        reg = None
+                    break
+                if reg is None:
+                    continue
+            found.append(insn.address)
+    return found
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
     ap.add_argument("--map")
     ap.add_argument("--allow", default="tools/imports.allow")
+    ap.add_argument("--all-guarded", action="store_true")
     args = ap.parse_args()
 
     pe = pefile.PE(args.image)
@@ -160,6 +210,13 @@ def main():
                     print(f"info handler {h} not in the map (merged into an identical one)")
                     continue
                 check(all(r in targets for r in hits), f"handler {h} is a CFG target")
+
+    unguarded = unguarded_indirect_calls(pe)
+    if args.all_guarded:
+        check(not unguarded, f"every indirect call goes through the CFG dispatch pointer"
+              + (f" (unguarded at {[hex(a) for a in unguarded[:8]]})" if unguarded else ""))
+    else:
+        print(f"info {len(unguarded)} indirect calls bypass CFG (uninstrumented sysroot code)")
 
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
