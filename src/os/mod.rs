@@ -32,6 +32,10 @@ pub mod sync;
 /// The Windows kernel implementation ([`windows::WindowsPlatform`], DPCs, allocator).
 #[cfg(target_os = "windows")]
 pub mod windows;
+/// The DPC mailbox queue of `windows` is portable: its tests run on the host.
+#[cfg(all(test, not(target_os = "windows")))]
+#[path = "windows/mailbox.rs"]
+mod windows_mailbox;
 
 #[cfg(not(target_os = "windows"))]
 // The host implementation is Linux test infrastructure on std (threads, std locks): it never

@@ -1,16 +1,14 @@
 //! [`WindowsScheduler`]: `crate::os::DpcScheduler` over kernel DPCs and one kernel timer.
 //!
 //! `enqueue` is called from ISRs at DIRQL, so it neither locks nor allocates: each processor
-//! has a mailbox, a bounded lock-free queue (D. Vyukov's bounded MPMC queue) of `Dpc`
-//! handles, drained by one `KDPC` targeted at that processor (`KeSetTargetProcessorDpcEx`).
+//! has a mailbox, a bounded lock-free queue of `Dpc` handles (`os::windows::mailbox`),
+//! drained by one `KDPC` targeted at that processor (`KeSetTargetProcessorDpcEx`).
 //! A `Dpc` is in at most one mailbox at a time (its queued flag coalesces), so a mailbox of
 //! [`MAILBOX_SLOTS`] holds every DPC object of an adapter; an overflow is reported with
 //! DbgPrintEx and drops that one run.
 //!
-//! The mailboxes (4 KiB each) are allocated zeroed and used in place: a zeroed mailbox is a
-//! valid empty one (each cell's sequence is stored relative to its index), so none is ever
-//! built on the stack, which a debug build would copy several times over the 24 KiB kernel
-//! stack.
+//! The mailboxes (4 KiB each) are allocated zeroed and used in place, never built on the
+//! stack (a debug build would copy them several times over the 24 KiB kernel stack).
 //!
 //! Timers share one `KTIMER`: a table of [`TIMER_SLOTS`] pending expiries under a spin lock,
 //! the timer set to the earliest. The device layer uses one timer per command channel.
@@ -19,9 +17,7 @@ use alloc::sync::Arc;
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::mem::MaybeUninit;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::imports::{
     DbgPrintEx, KeCancelTimer, KeFlushQueuedDpcs, KeGetCurrentProcessorNumberEx,
@@ -30,6 +26,7 @@ use super::imports::{
     KeSetTargetProcessorDpcEx, KeSetTimer,
 };
 use super::ke::{ALL_PROCESSOR_GROUPS, KDPC, KTIMER, PROCESSOR_NUMBER};
+use super::mailbox::Mailbox;
 use crate::os::alloc::try_arc;
 use crate::os::{Dpc, DpcScheduler, OsError, Processor, SpinLock, Timer};
 
@@ -40,98 +37,10 @@ pub const TIMER_SLOTS: usize = 16;
 /// Processors the scheduler serves (more are folded onto these).
 pub const MAX_PROCESSORS: u32 = 256;
 
-struct Cell {
-    /// Vyukov's cell sequence minus the cell's index (so that zero is the initial state).
-    sequence: AtomicUsize,
-    value: UnsafeCell<MaybeUninit<Dpc>>,
-}
-
-/// One processor's queue and the kernel DPC that drains it.
-struct Mailbox {
+/// One processor's queue and the kernel DPC that drains it; all-zero is a valid empty one.
+struct ProcessorMailbox {
     kdpc: UnsafeCell<KDPC>,
-    cells: [Cell; MAILBOX_SLOTS],
-    enqueue_pos: AtomicUsize,
-    dequeue_pos: AtomicUsize,
-}
-
-impl Mailbox {
-    /// The cell of queue position `pos` and its index.
-    fn cell(&self, pos: usize) -> (&Cell, usize) {
-        // MAILBOX_SLOTS is a power of two: the mask keeps the index in bounds.
-        const _: () = assert!(MAILBOX_SLOTS.is_power_of_two());
-        let i = pos & (MAILBOX_SLOTS - 1);
-        match self.cells.get(i) {
-            Some(c) => (c, i),
-            None => (&self.cells[0], 0),
-        }
-    }
-
-    /// Any IRQL. Gives the handle back when the mailbox is full.
-    fn push(&self, dpc: Dpc) -> Result<(), Dpc> {
-        let mut pos = self.enqueue_pos.load(Ordering::Relaxed);
-        loop {
-            let (cell, index) = self.cell(pos);
-            let seq = cell.sequence.load(Ordering::Acquire).wrapping_add(index);
-            let diff = seq.wrapping_sub(pos) as isize;
-            if diff == 0 {
-                match self.enqueue_pos.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: winning the CAS for `pos` gives this producer the cell
-                        // exclusively until it publishes the sequence below.
-                        unsafe { (*cell.value.get()).write(dpc) };
-                        cell.sequence
-                            .store(pos.wrapping_add(1).wrapping_sub(index), Ordering::Release);
-                        return Ok(());
-                    }
-                    Err(now) => pos = now,
-                }
-            } else if diff < 0 {
-                return Err(dpc);
-            } else {
-                pos = self.enqueue_pos.load(Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn pop(&self) -> Option<Dpc> {
-        let mut pos = self.dequeue_pos.load(Ordering::Relaxed);
-        loop {
-            let (cell, index) = self.cell(pos);
-            let seq = cell.sequence.load(Ordering::Acquire).wrapping_add(index);
-            let diff = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
-            if diff == 0 {
-                match self.dequeue_pos.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: the sequence says a producer wrote this cell, and winning the
-                        // CAS makes this the only consumer to take it.
-                        let slot = unsafe { cell.value.get().read() };
-                        // SAFETY: the producer initialized it before publishing the sequence.
-                        let dpc = unsafe { slot.assume_init() };
-                        cell.sequence.store(
-                            pos.wrapping_add(MAILBOX_SLOTS).wrapping_sub(index),
-                            Ordering::Release,
-                        );
-                        return Some(dpc);
-                    }
-                    Err(now) => pos = now,
-                }
-            } else if diff < 0 {
-                return None;
-            } else {
-                pos = self.dequeue_pos.load(Ordering::Relaxed);
-            }
-        }
-    }
+    queue: Mailbox<Dpc, MAILBOX_SLOTS>,
 }
 
 struct TimerEntry {
@@ -143,30 +52,31 @@ struct TimerEntry {
 /// Zero-initialized mailboxes, one per processor, in one pool block.
 struct Mailboxes {
     // INVARIANT: `len` mailboxes at `ptr`, allocated by `alloc_zeroed` with `layout`.
-    ptr: NonNull<Mailbox>,
+    ptr: NonNull<ProcessorMailbox>,
     len: usize,
     layout: Layout,
 }
 
 impl Mailboxes {
     fn new(len: usize) -> Result<Self, OsError> {
-        let layout = Layout::array::<Mailbox>(len.max(1)).map_err(|_| OsError::NoMemory)?;
+        let layout =
+            Layout::array::<ProcessorMailbox>(len.max(1)).map_err(|_| OsError::NoMemory)?;
         // SAFETY: the layout is non-zero-sized (at least one mailbox).
         let raw = unsafe { alloc::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw.cast::<Mailbox>()).ok_or(OsError::NoMemory)?;
+        let ptr = NonNull::new(raw.cast::<ProcessorMailbox>()).ok_or(OsError::NoMemory)?;
         Ok(Mailboxes { ptr, len, layout })
     }
 
-    fn as_slice(&self) -> &[Mailbox] {
+    fn as_slice(&self) -> &[ProcessorMailbox] {
         // SAFETY: `len` mailboxes at `ptr` (type invariant); all-zero bytes are a valid empty
-        // mailbox (KDPC storage, zero positions, relative sequences, uninit values).
+        // mailbox (KDPC storage, and an empty `Mailbox`: see os::windows::mailbox).
         unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl Drop for Mailboxes {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; Mailbox needs no drop (its values are
+        // SAFETY: allocated in `new` with this layout; a mailbox needs no drop (its values are
         // MaybeUninit, and `shutdown` has taken every queued handle out).
         unsafe { alloc::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
     }
@@ -238,7 +148,7 @@ impl WindowsScheduler {
         // SAFETY: PASSIVE_LEVEL (this method's contract).
         unsafe { KeFlushQueuedDpcs() };
         for m in self.mailboxes.as_slice().iter() {
-            while m.pop().is_some() {}
+            while m.queue.pop().is_some() {}
         }
         *self.timers.lock() = core::array::from_fn(|_| None);
     }
@@ -288,7 +198,7 @@ impl DpcScheduler for WindowsScheduler {
         let Some(mailbox) = self.mailboxes.as_slice().get(self.mailbox_index(target)) else {
             return;
         };
-        if mailbox.push(dpc).is_err() {
+        if mailbox.queue.push(dpc).is_err() {
             // SAFETY: a NUL-terminated format without conversions; any IRQL.
             unsafe {
                 DbgPrintEx(
@@ -349,8 +259,8 @@ unsafe extern "system" fn mailbox_routine(
 ) {
     // SAFETY: the context is the mailbox given to KeInitializeDpc, alive until `shutdown`
     // has flushed every DPC.
-    let mailbox = unsafe { &*context.cast::<Mailbox>() };
-    while let Some(dpc) = mailbox.pop() {
+    let mailbox = unsafe { &*context.cast::<ProcessorMailbox>() };
+    while let Some(dpc) = mailbox.queue.pop() {
         dpc.run();
     }
 }

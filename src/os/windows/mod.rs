@@ -4,7 +4,7 @@
 //! sysroot expects.
 //!
 //! Which file serves which build:
-//! - [`imports`], [`ke`], [`lock`], [`platform`], [`dpc`]: every Windows build (the WDK build links the
+//! - [`imports`], [`ke`], [`lock`], [`mailbox`], [`platform`], [`dpc`]: every Windows build (the WDK build links the
 //!   same imports through ndis.lib/ntoskrnl.lib instead of raw-dylib).
 //! - [`heap`] and `rt`: only without `--features wdk`, where wdk-alloc, wdk-panic and wdk-sys
 //!   would otherwise define the same allocator, panic handler and symbols twice.
@@ -18,6 +18,7 @@ pub mod heap;
 pub mod imports;
 pub mod ke;
 pub mod lock;
+pub mod mailbox;
 pub mod platform;
 #[cfg(all(not(feature = "wdk"), target_arch = "x86_64"))]
 mod rt;
