@@ -16,10 +16,10 @@ use super::abi::*;
 use super::miniport::{GeneralAttributes, MemRange, Miniport, OidResult, parse_resources};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
 use crate::os::windows::imports::{
-    NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma,
-    NdisMMapIoSpace, NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver,
-    NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes,
-    NdisMUnmapIoSpace, NdisSetOptionalHandlers,
+    DbgPrintEx, NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver,
+    NdisMDeregisterScatterGatherDma, NdisMMapIoSpace, NdisMRegisterInterruptEx,
+    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
+    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisSetOptionalHandlers,
 };
 use crate::os::windows::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsScheduler};
 
@@ -160,6 +160,21 @@ impl AdapterContext {
         self.platform = None;
         if let Some(mem) = self.shared_memory.take() {
             mem.drain();
+            if mem.live() != 0 {
+                // Unmapping below is still right (the device was reset by halt); the blocks
+                // are leaked, not freed under a device that might use them.
+                // SAFETY: a NUL-terminated format with one %u and its u32; PASSIVE_LEVEL.
+                unsafe {
+                    DbgPrintEx(
+                        77,
+                        0,
+                        c"pvrdma: %u shared-memory blocks still live at halt\n"
+                            .as_ptr()
+                            .cast(),
+                        mem.live(),
+                    )
+                };
+            }
         }
         self.scheduler = None;
         for (base, len) in [self.uar.take(), self.bar1.take()].into_iter().flatten() {
@@ -613,7 +628,9 @@ unsafe fn buffer<'a>(buf: *mut c_void, len: u32) -> &'a mut [u8] {
     }
 }
 
-/// MiniportOidRequest (and MiniportDirectOidRequest): completed synchronously.
+/// MiniportOidRequest (and MiniportDirectOidRequest): completed synchronously. The core
+/// never answers NDIS_STATUS_PENDING (completing later would need NdisMOidRequestComplete,
+/// which the driver does not import).
 unsafe extern "system" fn oid_request(
     context: NDIS_HANDLE,
     request: *mut NDIS_OID_REQUEST,
