@@ -124,6 +124,7 @@ class Harness:
         self.dsr = 0
         self.dsr_low = 0
         self.requests = []
+        self.sends_completed = []
         self.pending_vectors = []
         self.interrupt_chars = None
         self.delay_slot = self._iat_slot("KeDelayExecutionThread")
@@ -183,7 +184,7 @@ class Harness:
         h("ndis", "NdisMDeregisterInterruptEx", 1, lambda a: self.maps.pop("interrupt", None) and 0)
         h("ndis", "NdisMAllocateSharedMemory", 5, self.alloc_shared)
         h("ndis", "NdisMFreeSharedMemory", 5, self.free_shared)
-        h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: 0)
+        h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
         h("ntoskrnl", "ExAllocatePool2", 3, self.pool_alloc)
         h("ntoskrnl", "ExFreePoolWithTag", 2, self.pool_free)
         h("ntoskrnl", "KeBugCheckEx", 5, self.bugcheck)
@@ -620,6 +621,22 @@ def full_run(hz, handlers, registration):
     for a in adapters:
         hz.call(close_ndk, [ctx, a], "CloseNDKAdapter")
     hz.pump()
+
+    # NET_BUFFER_LIST (ndis.h): Next @0, ..., Status @0x84. An NDK-only adapter fails every
+    # send at once with NDIS_STATUS_REQUEST_ABORTED.
+    first, second = hz.alloc(0x100, "nbl"), hz.alloc(0x100, "nbl")
+    hz.se.mem_write(first, struct.pack("<Q", second) + b"\0" * 0xF8)
+    hz.se.mem_write(second, b"\0" * 0x100)
+    hz.call(handlers["SendNetBufferListsHandler"], [ctx, first, 0, 1], "MiniportSendNetBufferLists")
+    statuses = [u32(hz, n + 0x84) for n in (first, second)]
+    check(statuses == [0xC0000240] * 2, f"both NBLs completed with NDIS_STATUS_REQUEST_ABORTED ({[hex(x) for x in statuses]})")
+    check(hz.sends_completed == [(ADAPTER_HANDLE, first, 1)],
+          f"NdisMSendNetBufferListsComplete(adapter, chain, DISPATCH_LEVEL) once ({hz.sends_completed})")
+
+    st = hz.call(handlers["PauseHandler"], [ctx, 0], "MiniportPause")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportPause: NDIS_STATUS_SUCCESS ({st:#x})")
+    st = hz.call(handlers["RestartHandler"], [ctx, 0], "MiniportRestart")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportRestart: NDIS_STATUS_SUCCESS ({st:#x})")
     hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
     check(not hz.maps, f"Halt unmapped the BARs and deregistered DMA and interrupts ({list(hz.maps)})")
     print("info device commands: " + ", ".join(hex(c) for c in hz.requests))
