@@ -534,7 +534,19 @@ def u32(hz, addr):
 def full_run(hz, handlers, registration):
     """The real core: OIDs, the NDK adapter for each version, a few NDK calls, Halt."""
     ctx = struct.unpack_from("<Q", registration, 8)[0]
-    check(hz.dsr != 0 and REG_CTL is not None, "bring-up handed the device its DSR")
+    check(hz.dsr != 0, "bring-up handed the device its DSR")
+    # NDIS_SG_DMA_DESCRIPTION: header, Flags, MaximumPhysicalMapping, ProcessSGListHandler @0x10.
+    d = hz.dma_desc
+    check(header(d) == (0x83, 1, 0x24), f"SG DMA description header {header(d)} = (0x83, 1, 0x24)")
+    check(struct.unpack_from("<I", d, 4)[0] & 1, "NDIS_SG_DMA_64_BIT_ADDRESS")
+    check(hz.is_cfg_target(struct.unpack_from("<Q", d, 0x10)[0]), "ProcessSGListHandler is a CFG target")
+    # NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS: four line handlers @8, MsiSupported @0x28,
+    # four message handlers @0x30.
+    ic = hz.interrupt_chars
+    check(header(ic) == (0x84, 1, 0x60), f"interrupt characteristics header {header(ic)} = (0x84, 1, 0x60)")
+    check(ic[0x28] == 1, "MsiSupported")
+    handlers_ic = struct.unpack_from("<4Q", ic, 8) + struct.unpack_from("<4Q", ic, 0x30)
+    check(all(hz.is_cfg_target(f) for f in handlers_ic), "all eight interrupt handlers set and CFG targets")
 
     def oid(handler, rtype, oid_value, payload, length):
         buf = hz.alloc(max(length, 1), "oid_buffer")
