@@ -652,6 +652,8 @@ def full_run(hz, handlers, registration):
     hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
     check(not hz.maps, f"Halt unmapped the BARs and deregistered DMA and interrupts ({list(hz.maps)})")
     print("info device commands: " + ", ".join(hex(c) for c in hz.requests))
+    # The CFG emulation is only worth something if it saw the provider's indirect calls.
+    check(hz.indirect_calls > 0, f"the guard dispatch hook saw the indirect calls ({hz.indirect_calls})")
 
 
 def finish(hz):
