@@ -15,8 +15,9 @@
 //!
 //! Three builds share this file (docs/reference/windows-build.md §4, pattern B):
 //! the Windows driver (`--features wdk`: wdk-alloc, wdk-panic), the Linux host build used by
-//! `cargo test` (std is linked for its panic handler and allocator), and the Windows-target
-//! check without the WDK (fallback panic handler and allocator; never linked into a driver).
+//! `cargo test` (std is linked for its panic handler and allocator), and the Windows build
+//! without the WDK (`os::windows`: ExAllocatePool2 allocator, KeBugCheckEx panic; the image
+//! `tools/build-sys.sh` links, docs/BUILD.md).
 #![no_std]
 // Kernel discipline, enforced: a panic is a bugcheck, so the driver's own code may not index,
 // unwrap or panic on any path a consumer or the device can reach. (Tests may.)
@@ -52,28 +53,14 @@ pub mod ndkpi;
 pub mod os;
 pub mod pvrdma;
 
-/// Stand-ins for the Windows-target check without the WDK: that build is only ever checked,
-/// never linked into an image, so nothing here runs.
+/// The Windows build without the WDK (the image `tools/build-sys.sh` links, and the
+/// Windows-target check): non-paged pool and a bug check on panic, from `os::windows`.
 #[cfg(all(target_os = "windows", not(feature = "wdk"), not(test)))]
-mod check_only {
-    use core::alloc::{GlobalAlloc, Layout};
+#[global_allocator]
+static GLOBAL_ALLOCATOR: os::windows::heap::NonPagedPool = os::windows::heap::NonPagedPool;
 
-    #[panic_handler]
-    fn panic(_: &core::panic::PanicInfo) -> ! {
-        loop {}
-    }
-
-    struct NoAllocator;
-
-    // SAFETY: returning null is GlobalAlloc's documented way to report failure, and
-    // `dealloc` is never reached because no allocation ever succeeds.
-    unsafe impl GlobalAlloc for NoAllocator {
-        unsafe fn alloc(&self, _: Layout) -> *mut u8 {
-            core::ptr::null_mut()
-        }
-        unsafe fn dealloc(&self, _: *mut u8, _: Layout) {}
-    }
-
-    #[global_allocator]
-    static GLOBAL_ALLOCATOR: NoAllocator = NoAllocator;
+#[cfg(all(target_os = "windows", not(feature = "wdk"), not(test)))]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    os::windows::heap::bugcheck(info)
 }

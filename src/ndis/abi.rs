@@ -382,3 +382,508 @@ pub struct WSK_PROVIDER_NDK_DISPATCH {
 
 /// `WSKNDK_GET_WSK_PROVIDER_NDK_DISPATCH` = `(ULONG)'NDKD'` (MSVC multi-char packing).
 pub const WSKNDK_GET_WSK_PROVIDER_NDK_DISPATCH: u32 = u32::from_be_bytes(*b"NDKD");
+
+// ==== syslink (issue 12): the miniport-driver ABI the FFI layer (`ndis::entry`) fills and
+// reads. Layouts per the ndis.h prototypes on Learn (`ns-ndis-_ndis_miniport_driver_
+// characteristics`, `ns-ndis-_ndis_miniport_init_parameters`, `ns-ndis-_ndis_sg_dma_
+// description`, `ns-oidrequest-ndis_oid_request`, `ns-ndis-_ndis_miniport_adapter_
+// registration_attributes`, `ns-ndis-_ndis_miniport_adapter_general_attributes`,
+// `ns-wdm-_cm_partial_resource_descriptor`); object types cross-checked with win32metadata.
+
+pub const NDIS_OBJECT_TYPE_MINIPORT_INIT_PARAMETERS: u8 = 0x81;
+pub const NDIS_OBJECT_TYPE_SG_DMA_DESCRIPTION: u8 = 0x83;
+pub const NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS: u8 = 0x8A;
+pub const NDIS_OBJECT_TYPE_OID_REQUEST: u8 = 0x96;
+pub const NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES: u8 = 0x9E;
+pub const NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES: u8 = 0x9F;
+
+/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS.MajorNdisVersion` / `MinorNdisVersion`: NDIS 6.30,
+/// the first version with NDK.
+pub const NDIS_MINIPORT_MAJOR_VERSION: u8 = 6;
+pub const NDIS_MINIPORT_MINOR_VERSION: u8 = 30;
+
+/// An untyped NDIS handler slot (`NULL` = not provided).
+pub type NDIS_HANDLER = Option<unsafe extern "system" fn()>;
+
+/// `MINIPORT_SET_OPTIONS(NDIS_HANDLE NdisDriverHandle, NDIS_HANDLE DriverContext)`.
+pub type SET_OPTIONS_HANDLER = unsafe extern "system" fn(
+    NdisDriverHandle: NDIS_HANDLE,
+    DriverContext: NDIS_HANDLE,
+) -> NDIS_STATUS;
+/// `MINIPORT_INITIALIZE(NDIS_HANDLE MiniportAdapterHandle, NDIS_HANDLE MiniportDriverContext,
+/// PNDIS_MINIPORT_INIT_PARAMETERS MiniportInitParameters)`.
+pub type MINIPORT_INITIALIZE_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterHandle: NDIS_HANDLE,
+    MiniportDriverContext: NDIS_HANDLE,
+    MiniportInitParameters: *mut NDIS_MINIPORT_INIT_PARAMETERS,
+) -> NDIS_STATUS;
+/// `MINIPORT_HALT(NDIS_HANDLE MiniportAdapterContext, NDIS_HALT_ACTION HaltAction)`.
+pub type MINIPORT_HALT_HANDLER =
+    unsafe extern "system" fn(MiniportAdapterContext: NDIS_HANDLE, HaltAction: i32);
+/// `MINIPORT_UNLOAD(PDRIVER_OBJECT DriverObject)`.
+pub type MINIPORT_DRIVER_UNLOAD = unsafe extern "system" fn(DriverObject: *mut core::ffi::c_void);
+/// `MINIPORT_PAUSE(NDIS_HANDLE, PNDIS_MINIPORT_PAUSE_PARAMETERS)`.
+pub type MINIPORT_PAUSE_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    PauseParameters: *mut core::ffi::c_void,
+) -> NDIS_STATUS;
+/// `MINIPORT_RESTART(NDIS_HANDLE, PNDIS_MINIPORT_RESTART_PARAMETERS)`.
+pub type MINIPORT_RESTART_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    RestartParameters: *mut core::ffi::c_void,
+) -> NDIS_STATUS;
+/// `MINIPORT_OID_REQUEST(NDIS_HANDLE, PNDIS_OID_REQUEST)` (also the direct OID handler).
+pub type MINIPORT_OID_REQUEST_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    OidRequest: *mut NDIS_OID_REQUEST,
+) -> NDIS_STATUS;
+/// `MINIPORT_SEND_NET_BUFFER_LISTS(NDIS_HANDLE, PNET_BUFFER_LIST, NDIS_PORT_NUMBER,
+/// ULONG SendFlags)`.
+pub type MINIPORT_SEND_NET_BUFFER_LISTS_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    NetBufferList: *mut NET_BUFFER_LIST,
+    PortNumber: NDIS_PORT_NUMBER,
+    SendFlags: u32,
+);
+/// `MINIPORT_RETURN_NET_BUFFER_LISTS(NDIS_HANDLE, PNET_BUFFER_LIST, ULONG ReturnFlags)`.
+pub type MINIPORT_RETURN_NET_BUFFER_LISTS_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    NetBufferLists: *mut NET_BUFFER_LIST,
+    ReturnFlags: u32,
+);
+/// `MINIPORT_CANCEL_SEND(NDIS_HANDLE, PVOID CancelId)`; also `MINIPORT_CANCEL_OID_REQUEST`
+/// and `MINIPORT_CANCEL_DIRECT_OID_REQUEST(NDIS_HANDLE, PVOID RequestId)`.
+pub type MINIPORT_CANCEL_HANDLER =
+    unsafe extern "system" fn(MiniportAdapterContext: NDIS_HANDLE, Id: *mut core::ffi::c_void);
+/// `MINIPORT_DEVICE_PNP_EVENT_NOTIFY(NDIS_HANDLE, PNET_DEVICE_PNP_EVENT)`.
+pub type MINIPORT_DEVICE_PNP_EVENT_NOTIFY_HANDLER = unsafe extern "system" fn(
+    MiniportAdapterContext: NDIS_HANDLE,
+    NetDevicePnPEvent: *mut NET_DEVICE_PNP_EVENT,
+);
+/// `MINIPORT_SHUTDOWN(NDIS_HANDLE, NDIS_SHUTDOWN_ACTION ShutdownAction)`.
+pub type MINIPORT_SHUTDOWN_HANDLER =
+    unsafe extern "system" fn(MiniportAdapterContext: NDIS_HANDLE, ShutdownAction: i32);
+
+/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS`, REVISION_2 (NDIS 6.1+: the direct-OID handlers,
+/// required for miniports that implement RDMA). REVISION_3 (6.80) only adds the synchronous
+/// OID handler, which this driver does not provide.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_DRIVER_CHARACTERISTICS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub MajorNdisVersion: u8,
+    pub MinorNdisVersion: u8,
+    pub MajorDriverVersion: u8,
+    pub MinorDriverVersion: u8,
+    pub Flags: u32,
+    pub SetOptionsHandler: Option<SET_OPTIONS_HANDLER>,
+    pub InitializeHandlerEx: Option<MINIPORT_INITIALIZE_HANDLER>,
+    pub HaltHandlerEx: Option<MINIPORT_HALT_HANDLER>,
+    pub UnloadHandler: Option<MINIPORT_DRIVER_UNLOAD>,
+    pub PauseHandler: Option<MINIPORT_PAUSE_HANDLER>,
+    pub RestartHandler: Option<MINIPORT_RESTART_HANDLER>,
+    pub OidRequestHandler: Option<MINIPORT_OID_REQUEST_HANDLER>,
+    pub SendNetBufferListsHandler: Option<MINIPORT_SEND_NET_BUFFER_LISTS_HANDLER>,
+    pub ReturnNetBufferListsHandler: Option<MINIPORT_RETURN_NET_BUFFER_LISTS_HANDLER>,
+    pub CancelSendHandler: Option<MINIPORT_CANCEL_HANDLER>,
+    pub CheckForHangHandlerEx: NDIS_HANDLER,
+    pub ResetHandlerEx: NDIS_HANDLER,
+    pub DevicePnPEventNotifyHandler: Option<MINIPORT_DEVICE_PNP_EVENT_NOTIFY_HANDLER>,
+    pub ShutdownHandlerEx: Option<MINIPORT_SHUTDOWN_HANDLER>,
+    pub CancelOidRequestHandler: Option<MINIPORT_CANCEL_HANDLER>,
+    pub DirectOidRequestHandler: Option<MINIPORT_OID_REQUEST_HANDLER>,
+    pub CancelDirectOidRequestHandler: Option<MINIPORT_CANCEL_HANDLER>,
+}
+pub const NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2: u16 = through(
+    offset_of!(
+        NDIS_MINIPORT_DRIVER_CHARACTERISTICS,
+        CancelDirectOidRequestHandler
+    ),
+    size_of::<Option<MINIPORT_CANCEL_HANDLER>>(),
+);
+
+/// `NDIS_DRIVER_OPTIONAL_HANDLERS`: a union of characteristics structures told apart by
+/// their header; NdisSetOptionalHandlers receives one of them (here
+/// [`NDIS_NDK_PROVIDER_CHARACTERISTICS`]) through this type.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_DRIVER_OPTIONAL_HANDLERS {
+    pub Header: NDIS_OBJECT_HEADER,
+}
+
+/// `CM_PARTIAL_RESOURCE_DESCRIPTOR` (wdm.h, `#pragma pack(4)`: 0x14 bytes on x64). The
+/// 16-byte union `u` as words; its meaning depends on `Type`.
+#[repr(C, packed(4))]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CM_PARTIAL_RESOURCE_DESCRIPTOR {
+    pub Type: u8,
+    pub ShareDisposition: u8,
+    pub Flags: u16,
+    pub u: [u32; 4],
+}
+pub const CmResourceTypePort: u8 = 1;
+pub const CmResourceTypeInterrupt: u8 = 2;
+pub const CmResourceTypeMemory: u8 = 3;
+/// `CM_RESOURCE_INTERRUPT_MESSAGE` in `Flags` of an interrupt descriptor.
+pub const CM_RESOURCE_INTERRUPT_MESSAGE: u16 = 0x0002;
+
+/// `CM_PARTIAL_RESOURCE_LIST` (= `NDIS_RESOURCE_LIST`): `Count` descriptors follow,
+/// declared with one as in C.
+#[repr(C, packed(4))]
+#[derive(Clone, Copy, Debug)]
+pub struct CM_PARTIAL_RESOURCE_LIST {
+    pub Version: u16,
+    pub Revision: u16,
+    pub Count: u32,
+    pub PartialDescriptors: [CM_PARTIAL_RESOURCE_DESCRIPTOR; 1],
+}
+
+/// `NDIS_MINIPORT_INIT_PARAMETERS` (NDIS 6.0 fields the driver reads; later fields follow).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_INIT_PARAMETERS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Flags: u32,
+    /// Translated resources (`PNDIS_RESOURCE_LIST`).
+    pub AllocatedResources: *mut CM_PARTIAL_RESOURCE_LIST,
+    pub IMDeviceInstanceContext: NDIS_HANDLE,
+    pub MiniportAddDeviceContext: NDIS_HANDLE,
+    pub IfIndex: NET_IFINDEX,
+    pub NetLuid: u64,
+    pub DefaultPortAuthStates: *mut core::ffi::c_void,
+    pub PciDeviceCustomProperties: *mut core::ffi::c_void,
+}
+
+/// `MINIPORT_PROCESS_SG_LIST(PDEVICE_OBJECT, PVOID Reserved, PSCATTER_GATHER_LIST, PVOID
+/// Context)`.
+pub type MINIPORT_PROCESS_SG_LIST_HANDLER = unsafe extern "system" fn(
+    DeviceObject: *mut core::ffi::c_void,
+    Reserved: *mut core::ffi::c_void,
+    ScatterGatherListBuffer: *mut core::ffi::c_void,
+    Context: *mut core::ffi::c_void,
+);
+
+/// `NDIS_SG_DMA_DESCRIPTION`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_SG_DMA_DESCRIPTION {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Flags: u32,
+    pub MaximumPhysicalMapping: u32,
+    pub ProcessSGListHandler: Option<MINIPORT_PROCESS_SG_LIST_HANDLER>,
+    pub SharedMemAllocateCompleteHandler: NDIS_HANDLER,
+    /// Out: set by NdisMRegisterScatterGatherDma.
+    pub ScatterGatherListSize: u32,
+}
+pub const NDIS_SG_DMA_DESCRIPTION_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1: u16 = through(
+    offset_of!(NDIS_SG_DMA_DESCRIPTION, ScatterGatherListSize),
+    size_of::<u32>(),
+);
+pub const NDIS_SG_DMA_64_BIT_ADDRESS: u32 = 0x0000_0001;
+
+/// `NDIS_MINIPORT_ADAPTER_ATTRIBUTES`: a union of the attribute structures, told apart by
+/// their header (like [`NDIS_DRIVER_OPTIONAL_HANDLERS`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_ADAPTER_ATTRIBUTES {
+    pub Header: NDIS_OBJECT_HEADER,
+}
+
+/// `NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub MiniportAdapterContext: NDIS_HANDLE,
+    pub AttributeFlags: u32,
+    pub CheckForHangTimeInSeconds: u32,
+    /// `NDIS_INTERFACE_TYPE` (`NdisInterfacePci` = 5).
+    pub InterfaceType: i32,
+}
+pub const NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2: u16 = through(
+    offset_of!(NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES, InterfaceType),
+    size_of::<i32>(),
+);
+pub const NDIS_MINIPORT_ATTRIBUTES_HARDWARE_DEVICE: u32 = 0x0000_0001;
+pub const NDIS_MINIPORT_ATTRIBUTES_BUS_MASTER: u32 = 0x0000_0008;
+pub const NdisInterfacePci: i32 = 5;
+
+/// `NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES` (REVISION_2, NDIS 6.20+).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Flags: u32,
+    /// `NDIS_MEDIUM` (`NdisMedium802_3` = 0).
+    pub MediaType: i32,
+    /// `NDIS_PHYSICAL_MEDIUM` (`NdisPhysicalMedium802_3` = 14).
+    pub PhysicalMediumType: i32,
+    pub MtuSize: u32,
+    pub MaxXmitLinkSpeed: u64,
+    pub XmitLinkSpeed: u64,
+    pub MaxRcvLinkSpeed: u64,
+    pub RcvLinkSpeed: u64,
+    /// `NDIS_MEDIA_CONNECT_STATE` (connected = 1).
+    pub MediaConnectState: i32,
+    /// `NDIS_MEDIA_DUPLEX_STATE` (full = 2).
+    pub MediaDuplexState: i32,
+    pub LookaheadSize: u32,
+    pub PowerManagementCapabilities: *mut core::ffi::c_void,
+    pub MacOptions: u32,
+    pub SupportedPacketFilters: u32,
+    pub MaxMulticastListSize: u32,
+    pub MacAddressLength: u16,
+    pub PermanentMacAddress: [u8; 32],
+    pub CurrentMacAddress: [u8; 32],
+    pub RecvScaleCapabilities: *mut core::ffi::c_void,
+    /// `NET_IF_ACCESS_TYPE` (broadcast = 2).
+    pub AccessType: i32,
+    /// `NET_IF_DIRECTION_TYPE` (send-receive = 0).
+    pub DirectionType: i32,
+    /// `NET_IF_CONNECTION_TYPE` (dedicated = 1).
+    pub ConnectionType: i32,
+    /// `NET_IFTYPE` (`IF_TYPE_ETHERNET_CSMACD` = 6).
+    pub IfType: u16,
+    pub IfConnectorPresent: BOOLEAN,
+    pub SupportedStatistics: u32,
+    pub SupportedPauseFunctions: i32,
+    pub DataBackFillSize: u32,
+    pub ContextBackFillSize: u32,
+    pub SupportedOidList: *mut NDIS_OID,
+    pub SupportedOidListLength: u32,
+    pub AutoNegotiationFlags: u32,
+    pub PowerManagementCapabilitiesEx: *mut core::ffi::c_void,
+}
+pub const NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2: u16 = through(
+    offset_of!(
+        NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+        PowerManagementCapabilitiesEx
+    ),
+    size_of::<*mut core::ffi::c_void>(),
+);
+
+/// `NDIS_REQUEST_TYPE` values the driver handles.
+pub const NdisRequestQueryInformation: i32 = 0;
+pub const NdisRequestSetInformation: i32 = 1;
+pub const NdisRequestQueryStatistics: i32 = 2;
+pub const NdisRequestMethod: i32 = 12;
+
+/// `NDIS_OID_REQUEST.DATA.QUERY_INFORMATION` (also `SET_INFORMATION`, whose `BytesRead`
+/// sits where the query's `BytesWritten` does).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_OID_REQUEST_QUERY {
+    pub Oid: NDIS_OID,
+    pub InformationBuffer: *mut core::ffi::c_void,
+    pub InformationBufferLength: u32,
+    pub BytesWrittenOrRead: u32,
+    pub BytesNeeded: u32,
+}
+
+/// `NDIS_OID_REQUEST.DATA.METHOD_INFORMATION`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_OID_REQUEST_METHOD {
+    pub Oid: NDIS_OID,
+    pub InformationBuffer: *mut core::ffi::c_void,
+    pub InputBufferLength: u32,
+    pub OutputBufferLength: u32,
+    pub MethodId: u32,
+    pub BytesWritten: u32,
+    pub BytesRead: u32,
+    pub BytesNeeded: u32,
+}
+
+/// `NDIS_OID_REQUEST.DATA`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union NDIS_OID_REQUEST_DATA {
+    pub QUERY_INFORMATION: NDIS_OID_REQUEST_QUERY,
+    pub SET_INFORMATION: NDIS_OID_REQUEST_QUERY,
+    pub METHOD_INFORMATION: NDIS_OID_REQUEST_METHOD,
+}
+
+/// `NDIS_OID_REQUEST`, through `DATA` (the fields after it are NDIS's and the source's).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NDIS_OID_REQUEST {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// `NDIS_REQUEST_TYPE`.
+    pub RequestType: i32,
+    pub PortNumber: NDIS_PORT_NUMBER,
+    pub Timeout: u32,
+    pub RequestId: *mut core::ffi::c_void,
+    pub RequestHandle: NDIS_HANDLE,
+    pub DATA: NDIS_OID_REQUEST_DATA,
+}
+
+/// `NET_DEVICE_PNP_EVENT` (NDIS 6.0 fields).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NET_DEVICE_PNP_EVENT {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub PortNumber: NDIS_PORT_NUMBER,
+    /// `NDIS_DEVICE_PNP_EVENT`.
+    pub DevicePnPEvent: i32,
+    pub InformationBuffer: *mut core::ffi::c_void,
+    pub InformationBufferLength: u32,
+}
+
+/// `NET_BUFFER_LIST`: only the chain link and the completion status are touched (the send
+/// handler fails every NBL: an NDK-only adapter carries no NDIS data path).
+#[repr(C)]
+#[derive(Debug)]
+pub struct NET_BUFFER_LIST {
+    pub Next: *mut NET_BUFFER_LIST,
+    pub FirstNetBuffer: *mut core::ffi::c_void,
+    pub Context: *mut core::ffi::c_void,
+    pub ParentNetBufferList: *mut NET_BUFFER_LIST,
+    pub NdisPoolHandle: NDIS_HANDLE,
+    pub NdisReserved: [*mut core::ffi::c_void; 2],
+    pub ProtocolReserved: [*mut core::ffi::c_void; 4],
+    pub MiniportReserved: [*mut core::ffi::c_void; 2],
+    pub Scratch: *mut core::ffi::c_void,
+    pub SourceHandle: NDIS_HANDLE,
+    pub NblFlags: u32,
+    pub ChildRefCount: i32,
+    pub Flags: u32,
+    pub Status: NDIS_STATUS,
+}
+/// `NDIS_SEND_FLAGS_DISPATCH_LEVEL` (send) = `NDIS_SEND_COMPLETE_FLAGS_DISPATCH_LEVEL`.
+pub const NDIS_SEND_FLAGS_DISPATCH_LEVEL: u32 = 0x0000_0001;
+/// `NDIS_STATUS_REQUEST_ABORTED` (= STATUS_REQUEST_ABORTED): the status of every send, since
+/// the adapter carries no NDIS data path.
+pub const NDIS_STATUS_REQUEST_ABORTED: NDIS_STATUS = 0xC000_0240_u32 as i32;
+
+pub const NDIS_OBJECT_TYPE_MINIPORT_INTERRUPT: u8 = 0x84;
+
+/// `MINIPORT_ISR(NDIS_HANDLE MiniportInterruptContext, PBOOLEAN QueueDefaultInterruptDpc,
+/// PULONG TargetProcessors)`. DIRQL.
+pub type MINIPORT_ISR_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    QueueDefaultInterruptDpc: *mut BOOLEAN,
+    TargetProcessors: *mut u32,
+) -> BOOLEAN;
+/// `MINIPORT_INTERRUPT_DPC(NDIS_HANDLE, PVOID MiniportDpcContext,
+/// PVOID ReceiveThrottleParameters, PVOID NdisReserved2)`.
+pub type MINIPORT_INTERRUPT_DPC_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MiniportDpcContext: *mut core::ffi::c_void,
+    ReceiveThrottleParameters: *mut core::ffi::c_void,
+    NdisReserved2: *mut core::ffi::c_void,
+);
+/// `MINIPORT_DISABLE_INTERRUPT` / `MINIPORT_ENABLE_INTERRUPT(NDIS_HANDLE)`.
+pub type MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER =
+    unsafe extern "system" fn(MiniportInterruptContext: NDIS_HANDLE);
+/// `MINIPORT_MESSAGE_INTERRUPT(NDIS_HANDLE, ULONG MessageId, PBOOLEAN
+/// QueueDefaultInterruptDpc, PULONG TargetProcessors)`. DIRQL.
+pub type MINIPORT_MSI_ISR_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MessageId: u32,
+    QueueDefaultInterruptDpc: *mut BOOLEAN,
+    TargetProcessors: *mut u32,
+) -> BOOLEAN;
+/// `MINIPORT_MESSAGE_INTERRUPT_DPC(NDIS_HANDLE, ULONG MessageId, PVOID MiniportDpcContext,
+/// PVOID ReceiveThrottleParameters, PVOID NdisReserved2)`.
+pub type MINIPORT_MSI_INTERRUPT_DPC_HANDLER = unsafe extern "system" fn(
+    MiniportInterruptContext: NDIS_HANDLE,
+    MessageId: u32,
+    MiniportDpcContext: *mut core::ffi::c_void,
+    ReceiveThrottleParameters: *mut core::ffi::c_void,
+    NdisReserved2: *mut core::ffi::c_void,
+);
+/// `MINIPORT_DISABLE_MESSAGE_INTERRUPT` / `MINIPORT_ENABLE_MESSAGE_INTERRUPT(NDIS_HANDLE,
+/// ULONG MessageId)`.
+pub type MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER =
+    unsafe extern "system" fn(MiniportInterruptContext: NDIS_HANDLE, MessageId: u32);
+
+/// `NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS` (REVISION_1), for NdisMRegisterInterruptEx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub InterruptHandler: Option<MINIPORT_ISR_HANDLER>,
+    pub InterruptDpcHandler: Option<MINIPORT_INTERRUPT_DPC_HANDLER>,
+    pub DisableInterruptHandler: Option<MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER>,
+    pub EnableInterruptHandler: Option<MINIPORT_LINE_INTERRUPT_CONTROL_HANDLER>,
+    pub MsiSupported: BOOLEAN,
+    pub MsiSyncWithAllMessages: BOOLEAN,
+    pub MessageInterruptHandler: Option<MINIPORT_MSI_ISR_HANDLER>,
+    pub MessageInterruptDpcHandler: Option<MINIPORT_MSI_INTERRUPT_DPC_HANDLER>,
+    pub DisableMessageInterruptHandler: Option<MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER>,
+    pub EnableMessageInterruptHandler: Option<MINIPORT_MSI_INTERRUPT_CONTROL_HANDLER>,
+    /// Out: `NDIS_INTERRUPT_TYPE` (1 = line based, 2 = message signalled).
+    pub InterruptType: i32,
+    /// Out: `PIO_INTERRUPT_MESSAGE_INFO`.
+    pub MessageInfoTable: *mut core::ffi::c_void,
+}
+pub const NDIS_MINIPORT_INTERRUPT_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1: u16 = through(
+    offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MessageInfoTable),
+    size_of::<*mut core::ffi::c_void>(),
+);
+
+// x64 layouts of the syslink block, computed by hand from the declarations on Learn (pointers
+// 8 bytes, natural alignment; CM_PARTIAL_RESOURCE_DESCRIPTOR under pack(4)).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2 == 0x98);
+    assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, SetOptionsHandler) == 0x10);
+    assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, CheckForHangHandlerEx) == 0x60);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_DRIVER_CHARACTERISTICS,
+            CancelOidRequestHandler
+        ) == 0x80
+    );
+    assert!(size_of::<NDIS_NDK_PROVIDER_CHARACTERISTICS>() == 0x18);
+    assert!(size_of::<CM_PARTIAL_RESOURCE_DESCRIPTOR>() == 0x14);
+    assert!(offset_of!(CM_PARTIAL_RESOURCE_LIST, PartialDescriptors) == 8);
+    assert!(offset_of!(NDIS_MINIPORT_INIT_PARAMETERS, AllocatedResources) == 8);
+    assert!(size_of::<NDIS_MINIPORT_INIT_PARAMETERS>() == 0x40);
+    assert!(NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1 == 0x24);
+    assert!(offset_of!(NDIS_SG_DMA_DESCRIPTION, ProcessSGListHandler) == 0x10);
+    assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2 == 0x1C);
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, MaxXmitLinkSpeed) == 0x18);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            PowerManagementCapabilities
+        ) == 0x48
+    );
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            PermanentMacAddress
+        ) == 0x5E
+    );
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            RecvScaleCapabilities
+        ) == 0xA0
+    );
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, IfType) == 0xB4);
+    assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, SupportedOidList) == 0xC8);
+    assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2 == 0xE0);
+    assert!(offset_of!(NDIS_OID_REQUEST, RequestId) == 0x10);
+    assert!(offset_of!(NDIS_OID_REQUEST, DATA) == 0x20);
+    assert!(offset_of!(NDIS_OID_REQUEST_QUERY, InformationBuffer) == 8);
+    assert!(offset_of!(NDIS_OID_REQUEST_QUERY, BytesNeeded) == 0x18);
+    assert!(offset_of!(NDIS_OID_REQUEST_METHOD, BytesNeeded) == 0x24);
+    assert!(offset_of!(NET_DEVICE_PNP_EVENT, InformationBuffer) == 0x10);
+    assert!(offset_of!(NET_BUFFER_LIST, NblFlags) == 0x78);
+    assert!(offset_of!(NET_BUFFER_LIST, Status) == 0x84);
+    assert!(offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MsiSupported) == 0x28);
+    assert!(
+        offset_of!(
+            NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS,
+            MessageInterruptHandler
+        ) == 0x30
+    );
+    assert!(NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1 == 0x60);
+};

@@ -6,6 +6,10 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod abi;
+/// The NDIS entry points (DriverEntry, the Miniport* handlers): FFI only.
+#[cfg(target_os = "windows")]
+pub mod entry;
+pub mod miniport;
 
 #[cfg(target_pointer_width = "64")]
 mod layout;

@@ -172,6 +172,11 @@ impl Timer {
             .start_timer(self.clone(), generation, delay_ns);
     }
 
+    /// Whether two handles name the same timer (a scheduler replaces its pending setting).
+    pub fn same(&self, other: &Timer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Disarms the timer (a DPC already queued by an earlier expiry still runs).
     pub fn cancel(&self) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);

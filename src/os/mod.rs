@@ -1,7 +1,8 @@
 //! OS-services seam: everything the hardware layer needs from the operating system, as small
 //! traits and types, so the same driver code runs in the Windows kernel and in Linux host tests.
 //!
-//! What the Windows kernel implementation (over NDIS / wdk-sys, a later issue) must provide:
+//! What the Windows kernel implementation (`windows`, over hand-declared NDIS and ntoskrnl
+//! imports) provides:
 //! - [`alloc`]: non-paged pool allocation (the global allocator already is `ExAllocatePool2`
 //!   under `wdk-alloc`; this module adds fallibility and accounting).
 //! - [`mdl`]: the kernel's `MDL` (declared here, the lowest layer that reads it) and the one
@@ -27,6 +28,14 @@ pub mod dpc;
 pub mod mdl;
 pub mod mmio;
 pub mod sync;
+
+/// The Windows kernel implementation ([`windows::WindowsPlatform`], DPCs, allocator).
+#[cfg(target_os = "windows")]
+pub mod windows;
+/// The DPC mailbox queue of `windows` is portable: its tests run on the host.
+#[cfg(all(test, not(target_os = "windows")))]
+#[path = "windows/mailbox.rs"]
+mod windows_mailbox;
 
 #[cfg(not(target_os = "windows"))]
 // The host implementation is Linux test infrastructure on std (threads, std locks): it never

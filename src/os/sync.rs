@@ -9,11 +9,10 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 /// The raw lock underneath [`SpinLock`]: acquiring returns the state the release needs.
 ///
-/// Backend seam. The host build (and, for now, the Windows check build) uses
-/// [`AtomicBackend`], a test-and-set lock whose state is `()`. The Windows kernel backend
-/// (TODO, the wdk issue) belongs in the `cfg(all(target_os = "windows", feature = "wdk"))` arm
-/// of [`Backend`] below: a `KSPIN_LOCK` acquired with `KeAcquireSpinLockRaiseToDpc`, whose
-/// state is the old `KIRQL` handed back to `KeReleaseSpinLock`.
+/// Backend seam. The host build uses [`AtomicBackend`], a test-and-set lock whose state is
+/// `()`. Every Windows build uses `os::windows::lock::KeSpinLock`: a `KSPIN_LOCK` acquired
+/// with `KeAcquireSpinLockRaiseToDpc`, whose state is the old `KIRQL` handed back to
+/// `KeReleaseSpinLock`.
 pub trait RawLock {
     /// What acquire hands to release (old IRQL on Windows).
     type State;
@@ -55,12 +54,11 @@ impl RawLock for AtomicBackend {
 }
 
 /// The backend of this build.
-#[cfg(not(all(target_os = "windows", feature = "wdk")))]
+#[cfg(not(target_os = "windows"))]
 pub type Backend = AtomicBackend;
-/// The backend of this build. TODO(wdk): `KSPIN_LOCK` + `KeAcquireSpinLockRaiseToDpc`; until
-/// then the kernel build would spin without raising IRQL.
-#[cfg(all(target_os = "windows", feature = "wdk"))]
-pub type Backend = AtomicBackend;
+/// The backend of this build: `KSPIN_LOCK` + `KeAcquireSpinLockRaiseToDpc`.
+#[cfg(target_os = "windows")]
+pub type Backend = super::windows::lock::KeSpinLock;
 
 /// A spin lock that owns its data.
 ///

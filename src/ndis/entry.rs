@@ -1,0 +1,775 @@
+//! The NDIS entry points: `DriverEntry` and the `Miniport*` / NDK open-close handlers NDIS
+//! calls. Each one only marshals between NDIS structures and [`super::miniport`] (the
+//! portable core); the OS services come from `crate::os::windows`.
+//!
+//! Lifetime: InitializeEx allocates an [`AdapterContext`] (the MiniportAdapterContext NDIS
+//! hands back to every handler) and registers it before anything else, as NDIS requires;
+//! Halt tears it down in the reverse order and frees it.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::ffi::c_void;
+use core::ptr::{NonNull, null_mut};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use super::abi::*;
+use super::miniport::{GeneralAttributes, MemRange, Miniport, OidResult, parse_resources};
+use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
+use crate::os::windows::imports::{
+    DbgPrintEx, NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver,
+    NdisMDeregisterScatterGatherDma, NdisMMapIoSpace, NdisMRegisterInterruptEx,
+    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
+    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisSetOptionalHandlers,
+};
+use crate::os::windows::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsScheduler};
+
+/// The handle NdisMRegisterMiniportDriver returned (for Unload's deregistration).
+static DRIVER_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+/// Resource descriptors read from a list at most (a PCI function has a handful).
+const MAX_RESOURCE_DESCRIPTORS: u32 = 64;
+
+/// Bytes of BAR2 the driver maps: UAR page 0, the only one it uses.
+const UAR_MAP_LEN: u64 = 4096;
+
+fn header(Type: u8, Revision: u8, Size: u16) -> NDIS_OBJECT_HEADER {
+    NDIS_OBJECT_HEADER {
+        Type,
+        Revision,
+        Size,
+    }
+}
+
+/// The driver's entry point: registers the miniport characteristics with NDIS.
+/// PASSIVE_LEVEL.
+///
+/// # Safety
+///
+/// Called by the kernel only, with its driver object and registry path.
+#[unsafe(no_mangle)]
+pub unsafe extern "system" fn DriverEntry(
+    driver_object: *mut c_void,
+    registry_path: *mut c_void,
+) -> NTSTATUS {
+    let mut chars = NDIS_MINIPORT_DRIVER_CHARACTERISTICS {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS,
+            NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2,
+            NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2,
+        ),
+        MajorNdisVersion: NDIS_MINIPORT_MAJOR_VERSION,
+        MinorNdisVersion: NDIS_MINIPORT_MINOR_VERSION,
+        MajorDriverVersion: 0,
+        MinorDriverVersion: 1,
+        Flags: 0,
+        SetOptionsHandler: Some(set_options),
+        InitializeHandlerEx: Some(initialize),
+        HaltHandlerEx: Some(halt),
+        UnloadHandler: Some(unload),
+        PauseHandler: Some(pause),
+        RestartHandler: Some(restart),
+        OidRequestHandler: Some(oid_request),
+        SendNetBufferListsHandler: Some(send_net_buffer_lists),
+        ReturnNetBufferListsHandler: Some(return_net_buffer_lists),
+        CancelSendHandler: Some(cancel),
+        // No check-for-hang: NDIS 6.30 drivers use NdisMResetMiniport instead (Learn).
+        CheckForHangHandlerEx: None,
+        ResetHandlerEx: None,
+        DevicePnPEventNotifyHandler: Some(device_pnp_event),
+        ShutdownHandlerEx: Some(shutdown),
+        CancelOidRequestHandler: Some(cancel),
+        // Required for miniports that implement RDMA (Learn); served like ordinary requests.
+        DirectOidRequestHandler: Some(oid_request),
+        CancelDirectOidRequestHandler: Some(cancel),
+    };
+    let mut handle: NDIS_HANDLE = null_mut();
+    // SAFETY: the characteristics and the handle are valid for the call (NDIS copies the
+    // characteristics); PASSIVE_LEVEL in DriverEntry.
+    let status = unsafe {
+        NdisMRegisterMiniportDriver(
+            driver_object,
+            registry_path,
+            null_mut(),
+            (&raw mut chars).cast(),
+            &mut handle,
+        )
+    };
+    if status == NDIS_STATUS_SUCCESS {
+        DRIVER_HANDLE.store(handle, Ordering::Release);
+    }
+    status
+}
+
+/// MiniportDriverUnload.
+unsafe extern "system" fn unload(_driver_object: *mut c_void) {
+    let handle = DRIVER_HANDLE.swap(null_mut(), Ordering::AcqRel);
+    if !handle.is_null() {
+        // SAFETY: the handle NdisMRegisterMiniportDriver returned; PASSIVE_LEVEL.
+        unsafe { NdisMDeregisterMiniportDriver(handle) };
+    }
+}
+
+/// MiniportSetOptions: registers the NDK provider's open/close handlers.
+unsafe extern "system" fn set_options(
+    driver_handle: NDIS_HANDLE,
+    _context: NDIS_HANDLE,
+) -> NDIS_STATUS {
+    let mut ndk = NDIS_NDK_PROVIDER_CHARACTERISTICS {
+        Header: header(
+            NDIS_OBJECT_TYPE_NDK_PROVIDER_CHARACTERISTICS,
+            NDIS_NDK_PROVIDER_CHARACTERISTICS_REVISION_1,
+            NDIS_SIZEOF_NDK_PROVIDER_CHARACTERISTICS_REVISION_1,
+        ),
+        Flags: 0,
+        OpenNDKAdapterHandler: open_ndk_adapter,
+        CloseNDKAdapterHandler: close_ndk_adapter,
+    };
+    let optional = (&raw mut ndk).cast::<NDIS_DRIVER_OPTIONAL_HANDLERS>();
+    // SAFETY: NdisSetOptionalHandlers takes any optional-handler structure by its header;
+    // `ndk` is valid for the call (NDIS copies it).
+    unsafe { NdisSetOptionalHandlers(driver_handle, optional.cast()) }
+}
+
+/// The MiniportAdapterContext.
+struct AdapterContext {
+    handle: NDIS_HANDLE,
+    dma_handle: NDIS_HANDLE,
+    interrupt_handle: NDIS_HANDLE,
+    bar1: Option<(NonNull<c_void>, u32)>,
+    uar: Option<(NonNull<c_void>, u32)>,
+    scheduler: Option<Arc<WindowsScheduler>>,
+    shared_memory: Option<Arc<NdisSharedMemory>>,
+    platform: Option<Arc<WindowsPlatform>>,
+    miniport: Option<Arc<Miniport>>,
+}
+
+impl AdapterContext {
+    /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
+    fn teardown(&mut self) {
+        if let Some(m) = self.miniport.take() {
+            m.halt();
+        }
+        if !self.interrupt_handle.is_null() {
+            // SAFETY: registered in InitializeEx; the platform (its context) is still alive.
+            unsafe { NdisMDeregisterInterruptEx(self.interrupt_handle) };
+            self.interrupt_handle = null_mut();
+        }
+        if let Some(s) = &self.scheduler {
+            s.shutdown();
+        }
+        self.platform = None;
+        if let Some(mem) = self.shared_memory.take() {
+            mem.drain();
+            if mem.live() != 0 {
+                // Unmapping below is still right (the device was reset by halt); the blocks
+                // are leaked, not freed under a device that might use them.
+                // SAFETY: a NUL-terminated format with one %u and its u32; PASSIVE_LEVEL.
+                unsafe {
+                    DbgPrintEx(
+                        77,
+                        0,
+                        c"pvrdma: %u shared-memory blocks still live at halt\n"
+                            .as_ptr()
+                            .cast(),
+                        mem.live(),
+                    )
+                };
+            }
+        }
+        self.scheduler = None;
+        for (base, len) in [self.uar.take(), self.bar1.take()].into_iter().flatten() {
+            // SAFETY: mapped by NdisMMapIoSpace in InitializeEx with this length, and no
+            // object that used it is left (platform and miniport are gone).
+            unsafe { NdisMUnmapIoSpace(self.handle, base.as_ptr(), len) };
+        }
+        if !self.dma_handle.is_null() {
+            // SAFETY: registered in InitializeEx; every shared-memory block is freed.
+            unsafe { NdisMDeregisterScatterGatherDma(self.dma_handle) };
+            self.dma_handle = null_mut();
+        }
+    }
+}
+
+/// The adapter context of a handler call, or None for a null one.
+///
+/// # Safety
+///
+/// `context` must be null or the context InitializeEx registered and Halt has not freed.
+unsafe fn adapter<'a>(context: NDIS_HANDLE) -> Option<&'a AdapterContext> {
+    // SAFETY: per the function's contract.
+    unsafe { context.cast::<AdapterContext>().as_ref() }
+}
+
+fn miniport(context: NDIS_HANDLE) -> Option<&'static Miniport> {
+    // SAFETY: NDIS passes the registered context to every handler between InitializeEx and
+    // Halt (the only window in which it calls them).
+    let a = unsafe { adapter(context) }?;
+    // SAFETY: lengthening to 'static is sound for the call's duration: Halt, which frees the
+    // context, never runs concurrently with another handler of the same adapter.
+    a.miniport
+        .as_deref()
+        .map(|m| unsafe { &*core::ptr::from_ref(m) })
+}
+
+fn map(
+    handle: NDIS_HANDLE,
+    range: MemRange,
+    len: u64,
+) -> Result<(NonNull<c_void>, u32), NDIS_STATUS> {
+    let len = u32::try_from(len.min(range.len)).map_err(|_| NDIS_STATUS_RESOURCES)?;
+    if len == 0 {
+        return Err(NDIS_STATUS_RESOURCES);
+    }
+    let phys = i64::try_from(range.phys).map_err(|_| NDIS_STATUS_RESOURCES)?;
+    let mut va: *mut c_void = null_mut();
+    // SAFETY: `va` is a valid out-parameter; PASSIVE_LEVEL in InitializeEx.
+    let status = unsafe { NdisMMapIoSpace(&mut va, handle, phys, len) };
+    if status != NDIS_STATUS_SUCCESS {
+        return Err(status);
+    }
+    NonNull::new(va)
+        .map(|p| (p, len))
+        .ok_or(NDIS_STATUS_RESOURCES)
+}
+
+/// MiniportInitializeEx.
+unsafe extern "system" fn initialize(
+    handle: NDIS_HANDLE,
+    _driver_context: NDIS_HANDLE,
+    params: *mut NDIS_MINIPORT_INIT_PARAMETERS,
+) -> NDIS_STATUS {
+    let Ok(ctx) = crate::os::alloc::try_box(AdapterContext {
+        handle,
+        dma_handle: null_mut(),
+        interrupt_handle: null_mut(),
+        bar1: None,
+        uar: None,
+        scheduler: None,
+        shared_memory: None,
+        platform: None,
+        miniport: None,
+    }) else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    let ctx = Box::into_raw(ctx.into_inner());
+    // SAFETY: `ctx` was just allocated; nothing else sees it until registration succeeds.
+    let adapter = unsafe { &mut *ctx };
+    // SAFETY: the parameters NDIS passed to InitializeEx.
+    let status = unsafe { initialize_adapter(adapter, params) };
+    if status != NDIS_STATUS_SUCCESS {
+        // SAFETY: InitializeEx failed, so NDIS will call no handler with this context.
+        let mut ctx = unsafe { Box::from_raw(ctx) };
+        ctx.teardown();
+    }
+    status
+}
+
+/// # Safety
+///
+/// `params` must be the InitializeEx parameters NDIS passed (or null).
+unsafe fn initialize_adapter(
+    ctx: &mut AdapterContext,
+    params: *mut NDIS_MINIPORT_INIT_PARAMETERS,
+) -> NDIS_STATUS {
+    let handle = ctx.handle;
+    let mut registration = NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES,
+            NDIS_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2,
+            NDIS_SIZEOF_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2,
+        ),
+        MiniportAdapterContext: core::ptr::from_mut(ctx).cast(),
+        AttributeFlags: NDIS_MINIPORT_ATTRIBUTES_HARDWARE_DEVICE
+            | NDIS_MINIPORT_ATTRIBUTES_BUS_MASTER,
+        CheckForHangTimeInSeconds: 0,
+        InterfaceType: NdisInterfacePci,
+    };
+    // SAFETY: a registration-attributes structure, valid for the call, from InitializeEx.
+    let status = unsafe { set_attributes(handle, (&raw mut registration).cast()) };
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
+
+    // SAFETY: NDIS passes valid parameters (or null, refused here).
+    let Some(params) = (unsafe { params.as_ref() }) else {
+        return NDIS_STATUS_INVALID_DATA;
+    };
+    // SAFETY: the translated resource list NDIS built for this adapter, or null.
+    let res = match unsafe { resource_descriptors(params.AllocatedResources) } {
+        Some(list) => parse_resources(list),
+        None => Err(NDIS_STATUS_RESOURCES),
+    };
+    let res = match res {
+        Ok(r) => r,
+        Err(s) => return s,
+    };
+
+    let mut dma = NDIS_SG_DMA_DESCRIPTION {
+        Header: header(
+            NDIS_OBJECT_TYPE_SG_DMA_DESCRIPTION,
+            NDIS_SG_DMA_DESCRIPTION_REVISION_1,
+            NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1,
+        ),
+        Flags: NDIS_SG_DMA_64_BIT_ADDRESS,
+        MaximumPhysicalMapping: u32::MAX,
+        ProcessSGListHandler: Some(process_sg_list),
+        SharedMemAllocateCompleteHandler: None,
+        ScatterGatherListSize: 0,
+    };
+    // SAFETY: valid description and out-handle; PASSIVE_LEVEL.
+    let status = unsafe {
+        NdisMRegisterScatterGatherDma(handle, (&raw mut dma).cast(), &mut ctx.dma_handle)
+    };
+    if status != NDIS_STATUS_SUCCESS {
+        ctx.dma_handle = null_mut();
+        return status;
+    }
+
+    let bar1 = match map(handle, res.bar1, res.bar1.len) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    ctx.bar1 = Some(bar1);
+    let uar = match map(handle, res.bar2, UAR_MAP_LEN) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    ctx.uar = Some(uar);
+    if (uar.1 as u64) < UAR_MAP_LEN {
+        return NDIS_STATUS_RESOURCES;
+    }
+
+    let Ok(scheduler) = WindowsScheduler::new() else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    ctx.scheduler = Some(scheduler.clone());
+    let Ok(shared_memory) = crate::os::alloc::try_arc(NdisSharedMemory::new(handle)) else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    ctx.shared_memory = Some(shared_memory.clone());
+    // SAFETY: BAR1 is mapped with `bar1.1` bytes until teardown, after the platform is gone.
+    let registers = unsafe { MappedBar::new(bar1.0, bar1.1 as usize) };
+    // SAFETY: the UAR page is mapped (4 KiB checked above) until teardown, after the
+    // platform is gone.
+    let platform =
+        unsafe { WindowsPlatform::new(shared_memory, registers, uar.0, res.bar2.phys, scheduler) };
+    let Ok(platform) = crate::os::alloc::try_arc(platform) else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    ctx.platform = Some(platform.clone());
+    let status = register_interrupt(handle, &platform, &mut ctx.interrupt_handle);
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
+    let miniport = match Miniport::initialize(platform, &res) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    ctx.miniport = Some(miniport.clone());
+
+    let mut general = general_attributes(&miniport.general_attributes());
+    // SAFETY: a general-attributes structure, valid for the call.
+    let status = unsafe { set_attributes(handle, (&raw mut general).cast()) };
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
+    let mut caps = miniport.ndk_capabilities();
+    let mut ndk = NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_NDK_ATTRIBUTES,
+            NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1,
+            NDIS_SIZEOF_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1,
+        ),
+        Enabled: 1,
+        NdkCapabilities: &mut caps,
+    };
+    // SAFETY: the NDK attributes and the capabilities they point to are valid for the call.
+    unsafe { set_attributes(handle, (&raw mut ndk).cast()) }
+}
+
+/// Connects the adapter's interrupts (MSI-X, or a line) to `platform`, which the device
+/// layer hands its handler through `Platform::connect_interrupt`; until then, and after it
+/// disconnects, the handlers report the interrupt as not ours.
+fn register_interrupt(
+    handle: NDIS_HANDLE,
+    platform: &Arc<WindowsPlatform>,
+    out: &mut NDIS_HANDLE,
+) -> NDIS_STATUS {
+    let mut chars = NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_INTERRUPT,
+            NDIS_MINIPORT_INTERRUPT_REVISION_1,
+            NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1,
+        ),
+        InterruptHandler: Some(line_isr),
+        InterruptDpcHandler: Some(line_dpc),
+        DisableInterruptHandler: Some(line_control),
+        EnableInterruptHandler: Some(line_control),
+        MsiSupported: 1,
+        MsiSyncWithAllMessages: 0,
+        MessageInterruptHandler: Some(message_isr),
+        MessageInterruptDpcHandler: Some(message_dpc),
+        DisableMessageInterruptHandler: Some(message_control),
+        EnableMessageInterruptHandler: Some(message_control),
+        InterruptType: 0,
+        MessageInfoTable: null_mut(),
+    };
+    // The context is the platform, kept alive by the adapter context until after
+    // NdisMDeregisterInterruptEx.
+    let context = Arc::as_ptr(platform).cast_mut().cast::<c_void>();
+    // SAFETY: valid characteristics and out-handle; PASSIVE_LEVEL in InitializeEx.
+    let status = unsafe { NdisMRegisterInterruptEx(handle, context, (&raw mut chars).cast(), out) };
+    if status != NDIS_STATUS_SUCCESS {
+        *out = null_mut();
+    }
+    status
+}
+
+/// The platform behind an interrupt context.
+///
+/// # Safety
+///
+/// `context` must be the one `register_interrupt` registered, before its deregistration.
+unsafe fn interrupt_platform<'a>(context: NDIS_HANDLE) -> Option<&'a WindowsPlatform> {
+    // SAFETY: per the function's contract.
+    unsafe { context.cast::<WindowsPlatform>().as_ref() }
+}
+
+/// MiniportMessageInterrupt (DIRQL): the device layer's ISR queues its own DPCs, so NDIS's
+/// default DPC is never requested.
+unsafe extern "system" fn message_isr(
+    context: NDIS_HANDLE,
+    message_id: u32,
+    queue_default_dpc: *mut BOOLEAN,
+    _targets: *mut u32,
+) -> BOOLEAN {
+    if let Some(q) = NonNull::new(queue_default_dpc) {
+        // SAFETY: NDIS's out-parameter.
+        unsafe { q.as_ptr().write(0) };
+    }
+    // SAFETY: NDIS passes the registered context.
+    let ours =
+        unsafe { interrupt_platform(context) }.is_some_and(|p| p.dispatch_interrupt(message_id));
+    BOOLEAN::from(ours)
+}
+
+/// MiniportInterrupt for a line-based interrupt: the device has no interrupt status register
+/// to tell its vectors apart, so every vector's handler gets a look.
+unsafe extern "system" fn line_isr(
+    context: NDIS_HANDLE,
+    queue_default_dpc: *mut BOOLEAN,
+    _targets: *mut u32,
+) -> BOOLEAN {
+    if let Some(q) = NonNull::new(queue_default_dpc) {
+        // SAFETY: NDIS's out-parameter.
+        unsafe { q.as_ptr().write(0) };
+    }
+    // SAFETY: NDIS passes the registered context.
+    let Some(p) = (unsafe { interrupt_platform(context) }) else {
+        return 0;
+    };
+    let mut ours = false;
+    for vector in 0..LINE_INTERRUPT_VECTORS {
+        ours |= p.dispatch_interrupt(vector);
+    }
+    BOOLEAN::from(ours)
+}
+
+/// Device vectors a line interrupt stands for (command, async events, CQ notifications).
+const LINE_INTERRUPT_VECTORS: u32 = 3;
+
+/// The default interrupt DPCs are never requested (the ISRs answer FALSE to it).
+unsafe extern "system" fn line_dpc(
+    _context: NDIS_HANDLE,
+    _dpc_context: *mut c_void,
+    _throttle: *mut c_void,
+    _reserved: *mut c_void,
+) {
+}
+unsafe extern "system" fn message_dpc(
+    _context: NDIS_HANDLE,
+    _message_id: u32,
+    _dpc_context: *mut c_void,
+    _throttle: *mut c_void,
+    _reserved: *mut c_void,
+) {
+}
+/// Masking is the device's IMR register, which the device layer drives itself.
+unsafe extern "system" fn line_control(_context: NDIS_HANDLE) {}
+unsafe extern "system" fn message_control(_context: NDIS_HANDLE, _message_id: u32) {}
+
+/// # Safety
+///
+/// `attributes` must point to one of the adapter attribute structures, from InitializeEx.
+unsafe fn set_attributes(
+    handle: NDIS_HANDLE,
+    attributes: *mut NDIS_MINIPORT_ADAPTER_ATTRIBUTES,
+) -> NDIS_STATUS {
+    // SAFETY: per the function's contract.
+    unsafe { NdisMSetMiniportAttributes(handle, attributes.cast()) }
+}
+
+/// The descriptors of a resource list, bounded by [`MAX_RESOURCE_DESCRIPTORS`].
+///
+/// # Safety
+///
+/// `list` must be null or a resource list NDIS built, with `Count` descriptors.
+unsafe fn resource_descriptors<'a>(
+    list: *const CM_PARTIAL_RESOURCE_LIST,
+) -> Option<&'a [CM_PARTIAL_RESOURCE_DESCRIPTOR]> {
+    if list.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null list NDIS built (contract): the field's address is in bounds.
+    let count_field = unsafe { &raw const (*list).Count };
+    // SAFETY: as above; the read is unaligned-safe (pack(4)).
+    let count = unsafe { count_field.read_unaligned() };
+    if count > MAX_RESOURCE_DESCRIPTORS {
+        return None;
+    }
+    // SAFETY: the descriptors follow the header in the list NDIS allocated; the pointer is
+    // 4-aligned, as CM_PARTIAL_RESOURCE_DESCRIPTOR (pack(4)) requires.
+    let first =
+        unsafe { (&raw const (*list).PartialDescriptors).cast::<CM_PARTIAL_RESOURCE_DESCRIPTOR>() };
+    // SAFETY: `count` descriptors are there (contract).
+    Some(unsafe { core::slice::from_raw_parts(first, count as usize) })
+}
+
+fn general_attributes(g: &GeneralAttributes) -> NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
+    let mut mac = [0u8; 32];
+    for (d, s) in mac.iter_mut().zip(g.mac) {
+        *d = s;
+    }
+    NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
+        Header: header(
+            NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
+            NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2,
+            NDIS_SIZEOF_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2,
+        ),
+        Flags: 0,
+        MediaType: 0,
+        PhysicalMediumType: 14,
+        MtuSize: g.mtu,
+        MaxXmitLinkSpeed: g.link_speed_bps,
+        XmitLinkSpeed: g.link_speed_bps,
+        MaxRcvLinkSpeed: g.link_speed_bps,
+        RcvLinkSpeed: g.link_speed_bps,
+        MediaConnectState: 1,
+        MediaDuplexState: 2,
+        LookaheadSize: g.mtu,
+        PowerManagementCapabilities: null_mut(),
+        MacOptions: 0,
+        SupportedPacketFilters: 0,
+        MaxMulticastListSize: 0,
+        MacAddressLength: 6,
+        PermanentMacAddress: mac,
+        CurrentMacAddress: mac,
+        RecvScaleCapabilities: null_mut(),
+        AccessType: 2,
+        DirectionType: 0,
+        ConnectionType: 1,
+        IfType: 6,
+        IfConnectorPresent: 1,
+        SupportedStatistics: 0,
+        SupportedPauseFunctions: 0,
+        DataBackFillSize: 0,
+        ContextBackFillSize: 0,
+        SupportedOidList: null_mut(),
+        SupportedOidListLength: 0,
+        AutoNegotiationFlags: 0,
+        PowerManagementCapabilitiesEx: null_mut(),
+    }
+}
+
+/// MiniportHaltEx: tears down and frees the adapter context.
+unsafe extern "system" fn halt(context: NDIS_HANDLE, _action: i32) {
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: the context InitializeEx registered; NDIS calls no handler after Halt.
+    let mut ctx = unsafe { Box::from_raw(context.cast::<AdapterContext>()) };
+    ctx.teardown();
+}
+
+unsafe extern "system" fn pause(context: NDIS_HANDLE, _params: *mut c_void) -> NDIS_STATUS {
+    miniport(context).map_or(NDIS_STATUS_FAILURE, Miniport::pause)
+}
+
+unsafe extern "system" fn restart(context: NDIS_HANDLE, _params: *mut c_void) -> NDIS_STATUS {
+    miniport(context).map_or(NDIS_STATUS_FAILURE, Miniport::restart)
+}
+
+unsafe extern "system" fn shutdown(context: NDIS_HANDLE, _action: i32) {
+    if let Some(m) = miniport(context) {
+        m.shutdown();
+    }
+}
+
+unsafe extern "system" fn device_pnp_event(context: NDIS_HANDLE, event: *mut NET_DEVICE_PNP_EVENT) {
+    // SAFETY: NDIS passes a valid event (or null, ignored).
+    let Some(event) = (unsafe { event.as_ref() }) else {
+        return;
+    };
+    if let Some(m) = miniport(context) {
+        m.pnp_event(event.DevicePnPEvent as u32);
+    }
+}
+
+/// The information buffer of a request as a slice (empty for a null buffer).
+///
+/// # Safety
+///
+/// `buf` must be null or valid for `len` bytes for the call.
+unsafe fn buffer<'a>(buf: *mut c_void, len: u32) -> &'a mut [u8] {
+    match NonNull::new(buf.cast::<u8>()) {
+        // SAFETY: per the function's contract.
+        Some(p) => unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), len as usize) },
+        None => &mut [],
+    }
+}
+
+/// MiniportOidRequest (and MiniportDirectOidRequest): completed synchronously. The core
+/// never answers NDIS_STATUS_PENDING (completing later would need NdisMOidRequestComplete,
+/// which the driver does not import).
+unsafe extern "system" fn oid_request(
+    context: NDIS_HANDLE,
+    request: *mut NDIS_OID_REQUEST,
+) -> NDIS_STATUS {
+    let Some(m) = miniport(context) else {
+        return NDIS_STATUS_FAILURE;
+    };
+    // SAFETY: NDIS passes a valid request it owns until completion (here: return).
+    let Some(request) = (unsafe { request.as_mut() }) else {
+        return NDIS_STATUS_INVALID_PARAMETER;
+    };
+    match request.RequestType {
+        NdisRequestQueryInformation | NdisRequestQueryStatistics => {
+            // SAFETY: the union member for query requests.
+            let q = unsafe { &mut request.DATA.QUERY_INFORMATION };
+            // SAFETY: NDIS's buffer of the stated length.
+            let OidResult {
+                status,
+                bytes_done,
+                bytes_needed,
+            } = m.query_oid(q.Oid, unsafe {
+                buffer(q.InformationBuffer, q.InformationBufferLength)
+            });
+            q.BytesWrittenOrRead = bytes_done;
+            q.BytesNeeded = bytes_needed;
+            status
+        }
+        NdisRequestSetInformation => {
+            // SAFETY: the union member for set requests.
+            let s = unsafe { &mut request.DATA.SET_INFORMATION };
+            // SAFETY: NDIS's buffer of the stated length.
+            let OidResult {
+                status,
+                bytes_done,
+                bytes_needed,
+            } = m.set_oid(s.Oid, unsafe {
+                buffer(s.InformationBuffer, s.InformationBufferLength)
+            });
+            s.BytesWrittenOrRead = bytes_done;
+            s.BytesNeeded = bytes_needed;
+            status
+        }
+        NdisRequestMethod => {
+            // SAFETY: the union member for method requests.
+            let me = unsafe { &mut request.DATA.METHOD_INFORMATION };
+            // One buffer serves input and output: it holds the larger of the two.
+            let len = me.InputBufferLength.max(me.OutputBufferLength);
+            let input = me.InputBufferLength as usize;
+            // SAFETY: NDIS's buffer, `len` bytes long.
+            let OidResult {
+                status,
+                bytes_done,
+                bytes_needed,
+            } = m.method_oid(me.Oid, unsafe { buffer(me.InformationBuffer, len) }, input);
+            me.BytesWritten = bytes_done;
+            me.BytesRead = me.InputBufferLength;
+            me.BytesNeeded = bytes_needed;
+            status
+        }
+        _ => NDIS_STATUS_NOT_SUPPORTED,
+    }
+}
+
+/// MiniportCancelOidRequest / CancelDirectOidRequest / CancelSend: every request completes
+/// before its handler returns, so nothing is ever pending to cancel.
+unsafe extern "system" fn cancel(_context: NDIS_HANDLE, _id: *mut c_void) {}
+
+/// MiniportSendNetBufferLists: the adapter is NDK-only, so every send completes at once
+/// with NDIS_STATUS_REQUEST_ABORTED.
+unsafe extern "system" fn send_net_buffer_lists(
+    context: NDIS_HANDLE,
+    nbls: *mut NET_BUFFER_LIST,
+    _port: NDIS_PORT_NUMBER,
+    send_flags: u32,
+) {
+    // SAFETY: NDIS calls this only with the registered context.
+    let Some(a) = (unsafe { adapter(context) }) else {
+        return;
+    };
+    let mut nbl = nbls;
+    while let Some(n) = NonNull::new(nbl) {
+        // SAFETY: NDIS hands the chain to the miniport until it is completed below.
+        unsafe { (*n.as_ptr()).Status = NDIS_STATUS_REQUEST_ABORTED };
+        // SAFETY: as above.
+        nbl = unsafe { (*n.as_ptr()).Next };
+    }
+    if !nbls.is_null() {
+        let flags = send_flags & NDIS_SEND_FLAGS_DISPATCH_LEVEL;
+        // SAFETY: the whole chain NDIS passed, completed once.
+        unsafe { NdisMSendNetBufferListsComplete(a.handle, nbls.cast(), flags) };
+    }
+}
+
+/// MiniportReturnNetBufferLists: the driver never indicates receives, so nothing returns.
+unsafe extern "system" fn return_net_buffer_lists(
+    _context: NDIS_HANDLE,
+    _nbls: *mut NET_BUFFER_LIST,
+    _flags: u32,
+) {
+}
+
+/// MiniportProcessSGList: never called (the driver maps no NET_BUFFERs).
+unsafe extern "system" fn process_sg_list(
+    _device: *mut c_void,
+    _reserved: *mut c_void,
+    _sg: *mut c_void,
+    _context: *mut c_void,
+) {
+}
+
+/// OPEN_NDK_ADAPTER_HANDLER. PASSIVE_LEVEL.
+unsafe extern "system" fn open_ndk_adapter(
+    context: NDIS_HANDLE,
+    params: *mut NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
+    out: *mut *mut NDK_ADAPTER,
+) -> NDIS_STATUS {
+    let Some(m) = miniport(context) else {
+        return NDIS_STATUS_ADAPTER_NOT_READY;
+    };
+    // SAFETY: NDIS passes valid parameters (or null, refused).
+    let Some(params) = (unsafe { params.as_ref() }) else {
+        return NDIS_STATUS_INVALID_PARAMETER;
+    };
+    if out.is_null() {
+        return NDIS_STATUS_INVALID_PARAMETER;
+    }
+    match m.open_ndk_adapter(params.Version) {
+        Ok(adapter) => {
+            // SAFETY: `out` is NDIS's non-null out-parameter.
+            unsafe { out.write(adapter) };
+            NDIS_STATUS_SUCCESS
+        }
+        Err(status) => status,
+    }
+}
+
+/// CLOSE_NDK_ADAPTER_HANDLER. PASSIVE_LEVEL.
+unsafe extern "system" fn close_ndk_adapter(context: NDIS_HANDLE, adapter: *mut NDK_ADAPTER) {
+    if let Some(m) = miniport(context) {
+        m.close_ndk_adapter(adapter);
+    }
+}

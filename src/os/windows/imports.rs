@@ -1,0 +1,215 @@
+//! Every routine the driver imports from the kernel, declared by hand in this one file.
+//!
+//! raw-dylib links any name, so a misspelt import would only fail when Windows loads the
+//! driver: each declaration carries its documented prototype (Learn, under
+//! https://learn.microsoft.com/windows-hardware/drivers/ddi/), and `tools/imports.allow` lists
+//! the names `tools/pecheck.py` accepts in the linked image. Add a routine here and there
+//! together. `+verbatim` keeps the DLL names as written (without it rustc would append
+//! `.dll`, and `ntoskrnl.exe.dll` would never load).
+//!
+//! Types follow LLP64: ULONG = u32, ULONG_PTR/SIZE_T = usize, BOOLEAN = u8, KIRQL = u8,
+//! LARGE_INTEGER = i64, NTSTATUS/NDIS_STATUS = i32.
+//!
+//! Not imported yet: address resolution (netio.sys `ResolveIpNetEntry2`,
+//! `NotifyUnicastIpAddressChange`) belongs to the CM issue; until then the image imports only
+//! ntoskrnl.exe, HAL.dll and ndis.sys (issue 12).
+#![allow(
+    non_snake_case,
+    non_camel_case_types,
+    dead_code,
+    clippy::upper_case_acronyms
+)]
+
+use core::ffi::c_void;
+
+use super::ke::{KDEFERRED_ROUTINE, KDPC, KSPIN_LOCK, KTIMER, PROCESSOR_NUMBER};
+
+// The OS layer sits below `ndis`: NDIS structures cross this seam as untyped pointers, which
+// `ndis::entry` casts from the typed structures of `ndis::abi`.
+type NDIS_HANDLE = *mut c_void;
+type NDIS_STATUS = i32;
+type NTSTATUS = i32;
+/// Pointer to an NDIS structure named in the prototype's comment.
+type PNDIS_STRUCT = *mut c_void;
+
+#[link(name = "ntoskrnl.exe", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `PVOID ExAllocatePool2(POOL_FLAGS Flags, SIZE_T NumberOfBytes, ULONG Tag)`
+    /// (wdm.h; POOL_FLAGS = ULONG64). IRQL <= DISPATCH_LEVEL for non-paged pool.
+    pub fn ExAllocatePool2(Flags: u64, NumberOfBytes: usize, Tag: u32) -> *mut c_void;
+    /// `void ExFreePoolWithTag(PVOID P, ULONG Tag)`. IRQL <= DISPATCH_LEVEL.
+    pub fn ExFreePoolWithTag(P: *mut c_void, Tag: u32);
+    /// `void KeBugCheckEx(ULONG BugCheckCode, ULONG_PTR BugCheckParameter1..4)`; never returns.
+    pub fn KeBugCheckEx(BugCheckCode: u32, P1: usize, P2: usize, P3: usize, P4: usize) -> !;
+    /// `void KeInitializeDpc(PRKDPC Dpc, PKDEFERRED_ROUTINE DeferredRoutine,
+    /// PVOID DeferredContext)`. Any IRQL.
+    pub fn KeInitializeDpc(
+        Dpc: *mut KDPC,
+        DeferredRoutine: KDEFERRED_ROUTINE,
+        Context: *mut c_void,
+    );
+    /// `NTSTATUS KeSetTargetProcessorDpcEx(PKDPC Dpc, PPROCESSOR_NUMBER ProcNumber)`.
+    /// Only while the DPC is not queued.
+    pub fn KeSetTargetProcessorDpcEx(Dpc: *mut KDPC, ProcNumber: *mut PROCESSOR_NUMBER)
+    -> NTSTATUS;
+    /// `BOOLEAN KeInsertQueueDpc(PRKDPC Dpc, PVOID SystemArgument1, PVOID SystemArgument2)`.
+    /// Any IRQL.
+    pub fn KeInsertQueueDpc(
+        Dpc: *mut KDPC,
+        SystemArgument1: *mut c_void,
+        SystemArgument2: *mut c_void,
+    ) -> u8;
+    /// `NTSTATUS KeGetProcessorNumberFromIndex(ULONG ProcIndex, PPROCESSOR_NUMBER ProcNumber)`.
+    pub fn KeGetProcessorNumberFromIndex(
+        ProcIndex: u32,
+        ProcNumber: *mut PROCESSOR_NUMBER,
+    ) -> NTSTATUS;
+    /// `ULONG KeQueryActiveProcessorCountEx(USHORT GroupNumber)`; ALL_PROCESSOR_GROUPS = 0xFFFF.
+    pub fn KeQueryActiveProcessorCountEx(GroupNumber: u16) -> u32;
+    /// `void KeInitializeTimer(PKTIMER Timer)`. IRQL <= DISPATCH_LEVEL.
+    pub fn KeInitializeTimer(Timer: *mut KTIMER);
+    /// `BOOLEAN KeSetTimer(PKTIMER Timer, LARGE_INTEGER DueTime, PKDPC Dpc)`; a negative due
+    /// time is relative, in 100 ns units. IRQL <= DISPATCH_LEVEL.
+    pub fn KeSetTimer(Timer: *mut KTIMER, DueTime: i64, Dpc: *mut KDPC) -> u8;
+    /// `BOOLEAN KeCancelTimer(PKTIMER)`. IRQL <= DISPATCH_LEVEL.
+    pub fn KeCancelTimer(Timer: *mut KTIMER) -> u8;
+    /// `BOOLEAN KeRemoveQueueDpc(PRKDPC Dpc)`. Any IRQL.
+    pub fn KeRemoveQueueDpc(Dpc: *mut KDPC) -> u8;
+    /// `void KeFlushQueuedDpcs(void)`. PASSIVE_LEVEL: returns after every queued DPC ran.
+    pub fn KeFlushQueuedDpcs();
+    /// `ULONG64 KeQueryInterruptTimePrecise(PULONG64 QpcTimeStamp)`: 100 ns units since boot.
+    pub fn KeQueryInterruptTimePrecise(QpcTimeStamp: *mut u64) -> u64;
+    /// `NTSTATUS KeDelayExecutionThread(KPROCESSOR_MODE WaitMode, BOOLEAN Alertable,
+    /// PLARGE_INTEGER Interval)`. PASSIVE_LEVEL (APC_LEVEL); negative = relative, 100 ns.
+    pub fn KeDelayExecutionThread(WaitMode: i8, Alertable: u8, Interval: *mut i64) -> NTSTATUS;
+    /// `KIRQL KeAcquireSpinLockRaiseToDpc(PKSPIN_LOCK SpinLock)` (exported on x64).
+    pub fn KeAcquireSpinLockRaiseToDpc(SpinLock: *mut KSPIN_LOCK) -> u8;
+    /// `void KeReleaseSpinLock(PKSPIN_LOCK SpinLock, KIRQL NewIrql)`.
+    pub fn KeReleaseSpinLock(SpinLock: *mut KSPIN_LOCK, NewIrql: u8);
+    /// `ULONG KeGetCurrentProcessorNumberEx(PPROCESSOR_NUMBER ProcNumber)`: the system-wide
+    /// index of the current processor (ProcNumber may be NULL).
+    pub fn KeGetCurrentProcessorNumberEx(ProcNumber: *mut PROCESSOR_NUMBER) -> u32;
+}
+
+#[link(name = "ntoskrnl.exe", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "C" {
+    /// `ULONG DbgPrintEx(ULONG ComponentId, ULONG Level, PCSTR Format, ...)`. Any IRQL
+    /// (%s/%d only: no Unicode formats above PASSIVE_LEVEL).
+    pub fn DbgPrintEx(ComponentId: u32, Level: u32, Format: *const u8, ...) -> u32;
+    // The C runtime routines the sysroot calls (compiler_builtins exports them only under
+    // mangled names on this target); ntoskrnl.exe exports each with the C prototype.
+    /// `void *memcpy(void *dest, const void *src, size_t count)`.
+    pub fn memcpy(dest: *mut c_void, src: *const c_void, count: usize) -> *mut c_void;
+    /// `void *memmove(void *dest, const void *src, size_t count)`.
+    pub fn memmove(dest: *mut c_void, src: *const c_void, count: usize) -> *mut c_void;
+    /// `void *memset(void *dest, int c, size_t count)`.
+    pub fn memset(dest: *mut c_void, c: i32, count: usize) -> *mut c_void;
+    /// `int memcmp(const void *buffer1, const void *buffer2, size_t count)`.
+    pub fn memcmp(a: *const c_void, b: *const c_void, count: usize) -> i32;
+    /// `size_t strlen(const char *str)`.
+    pub fn strlen(s: *const u8) -> usize;
+    /// `__chkstk`: stack probe for frames over a page (x64 ntoskrnl exports it). Not a C
+    /// function: called by compiler-generated prologues only; declared to import it.
+    pub fn __chkstk();
+}
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NDIS_STATUS NdisMRegisterMiniportDriver(PDRIVER_OBJECT DriverObject,
+    /// PUNICODE_STRING RegistryPath, NDIS_HANDLE MiniportDriverContext,
+    /// PNDIS_MINIPORT_DRIVER_CHARACTERISTICS MiniportDriverCharacteristics,
+    /// PNDIS_HANDLE NdisMiniportDriverHandle)`. PASSIVE_LEVEL.
+    pub fn NdisMRegisterMiniportDriver(
+        DriverObject: *mut c_void,
+        RegistryPath: *mut c_void,
+        MiniportDriverContext: NDIS_HANDLE,
+        MiniportDriverCharacteristics: PNDIS_STRUCT,
+        NdisMiniportDriverHandle: *mut NDIS_HANDLE,
+    ) -> NDIS_STATUS;
+    /// `void NdisMDeregisterMiniportDriver(NDIS_HANDLE NdisMiniportDriverHandle)`.
+    pub fn NdisMDeregisterMiniportDriver(NdisMiniportDriverHandle: NDIS_HANDLE);
+    /// `NDIS_STATUS NdisSetOptionalHandlers(NDIS_HANDLE NdisHandle,
+    /// PNDIS_DRIVER_OPTIONAL_HANDLERS OptionalHandlers)`. From MiniportSetOptions only.
+    pub fn NdisSetOptionalHandlers(
+        NdisHandle: NDIS_HANDLE,
+        OptionalHandlers: PNDIS_STRUCT,
+    ) -> NDIS_STATUS;
+    /// `NDIS_STATUS NdisMSetMiniportAttributes(NDIS_HANDLE NdisMiniportHandle,
+    /// PNDIS_MINIPORT_ADAPTER_ATTRIBUTES MiniportAttributes)`. From MiniportInitializeEx.
+    pub fn NdisMSetMiniportAttributes(
+        NdisMiniportHandle: NDIS_HANDLE,
+        MiniportAttributes: PNDIS_STRUCT,
+    ) -> NDIS_STATUS;
+    /// `NDIS_STATUS NdisMMapIoSpace(PVOID *VirtualAddress, NDIS_HANDLE MiniportAdapterHandle,
+    /// NDIS_PHYSICAL_ADDRESS PhysicalAddress, UINT Length)`. PASSIVE_LEVEL.
+    pub fn NdisMMapIoSpace(
+        VirtualAddress: *mut *mut c_void,
+        MiniportAdapterHandle: NDIS_HANDLE,
+        PhysicalAddress: i64,
+        Length: u32,
+    ) -> NDIS_STATUS;
+    /// `void NdisMUnmapIoSpace(NDIS_HANDLE MiniportAdapterHandle, PVOID VirtualAddress,
+    /// UINT Length)`. PASSIVE_LEVEL.
+    pub fn NdisMUnmapIoSpace(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        VirtualAddress: *mut c_void,
+        Length: u32,
+    );
+    /// `NDIS_STATUS NdisMRegisterScatterGatherDma(NDIS_HANDLE MiniportAdapterHandle,
+    /// PNDIS_SG_DMA_DESCRIPTION DmaDescription, PNDIS_HANDLE NdisMiniportDmaHandle)`: NDIS 6
+    /// requires it before NdisMAllocateSharedMemory. PASSIVE_LEVEL.
+    pub fn NdisMRegisterScatterGatherDma(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        DmaDescription: PNDIS_STRUCT,
+        NdisMiniportDmaHandle: *mut NDIS_HANDLE,
+    ) -> NDIS_STATUS;
+    /// `void NdisMDeregisterScatterGatherDma(NDIS_HANDLE NdisMiniportDmaHandle)`.
+    pub fn NdisMDeregisterScatterGatherDma(NdisMiniportDmaHandle: NDIS_HANDLE);
+    /// `void NdisMAllocateSharedMemory(NDIS_HANDLE MiniportAdapterHandle, ULONG Length,
+    /// BOOLEAN Cached, PVOID *VirtualAddress, PNDIS_PHYSICAL_ADDRESS PhysicalAddress)`.
+    /// PASSIVE_LEVEL.
+    pub fn NdisMAllocateSharedMemory(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        Length: u32,
+        Cached: u8,
+        VirtualAddress: *mut *mut c_void,
+        PhysicalAddress: *mut i64,
+    );
+    /// `void NdisMFreeSharedMemory(NDIS_HANDLE MiniportAdapterHandle, ULONG Length,
+    /// BOOLEAN Cached, PVOID VirtualAddress, NDIS_PHYSICAL_ADDRESS PhysicalAddress)`.
+    /// PASSIVE_LEVEL.
+    pub fn NdisMFreeSharedMemory(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        Length: u32,
+        Cached: u8,
+        VirtualAddress: *mut c_void,
+        PhysicalAddress: i64,
+    );
+}
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `void NdisMSendNetBufferListsComplete(NDIS_HANDLE MiniportAdapterHandle,
+    /// PNET_BUFFER_LIST NetBufferLists, ULONG SendCompleteFlags)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMSendNetBufferListsComplete(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        NetBufferLists: PNDIS_STRUCT,
+        SendCompleteFlags: u32,
+    );
+}
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NDIS_STATUS NdisMRegisterInterruptEx(NDIS_HANDLE MiniportAdapterHandle,
+    /// NDIS_HANDLE MiniportInterruptContext, PNDIS_MINIPORT_INTERRUPT_CHARACTERISTICS
+    /// MiniportInterruptCharacteristics, PNDIS_HANDLE NdisInterruptHandle)`. From
+    /// MiniportInitializeEx, PASSIVE_LEVEL.
+    pub fn NdisMRegisterInterruptEx(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        MiniportInterruptContext: NDIS_HANDLE,
+        MiniportInterruptCharacteristics: PNDIS_STRUCT,
+        NdisInterruptHandle: *mut NDIS_HANDLE,
+    ) -> NDIS_STATUS;
+    /// `void NdisMDeregisterInterruptEx(NDIS_HANDLE NdisInterruptHandle)`. PASSIVE_LEVEL.
+    pub fn NdisMDeregisterInterruptEx(NdisInterruptHandle: NDIS_HANDLE);
+}
