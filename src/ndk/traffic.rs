@@ -43,9 +43,11 @@ fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
-/// The post path's add: one instruction (`lock add`) where a load, an add and a store are
-/// three, which the instruction guard (benches/instructions.sh: +2 at most per shape) does
-/// not allow twice. Uncontended: the queue has one poster.
+/// The post path's add: one instruction (`lock add`) where a relaxed load, add and store
+/// are three, which the instruction guard (benches/instructions.sh: +2 at most per shape)
+/// does not allow twice. Uncontended (the queue has one poster), but a locked instruction
+/// drains the store buffer: datapath/a_read measured about 36 -> 49 ns here (noisy shared
+/// host). [`bump`] instead costs +6 instructions on NdkRead (+3 on NdkSend) and no drain.
 #[inline(always)]
 fn post_add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
