@@ -953,3 +953,30 @@ fn general_oids() {
     assert_eq!(g.permanent_mac_address, rig.hosts[0].mac, "MACL/MACH (M3)");
     rig.finish();
 }
+
+/// Surprise removal tells every NDK object (STATUS_INTERNAL_ERROR at the armed CQ) before
+/// NDIS closes the adapters; Shutdown resets the device without taking a lock; Halt then
+/// frees everything.
+#[test]
+fn surprise_removal_and_shutdown() {
+    let rig = NdisRig::new(Mode::Deterministic, 1, &MiniportConfig::default());
+    let a = rig.open(0, v(1, 2));
+    let s = Side::new(&a, 0xD0);
+    s.cq.arm(NDK_CQ_NOTIFY_ANY);
+    rig.mp(0).pnp_event(NdisDevicePnPEventSurpriseRemoved);
+    rig.mp(0).pnp_event(0);
+    rig.pump.settle();
+    assert_eq!(s.cq.notifications(), vec![STATUS_INTERNAL_ERROR]);
+    assert_eq!(rig.statistics(0).CQError, 1);
+    s.close();
+    rig.mp(0).close_ndk_adapter(a.ptr);
+    // A second close of the same pointer, and one of a pointer never handed out: ignored.
+    rig.mp(0).close_ndk_adapter(a.ptr);
+    rig.mp(0)
+        .close_ndk_adapter(std::ptr::NonNull::<NDK_ADAPTER>::dangling().as_ptr());
+    rig.pump.settle();
+    assert!(rig.hosts[0].model.with_core(|c| c.is_active()));
+    rig.mp(0).shutdown();
+    assert!(!rig.hosts[0].model.with_core(|c| c.is_active()), "RESET");
+    rig.finish();
+}
