@@ -515,7 +515,7 @@ pub struct NDIS_DRIVER_OPTIONAL_HANDLERS {
 /// `CM_PARTIAL_RESOURCE_DESCRIPTOR` (wdm.h, `#pragma pack(4)`: 0x14 bytes on x64). The
 /// 16-byte union `u` as words; its meaning depends on `Type`.
 #[repr(C, packed(4))]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CM_PARTIAL_RESOURCE_DESCRIPTOR {
     pub Type: u8,
     pub ShareDisposition: u8,
@@ -887,3 +887,173 @@ const _: () = {
     );
     assert!(NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1 == 0x60);
 };
+
+impl CM_PARTIAL_RESOURCE_DESCRIPTOR {
+    /// `u.Memory.Start` / `u.Generic.Start` (PHYSICAL_ADDRESS at `u` + 0).
+    pub const fn memory_start(&self) -> u64 {
+        let u = self.u;
+        (u[1] as u64) << 32 | u[0] as u64
+    }
+    /// `u.Memory.Length` (ULONG at `u` + 8); for CmResourceTypeMemoryLarge it is
+    /// `Length40` / `Length48` / `Length64`, in units the flags name.
+    pub const fn memory_length_field(&self) -> u32 {
+        let u = self.u;
+        u[2]
+    }
+    /// `u.MessageInterrupt.Raw.MessageCount` (USHORT at `u` + 2; raw lists only).
+    pub const fn message_count(&self) -> u16 {
+        let u = self.u;
+        (u[0] >> 16) as u16
+    }
+    /// A memory descriptor (tests and the host harness build resource lists with it).
+    pub const fn memory(start: u64, length: u32) -> Self {
+        CM_PARTIAL_RESOURCE_DESCRIPTOR {
+            Type: CmResourceTypeMemory,
+            ShareDisposition: CmResourceShareDeviceExclusive,
+            Flags: CM_RESOURCE_MEMORY_READ_WRITE,
+            u: [start as u32, (start >> 32) as u32, length, 0],
+        }
+    }
+    /// A translated message-signalled interrupt descriptor (one per MSI-X message).
+    pub const fn message_interrupt(vector: u32) -> Self {
+        CM_PARTIAL_RESOURCE_DESCRIPTOR {
+            Type: CmResourceTypeInterrupt,
+            ShareDisposition: CmResourceShareDeviceExclusive,
+            Flags: CM_RESOURCE_INTERRUPT_LATCHED | CM_RESOURCE_INTERRUPT_MESSAGE,
+            u: [0, vector, 1, 0],
+        }
+    }
+}
+
+pub const CmResourceTypeNull: u8 = 0;
+pub const CmResourceTypeDma: u8 = 4;
+pub const CmResourceTypeDeviceSpecific: u8 = 5;
+pub const CmResourceTypeBusNumber: u8 = 6;
+pub const CmResourceTypeMemoryLarge: u8 = 7;
+pub const CmResourceTypeDevicePrivate: u8 = 129;
+pub const CmResourceShareDeviceExclusive: u8 = 1;
+pub const CM_RESOURCE_INTERRUPT_LATCHED: u16 = 0x0001;
+pub const CM_RESOURCE_MEMORY_READ_WRITE: u16 = 0x0000;
+/// `Length40` counts 256-byte units.
+pub const CM_RESOURCE_MEMORY_LARGE_40: u16 = 0x0200;
+/// `Length48` counts 64 KiB units.
+pub const CM_RESOURCE_MEMORY_LARGE_48: u16 = 0x0400;
+/// `Length64` counts 4 GiB units.
+pub const CM_RESOURCE_MEMORY_LARGE_64: u16 = 0x0800;
+
+// ---- ntddndis.h: the general OIDs every miniport answers ----
+
+pub const OID_GEN_SUPPORTED_LIST: NDIS_OID = 0x0001_0101;
+pub const OID_GEN_HARDWARE_STATUS: NDIS_OID = 0x0001_0102;
+pub const OID_GEN_MEDIA_SUPPORTED: NDIS_OID = 0x0001_0103;
+pub const OID_GEN_MEDIA_IN_USE: NDIS_OID = 0x0001_0104;
+pub const OID_GEN_MAXIMUM_LOOKAHEAD: NDIS_OID = 0x0001_0105;
+pub const OID_GEN_MAXIMUM_FRAME_SIZE: NDIS_OID = 0x0001_0106;
+pub const OID_GEN_TRANSMIT_BUFFER_SPACE: NDIS_OID = 0x0001_0108;
+pub const OID_GEN_RECEIVE_BUFFER_SPACE: NDIS_OID = 0x0001_0109;
+pub const OID_GEN_TRANSMIT_BLOCK_SIZE: NDIS_OID = 0x0001_010A;
+pub const OID_GEN_RECEIVE_BLOCK_SIZE: NDIS_OID = 0x0001_010B;
+pub const OID_GEN_VENDOR_ID: NDIS_OID = 0x0001_010C;
+pub const OID_GEN_VENDOR_DESCRIPTION: NDIS_OID = 0x0001_010D;
+pub const OID_GEN_CURRENT_PACKET_FILTER: NDIS_OID = 0x0001_010E;
+pub const OID_GEN_CURRENT_LOOKAHEAD: NDIS_OID = 0x0001_010F;
+pub const OID_GEN_MAXIMUM_TOTAL_SIZE: NDIS_OID = 0x0001_0111;
+pub const OID_GEN_VENDOR_DRIVER_VERSION: NDIS_OID = 0x0001_0116;
+pub const OID_GEN_LINK_PARAMETERS: NDIS_OID = 0x0001_0208;
+pub const OID_GEN_INTERRUPT_MODERATION: NDIS_OID = 0x0001_0209;
+pub const OID_GEN_XMIT_OK: NDIS_OID = 0x0002_0101;
+pub const OID_GEN_RCV_OK: NDIS_OID = 0x0002_0102;
+pub const OID_GEN_STATISTICS: NDIS_OID = 0x0002_0106;
+
+/// `NDIS_HARDWARE_STATUS::NdisHardwareStatusReady`.
+pub const NdisHardwareStatusReady: u32 = 0;
+/// `NDIS_MEDIUM::NdisMedium802_3`.
+pub const NdisMedium802_3: u32 = 0;
+/// `NDIS_PHYSICAL_MEDIUM::NdisPhysicalMedium802_3`.
+pub const NdisPhysicalMedium802_3: u32 = 14;
+/// `NDIS_LINK_SPEED_UNKNOWN`.
+pub const NDIS_LINK_SPEED_UNKNOWN: u64 = u64::MAX;
+/// `NDIS_MEDIA_CONNECT_STATE::MediaConnectStateConnected`.
+pub const MediaConnectStateConnected: u32 = 1;
+/// `NDIS_MEDIA_DUPLEX_STATE::MediaDuplexStateFull`.
+pub const MediaDuplexStateFull: u32 = 2;
+
+pub const NDIS_PACKET_TYPE_DIRECTED: u32 = 0x0000_0001;
+pub const NDIS_PACKET_TYPE_MULTICAST: u32 = 0x0000_0002;
+pub const NDIS_PACKET_TYPE_ALL_MULTICAST: u32 = 0x0000_0004;
+pub const NDIS_PACKET_TYPE_BROADCAST: u32 = 0x0000_0008;
+pub const NDIS_PACKET_TYPE_PROMISCUOUS: u32 = 0x0000_0020;
+
+/// `NDIS_INTERRUPT_MODERATION_PARAMETERS` (ntddndis.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_INTERRUPT_MODERATION_PARAMETERS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Flags: u32,
+    /// `NDIS_INTERRUPT_MODERATION`.
+    pub InterruptModeration: u32,
+}
+pub const NDIS_INTERRUPT_MODERATION_PARAMETERS_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_INTERRUPT_MODERATION_PARAMETERS_REVISION_1: u16 = through(
+    offset_of!(NDIS_INTERRUPT_MODERATION_PARAMETERS, InterruptModeration),
+    size_of::<u32>(),
+);
+pub const NdisInterruptModerationNotSupported: u32 = 1;
+
+/// `NDIS_LINK_PARAMETERS` (ntddndis.h), the OID_GEN_LINK_PARAMETERS set buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_LINK_PARAMETERS {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub MediaDuplexState: u32,
+    pub XmitLinkSpeed: u64,
+    pub RcvLinkSpeed: u64,
+    pub PauseFunctions: u32,
+    pub AutoNegotiationFlags: u32,
+}
+pub const NDIS_LINK_PARAMETERS_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_LINK_PARAMETERS_REVISION_1: u16 = through(
+    offset_of!(NDIS_LINK_PARAMETERS, AutoNegotiationFlags),
+    size_of::<u32>(),
+);
+
+/// `NDIS_STATISTICS_INFO` (ntddndis.h), the OID_GEN_STATISTICS buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_STATISTICS_INFO {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub SupportedStatistics: u32,
+    pub ifInDiscards: u64,
+    pub ifInErrors: u64,
+    pub ifHCInOctets: u64,
+    pub ifHCInUcastPkts: u64,
+    pub ifHCInMulticastPkts: u64,
+    pub ifHCInBroadcastPkts: u64,
+    pub ifHCOutOctets: u64,
+    pub ifHCOutUcastPkts: u64,
+    pub ifHCOutMulticastPkts: u64,
+    pub ifHCOutBroadcastPkts: u64,
+    pub ifOutErrors: u64,
+    pub ifOutDiscards: u64,
+    pub ifHCInUcastOctets: u64,
+    pub ifHCInMulticastOctets: u64,
+    pub ifHCInBroadcastOctets: u64,
+    pub ifHCOutUcastOctets: u64,
+    pub ifHCOutMulticastOctets: u64,
+    pub ifHCOutBroadcastOctets: u64,
+}
+pub const NDIS_STATISTICS_INFO_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_STATISTICS_INFO_REVISION_1: u16 = through(
+    offset_of!(NDIS_STATISTICS_INFO, ifHCOutBroadcastOctets),
+    size_of::<u64>(),
+);
+pub const NDIS_STATISTICS_FLAGS_VALID_DIRECTED_FRAMES_RCV: u32 = 0x0000_0001;
+pub const NDIS_STATISTICS_FLAGS_VALID_BYTES_RCV: u32 = 0x0000_0008;
+pub const NDIS_STATISTICS_FLAGS_VALID_DIRECTED_FRAMES_XMIT: u32 = 0x0000_0040;
+pub const NDIS_STATISTICS_FLAGS_VALID_BYTES_XMIT: u32 = 0x0000_0200;
+pub const NDIS_STATISTICS_FLAGS_VALID_DIRECTED_BYTES_RCV: u32 = 0x0001_0000;
+pub const NDIS_STATISTICS_FLAGS_VALID_DIRECTED_BYTES_XMIT: u32 = 0x0008_0000;
+
+/// `NDIS_DEVICE_PNP_EVENT::NdisDevicePnPEventSurpriseRemoved` (ndis.h enum: QueryRemoved 0,
+/// Removed 1, SurpriseRemoved 2, QueryStopped 3, Stopped 4, PowerProfileChanged 5).
+pub const NdisDevicePnPEventSurpriseRemoved: u32 = 2;

@@ -13,7 +13,8 @@ use core::ptr::{NonNull, null_mut};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::abi::*;
-use super::miniport::{GeneralAttributes, MemRange, Miniport, OidResult, parse_resources};
+use super::attributes::GeneralAttributes;
+use super::miniport::{MemRange, Miniport, OidResult, parse_resources};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
 use crate::os::windows::imports::{
     DbgPrintEx, NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver,
@@ -536,10 +537,15 @@ unsafe fn resource_descriptors<'a>(
 }
 
 fn general_attributes(g: &GeneralAttributes) -> NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
-    let mut mac = [0u8; 32];
-    for (d, s) in mac.iter_mut().zip(g.mac) {
-        *d = s;
-    }
+    let widen = |m: [u8; 6]| {
+        let mut out = [0u8; 32];
+        for (d, s) in out.iter_mut().zip(m) {
+            *d = s;
+        }
+        out
+    };
+    // The list is 'static and NDIS only reads it; its byte length fits a ULONG (a few dozen OIDs).
+    let oid_bytes = u32::try_from(core::mem::size_of_val(g.supported_oids)).unwrap_or(0);
     NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
         Header: header(
             NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES,
@@ -547,35 +553,36 @@ fn general_attributes(g: &GeneralAttributes) -> NDIS_MINIPORT_ADAPTER_GENERAL_AT
             NDIS_SIZEOF_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES_REVISION_2,
         ),
         Flags: 0,
-        MediaType: 0,
-        PhysicalMediumType: 14,
+        // The C enums are `int`; the values are small constants (0..=14).
+        MediaType: g.media_type as i32,
+        PhysicalMediumType: g.physical_medium_type as i32,
         MtuSize: g.mtu,
-        MaxXmitLinkSpeed: g.link_speed_bps,
-        XmitLinkSpeed: g.link_speed_bps,
-        MaxRcvLinkSpeed: g.link_speed_bps,
-        RcvLinkSpeed: g.link_speed_bps,
-        MediaConnectState: 1,
-        MediaDuplexState: 2,
-        LookaheadSize: g.mtu,
+        MaxXmitLinkSpeed: g.max_xmit_link_speed,
+        XmitLinkSpeed: g.xmit_link_speed,
+        MaxRcvLinkSpeed: g.max_rcv_link_speed,
+        RcvLinkSpeed: g.rcv_link_speed,
+        MediaConnectState: g.media_connect_state as i32,
+        MediaDuplexState: g.media_duplex_state as i32,
+        LookaheadSize: g.lookahead_size,
         PowerManagementCapabilities: null_mut(),
         MacOptions: 0,
-        SupportedPacketFilters: 0,
-        MaxMulticastListSize: 0,
-        MacAddressLength: 6,
-        PermanentMacAddress: mac,
-        CurrentMacAddress: mac,
+        SupportedPacketFilters: g.supported_packet_filters,
+        MaxMulticastListSize: g.max_multicast_list_size,
+        MacAddressLength: g.mac_address_length,
+        PermanentMacAddress: widen(g.permanent_mac_address),
+        CurrentMacAddress: widen(g.current_mac_address),
         RecvScaleCapabilities: null_mut(),
         AccessType: 2,
         DirectionType: 0,
         ConnectionType: 1,
         IfType: 6,
         IfConnectorPresent: 1,
-        SupportedStatistics: 0,
+        SupportedStatistics: g.supported_statistics,
         SupportedPauseFunctions: 0,
         DataBackFillSize: 0,
         ContextBackFillSize: 0,
-        SupportedOidList: null_mut(),
-        SupportedOidListLength: 0,
+        SupportedOidList: g.supported_oids.as_ptr().cast_mut(),
+        SupportedOidListLength: oid_bytes,
         AutoNegotiationFlags: 0,
         PowerManagementCapabilitiesEx: null_mut(),
     }

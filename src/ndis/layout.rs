@@ -81,3 +81,18 @@ const _: () = assert!(NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_2 == 0xAC)
 assert_layout!(WSK_PROVIDER_NDK_DISPATCH, size 0x10, align 8,
     WskOpenNdkAdapter @ 0x0, WskCloseNdkAdapter @ 0x8);
 const _: () = assert!(WSKNDK_GET_WSK_PROVIDER_NDK_DISPATCH == 0x4E44_4B44);
+
+// ---- ndiscore ----
+assert_layout!(CM_PARTIAL_RESOURCE_DESCRIPTOR, size 0x14, align 4,
+    Type @ 0x0, ShareDisposition @ 0x1, Flags @ 0x2, u @ 0x4);
+assert_layout!(NDIS_INTERRUPT_MODERATION_PARAMETERS, size 0xC, align 4,
+    Header @ 0x0, Flags @ 0x4, InterruptModeration @ 0x8);
+const _: () = assert!(NDIS_SIZEOF_INTERRUPT_MODERATION_PARAMETERS_REVISION_1 == 0xC);
+assert_layout!(NDIS_LINK_PARAMETERS, size 0x20, align 8, Header @ 0x0,
+    MediaDuplexState @ 0x4, XmitLinkSpeed @ 0x8, RcvLinkSpeed @ 0x10, PauseFunctions @ 0x18,
+    AutoNegotiationFlags @ 0x1C);
+const _: () = assert!(NDIS_SIZEOF_LINK_PARAMETERS_REVISION_1 == 0x20);
+assert_layout!(NDIS_STATISTICS_INFO, size 0x98, align 8, Header @ 0x0,
+    SupportedStatistics @ 0x4, ifInDiscards @ 0x8, ifHCInOctets @ 0x18, ifHCInUcastPkts @ 0x20,
+    ifHCOutOctets @ 0x38, ifHCOutUcastPkts @ 0x40, ifHCOutBroadcastOctets @ 0x90);
+const _: () = assert!(NDIS_SIZEOF_STATISTICS_INFO_REVISION_1 == 0x98);

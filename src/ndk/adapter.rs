@@ -19,6 +19,7 @@ use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
 use super::qp::Qp;
 use super::qp_table::QpTable;
 use super::srq::Srq;
+use super::traffic::{ClosedTraffic, Traffic};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
@@ -159,10 +160,25 @@ impl<T: NdkObject> ObjectTable<T> {
     }
 
     fn remove(&self, handle: u32) -> Option<ObjRef<T>> {
-        self.slots
-            .lock()
-            .get_mut(handle as usize)
-            .and_then(Option::take)
+        self.remove_with(handle, |_| {})
+    }
+
+    /// Takes the object under `handle` out, running `last` on it under the lock. The count
+    /// is returned, so the object is never freed under the lock.
+    fn remove_with(&self, handle: u32, last: impl FnOnce(&T)) -> Option<ObjRef<T>> {
+        let mut t = self.slots.lock();
+        let o = t.get_mut(handle as usize).and_then(Option::take);
+        if let Some(o) = &o {
+            last(o);
+        }
+        o
+    }
+
+    /// Folds `f` over every registered object under the lock (no clone, no allocation, no
+    /// callback out of the driver).
+    fn fold<A>(&self, init: A, mut f: impl FnMut(A, &T) -> A) -> A {
+        let t = self.slots.lock();
+        t.iter().flatten().fold(init, |a, o| f(a, o))
     }
 
     /// Every registered object (cloned under the lock; an allocation, so only for rare
@@ -203,6 +219,13 @@ pub struct NdkDevice {
     /// QPs by device handle: a CQE's `qp` finds its QP here in O(1), bounds-checked and
     /// without a lock, if the QP completes on the polled CQ.
     qps: QpTable,
+    /// Every live QP again, under a lock, for the traffic counters' readers (the lock-free
+    /// table's entries are only safe for a CQ's own poller).
+    live_qps: ObjectTable<Qp>,
+    /// What closed QPs moved.
+    closed_traffic: ClosedTraffic,
+    /// CQs that entered their error state.
+    cq_errors: AtomicU64,
     bad_cqes: AtomicU64,
     /// Per MR index: the key a peer's SendAndInvalidate last invalidated (0 = none), so a
     /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
@@ -224,6 +247,9 @@ impl NdkDevice {
             cqs: ObjectTable::new(caps.max_cq.min(MAX_TABLE))?,
             srqs: ObjectTable::new(caps.max_srq.min(MAX_TABLE))?,
             qps: QpTable::new(caps.max_qp.min(MAX_TABLE))?,
+            live_qps: ObjectTable::new(caps.max_qp.min(MAX_TABLE))?,
+            closed_traffic: ClosedTraffic::default(),
+            cq_errors: AtomicU64::new(0),
             remote_invalidated: try_vec(caps.max_mr.min(MAX_TABLE) as usize, || AtomicU32::new(0))?,
             hw,
             bad_cqes: AtomicU64::new(0),
@@ -274,12 +300,44 @@ impl NdkDevice {
 
     pub(crate) fn register_qp(&self, qp: &ObjRef<Qp>) -> NdkResult<()> {
         let (send_cq, recv_cq) = qp.cq_handles();
-        self.qps.insert(qp.handle(), qp, send_cq, recv_cq)
+        self.live_qps.insert(qp.handle(), qp)?;
+        self.qps
+            .insert(qp.handle(), qp, send_cq, recv_cq)
+            .inspect_err(|_| drop(self.live_qps.remove(qp.handle())))
     }
 
-    /// Unregisters `qp`, returning the table's count of it (for its CQs' graveyards).
+    /// Unregisters `qp`, returning the table's count of it (for its CQs' graveyards). Its
+    /// traffic moves to the closed total under the table's lock, so a reader counts it once.
     pub(crate) fn unregister_qp(&self, qp: &Qp) -> Option<ObjRef<Qp>> {
+        let live = self.live_qps.remove_with(qp.handle(), |q| {
+            self.closed_traffic.add(q.traffic().snapshot());
+        });
+        drop(live);
         self.qps.remove_exact(qp.handle(), qp)
+    }
+
+    /// What every QP of this device moved, the closed ones included (OID_NDK_STATISTICS).
+    /// Takes the live-QP table's lock once and allocates nothing.
+    pub fn traffic(&self) -> Traffic {
+        self.live_qps.fold(self.closed_traffic.get(), |t, q| {
+            t.plus(q.traffic().snapshot())
+        })
+    }
+
+    /// QPs accepting initiator requests (connected), the ActiveConnection counter until
+    /// the connection manager counts connections itself.
+    pub fn connected_qps(&self) -> u64 {
+        self.live_qps
+            .fold(0u64, |n, q| n.wrapping_add(u64::from(q.is_connected())))
+    }
+
+    pub(crate) fn count_cq_error(&self) {
+        self.cq_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CQs that entered their error state (overflow, device error, a corrupt ring).
+    pub fn cq_errors(&self) -> u64 {
+        self.cq_errors.load(Ordering::Relaxed)
     }
 
     /// QPs by device handle, for the CQ pollers.

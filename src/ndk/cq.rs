@@ -751,6 +751,9 @@ impl Cq {
             self.max_byte_len
         };
         let sane = !ok || (c.byte_len <= limit && c.wc_flags & both != both);
+        if ok && sane && rec.op == NdkOperationTypeReceive {
+            qp.traffic().received(u64::from(c.byte_len));
+        }
         let done = if sane {
             Completion {
                 status: c.status,
@@ -789,8 +792,14 @@ impl Cq {
     #[inline(never)]
     fn corrupt(&self) -> usize {
         self.stop_ring();
-        self.arm
-            .update(true, |st| st.fail_quietly(STATUS_INTERNAL_ERROR));
+        let first = self.arm.update(true, |st| {
+            let first = !st.failed();
+            st.fail_quietly(STATUS_INTERNAL_ERROR);
+            first
+        });
+        if first {
+            self.adapter.device().count_cq_error();
+        }
         0
     }
 
@@ -875,7 +884,14 @@ impl ObjRef<Cq> {
 
     /// A device notification (CQNE) or CQ error for this CQ (from the device's DPC).
     pub fn event(&self, ev: CqEvent) {
-        let fire = self.arm.update(true, |st| st.event(ev));
+        // The CQ's first error counts once (OID_NDK_STATISTICS CQError).
+        let (fire, first_error) = self.arm.update(true, |st| {
+            let first = matches!(ev, CqEvent::Error(_)) && !st.failed();
+            (st.event(ev), first)
+        });
+        if first_error {
+            self.adapter.device().count_cq_error();
+        }
         if let Some(status) = fire {
             self.deliver(status);
         }
@@ -938,6 +954,11 @@ impl CqEvents for CqLink {
 impl ArmState {
     /// The CQ failed with `st` where no callback may start (a poll): recorded like
     /// [`CqEvent::Error`], and reported by the next [`arm`](Self::arm).
+    /// Whether the CQ is in its error state.
+    pub fn failed(&self) -> bool {
+        self.0 & Self::ERROR != 0
+    }
+
     pub fn fail_quietly(&mut self, st: NTSTATUS) {
         if self.0 & Self::ERROR == 0 {
             self.0 |= (CqStatus::of_error(st) as u32) << Self::ERROR_SHIFT;

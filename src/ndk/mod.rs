@@ -38,6 +38,7 @@ pub mod qp;
 pub(crate) mod qp_table;
 pub mod shared_endpoint;
 pub mod srq;
+pub mod traffic;
 
 pub use adapter::{NdkDevice, negotiate_version};
 pub use error::{HwError, NdkError};

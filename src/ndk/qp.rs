@@ -23,6 +23,7 @@ use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject, 
 use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
+use super::traffic::{Direction, QpTraffic};
 use crate::ndkpi::*;
 use crate::pvrdma::wq::{RecvWriter, SendWriter, WqKind, WqSlot, WqWriter};
 use crate::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
@@ -232,6 +233,8 @@ pub struct Qp {
     /// As `admit_send`, for NdkRead (bounded by MaxReadRequestSge too).
     admit_read: AtomicU64,
     bad_cqes: AtomicU32,
+    /// What it moved (OID_NDK_STATISTICS).
+    traffic: QpTraffic,
 }
 
 impl NdkObject for Qp {
@@ -381,6 +384,7 @@ impl PendingQp {
                 admit_send: AtomicU64::new(0),
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
+                traffic: QpTraffic::default(),
             },
         ) {
             Ok(q) => q,
@@ -508,6 +512,16 @@ impl Qp {
         self.bad_cqes.load(Ordering::Relaxed)
     }
 
+    /// What this QP moved so far.
+    pub fn traffic(&self) -> &QpTraffic {
+        &self.traffic
+    }
+
+    /// Whether initiator requests are accepted (the connection manager's RTS).
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
     /// The connection reached RTS: initiator requests are accepted from now on. Called by the
     /// connection manager (a later issue) after its MODIFY_QP to RTS.
     pub fn set_connected(&self, connected: bool) {
@@ -559,15 +573,16 @@ impl Qp {
         self.bad_cqes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The total length check shared by every post.
+    /// The total length check shared by every post: the total, if within the limit.
     #[inline(always)]
-    fn length_ok(&self, sges: &[Sge]) -> bool {
+    fn checked_length(&self, sges: &[Sge]) -> Option<u64> {
+        // No arm of its own for no SGE (total 0, rare): the total feeds a counter, and a
+        // separate 0 would cost the one-SGE path a register move.
         let total = match sges {
-            [] => 0,
             [one] => u64::from(one.length),
-            many => total_length(many),
+            other => total_length(other),
         };
-        total <= u64::from(self.max_transfer)
+        (total <= u64::from(self.max_transfer)).then_some(total)
     }
 
     /// Rings the SQ doorbell for deferred WQEs, if any (§5.5).
@@ -614,7 +629,9 @@ impl Qp {
     /// `prod_tail`, and the doorbell unless DEFER. `admit` is the request's admission word
     /// (`admit_send` or `admit_read`). `header` gets the `op_word` for `flags`, runs once the
     /// slot is known and may still refuse; `posted` runs once the WQE is in the ring, with
-    /// the commit (before the device can see the WQE).
+    /// the commit (before the device can see the WQE). `dir` says which traffic counter the
+    /// request's bytes go to; `None` is for the requests that carry no SGE (fast register,
+    /// invalidate), whose `sges` is empty.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn post_initiator(
@@ -627,6 +644,7 @@ impl Qp {
         admit: &AtomicU64,
         header: impl FnOnce(u64) -> NdkResult<SqHeader>,
         posted: impl FnOnce(),
+        dir: Option<Direction>,
     ) -> NdkResult<()> {
         // Two tests for "not connected", "unknown or disallowed flag", INLINE and "too many
         // SGEs"; the cold path works out which.
@@ -634,12 +652,19 @@ impl Qp {
         if refused || sges.len() as u64 >= admit.load(Ordering::Acquire) {
             return self.refuse(admit, allowed, flags, sges.len());
         }
-        if !self.length_ok(sges) {
-            return self.fail(NdkError::InvalidParameter);
-        }
+        let total = match dir {
+            // Fast register and invalidate: no SGE, so nothing to check or count.
+            None => 0,
+            Some(_) => match self.checked_length(sges) {
+                Some(total) => total,
+                None => return self.fail(NdkError::InvalidParameter),
+            },
+        };
         let Some(index) = self.sq.next() else {
             return self.fail(NdkError::InsufficientResources);
         };
+        // Counted while the total is at hand (a later refusal takes it back, out of line).
+        self.traffic.posted(dir, total);
         // Recorded first (a refused header leaves a record nobody reads: the slot is not
         // committed), so the record's values are dead before the header's are loaded.
         let slot = self
@@ -647,7 +672,7 @@ impl Qp {
             .take(index, ctx, SlotMeta::from_flags(kind.op, flags));
         let h = match header(kind.op_word(flags)) {
             Ok(h) => h,
-            Err(e) => return self.fail(e),
+            Err(e) => return self.withdraw(dir, sges, e),
         };
         let commit = || {
             self.sq.commit(index);
@@ -655,9 +680,17 @@ impl Qp {
         };
         let defer = flags & NDK_OP_FLAG_DEFER != 0;
         if !slot.post_send(wr_id(tag::SQ, index), &h, sges, commit, defer) {
-            return self.fail(NdkError::InvalidParameter);
+            return self.withdraw(dir, sges, NdkError::InvalidParameter);
         }
         Ok(())
+    }
+
+    /// A request counted by [`Self::post_initiator`] was refused after all.
+    #[cold]
+    #[inline(never)]
+    fn withdraw(&self, dir: Option<Direction>, sges: &[Sge], e: NdkError) -> NdkResult<()> {
+        self.traffic.withdrawn(dir, total_length(sges));
+        self.fail(e)
     }
 
     /// NdkSend, or NdkSendAndInvalidate with `invalidate` (sender Type is Send either way).
@@ -693,6 +726,7 @@ impl Qp {
                 })
             },
             || {},
+            Some(Direction::Out),
         )
     }
 
@@ -730,6 +764,7 @@ impl Qp {
                 })
             },
             || {},
+            Some(if read { Direction::In } else { Direction::Out }),
         )
     }
 
@@ -823,6 +858,7 @@ impl Qp {
                         .forget_remote_invalidate(t.new_key);
                 }
             },
+            None,
         )
     }
 
@@ -853,6 +889,7 @@ impl Qp {
                 })
             },
             || {},
+            None,
         )
     }
 

@@ -53,6 +53,49 @@ pub struct Pump {
 }
 
 impl Pump {
+    /// A pump for hosts brought up outside a [`Cluster`] (the NDIS host harness brings them
+    /// up through the miniport); give each host's platform [`Pump::platform_pump`] and
+    /// [`Pump::add_platform`] it.
+    pub fn new(world: Arc<World>, mode: Mode) -> Arc<Pump> {
+        Arc::new(Pump {
+            world,
+            mode,
+            platforms: Mutex::new(Vec::new()),
+            provider_polls: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// What a host platform calls while the provider waits, as [`Cluster`]'s hosts do.
+    pub fn platform_pump(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let polls = self.provider_polls.clone();
+        match self.mode {
+            Mode::Deterministic => {
+                let w = Arc::downgrade(&self.world);
+                Arc::new(move || {
+                    polls.fetch_add(1, Ordering::SeqCst);
+                    if let Some(w) = w.upgrade() {
+                        w.run_until_idle();
+                    }
+                    std::thread::yield_now();
+                })
+            }
+            Mode::Threaded => Arc::new(move || {
+                polls.fetch_add(1, Ordering::SeqCst);
+                std::thread::yield_now();
+            }),
+        }
+    }
+
+    /// Adds a host platform whose DPC executor [`Pump::settle`] waits for.
+    pub fn add_platform(&self, p: Arc<HostPlatform>) {
+        self.platforms.lock().unwrap().push(p);
+    }
+
+    /// Forgets the platforms (at teardown).
+    pub fn clear_platforms(&self) {
+        self.platforms.lock().unwrap().clear();
+    }
+
     /// Times a provider wait (`Platform::wait_until` on any host) found its condition false
     /// and pumped: evidence that a thread is blocked inside the provider, e.g. a close
     /// waiting for children.
@@ -646,6 +689,11 @@ impl Lam {
 }
 
 impl Adapter {
+    /// Wraps an NDK_ADAPTER opened outside a [`Cluster`] (through the miniport).
+    pub fn from_raw(ptr: *mut NDK_ADAPTER, pump: Arc<Pump>, host: usize) -> Adapter {
+        Adapter { ptr, pump, host }
+    }
+
     fn d(&self) -> &'static NDK_ADAPTER_DISPATCH {
         // SAFETY: a live adapter.
         table(unsafe { (*self.ptr).Dispatch })
