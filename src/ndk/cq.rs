@@ -608,7 +608,7 @@ impl Cq {
         let mut head = reader.head();
         let mut left = match reader.ready(head) {
             CqState::Ready(n) => n as usize,
-            CqState::Empty => return 0,
+            CqState::Empty => return self.fill_after_poll(out, head),
             CqState::Corrupt => return self.corrupt(),
         };
         if out.is_empty() {
@@ -673,6 +673,19 @@ impl Cq {
         book.end_run(&run);
         reader.consume(head);
         n
+    }
+
+    /// The ring was empty: the POLL doorbell and one more look (Linux's poll, M48), out of
+    /// line so that only the empty poll pays for it; what the device wrote meanwhile takes
+    /// the general path.
+    #[cold]
+    #[inline(never)]
+    fn fill_after_poll<R: CqResult>(&self, out: &mut [R], head: u32) -> usize {
+        match self.reader.poll_device(head) {
+            CqState::Ready(n) if !out.is_empty() => self.fill_general(out, 0, head, n as usize),
+            CqState::Ready(_) | CqState::Empty => 0,
+            CqState::Corrupt => self.corrupt(),
+        }
     }
 
     /// Every CQE, from `head` on (`left` of them ready, `n` results already in `out`):
@@ -788,6 +801,10 @@ impl Cq {
     #[cold]
     #[inline(never)]
     fn corrupt(&self) -> usize {
+        // A ring already stopped (this CQ failed before) is not a new corruption.
+        if self.reader.is_stopped() {
+            return 0;
+        }
         self.stop_ring();
         self.arm
             .update(true, |st| st.fail_quietly(STATUS_INTERNAL_ERROR));
@@ -860,7 +877,8 @@ impl ObjRef<Cq> {
             let satisfied = match effective.device_arm() {
                 Some(solicited_only) => {
                     self.reader.arm(solicited_only);
-                    self.reader.has_entries()
+                    // Found empty: the POLL doorbell and one more look, as a poll does (M48).
+                    self.reader.has_entries() || self.reader.poll_has_entries()
                 }
                 // ERRORS: the device stays unarmed and completions do not satisfy the arm,
                 // so the ring need not be read.
@@ -930,7 +948,9 @@ impl CqEvents for CqLink {
     }
     fn error(&self) {
         // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
-        // NDK's overrun status is the one that fits.
+        // NDK's overrun status is the one that fits. A failed CQ returns no completions
+        // (ndkpi.md §5.4): the ring is not read again, from before the callback on.
+        self.0.reader.stop();
         self.0.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW));
     }
 }

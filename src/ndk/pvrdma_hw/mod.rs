@@ -48,7 +48,7 @@ use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
 use crate::os::alloc::try_arc;
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{Command, CreateMrResp, DestroyMr};
-use crate::pvrdma::cq::CqReader;
+use crate::pvrdma::cq::{CqBells, CqReader};
 use crate::pvrdma::device::Device;
 use crate::pvrdma::error::dev_err;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
@@ -355,10 +355,11 @@ impl Hardware for PvrdmaHardware {
         let ring = self.seam.tables.cq_ring(cq)?;
         let dev = self.dev();
         ring.lock()
-            .reader(
-                dev.bell(CqDoorbell::arm(cq)),
-                dev.bell(CqDoorbell::arm_solicited(cq)),
-            )
+            .reader(CqBells {
+                arm: dev.bell(CqDoorbell::arm(cq)),
+                arm_solicited: dev.bell(CqDoorbell::arm_solicited(cq)),
+                poll: dev.bell(CqDoorbell::poll(cq)),
+            })
             .map_err(hw_error)
     }
 

@@ -1,0 +1,64 @@
+//! Issue 13 defect 9, one named test per hole, each through the dispatch tables against the
+//! device model: a CQ that reported CQ_ERR returns no completions (ndkpi.md §5.4); a CREATE_CQ
+//! response with fewer entries than asked for fails the create (M11: response `cqe` =
+//! request); memory an MR registered without NDK_MR_FLAG_ALLOW_LOCAL_WRITE covers is not
+//! writable by the device (a receive or READ into it fails, STATUS_ACCESS_VIOLATION).
+
+mod common;
+mod ndk_dp;
+
+use common::Mode;
+use common::ndk::{Cluster, QpSpec, Registered};
+use ndk_dp::*;
+use pvrdma_ndk::ndkpi::*;
+
+/// A CQ of depth 2 takes three WRITE completions: the model drops the third, raises CQ_ERR
+/// and stops the CQ (M40); the consumer armed for errors hears STATUS_BUFFER_OVERFLOW, and
+/// from then on the CQ returns nothing, although its ring still holds the two CQEs written
+/// before the overflow. Before the fix the next poll returned both.
+#[test]
+fn cq_that_reported_cq_err_returns_no_completions() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let pd_a = c.adapter(0).create_pd().expect("PD a");
+    let pd_b = c.adapter(1).create_pd().expect("PD b");
+    let cq_a = c.adapter(0).create_cq(2, None).expect("CQ a");
+    let cq_b = c.adapter(1).create_cq(16, None).expect("CQ b");
+    let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
+    let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
+    c.connect(&qa, &qb);
+    let ma = Registered::new(c.host(0), &pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &pd_b, 1, 0x2000_0000, REMOTE);
+    cq_a.arm(NDK_CQ_NOTIFY_ERRORS);
+    for i in 0..3u64 {
+        let st = qa.write(
+            i as usize,
+            &[ma.sge(8 * i, 8)],
+            mb.mem.va + 8 * i,
+            mb.mr.remote_token(),
+            0,
+        );
+        assert_eq!(st, STATUS_SUCCESS);
+    }
+    c.wait_for("the CQ error", || !cq_a.notifications().is_empty());
+    c.settle();
+    assert_eq!(cq_a.notifications(), vec![STATUS_BUFFER_OVERFLOW]);
+    let model = c.host(0).model.counters();
+    assert_eq!((model.cqes, model.cqes_dropped), (2, 1));
+    assert_eq!(
+        cq_a.results(4).len(),
+        0,
+        "a failed CQ returns no completions"
+    );
+    assert_eq!(cq_a.results_ex(4).len(), 0);
+    drop([ma.close(), mb.close()]);
+    for q in [qa, qb] {
+        q.close();
+    }
+    for q in [cq_a, cq_b] {
+        q.close();
+    }
+    for p in [pd_a, pd_b] {
+        p.close();
+    }
+    c.finish();
+}
