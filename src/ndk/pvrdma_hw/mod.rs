@@ -218,15 +218,23 @@ impl Hardware for PvrdmaHardware {
     fn create_cq_async(&self, entries: u32, _affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
         // The affinity is the NDK CQ's, applied when its events are routed (`bind_cq`).
         let prepared = prepare_cq(self.dev(), entries);
-        self.create(prepared, done, |s, resp, rec, done| {
+        self.create(prepared, done, move |s, resp, rec, done| {
             let h = resp.cq_handle;
             // The handle first: the CQ is ours to destroy only once it is filed under it.
             let ring = rec.ring.clone();
             if let Err(e) = s.file(h, rec) {
                 return done(Err(e));
             }
-            let entries = ring.lock().set_device_entries(resp.cqe);
-            done(entries.map(|()| h).map_err(|e| {
+            // M11: the response's `cqe` is the request's. Fewer would overflow the CQ below
+            // the consumer's depth; more is not what the ring was sized for. Either is the
+            // device's error, and the CQ it made is destroyed (filed above, so its DESTROY
+            // frees the ring once answered).
+            if resp.cqe != entries {
+                s.destroy::<CqRecord>(h);
+                return done(Err(HwError::Failed));
+            }
+            let adopted = ring.lock().set_device_entries(resp.cqe);
+            done(adopted.map(|()| h).map_err(|e| {
                 s.destroy::<CqRecord>(h);
                 hw_error(e)
             }));
