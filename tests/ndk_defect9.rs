@@ -1,16 +1,28 @@
 //! Issue 13 defect 9, one named test per hole, each through the dispatch tables against the
 //! device model: a CQ that reported CQ_ERR returns no completions (ndkpi.md §5.4); a CREATE_CQ
 //! response with fewer entries than asked for fails the create (M11: response `cqe` =
-//! request); memory an MR registered without NDK_MR_FLAG_ALLOW_LOCAL_WRITE covers is not
-//! writable by the device (a receive or READ into it fails, STATUS_ACCESS_VIOLATION).
+//! request, `pvrdma_hw` unit tests); queue memory whose DESTROY failed is quarantined until the
+//! device is RESET, not freed; memory an MR registered without NDK_MR_FLAG_ALLOW_LOCAL_WRITE
+//! covers is not writable by the device (a receive or READ into it fails,
+//! STATUS_ACCESS_VIOLATION).
 
 mod common;
 mod ndk_dp;
 
-use common::Mode;
+use std::sync::{Arc, Mutex};
+
 use common::ndk::{Cluster, QpSpec, Registered};
+use common::{Harness, Mode};
 use ndk_dp::*;
+use pvrdma_ndk::ndk::error::HwError;
+use pvrdma_ndk::ndk::hw::Hardware;
+use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndkpi::*;
+
+/// DESTROY_CQ's command code (pvrdma.md §8).
+const DESTROY_CQ: u32 = 8;
+/// M8: the device is busy.
+const BUSY: u32 = 16;
 
 /// A CQ of depth 2 takes three WRITE completions: the model drops the third, raises CQ_ERR
 /// and stops the CQ (M40); the consumer armed for errors hears STATUS_BUFFER_OVERFLOW, and
@@ -61,4 +73,41 @@ fn cq_that_reported_cq_err_returns_no_completions() {
         p.close();
     }
     c.finish();
+}
+
+/// The model answers a CQ's DESTROY with an error (16, busy): the device still has the CQ and
+/// may still write its ring, so the ring is quarantined, not freed: it stays allocated and is
+/// counted. It is freed once the device was RESET (the driver's teardown), so nothing leaks.
+/// Before the fix the DESTROY's completion freed the ring whatever the device answered.
+#[test]
+fn queue_memory_whose_destroy_failed_is_quarantined_until_reset() {
+    let mut h = Harness::deterministic();
+    let dev = Arc::new(h.dev.take().expect("probed"));
+    let hw = PvrdmaHardware::new(dev.clone()).expect("hw");
+    let answer: Arc<Mutex<Option<Result<u32, HwError>>>> = Arc::new(Mutex::new(None));
+    let a = answer.clone();
+    hw.create_cq_async(64, None, Box::new(move |r| *a.lock().unwrap() = Some(r)));
+    h.rig
+        .wait_for("CREATE_CQ", || answer.lock().unwrap().is_some());
+    let cq = answer.lock().unwrap().take().unwrap().expect("a CQ");
+    h.settle();
+    let live = h.rig.dma.live();
+    h.rig
+        .model
+        .with_core(|c| c.fail_nth_command(1, BUSY, 1 << DESTROY_CQ));
+    hw.destroy_cq(cq);
+    h.rig.wait_for("the failed DESTROY_CQ", || {
+        !h.rig.model.with_core(|c| c.command_fault_pending())
+    });
+    // The DESTROY's completion has run in the command DPC.
+    h.settle();
+    assert_eq!(h.rig.model_objects().cqs, 1, "the device still has the CQ");
+    assert_eq!(h.rig.dma.live(), live, "its ring stays allocated");
+    assert_eq!(hw.quarantined(), 1);
+    // Teardown: the driver RESETs the device, and only then frees the quarantine.
+    drop(dev);
+    drop(hw);
+    let Harness { rig, .. } = h;
+    assert!(!rig.model.with_core(|c| c.is_active()), "RESET");
+    rig.finish();
 }
