@@ -11,7 +11,7 @@ mod ndk_dp;
 
 use std::sync::{Arc, Mutex};
 
-use common::ndk::{Cluster, QpSpec, Registered};
+use common::ndk::{Cluster, QpSpec, Registered, fill, verify};
 use common::{Harness, Mode};
 use ndk_dp::*;
 use pvrdma_ndk::ndk::error::HwError;
@@ -110,4 +110,110 @@ fn queue_memory_whose_destroy_failed_is_quarantined_until_reset() {
     let Harness { rig, .. } = h;
     assert!(!rig.model.with_core(|c| c.is_active()), "RESET");
     rig.finish();
+}
+
+/// NdkRegisterMr with NDK_MR_FLAG_ALLOW_LOCAL_READ only (flags 0) gives the device no write
+/// access: a receive into it fails with a local protection error (LOC_PROT_ERR →
+/// STATUS_ACCESS_VIOLATION) and leaves the memory as it was; the sender learns of the
+/// responder's failure (REM_OP_ERR → STATUS_REMOTE_RESOURCES). Before the fix LOCAL_WRITE was
+/// always granted and the message landed in the read-only registration.
+#[test]
+fn receive_into_a_read_only_registration_fails_with_access_violation() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(
+        c.host(1),
+        &p.pd_b,
+        1,
+        0x2000_0000,
+        NDK_MR_FLAG_ALLOW_LOCAL_READ,
+    );
+    fill(&ma.mem, 0, 0x31, 4096);
+    let before = fill(&mb.mem, 0, 0x32, 4096);
+    assert_eq!(p.qb.receive(9, &[mb.sge(0, 64)]), STATUS_SUCCESS);
+    assert_eq!(p.qa.send(7, &[ma.sge(0, 16)], 0), STATUS_SUCCESS);
+    let rb = p.cq_b.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&rb[0]),
+        (STATUS_ACCESS_VIOLATION, QPC_B, 9, NdkOperationTypeReceive)
+    );
+    let ra = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&ra[0]),
+        (STATUS_REMOTE_RESOURCES, QPC_A, 7, NdkOperationTypeSend)
+    );
+    verify(&mb.mem, 0, &before);
+    drop([ma.close(), mb.close()]);
+    p.close();
+    c.finish();
+}
+
+/// An RDMA READ whose local SGE is in a read-only registration fails with
+/// STATUS_ACCESS_VIOLATION (LOC_PROT_ERR: LOCAL_WRITE missing for a READ destination,
+/// pvrdma.md §14) and writes nothing there. Before the fix the READ succeeded and wrote it.
+#[test]
+fn read_into_a_read_only_registration_fails_with_access_violation() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let ma = Registered::new(
+        c.host(0),
+        &p.pd_a,
+        1,
+        0x1000_0000,
+        NDK_MR_FLAG_ALLOW_LOCAL_READ,
+    );
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, REMOTE);
+    let before = fill(&ma.mem, 0, 0x41, 4096);
+    fill(&mb.mem, 0, 0x42, 4096);
+    let st =
+        p.qa.read(5, &[ma.sge(0, 32)], mb.mem.va, mb.mr.remote_token(), 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    let ra = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&ra[0]),
+        (STATUS_ACCESS_VIOLATION, QPC_A, 5, NdkOperationTypeRead)
+    );
+    verify(&ma.mem, 0, &before);
+    drop([ma.close(), mb.close()]);
+    p.close();
+    c.finish();
+}
+
+/// NdkFastRegister without NDK_OP_FLAG_ALLOW_LOCAL_WRITE makes the FRMR read-only to the
+/// device as well: a READ into it through its local token fails with
+/// STATUS_ACCESS_VIOLATION and writes nothing. Before the fix the fast-register WQE always
+/// carried LOCAL_WRITE.
+#[test]
+fn read_into_a_read_only_fast_registration_fails_with_access_violation() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let p = Pair::new(&c);
+    let mem = c.host(0).mem(1, 0x4000_0000);
+    let mr = p.pd_a.create_mr(true).unwrap();
+    assert_eq!(mr.initialize_fast_register(1, false), STATUS_SUCCESS);
+    let va = 0x7700_0000u64;
+    let st = p.qa.fast_register(60, &mr, &[mem.bus(0)], 0, 4096, va, 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_SUCCESS, QPC_A, 60, NdkOperationTypeFastRegister)
+    );
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, REMOTE);
+    let before = fill(&mem, 0, 0x61, 4096);
+    fill(&mb.mem, 0, 0x62, 4096);
+    let sink = common::ndk::sge(va + 100, 64, mr.local_token());
+    let st = p.qa.read(61, &[sink], mb.mem.va, mb.mr.remote_token(), 0);
+    assert_eq!(st, STATUS_SUCCESS);
+    let r = p.cq_a.wait_results_ex(1);
+    assert_eq!(
+        res_ex(&r[0]),
+        (STATUS_ACCESS_VIOLATION, QPC_A, 61, NdkOperationTypeRead)
+    );
+    verify(&mem, 0, &before);
+    drop(mb.close());
+    mr.close();
+    p.close();
+    drop(mem);
+    c.finish();
 }

@@ -1878,7 +1878,8 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkDeregisterMr)(mr, request_cb, ctx(2)) };
     assert_eq!(got, STATUS_INVALID_DEVICE_REQUEST);
-    // A shorter registration takes only the pages it spans (local read only: no rkey).
+    // A shorter registration takes only the pages it spans (local read only: no rkey, and
+    // no LOCAL_WRITE either: the device may not write it).
     assert_eq!(reg(f, 0x800, 0), STATUS_SUCCESS);
     let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
     assert_eq!(
@@ -1886,7 +1887,7 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
         Some(MrRec::Normal {
             start: 0x7000_0800,
             length: 0x800,
-            access: 0b001,
+            access: 0b000,
             pages: vec![0x10_0000]
         })
     );
@@ -1998,7 +1999,8 @@ fn malformed_mdl_chains_are_invalid_parameter() {
         Some(MrRec::Normal {
             start: 0x7000_0000,
             length: 0x1000,
-            access: 0b001,
+            // Flags 0 (local read only): no LOCAL_WRITE.
+            access: 0b000,
             pages: vec![0x7000],
         })
     );

@@ -472,9 +472,10 @@ fn ndk_objects_over_the_hardware_layer() {
     let r = &next_request_succeeded(&fake);
     assert_eq!(u32_at(r, 8), code::CREATE_MR);
     assert_eq!((u64_at(r, 16), u64_at(r, 24)), (0x4000_0100, 0x1800));
+    // REMOTE_READ only: no LOCAL_WRITE, which the consumer did not ask for.
     assert_eq!(
         (u32_at(r, 44), u32_at(r, 48), u32_at(r, 52)),
-        (0b101, mr_flags::NORMAL, 2)
+        (0b100, mr_flags::NORMAL, 2)
     );
     let dir = u64_at(r, 32);
     assert_eq!(
