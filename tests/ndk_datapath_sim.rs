@@ -1,7 +1,7 @@
 //! The NDK data path over `PvrdmaHardware` on two simulated hosts (the ndkperf cluster): bytes
 //! moved by READ, WRITE and SEND, and the doorbell rule (one per non-deferred post, one per
-//! DEFER chain, none for a poll that finds completions, one POLL for a poll that finds the CQ
-//! empty). Both with a model that writes CQEs as they complete and with one that holds them
+//! DEFER chain; a poll rings POLL when it finds the ring empty, at its start or once it ran dry
+//! with results still wanted, as Linux's does). Both with a model that writes CQEs as they complete and with one that holds them
 //! until polled (lazy completion, pvrdma.md M48).
 
 #[path = "common/mod.rs"]
@@ -64,13 +64,36 @@ fn empty_poll_rings_cq_poll_and_reaps_what_a_lazy_device_held() {
         res[..3].iter().map(|r| r.Status).collect::<Vec<_>>(),
         vec![STATUS_SUCCESS; 3]
     );
+    // One POLL for the empty ring, one more for the ring run dry with a result still
+    // wanted (Linux's pvrdma_poll_one rings it whenever it finds the ring empty).
     let after = model();
-    assert_eq!(after.db_cq_poll - before.db_cq_poll, 1, "one POLL");
-    assert_eq!(c.nodes[0].doorbells.load(Ordering::SeqCst) - db, 1);
+    assert_eq!(after.db_cq_poll - before.db_cq_poll, 2, "two POLLs");
+    assert_eq!(c.nodes[0].doorbells.load(Ordering::SeqCst) - db, 2);
     assert_eq!(after.cqes, 3);
     // Found empty again: one more POLL, nothing held, nothing returned.
     assert_eq!(get_results(cqa, &mut res), 0);
     assert_eq!(model().db_cq_poll - after.db_cq_poll, 1);
+    // A poll that fills its array rings nothing.
+    for i in 0..2u64 {
+        let st = rdma(
+            qa,
+            false,
+            &[sge(la.addr() + 8 * i, 8, tok)],
+            remote.va,
+            remote.rkey,
+            0,
+        );
+        assert_eq!(st, STATUS_SUCCESS);
+    }
+    c.run();
+    // Held: the first look finds the ring empty and POLLs; both CQEs fill the array of 2.
+    let polls = model().db_cq_poll;
+    assert_eq!(get_results(cqa, &mut res[..2]), 2);
+    assert_eq!(
+        model().db_cq_poll - polls,
+        1,
+        "POLL for the empty ring only"
+    );
     assert_eq!(c.nodes[0].ndk.bad_cqes() + c.nodes[1].ndk.bad_cqes(), 0);
     leak(c);
 }

@@ -647,8 +647,13 @@ impl Cq {
             }
             head = reader.next(head);
             left -= 1;
-            if left == 0 || n == out.len() {
+            if n == out.len() {
                 break;
+            }
+            if left == 0 {
+                // Dry with results still wanted: POLL and one more look, out of line.
+                book.end_run(&run);
+                return self.fill_general(out, n, head, 0);
             }
             let (w, qp_raw, status) = reader.load_core(head);
             wr_id = w;
@@ -689,7 +694,10 @@ impl Cq {
     }
 
     /// Every CQE, from `head` on (`left` of them ready, `n` results already in `out`):
-    /// QP lookup, receives, failures and validation.
+    /// QP lookup, receives, failures and validation. When the ring runs dry with results
+    /// still wanted, the POLL doorbell and one more look, once (Linux's `pvrdma_poll_one`
+    /// rings it whenever it finds the ring empty, M48), after publishing `cons_head` so
+    /// that the device sees the room the poll made.
     #[inline(never)]
     fn fill_general<R: CqResult>(
         &self,
@@ -701,10 +709,42 @@ impl Cq {
         // `fill` holds no QP reference any more: the moment to release the buried ones.
         self.release_buried();
         let reader = &self.reader;
-        while n < out.len() && left != 0 {
-            let c = reader.load(head);
-            head = reader.next(head);
-            left -= 1;
+        let mut polled = false;
+        loop {
+            self.fill_from_ring(out, &mut n, &mut head, &mut left);
+            if n == out.len() || polled {
+                break;
+            }
+            polled = true;
+            reader.consume(head);
+            match reader.poll_device(head) {
+                CqState::Ready(k) => left = k as usize,
+                CqState::Empty => return n,
+                CqState::Corrupt => {
+                    self.corrupt();
+                    return n;
+                }
+            }
+        }
+        reader.consume(head);
+        n
+    }
+
+    /// [`Self::fill_general`]'s loop over the `left` CQEs ready from `head`, advancing both
+    /// and the result count `n`; `cons_head` is the caller's to publish.
+    #[inline(always)]
+    fn fill_from_ring<R: CqResult>(
+        &self,
+        out: &mut [R],
+        n: &mut usize,
+        head: &mut u32,
+        left: &mut usize,
+    ) {
+        let reader = &self.reader;
+        while *n < out.len() && *left != 0 {
+            let c = reader.load(*head);
+            *head = reader.next(*head);
+            *left -= 1;
             // SAFETY: this CQ's poller; the previous iteration's `qp` is dead, and no
             // reference outlives the poll.
             // CAST: the handle is the low half of `qp` (see `fill`).
@@ -723,22 +763,20 @@ impl Cq {
             let Some(rec) = qp.retire(t, index) else {
                 continue;
             };
-            let Some(slot) = out.get_mut(n) else {
+            let Some(slot) = out.get_mut(*n) else {
                 break;
             };
             if c.status == 0 && rec.op != NdkOperationTypeReceive {
                 if rec.signaled {
                     slot.success(qp.context(), rec.request_context, rec.op);
-                    n += 1;
+                    *n += 1;
                 }
                 continue;
             }
             if self.complete_slow(qp, &rec, &c, slot) {
-                n += 1;
+                *n += 1;
             }
         }
-        reader.consume(head);
-        n
     }
 
     /// Receives and failures: the length and the invalidated key are validated, the WC
