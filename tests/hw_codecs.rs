@@ -8,7 +8,7 @@ mod common;
 
 use common::Harness;
 use pvrdma_ndk::pvrdma::cmd::{self as dc, Command as _, request_bytes};
-use pvrdma_ndk::pvrdma::cq::CqReader;
+use pvrdma_ndk::pvrdma::cq::{CqBells, CqReader};
 use pvrdma_ndk::pvrdma::cqe::{CqeView, WcFlags, wc_opcode, wc_status};
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues};
 use pvrdma_ndk::pvrdma::uar::{CqDoorbell, QpDoorbell};
@@ -366,10 +366,11 @@ fn rings(h: &Harness) -> Rings {
             .unwrap();
     let cq_ring = CqRing::alloc(dma, 16).unwrap();
     let cq = cq_ring
-        .reader(
-            dev.bell(CqDoorbell::arm(1)),
-            dev.bell(CqDoorbell::arm_solicited(1)),
-        )
+        .reader(CqBells {
+            arm: dev.bell(CqDoorbell::arm(1)),
+            arm_solicited: dev.bell(CqDoorbell::arm_solicited(1)),
+            poll: dev.bell(CqDoorbell::poll(1)),
+        })
         .unwrap();
     Rings {
         _q: q,

@@ -23,7 +23,7 @@ use pvrdma_ndk::ndk::srq::Srq;
 use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
-use pvrdma_ndk::pvrdma::cq::CqReader;
+use pvrdma_ndk::pvrdma::cq::{CqBells, CqReader};
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::{CqEvents, SrqEvents};
 use pvrdma_ndk::pvrdma::eqe::EqeType;
@@ -57,6 +57,8 @@ enum Hw {
     RingRecv(u32),
     RingSrq(u32),
     Arm(u32, bool),
+    /// CQ POLL: a poll (or an arm's re-check) found the CQ empty.
+    Poll(u32),
     Flush(u32),
     SrqLimit(u32, u32),
     /// A UAR store that is none of the doorbells above: (offset, value).
@@ -384,6 +386,7 @@ impl Fake {
             (0, v) if v == 1 << 31 => Hw::RingRecv(h),
             (4, v) if v == 1 << 30 => Hw::Arm(h, false),
             (4, v) if v == 1 << 29 => Hw::Arm(h, true),
+            (4, v) if v == 1 << 31 => Hw::Poll(h),
             (8, v) if v == 1 << 30 => Hw::RingSrq(h),
             _ => Hw::Doorbell(off, val),
         };
@@ -452,11 +455,12 @@ impl Fake {
             })
             .expect("created")
     }
-    fn cq_bells(&self, cq: u32) -> (Bell, Bell) {
-        (
-            self.uar.bell(CqDoorbell::arm(cq)),
-            self.uar.bell(CqDoorbell::arm_solicited(cq)),
-        )
+    fn cq_bells(&self, cq: u32) -> CqBells {
+        CqBells {
+            arm: self.uar.bell(CqDoorbell::arm(cq)),
+            arm_solicited: self.uar.bell(CqDoorbell::arm_solicited(cq)),
+            poll: self.uar.bell(CqDoorbell::poll(cq)),
+        }
     }
 }
 
@@ -468,8 +472,9 @@ impl Fake {
     fn create_cq(&self, entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
         let ring = CqRing::alloc(&self.dma, entries).map_err(|_| HwError::NoResources)?;
         let h = self.handle("cq");
-        let (arm, sol) = self.cq_bells(h);
-        let producer = ring.reader(arm, sol).map_err(|_| HwError::NoResources)?;
+        let producer = ring
+            .reader(self.cq_bells(h))
+            .map_err(|_| HwError::NoResources)?;
         self.st
             .lock()
             .unwrap()
@@ -680,8 +685,9 @@ impl pvrdma_ndk::ndk::Hardware for Fake {
     fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError> {
         let s = self.st.lock().unwrap();
         let c = s.cq_rings.get(&cq).ok_or(HwError::Invalid)?;
-        let (arm, sol) = self.cq_bells(cq);
-        c.ring.reader(arm, sol).map_err(|_| HwError::NoResources)
+        c.ring
+            .reader(self.cq_bells(cq))
+            .map_err(|_| HwError::NoResources)
     }
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
         let mut s = self.st.lock().unwrap();
@@ -1872,7 +1878,8 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkDeregisterMr)(mr, request_cb, ctx(2)) };
     assert_eq!(got, STATUS_INVALID_DEVICE_REQUEST);
-    // A shorter registration takes only the pages it spans (local read only: no rkey).
+    // A shorter registration takes only the pages it spans (local read only: no rkey, and
+    // no LOCAL_WRITE either: the device may not write it).
     assert_eq!(reg(f, 0x800, 0), STATUS_SUCCESS);
     let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
     assert_eq!(
@@ -1880,7 +1887,7 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
         Some(MrRec::Normal {
             start: 0x7000_0800,
             length: 0x800,
-            access: 0b001,
+            access: 0b000,
             pages: vec![0x10_0000]
         })
     );
@@ -1992,7 +1999,8 @@ fn malformed_mdl_chains_are_invalid_parameter() {
         Some(MrRec::Normal {
             start: 0x7000_0000,
             length: 0x1000,
-            access: 0b001,
+            // Flags 0 (local read only): no LOCAL_WRITE.
+            access: 0b000,
             pages: vec![0x7000],
         })
     );
@@ -2278,7 +2286,11 @@ fn cq_notifications_one_per_arm_and_errors() {
     e.fake.cq_notification(cq_h);
     assert_eq!(events(), vec![], "never without an arm");
     arm(cq, NDK_CQ_NOTIFY_ANY);
-    assert_eq!(e.fake.log(), vec![Hw::Arm(cq_h, false)]);
+    assert_eq!(
+        e.fake.log(),
+        vec![Hw::Arm(cq_h, false), Hw::Poll(cq_h)],
+        "the re-check after the arm found the CQ empty: POLL, then a second look"
+    );
     assert_eq!(events(), vec![], "empty CQ: waits");
     e.fake.cq_notification(cq_h);
     e.fake.cq_notification(cq_h);
@@ -2292,7 +2304,12 @@ fn cq_notifications_one_per_arm_and_errors() {
     arm(cq, NDK_CQ_NOTIFY_ERRORS);
     assert_eq!(
         e.fake.log(),
-        vec![Hw::Arm(cq_h, true), Hw::Arm(cq_h, true)],
+        vec![
+            Hw::Arm(cq_h, true),
+            Hw::Poll(cq_h),
+            Hw::Arm(cq_h, true),
+            Hw::Poll(cq_h)
+        ],
         "ERRORS after SOLICITED stays SOLICITED"
     );
     e.fake.cq_error(cq_h);

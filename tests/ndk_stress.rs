@@ -3,9 +3,20 @@
 //! model, the fabric and the DPCs run on their own threads and deliver completions through
 //! NdkCqNotificationCallback. Consumers run the canonical NDK loop: poll until empty, arm
 //! ANY, poll again (an arm with unseen completions is satisfied at once), wait for the
-//! callback. Checked over 100,000 requests per variant: every completion delivered exactly
+//! callback. Checked over every request of a variant: every completion delivered exactly
 //! once and in order per queue (RequestContext sequence + bitmap), callbacks never
 //! concurrent for one CQ, exactly one callback per arm, none without an arm.
+//!
+//! The default run keeps 100,000 requests per variant, every wait bounded on its own
+//! (renewed on progress, never one deadline over the whole run). The million (issue 13
+//! item 6: 10^6 requests per variant, counts and order as exactly) is `#[ignore]`d: about
+//! 10 s per variant in a release build, which itself takes minutes:
+//!
+//! ```text
+//! cargo test --release --test ndk_stress -- --ignored --nocapture
+//! ```
+//!
+//! Each variant prints its requests, completions and wall time.
 //!
 //! The kit's wrappers are not `Send` (raw provider pointers); the threads get the raw
 //! `*mut NDK_QP` / `*mut NDK_CQ` through [`Raw`]. Each queue is driven by one thread at a
@@ -22,8 +33,10 @@ use common::Mode;
 use common::ndk::{Cluster, QpSpec, Registered, fill, sge, verify};
 use pvrdma_ndk::ndkpi::*;
 
-/// Requests per variant.
+/// Requests per variant in the default run.
 const TOTAL: u64 = 100_000;
+/// Requests per variant of the `#[ignore]`d runs (issue 13 item 6: keep the million).
+const MILLION: u64 = 1_000_000;
 /// Requests in flight per QP.
 const DEPTH: u64 = 48;
 /// Bytes per WRITE.
@@ -378,10 +391,22 @@ fn teardown(
 
 #[test]
 fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_arm() {
+    separate_cqs(TOTAL);
+}
+
+/// The separate-CQs variant over [`MILLION`] requests (see the module docs for the command).
+#[test]
+#[ignore = "10^6 requests: run with --ignored (see the module docs)"]
+fn stress_million_threaded_separate_cqs_every_completion_once_in_order() {
+    separate_cqs(MILLION);
+}
+
+/// Two threads, each posting `total / 2` WRITEs on its QP and consuming that QP's own CQ.
+fn separate_cqs(total: u64) {
     let (s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b) = setup(false);
     // After setup: the cluster waits for the harness lock the other test may hold.
     let t0 = Instant::now();
-    let share = TOTAL / 2;
+    let share = total / 2;
     let threads: Vec<_> = (0..2u64)
         .map(|lane| {
             let mut p = poster(&s.a_mem, &s.b_mem, &qps_a[lane as usize], lane);
@@ -431,12 +456,15 @@ fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_
                 }
                 assert_eq!(t.next, share);
                 assert!(t.all_seen(), "every request of lane {lane} completed");
-                p.posted
+                (p.posted, t.next)
             })
         })
         .collect();
-    let posted: u64 = threads.into_iter().map(|h| h.join().unwrap()).sum();
-    assert_eq!(posted, TOTAL);
+    let counts: Vec<(u64, u64)> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+    let posted: u64 = counts.iter().map(|c| c.0).sum();
+    let completions: u64 = counts.iter().map(|c| c.1).sum();
+    assert_eq!((posted, completions), (total, total));
+    let elapsed = t0.elapsed();
     s.c.settle();
     for (cq, w) in cqs_a.iter().zip(&s.watches) {
         assert!(cq.results(4).is_empty(), "no result beyond the posted ones");
@@ -444,15 +472,31 @@ fn stress_threaded_separate_cqs_every_completion_once_in_order_one_callback_per_
         eprintln!("separate CQs: {arms} arms, {cbs} callbacks");
     }
     teardown(s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b);
-    eprintln!("separate CQs: {TOTAL} requests in {:?}", t0.elapsed());
+    eprintln!(
+        "separate CQs: {total} requests, {completions} completions, each once and in order, \
+         in {elapsed:?}"
+    );
 }
 
 #[test]
 fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm() {
+    shared_cq(TOTAL);
+}
+
+/// The shared-CQ variant over [`MILLION`] requests (see the module docs for the command).
+#[test]
+#[ignore = "10^6 requests: run with --ignored (see the module docs)"]
+fn stress_million_threaded_shared_cq_every_completion_once_in_order() {
+    shared_cq(MILLION);
+}
+
+/// Two poster threads, `total / 2` WRITEs each on its own QP, both QPs completing on one CQ
+/// that a third thread (this one) consumes.
+fn shared_cq(total: u64) {
     let (s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b) = setup(true);
     // After setup: the cluster waits for the harness lock the other test may hold.
     let t0 = Instant::now();
-    let share = TOTAL / 2;
+    let share = total / 2;
     // Per lane: requests posted (published after each chain) and retrieved (the credits).
     let posted: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let done: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
@@ -541,12 +585,15 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
     if cons.arm_outstanding {
         cons.wait_callback("at the end");
     }
-    let total: u64 = posters.into_iter().map(|h| h.join().unwrap()).sum();
-    assert_eq!(total, TOTAL);
+    let posted: u64 = posters.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(posted, total);
     for t in &trackers {
         assert_eq!(t.next, share);
         assert!(t.all_seen(), "every request of lane {} completed", t.lane);
     }
+    let completions: u64 = trackers.iter().map(|t| t.next).sum();
+    assert_eq!(completions, total);
+    let elapsed = t0.elapsed();
     s.c.settle();
     assert!(
         cqs_a[0].results(4).is_empty(),
@@ -555,7 +602,10 @@ fn stress_threaded_shared_cq_every_completion_once_in_order_one_callback_per_arm
     let (arms, cbs) = check_watch(&s.watches[0]);
     eprintln!("shared CQ: {arms} arms, {cbs} callbacks");
     teardown(s, pd_a, pd_b, cqs_a, cq_b, qps_a, qps_b);
-    eprintln!("shared CQ: {TOTAL} requests in {:?}", t0.elapsed());
+    eprintln!(
+        "shared CQ: {total} requests, {completions} completions, each once and in order, \
+         in {elapsed:?}"
+    );
 }
 
 /// SEND/RECEIVE pairs per variant of the receive-side test.

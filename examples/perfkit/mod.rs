@@ -285,10 +285,18 @@ pub struct Remote {
 
 impl Cluster {
     /// `n` hosts (n ≤ 8). `hooked`: doorbells are forwarded to the model by the UAR hook.
+    /// The models complete lazily (pvrdma.md M48) when `PVRDMA_SIM_LAZY=1`.
     pub fn new(n: u8, hooked: bool) -> Cluster {
+        let lazy = std::env::var("PVRDMA_SIM_LAZY").is_ok_and(|v| v == "1");
+        Self::with_completion(n, hooked, lazy)
+    }
+
+    /// [`Cluster::new`] with the models' lazy completion (M48) on or off.
+    pub fn with_completion(n: u8, hooked: bool, lazy: bool) -> Cluster {
         let mut w = World::new(0x5EED);
         for i in 0..n {
             let mut cfg = pvrdma_sim::world::NodeConfig::ipv4(i);
+            cfg.device.lazy_completion = lazy;
             // Room for 1024 RC QPs (and a CQ each) besides the special QPs.
             cfg.device.caps.max_qp = 2048;
             cfg.device.caps.max_cq = 2048;

@@ -26,6 +26,9 @@ pub struct Counters {
     pub cqes: u64,
     /// CQEs dropped (overflow or stopped CQ).
     pub cqes_dropped: u64,
+    /// CQEs held back by lazy completion (M48), counted when held; `cqes` counts them again
+    /// when they reach the ring.
+    pub cqes_held: u64,
     /// CQNEs written.
     pub cqnes: u64,
     /// Async events written.

@@ -1,8 +1,11 @@
-//! Completion queues (reference §9 CQ layout, §11, §13 arm semantics; M18, M40).
+//! Completion queues (reference §9 CQ layout, §11, §13 arm semantics; M18, M40, M48).
 #![deny(unsafe_code)]
+
+use std::collections::VecDeque;
 
 use crate::pdir::PagedMem;
 use crate::ring::Ring;
+use crate::wqe::Cqe;
 
 /// Arm state of a CQ (M18): ARM wins over ARM_SOL; consumed by one CQNE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +33,9 @@ pub struct Cq {
     pub stopped: bool,
     /// QPs using this CQ.
     pub refs: u32,
+    /// Lazy completion (M48): CQEs produced but not yet written to the ring, oldest first,
+    /// each with whether it is solicited (M18). Always empty with the option off.
+    pub held: VecDeque<(Cqe, bool)>,
 }
 
 /// Ring-state offsets in CQ page 0.

@@ -202,6 +202,9 @@ pub struct DeviceConfig {
     pub port_mtu: u32,
     /// Multiplier for every transport timer (M42), default 1.
     pub timer_scale: u32,
+    /// Lazy completion (M48), off by default: CQEs reach a CQ's ring only when its POLL
+    /// doorbell is written or an arm of it is satisfied.
+    pub lazy_completion: bool,
 }
 
 impl Default for DeviceConfig {
@@ -212,6 +215,7 @@ impl Default for DeviceConfig {
             caps: Caps::default(),
             port_mtu: 3,
             timer_scale: 1,
+            lazy_completion: false,
         }
     }
 }

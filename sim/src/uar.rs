@@ -19,7 +19,7 @@ pub mod bits {
     pub const CQ_ARM: u32 = 1 << 30;
     /// CQ: arm for the next solicited or error completion.
     pub const CQ_ARM_SOL: u32 = 1 << 29;
-    /// CQ: poll hint (ignored, M17).
+    /// CQ: poll (a no-op, M17, unless lazy completion holds CQEs back, M48).
     pub const CQ_POLL: u32 = 1 << 31;
     /// SRQ: new SRQ WQEs.
     pub const SRQ_RECV: u32 = 1 << 30;
@@ -45,7 +45,7 @@ pub enum Doorbell {
         arm: bool,
         /// ARM_SOL.
         arm_sol: bool,
-        /// POLL (ignored).
+        /// POLL (M17, M48).
         poll: bool,
     },
     /// SRQ kick.

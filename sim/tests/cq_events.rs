@@ -1,5 +1,5 @@
 //! CQ arming and notification, overflow, device rings (EQE/CQNE) fullness and corruption
-//! (§7, §11, §13; M12, M14, M18, M19, M22, M40).
+//! (§7, §11, §13; M12, M14, M18, M19, M22, M40), lazy completion (M48).
 
 use pvrdma_sim::DeviceConfig;
 use pvrdma_sim::testutil::{Host, QpSpec, SendWqe, TestCq, TestQp};
@@ -12,7 +12,11 @@ struct Rig {
 }
 
 fn rig_cq(n: u32) -> Rig {
-    let h = Host::default_up();
+    rig_cq_on(n, DeviceConfig::default())
+}
+
+fn rig_cq_on(n: u32, cfg: DeviceConfig) -> Rig {
+    let h = Host::new(cfg);
     let pd = h.create_pd();
     let cq = h.create_cq(n);
     let qp = h.create_qp(&QpSpec {
@@ -252,4 +256,75 @@ fn full_cqne_ring_coalesces_one_notification_per_cq() {
     assert_eq!(drained.len(), 1024);
     h.dev.run_until_idle();
     assert_eq!(h.cqnes(), vec![a.handle]);
+}
+
+fn lazy() -> DeviceConfig {
+    DeviceConfig {
+        lazy_completion: true,
+        ..DeviceConfig::default()
+    }
+}
+
+fn wr_ids(cq: &TestCq) -> Vec<u64> {
+    cq.poll().iter().map(|c| c.wr_id).collect()
+}
+
+#[test]
+fn lazy_completion_holds_cqes_until_the_poll_doorbell() {
+    let mut r = rig_cq_on(16, lazy());
+    r.complete_ok(1);
+    r.complete_ok(2);
+    assert!(r.cq.poll().is_empty(), "held, not in the ring");
+    assert_eq!(r.cq.tail(), 0);
+    r.arm(POLL);
+    // In the ring before the POLL write returned, oldest first.
+    assert_eq!(r.cq.tail(), 2);
+    assert_eq!(wr_ids(&r.cq), vec![1, 2]);
+    r.arm(POLL);
+    assert!(r.cq.poll().is_empty());
+    let c = r.h.dev.counters();
+    assert_eq!((c.cqes_held, c.cqes, c.db_cq_poll), (2, 2, 2));
+    assert!(r.h.cqnes().is_empty());
+}
+
+#[test]
+fn lazy_completion_writes_held_cqes_before_the_cqne_of_a_satisfied_arm() {
+    let mut r = rig_cq_on(16, lazy());
+    r.complete_ok(1);
+    r.arm(ARM_SOL);
+    // A success does not satisfy ARM_SOL: still held.
+    r.complete_ok(2);
+    assert_eq!(r.cq.tail(), 0);
+    assert!(r.h.cqnes().is_empty());
+    r.arm(ARM);
+    r.complete_ok(3);
+    assert_eq!(r.h.cqnes(), vec![r.cq.handle]);
+    assert_eq!(r.h.irqs.take(), vec![2]);
+    assert_eq!(wr_ids(&r.cq), vec![1, 2, 3]);
+    // The arm was consumed: the next CQE is held again.
+    r.complete_ok(4);
+    assert!(r.cq.poll().is_empty());
+    r.arm(ARM | POLL);
+    assert_eq!(wr_ids(&r.cq), vec![4]);
+    assert!(
+        r.h.cqnes().is_empty(),
+        "CQEs present at arm time never notify (M18)"
+    );
+}
+
+#[test]
+fn lazy_completion_overflows_when_ring_and_held_cqes_exceed_the_cq() {
+    let mut r = rig_cq_on(2, lazy());
+    r.complete_ok(1);
+    r.complete_ok(2);
+    assert!(r.h.events().is_empty());
+    r.complete_ok(3);
+    assert_eq!(r.h.events(), vec![(0, r.cq.handle), (1, r.qp.handle)]);
+    // The held CQEs, which fit, were written where the option off would have put them;
+    // the CQ stays stopped.
+    assert_eq!(wr_ids(&r.cq), vec![1, 2]);
+    r.complete_ok(4);
+    r.arm(POLL);
+    assert!(r.cq.poll().is_empty());
+    assert_eq!(r.h.dev.counters().cqes_dropped, 2);
 }

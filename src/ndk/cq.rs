@@ -608,7 +608,7 @@ impl Cq {
         let mut head = reader.head();
         let mut left = match reader.ready(head) {
             CqState::Ready(n) => n as usize,
-            CqState::Empty => return 0,
+            CqState::Empty => return self.fill_after_poll(out, head),
             CqState::Corrupt => return self.corrupt(),
         };
         if out.is_empty() {
@@ -647,8 +647,13 @@ impl Cq {
             }
             head = reader.next(head);
             left -= 1;
-            if left == 0 || n == out.len() {
+            if n == out.len() {
                 break;
+            }
+            if left == 0 {
+                // Dry with results still wanted: POLL and one more look, out of line.
+                book.end_run(&run);
+                return self.fill_general(out, n, head, 0);
             }
             let (w, qp_raw, status) = reader.load_core(head);
             wr_id = w;
@@ -675,8 +680,24 @@ impl Cq {
         n
     }
 
+    /// The ring was empty: the POLL doorbell and one more look (Linux's poll, M48), out of
+    /// line so that only the empty poll pays for it; what the device wrote meanwhile takes
+    /// the general path.
+    #[cold]
+    #[inline(never)]
+    fn fill_after_poll<R: CqResult>(&self, out: &mut [R], head: u32) -> usize {
+        match self.reader.poll_device(head) {
+            CqState::Ready(n) if !out.is_empty() => self.fill_general(out, 0, head, n as usize),
+            CqState::Ready(_) | CqState::Empty => 0,
+            CqState::Corrupt => self.corrupt(),
+        }
+    }
+
     /// Every CQE, from `head` on (`left` of them ready, `n` results already in `out`):
-    /// QP lookup, receives, failures and validation.
+    /// QP lookup, receives, failures and validation. When the ring runs dry with results
+    /// still wanted, the POLL doorbell and one more look, once (Linux's `pvrdma_poll_one`
+    /// rings it whenever it finds the ring empty, M48), after publishing `cons_head` so
+    /// that the device sees the room the poll made.
     #[inline(never)]
     fn fill_general<R: CqResult>(
         &self,
@@ -688,10 +709,42 @@ impl Cq {
         // `fill` holds no QP reference any more: the moment to release the buried ones.
         self.release_buried();
         let reader = &self.reader;
-        while n < out.len() && left != 0 {
-            let c = reader.load(head);
-            head = reader.next(head);
-            left -= 1;
+        let mut polled = false;
+        loop {
+            self.fill_from_ring(out, &mut n, &mut head, &mut left);
+            if n == out.len() || polled {
+                break;
+            }
+            polled = true;
+            reader.consume(head);
+            match reader.poll_device(head) {
+                CqState::Ready(k) => left = k as usize,
+                CqState::Empty => return n,
+                CqState::Corrupt => {
+                    self.corrupt();
+                    return n;
+                }
+            }
+        }
+        reader.consume(head);
+        n
+    }
+
+    /// [`Self::fill_general`]'s loop over the `left` CQEs ready from `head`, advancing both
+    /// and the result count `n`; `cons_head` is the caller's to publish.
+    #[inline(always)]
+    fn fill_from_ring<R: CqResult>(
+        &self,
+        out: &mut [R],
+        n: &mut usize,
+        head: &mut u32,
+        left: &mut usize,
+    ) {
+        let reader = &self.reader;
+        while *n < out.len() && *left != 0 {
+            let c = reader.load(*head);
+            *head = reader.next(*head);
+            *left -= 1;
             // SAFETY: this CQ's poller; the previous iteration's `qp` is dead, and no
             // reference outlives the poll.
             // CAST: the handle is the low half of `qp` (see `fill`).
@@ -710,22 +763,20 @@ impl Cq {
             let Some(rec) = qp.retire(t, index) else {
                 continue;
             };
-            let Some(slot) = out.get_mut(n) else {
+            let Some(slot) = out.get_mut(*n) else {
                 break;
             };
             if c.status == 0 && rec.op != NdkOperationTypeReceive {
                 if rec.signaled {
                     slot.success(qp.context(), rec.request_context, rec.op);
-                    n += 1;
+                    *n += 1;
                 }
                 continue;
             }
             if self.complete_slow(qp, &rec, &c, slot) {
-                n += 1;
+                *n += 1;
             }
         }
-        reader.consume(head);
-        n
     }
 
     /// Receives and failures: the length and the invalidated key are validated, the WC
@@ -791,6 +842,10 @@ impl Cq {
     #[cold]
     #[inline(never)]
     fn corrupt(&self) -> usize {
+        // A ring already stopped (this CQ failed before) is not a new corruption.
+        if self.reader.is_stopped() {
+            return 0;
+        }
         self.stop_ring();
         let first = self.arm.update(true, |st| {
             let first = !st.failed();
@@ -869,7 +924,8 @@ impl ObjRef<Cq> {
             let satisfied = match effective.device_arm() {
                 Some(solicited_only) => {
                     self.reader.arm(solicited_only);
-                    self.reader.has_entries()
+                    // Found empty: the POLL doorbell and one more look, as a poll does (M48).
+                    self.reader.has_entries() || self.reader.poll_has_entries()
                 }
                 // ERRORS: the device stays unarmed and completions do not satisfy the arm,
                 // so the ring need not be read.
@@ -946,7 +1002,9 @@ impl CqEvents for CqLink {
     }
     fn error(&self) {
         // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
-        // NDK's overrun status is the one that fits.
+        // NDK's overrun status is the one that fits. A failed CQ returns no completions
+        // (ndkpi.md §5.4): the ring is not read again, from before the callback on.
+        self.0.reader.stop();
         self.0.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW));
     }
 }

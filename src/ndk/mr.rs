@@ -5,9 +5,14 @@
 //! and then fast-registered by work requests, each of which gives it a new key: the key byte
 //! (bits 7..0) advances, the MR index stays (M24, M26).
 //!
-//! Because the adapter reports RDMA_READ_SINK_NOT_REQUIRED (Project decision (b)), any MR may
-//! be an RDMA-read sink; the device writes read responses only into LOCAL_WRITE memory
-//! (pvrdma.md §14), so LOCAL_WRITE is always granted. It is local access only.
+//! The device writes (receives, RDMA READ results) only into LOCAL_WRITE memory (pvrdma.md
+//! §14), so an MR grants LOCAL_WRITE only when the consumer asked for it:
+//! NDK_MR_FLAG_ALLOW_LOCAL_WRITE (which NDK_MR_FLAG_ALLOW_REMOTE_WRITE contains), or
+//! NDK_MR_FLAG_RDMA_READ_SINK, which marks memory an RDMA READ writes. A registration with
+//! NDK_MR_FLAG_ALLOW_LOCAL_READ alone is read-only to the device: a receive or READ into it
+//! fails (LOC_PROT_ERR, STATUS_ACCESS_VIOLATION). The adapter reports
+//! RDMA_READ_SINK_NOT_REQUIRED (Project decision (b)): a read sink needs no right beyond
+//! LOCAL_WRITE, and the privileged token (LOCAL_WRITE over all memory) may be one.
 #![deny(unsafe_code)]
 
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -238,7 +243,10 @@ impl ObjRef<Mr> {
         if region.va() == 0 {
             return Err(NdkError::InvalidParameter);
         }
-        let mut access = access::LOCAL_WRITE;
+        let mut access = 0;
+        if flags & (NDK_MR_FLAG_ALLOW_LOCAL_WRITE | NDK_MR_FLAG_RDMA_READ_SINK) != 0 {
+            access |= access::LOCAL_WRITE;
+        }
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
             access |= access::REMOTE_READ;
         }

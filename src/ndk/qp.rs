@@ -821,7 +821,13 @@ impl Qp {
                 base_va
                     .checked_add(length64)
                     .ok_or(NdkError::InvalidParameter)?;
-                let mut acc = AccessFlags::LOCAL_WRITE;
+                // LOCAL_WRITE only when asked for (ALLOW_LOCAL_WRITE, contained in
+                // ALLOW_REMOTE_WRITE, or RDMA_READ_SINK): the device writes receives and READ
+                // results only there (pvrdma.md §14; `ndk/mr.rs`).
+                let mut acc = AccessFlags::empty();
+                if flags & (NDK_OP_FLAG_ALLOW_LOCAL_WRITE | NDK_OP_FLAG_RDMA_READ_SINK) != 0 {
+                    acc |= AccessFlags::LOCAL_WRITE;
+                }
                 if flags & NDK_OP_FLAG_ALLOW_REMOTE_READ != 0 {
                     acc |= AccessFlags::REMOTE_READ;
                 }

@@ -1268,6 +1268,12 @@ impl CmdChannel {
         run_finished(finished);
     }
 
+    /// Whether [`CmdChannel::shutdown`] ran: the device was RESET and touches no memory any
+    /// more.
+    pub fn is_shut_down(&self) -> bool {
+        self.state.lock().closed
+    }
+
     /// Refuses new commands and fails every pending one with [`PvrdmaError::Shutdown`]
     /// (teardown, after RESET: the device will not answer any more).
     pub fn shutdown(&self) {

@@ -10,7 +10,6 @@
 #![allow(clippy::multiple_unsafe_ops_per_block)]
 
 use alloc::sync::Arc;
-use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -36,6 +35,18 @@ pub enum CqState {
     Corrupt,
 }
 
+/// A CQ's doorbells (§12): the two arms, and POLL, which a poll rings when it finds the ring
+/// empty before it looks once more (Linux `pvrdma_poll_one`; a device that fetches
+/// completions only when asked writes them before the POLL store returns, M48).
+pub struct CqBells {
+    /// CQ_ARM.
+    pub arm: Bell,
+    /// CQ_ARM_SOL.
+    pub arm_solicited: Bell,
+    /// CQ_POLL.
+    pub poll: Bell,
+}
+
 /// The consumer side of a CQ ring.
 pub struct CqReader {
     elements: Elements,
@@ -46,18 +57,17 @@ pub struct CqReader {
     /// 2N − 1.
     wrap: u32,
     /// N, the number of CQEs, the most [`Self::ready`] accepts; 0 once [`Self::stop`]ped.
-    /// Written only by `stop` and read only by `ready`, both on the CQ's serialized poll
-    /// and arm path (ndkpi.md §5.4), so never concurrently: a plain load, as for the
-    /// constant N it was (a relaxed atomic cost poll1 one instruction more).
-    n: UnsafeCell<u32>,
-    arm: Bell,
-    arm_solicited: Bell,
+    /// Written only by `stop`: on the poll path (a corrupt index) or from the async-event
+    /// DPC (CQ_ERR), concurrently with a poll, hence atomic. Relaxed: a poll that read N
+    /// just before the stop returns what it found (the error callback follows), and the
+    /// callback's own synchronization orders every later poll after the stop.
+    n: AtomicU32,
+    bells: CqBells,
     _buf: Arc<PagedBuffer>,
 }
 
 // SAFETY: the raw pointers address memory owned by `_buf` (kept alive) and shared with the
-// device; all access is volatile or atomic. `n` is the exception, accessed only on the CQ's
-// serialized poll and arm path (see the field).
+// device; all access is volatile or atomic.
 unsafe impl Send for CqReader {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for CqReader {}
@@ -68,12 +78,7 @@ impl CqReader {
     /// # Errors
     /// [`PvrdmaError::InvalidParameter`] for a ring outside the buffer;
     /// [`PvrdmaError::NoMemory`].
-    pub fn new(
-        buf: Arc<PagedBuffer>,
-        n: u32,
-        arm: Bell,
-        arm_solicited: Bell,
-    ) -> Result<CqReader, PvrdmaError> {
+    pub fn new(buf: Arc<PagedBuffer>, n: u32, bells: CqBells) -> Result<CqReader, PvrdmaError> {
         if n > 1 << 30 {
             return Err(PvrdmaError::InvalidParameter);
         }
@@ -88,9 +93,8 @@ impl CqReader {
             prod_tail,
             head: AtomicU32::new(0),
             wrap: 2 * n - 1,
-            n: UnsafeCell::new(n),
-            arm,
-            arm_solicited,
+            n: AtomicU32::new(n),
+            bells,
             _buf: buf,
         })
     }
@@ -121,13 +125,22 @@ impl CqReader {
         }
         let d = tail.wrapping_sub(head) & self.wrap;
         // `wrap` is 2N − 1, all ones: `tail > wrap` is `tail ∉ [0, 2N)`.
-        // SAFETY: `n` is not written concurrently (see the field).
-        let n = unsafe { *self.n.get() };
+        let n = self.n.load(Ordering::Relaxed);
         if tail > self.wrap || d > n {
             return CqState::Corrupt;
         }
         from_device_barrier();
         CqState::Ready(d)
+    }
+
+    /// For a poll that found the ring empty ([`CqState::Empty`]): the POLL doorbell, then one
+    /// more look (Linux `pvrdma_poll_one`, M48): a device that writes completions only when
+    /// polled has written them before the doorbell store returns. The caller keeps it out of
+    /// line, so that only the empty poll pays for it.
+    #[inline(always)]
+    pub fn poll_device(&self, head: u32) -> CqState {
+        self.bells.poll.ring();
+        self.ready(head)
     }
 
     /// Loads the CQE at free-running index `i` (one of those [`Self::ready`] counted).
@@ -172,26 +185,42 @@ impl CqReader {
     }
 
     /// Never reads the ring again: from now on [`Self::ready`] reports any index but our own
-    /// `cons_head` as [`CqState::Corrupt`] (the device's index failed validation, so nothing
-    /// it says about the ring can be trusted, however sane it looks later). `ready` already
-    /// compares with N, so the poll gains no test.
+    /// `cons_head` as [`CqState::Corrupt`] (the device's index failed validation, or the
+    /// device reported the CQ failed: nothing it says about the ring can be trusted, however
+    /// sane it looks later, and a failed CQ returns no completions, ndkpi.md §5.4). `ready`
+    /// already compares with N, so the poll gains no test. Any thread may call it.
     pub fn stop(&self) {
-        // SAFETY: called on the CQ's serialized poll and arm path only, like `ready` (see
-        // the field).
-        unsafe { *self.n.get() = 0 };
+        self.n.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether [`Self::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.n.load(Ordering::Relaxed) == 0
     }
 
     /// True when CQEs are waiting (or the ring is corrupt: the caller must look).
+    #[inline(always)]
     pub fn has_entries(&self) -> bool {
-        self.ready(self.head()) != CqState::Empty
+        // `ready` is Empty exactly when the device's index equals ours.
+        self.index(0).load(Ordering::Acquire) != self.head()
+    }
+
+    /// For a ring [`Self::has_entries`] found empty: the POLL doorbell, then
+    /// [`Self::has_entries`] again (see [`Self::poll_device`]). Out of line: only an arm of
+    /// an empty CQ pays for it.
+    #[cold]
+    #[inline(never)]
+    pub fn poll_has_entries(&self) -> bool {
+        self.bells.poll.ring();
+        self.has_entries()
     }
 
     /// Arms the CQ: CQ_ARM_SOL if `solicited_only`, else CQ_ARM (§12, M18).
     pub fn arm(&self, solicited_only: bool) {
         if solicited_only {
-            self.arm_solicited.ring();
+            self.bells.arm_solicited.ring();
         } else {
-            self.arm.ring();
+            self.bells.arm.ring();
         }
     }
 

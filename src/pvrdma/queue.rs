@@ -12,7 +12,7 @@ use crate::os::DmaAllocator;
 use crate::os::alloc::try_arc;
 use crate::os::dma::PAGE_SIZE;
 
-use super::cq::CqReader;
+use super::cq::{CqBells, CqReader};
 use super::cqe::CQE_SIZE;
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
@@ -379,12 +379,12 @@ impl CqRing {
         self.entries
     }
 
-    /// The reader of this CQ (N as set by the CREATE_CQ response), with its arm doorbells.
+    /// The reader of this CQ (N as set by the CREATE_CQ response), with its doorbells.
     ///
     /// # Errors
     /// [`PvrdmaError::NoMemory`].
-    pub fn reader(&self, arm: Bell, arm_solicited: Bell) -> Result<CqReader, PvrdmaError> {
-        CqReader::new(self.buf.clone(), self.entries, arm, arm_solicited)
+    pub fn reader(&self, bells: CqBells) -> Result<CqReader, PvrdmaError> {
+        CqReader::new(self.buf.clone(), self.entries, bells)
     }
 
     /// Adopts the `cqe` of the CREATE_CQ response as N (§8), which must be a power of two no
@@ -535,10 +535,11 @@ mod tests {
         assert_eq!(cq.entries(), 2);
         // The reader takes the device's N.
         let r = cq
-            .reader(
-                Bell::new(u.clone(), CqDoorbell::arm(1)),
-                Bell::new(u, CqDoorbell::arm_solicited(1)),
-            )
+            .reader(CqBells {
+                arm: Bell::new(u.clone(), CqDoorbell::arm(1)),
+                arm_solicited: Bell::new(u.clone(), CqDoorbell::arm_solicited(1)),
+                poll: Bell::new(u, CqDoorbell::poll(1)),
+            })
             .unwrap();
         assert_eq!(r.entries(), 2);
     }

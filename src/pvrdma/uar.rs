@@ -67,7 +67,9 @@ impl CqDoorbell {
     pub const fn arm_solicited(handle: u32) -> Self {
         CqDoorbell((handle & HANDLE_MASK) | CQ_ARM_SOL)
     }
-    /// "Found empty" hint (Linux writes it once, M17 ignores it).
+    /// "Found empty": written by a poll that found the CQ empty, before it looks once more
+    /// (Linux does the same; a device that fetches completions only when asked writes them
+    /// before the store returns, M48; M17 otherwise ignores it).
     pub const fn poll(handle: u32) -> Self {
         CqDoorbell((handle & HANDLE_MASK) | CQ_POLL)
     }

@@ -280,6 +280,16 @@ pub fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The environment variable that runs every model of a test in lazy-completion mode
+/// (pvrdma.md M48): `PVRDMA_SIM_LAZY=1 cargo test --test ndk_datapath` (CI runs the data-path
+/// tests both ways).
+pub const LAZY_ENV: &str = "PVRDMA_SIM_LAZY";
+
+/// Whether [`LAZY_ENV`] asks for lazy completion.
+pub fn lazy_from_env() -> bool {
+    std::env::var(LAZY_ENV).is_ok_and(|v| v == "1")
+}
+
 /// Rig options.
 #[derive(Clone, Debug)]
 pub struct RigConfig {
@@ -329,7 +339,9 @@ impl Rig {
         let guard = serial();
         let baseline = stats();
         let space = Arc::new(DmaSpace::new());
-        let model = pvrdma_sim::Device::new(space.clone(), cfg.model.clone());
+        let mut model_cfg = cfg.model.clone();
+        model_cfg.lazy_completion |= lazy_from_env();
+        let model = pvrdma_sim::Device::new(space.clone(), model_cfg);
         let dma = SimDma::new(space.clone());
         let bar1 = SimBar1::new(model.clone());
         let m2 = model.clone();

@@ -355,6 +355,8 @@ pub struct ClusterConfig {
     pub seed: u64,
     /// Per-node adjustment of the node config (caps, ...).
     pub tweak: Option<fn(usize, &mut NodeConfig)>,
+    /// Models in lazy-completion mode (M48); defaults to [`super::lazy_from_env`].
+    pub lazy: bool,
 }
 
 impl ClusterConfig {
@@ -368,6 +370,7 @@ impl ClusterConfig {
             processors: 2,
             seed: 0x5EED,
             tweak: None,
+            lazy: super::lazy_from_env(),
         }
     }
 }
@@ -442,6 +445,7 @@ impl Cluster {
             } else {
                 NodeConfig::ipv4(i)
             };
+            n.device.lazy_completion = cfg.lazy;
             if let Some(t) = cfg.tweak {
                 t(usize::from(i), &mut n);
             }

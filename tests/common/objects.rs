@@ -8,7 +8,7 @@ use pvrdma_ndk::pvrdma::cmd::{
     AhAttr, CreateCq, CreatePd, CreateQp, CreateQpResp, CreateSrq, DestroyCq, DestroyPd, DestroyQp,
     DestroySrq, ModifyQp, QpAttr, QpAttrMask, QpState, QpType, SrqAttr,
 };
-use pvrdma_ndk::pvrdma::cq::{CqReader, CqState};
+use pvrdma_ndk::pvrdma::cq::{CqBells, CqReader, CqState};
 use pvrdma_ndk::pvrdma::cqe::CqeView;
 use pvrdma_ndk::pvrdma::device::Device;
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
@@ -79,10 +79,11 @@ pub fn create_cq(dev: &Device, entries: u32) -> Result<Cq, PvrdmaError> {
     })?;
     assert_eq!(r.cqe, entries, "response cqe = request (M11)");
     ring.set_device_entries(r.cqe)?;
-    let reader = ring.reader(
-        dev.bell(CqDoorbell::arm(r.cq_handle)),
-        dev.bell(CqDoorbell::arm_solicited(r.cq_handle)),
-    )?;
+    let reader = ring.reader(CqBells {
+        arm: dev.bell(CqDoorbell::arm(r.cq_handle)),
+        arm_solicited: dev.bell(CqDoorbell::arm_solicited(r.cq_handle)),
+        poll: dev.bell(CqDoorbell::poll(r.cq_handle)),
+    })?;
     Ok(Cq {
         ring,
         reader,

@@ -289,6 +289,7 @@ impl Core {
                 arm: Arm::None,
                 stopped: false,
                 refs: 0,
+                held: std::collections::VecDeque::new(),
             },
         );
         r.buf.set_u32(16, h);

@@ -148,33 +148,127 @@ impl Core {
         self.post_event(event::CQ_ERR, h);
     }
 
-    /// Writes one CQE to CQ `h` (M19, M35, M40). Returns false if it was dropped (stopped CQ,
-    /// overflow, bad `cons_head`, unwritable page).
+    /// Completes one CQE on CQ `h` (M19, M35, M40): written to the ring, or with lazy
+    /// completion held until the CQ is polled or an arm of it is satisfied (M48). Returns
+    /// false if it was dropped (stopped CQ, overflow, bad `cons_head`, unwritable page).
     pub fn write_cqe(&mut self, h: u32, cqe: &Cqe, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get(h) else {
-            self.counters.cqes_dropped += 1;
-            return false;
-        };
-        if c.stopped {
-            self.counters.cqes_dropped += 1;
+        if self.cfg.lazy_completion {
+            return self.hold_cqe(h, cqe, solicited);
+        }
+        if !self.put_cqe(h, cqe) {
             return false;
         }
+        if self.arm_satisfied(h, cqe, solicited) {
+            self.post_cqne(h);
+        }
+        true
+    }
+
+    /// Clears and reports a matching arm of CQ `h` (M18) for a CQE just completed.
+    fn arm_satisfied(&mut self, h: u32, cqe: &Cqe, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(h) else {
+            return false;
+        };
+        let fire = match c.arm {
+            Arm::Any => true,
+            Arm::Solicited => solicited || cqe.status != status::SUCCESS,
+            Arm::None => false,
+        };
+        if fire {
+            c.arm = Arm::None;
+        }
+        fire
+    }
+
+    /// The driver's `cons_head` of CQ `h`, validated against the device's `prod_tail`
+    /// (M14), with the CQEs in the ring; `None` (CQ_ERR raised) if it cannot be read or is
+    /// bad.
+    fn cq_used(&mut self, h: u32) -> Option<u32> {
+        let c = self.cqs.get(h)?;
         let head = match c.mem.read_u32(&self.dma, cq::CONS_HEAD) {
             Ok(v) => v,
             Err(_) => {
                 self.counters.dma_faults += 1;
-                self.counters.cqes_dropped += 1;
                 self.cq_error(h);
-                return false;
+                return None;
             }
         };
-        if c.ring.check(c.tail, head).is_err() {
-            self.counters.bad_indices += 1;
+        match c.ring.check(c.tail, head) {
+            Ok(used) => Some(used),
+            Err(_) => {
+                self.counters.bad_indices += 1;
+                self.cq_error(h);
+                None
+            }
+        }
+    }
+
+    /// Lazy completion (M48): keeps the CQE back; an arm it satisfies writes every held CQE
+    /// to the ring before the CQNE. A CQE that would not fit once the held ones are written
+    /// overflows the CQ now (M40), as it would have with the option off, and the held ones
+    /// (which fit) are written first, where the option off would have put them.
+    fn hold_cqe(&mut self, h: u32, cqe: &Cqe, solicited: bool) -> bool {
+        match self.cqs.get(h) {
+            Some(c) if !c.stopped => {}
+            _ => {
+                self.counters.cqes_dropped += 1;
+                return false;
+            }
+        }
+        let Some(used) = self.cq_used(h) else {
+            self.counters.cqes_dropped += 1;
+            return false;
+        };
+        let Some(c) = self.cqs.get_mut(h) else {
+            return false;
+        };
+        let waiting = u32::try_from(c.held.len()).unwrap_or(u32::MAX);
+        if used.saturating_add(waiting) >= c.ring.cap() {
+            self.write_held_cqes(h);
             self.counters.cqes_dropped += 1;
             self.cq_error(h);
             return false;
         }
-        if c.ring.full(c.tail, head) {
+        c.held.push_back((*cqe, solicited));
+        self.counters.cqes_held += 1;
+        if self.arm_satisfied(h, cqe, solicited) {
+            self.write_held_cqes(h);
+            self.post_cqne(h);
+        }
+        true
+    }
+
+    /// Writes CQ `h`'s held CQEs to its ring, oldest first (M48: a POLL doorbell, or an
+    /// arm satisfied). A CQE the ring refuses stops the CQ (M40) and the rest are dropped.
+    pub(crate) fn write_held_cqes(&mut self, h: u32) {
+        let Some(c) = self.cqs.get_mut(h) else {
+            return;
+        };
+        let held = std::mem::take(&mut c.held);
+        for (cqe, _) in held {
+            // A refused CQE stops the CQ, which then drops (and counts) the rest.
+            self.put_cqe(h, &cqe);
+        }
+    }
+
+    /// Writes one CQE to CQ `h`'s ring and publishes `prod_tail` (M40 on overflow). Returns
+    /// false if it was dropped.
+    fn put_cqe(&mut self, h: u32, cqe: &Cqe) -> bool {
+        match self.cqs.get(h) {
+            Some(c) if !c.stopped => {}
+            _ => {
+                self.counters.cqes_dropped += 1;
+                return false;
+            }
+        }
+        let Some(used) = self.cq_used(h) else {
+            self.counters.cqes_dropped += 1;
+            return false;
+        };
+        let Some(c) = self.cqs.get(h) else {
+            return false;
+        };
+        if used == c.ring.cap() {
             self.counters.cqes_dropped += 1;
             self.cq_error(h);
             return false;
@@ -191,21 +285,8 @@ impl Core {
             self.counters.dma_faults += 1;
         }
         self.counters.cqes += 1;
-        let notify = {
-            let c = self.cqs.get_mut(h).expect("checked above");
+        if let Some(c) = self.cqs.get_mut(h) {
             c.tail = tail;
-            let fire = match c.arm {
-                Arm::Any => true,
-                Arm::Solicited => solicited || cqe.status != status::SUCCESS,
-                Arm::None => false,
-            };
-            if fire {
-                c.arm = Arm::None;
-            }
-            fire
-        };
-        if notify {
-            self.post_cqne(h);
         }
         true
     }

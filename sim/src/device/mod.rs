@@ -753,6 +753,12 @@ impl Core {
                 } else if arm_sol && cq.arm == Arm::None {
                     cq.arm = Arm::Solicited;
                 }
+                // M48: the held CQEs are in the ring before this write returns. Written
+                // after the arm is recorded, they are still CQEs present at arm time and
+                // do not notify (M18).
+                if poll && !cq.held.is_empty() {
+                    self.write_held_cqes(handle);
+                }
             }
             Doorbell::Srq { handle, recv } => {
                 self.counters.db_srq += 1;

@@ -11,11 +11,14 @@
 use alloc::sync::Arc;
 
 use super::hw_error;
-use super::tables::{CqRecord, Locked, MrRecord, PdRecord, QpRecord, SrqRecord, locked};
+use super::tables::{
+    CqRecord, Locked, MrRecord, PdRecord, QpRecord, Quarantine, SrqRecord, locked,
+};
 use crate::ndk::error::HwError;
 use crate::ndk::hw::{MrSpec, QpSpec, SrqSpec};
 use crate::os::SpinLock;
 use crate::os::alloc::try_arc;
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     CmdChannel, Command, CreateCq, CreateMr, CreatePd, CreateQp, CreateSrq, ModifyQp, ModifySrq,
     QpAttr, QpAttrMask, QpState, QpType, Reserved, SrqAttr, mr_flags, srq_attr_mask,
@@ -31,12 +34,26 @@ const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_WRITE);
 
-/// Reserves a DESTROY whose completion drops `keep` (the object's queue memory).
+/// Reserves a DESTROY whose completion frees `keep` (the object's queue memory) once the
+/// device has let go of it: the DESTROY succeeded, or the channel shut down, which it does
+/// only after the device was RESET. A DESTROY that timed out or failed leaves the object,
+/// and so the memory, with the device: `keep` goes to the quarantine (if the seam is gone,
+/// it is leaked: never freed under the device).
 pub(super) fn reserve_destroy<C: Command, K: Send + 'static>(
     ch: &CmdChannel,
+    quarantine: &Arc<Quarantine>,
     keep: K,
 ) -> Result<Reserved<C>, HwError> {
-    ch.reserve::<C>(move |_| drop(keep)).map_err(hw_error)
+    // Weak: a quarantined record holds its own reserved DESTROY, and so this completion.
+    let quarantine = Arc::downgrade(quarantine);
+    ch.reserve::<C>(move |r| match r {
+        Ok(_) | Err(PvrdmaError::Shutdown) => drop(keep),
+        Err(_) => match quarantine.upgrade() {
+            Some(q) => q.hold(keep),
+            None => core::mem::forget(keep),
+        },
+    })
+    .map_err(hw_error)
 }
 
 /// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
@@ -123,20 +140,27 @@ pub(super) fn dma_mr(pd: u32) -> CreateMr {
 
 /// The CREATE_PD, and the records of the PD and of its DMA MR (the DESTROYs of both,
 /// reserved before the PD exists).
-pub(super) fn prepare_pd(dev: &Device) -> Result<(CreatePd, (PdRecord, MrRecord)), HwError> {
+pub(super) fn prepare_pd(
+    dev: &Device,
+    q: &Arc<Quarantine>,
+) -> Result<(CreatePd, (PdRecord, MrRecord)), HwError> {
     let ch = dev.cmd();
     let pd = PdRecord {
-        destroy: reserve_destroy(ch, ())?,
+        destroy: reserve_destroy(ch, q, ())?,
     };
     let dma = MrRecord::Dma {
-        destroy: reserve_destroy(ch, ())?,
+        destroy: reserve_destroy(ch, q, ())?,
     };
     Ok((CreatePd { ctx_handle: 0 }, (pd, dma)))
 }
 
 /// Allocates a CQ ring of `entries`, the CREATE_CQ naming it and the CQ's record (the ring
 /// and its reserved DESTROY), to be filed once the device answers with the handle.
-pub(super) fn prepare_cq(dev: &Device, entries: u32) -> Result<(CreateCq, CqRecord), HwError> {
+pub(super) fn prepare_cq(
+    dev: &Device,
+    q: &Arc<Quarantine>,
+    entries: u32,
+) -> Result<(CreateCq, CqRecord), HwError> {
     let ring = CqRing::alloc(dev.platform().dma(), entries).map_err(hw_error)?;
     let cmd = CreateCq {
         pdir_dma: ring.pdir_dma(),
@@ -145,13 +169,17 @@ pub(super) fn prepare_cq(dev: &Device, entries: u32) -> Result<(CreateCq, CqReco
         nchunks: ring.nchunks(),
     };
     let ring = locked(ring)?;
-    let destroy = reserve_destroy(dev.cmd(), ring.clone())?;
+    let destroy = reserve_destroy(dev.cmd(), q, ring.clone())?;
     Ok((cmd, CqRecord { ring, destroy }))
 }
 
 /// Allocates a QP's queues, the CREATE_QP naming them and the QP's record (the queues, its
 /// reserved DESTROY and its reserved flush).
-pub(super) fn prepare_qp(dev: &Device, spec: &QpSpec) -> Result<(CreateQp, QpRecord), HwError> {
+pub(super) fn prepare_qp(
+    dev: &Device,
+    q: &Arc<Quarantine>,
+    spec: &QpSpec,
+) -> Result<(CreateQp, QpRecord), HwError> {
     let recv = match spec.srq {
         Some(_) => None,
         None => Some((spec.max_recv_wr, spec.max_recv_sge)),
@@ -181,7 +209,7 @@ pub(super) fn prepare_qp(dev: &Device, spec: &QpSpec) -> Result<(CreateQp, QpRec
     let queues = locked(queues)?;
     let ch = dev.cmd();
     let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
-    let destroy = reserve_destroy(ch, queues.clone())?;
+    let destroy = reserve_destroy(ch, q, queues.clone())?;
     let record = QpRecord {
         queues,
         destroy,
@@ -192,7 +220,11 @@ pub(super) fn prepare_qp(dev: &Device, spec: &QpSpec) -> Result<(CreateQp, QpRec
 
 /// Allocates an SRQ ring, the CREATE_SRQ naming it and the SRQ's record (the ring and its
 /// reserved DESTROY).
-pub(super) fn prepare_srq(dev: &Device, spec: &SrqSpec) -> Result<(CreateSrq, SrqRecord), HwError> {
+pub(super) fn prepare_srq(
+    dev: &Device,
+    q: &Arc<Quarantine>,
+    spec: &SrqSpec,
+) -> Result<(CreateSrq, SrqRecord), HwError> {
     let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
     let queue = SrqQueue::alloc(dev.platform().dma(), &layout).map_err(hw_error)?;
     let cmd = CreateSrq {
@@ -207,7 +239,7 @@ pub(super) fn prepare_srq(dev: &Device, spec: &SrqSpec) -> Result<(CreateSrq, Sr
         srq_type: 0,
     };
     let queue = locked(queue)?;
-    let destroy = reserve_destroy(dev.cmd(), queue.clone())?;
+    let destroy = reserve_destroy(dev.cmd(), q, queue.clone())?;
     Ok((cmd, SrqRecord { queue, destroy }))
 }
 
@@ -216,6 +248,7 @@ pub(super) fn prepare_srq(dev: &Device, spec: &SrqSpec) -> Result<(CreateSrq, Sr
 /// reserved DESTROY, which frees the directory.
 pub(super) fn prepare_mr(
     dev: &Device,
+    q: &Arc<Quarantine>,
     pd: u32,
     spec: &MrSpec<'_>,
 ) -> Result<(CreateMr, MrRecord), HwError> {
@@ -262,6 +295,6 @@ pub(super) fn prepare_mr(
             )
         }
     };
-    let destroy = reserve_destroy(dev.cmd(), dir.clone())?;
+    let destroy = reserve_destroy(dev.cmd(), q, dir.clone())?;
     Ok((cmd, MrRecord::new(dir, destroy)))
 }

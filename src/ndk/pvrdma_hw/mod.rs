@@ -14,7 +14,9 @@
 //! - Every object command completes asynchronously (STATUS_PENDING, CreateCompletion or
 //!   RequestCompletion from the command-completion DPC); DESTROY commands (object close) and
 //!   NdkFlush's MODIFY_QP are submitted without waiting, and queue memory is released from
-//!   the DESTROY response (the device lets go of it only then, style.md §6). Each object's
+//!   the DESTROY response (the device lets go of it only then, style.md §6); a DESTROY that
+//!   timed out or failed quarantines it until the device is RESET (`tables::Quarantine`,
+//!   counted by [`PvrdmaHardware::quarantined`]). Each object's
 //!   DESTROY (command entry and completion) is reserved when the object is created, so a
 //!   close or NdkDeregisterMr allocates nothing and cannot fail (ndkpi.md §5.1);
 //!   NdkDeregisterMr completes inline (its DESTROY_MR is not waited for). Queue memory is
@@ -48,7 +50,7 @@ use crate::ndkpi::{GROUP_AFFINITY, NDK_LOGICAL_ADDRESS};
 use crate::os::alloc::try_arc;
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{Command, CreateMrResp, DestroyMr};
-use crate::pvrdma::cq::CqReader;
+use crate::pvrdma::cq::{CqBells, CqReader};
 use crate::pvrdma::device::Device;
 use crate::pvrdma::error::dev_err;
 use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
@@ -130,7 +132,7 @@ impl PvrdmaHardware {
         caps.max_sge = caps.max_sge.min(MAX_POST_SGE as u32);
         caps.max_sge_rd = caps.max_sge_rd.min(MAX_POST_SGE as u32);
         caps.max_srq_sge = caps.max_srq_sge.min(MAX_POST_SGE as u32);
-        let tables = Tables::new(&c)?;
+        let tables = Tables::new(&c, dev.cmd().clone())?;
         let seam = try_arc(Seam { dev, tables }).map_err(|_| HwError::NoResources)?;
         try_arc(PvrdmaHardware { seam, caps }).map_err(|_| HwError::NoResources)
     }
@@ -152,9 +154,10 @@ impl PvrdmaHardware {
         &self.seam.dev
     }
 
-    /// Created objects whose CREATE response named a handle this seam could not file (one
-    /// held by a live object, or out of range): their memory is kept, never freed, because
-    /// the device may still use it (see `Tables::file`).
+    /// Objects whose memory the device may still write, held until the device is RESET
+    /// (`tables::Quarantine`): created objects whose CREATE response named a handle this
+    /// seam could not file (one held by a live object, or out of range, see `Tables::file`),
+    /// and objects whose DESTROY timed out or failed.
     pub fn quarantined(&self) -> u32 {
         self.seam.tables.quarantined()
     }
@@ -193,7 +196,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
-        let prepared = prepare_pd(self.dev());
+        let prepared = prepare_pd(self.dev(), self.seam.tables.quarantine());
         self.create(prepared, done, |s, pd, (pd_rec, dma_rec), done| {
             if let Err(e) = s.file(pd, pd_rec) {
                 return done(Err(e));
@@ -217,16 +220,24 @@ impl Hardware for PvrdmaHardware {
 
     fn create_cq_async(&self, entries: u32, _affinity: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
         // The affinity is the NDK CQ's, applied when its events are routed (`bind_cq`).
-        let prepared = prepare_cq(self.dev(), entries);
-        self.create(prepared, done, |s, resp, rec, done| {
+        let prepared = prepare_cq(self.dev(), self.seam.tables.quarantine(), entries);
+        self.create(prepared, done, move |s, resp, rec, done| {
             let h = resp.cq_handle;
             // The handle first: the CQ is ours to destroy only once it is filed under it.
             let ring = rec.ring.clone();
             if let Err(e) = s.file(h, rec) {
                 return done(Err(e));
             }
-            let entries = ring.lock().set_device_entries(resp.cqe);
-            done(entries.map(|()| h).map_err(|e| {
+            // M11: the response's `cqe` is the request's. Fewer would overflow the CQ below
+            // the consumer's depth; more is not what the ring was sized for. Either is the
+            // device's error, and the CQ it made is destroyed (filed above, so its DESTROY
+            // frees the ring once answered).
+            if resp.cqe != entries {
+                s.destroy::<CqRecord>(h);
+                return done(Err(HwError::Failed));
+            }
+            let adopted = ring.lock().set_device_entries(resp.cqe);
+            done(adopted.map(|()| h).map_err(|e| {
                 s.destroy::<CqRecord>(h);
                 hw_error(e)
             }));
@@ -243,7 +254,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
-        let prepared = prepare_mr(self.dev(), pd, spec);
+        let prepared = prepare_mr(self.dev(), self.seam.tables.quarantine(), pd, spec);
         self.create(prepared, done, |s, k, rec, done| {
             done(s.file(k.mr_handle, rec).map(|()| mr_keys(&k)));
         });
@@ -271,7 +282,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
-        let prepared = prepare_qp(self.dev(), spec);
+        let prepared = prepare_qp(self.dev(), self.seam.tables.quarantine(), spec);
         self.create(prepared, done, |s, resp, rec, done| {
             let h = resp.qp_handle;
             if let Err(e) = s.file(h, rec) {
@@ -303,7 +314,7 @@ impl Hardware for PvrdmaHardware {
     }
 
     fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
-        let prepared = prepare_srq(self.dev(), spec);
+        let prepared = prepare_srq(self.dev(), self.seam.tables.quarantine(), spec);
         self.create(prepared, done, |s, h, rec, done| {
             done(s.file(h, rec).map(|()| h));
         });
@@ -355,10 +366,11 @@ impl Hardware for PvrdmaHardware {
         let ring = self.seam.tables.cq_ring(cq)?;
         let dev = self.dev();
         ring.lock()
-            .reader(
-                dev.bell(CqDoorbell::arm(cq)),
-                dev.bell(CqDoorbell::arm_solicited(cq)),
-            )
+            .reader(CqBells {
+                arm: dev.bell(CqDoorbell::arm(cq)),
+                arm_solicited: dev.bell(CqDoorbell::arm_solicited(cq)),
+                poll: dev.bell(CqDoorbell::poll(cq)),
+            })
             .map_err(hw_error)
     }
 

@@ -7,6 +7,7 @@
 //! (`NdkDevice`) its live NDK objects, for device-wide events and CQE → QP lookups.
 #![deny(unsafe_code)]
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -14,7 +15,7 @@ use super::commands::submit_then;
 use super::hw_error;
 use crate::ndk::error::HwError;
 use crate::os::SpinLock;
-use crate::os::alloc::try_arc;
+use crate::os::alloc::{KBox, KVec, try_arc, try_box};
 use crate::pvrdma::cmd::{
     CmdChannel, Command, DestroyCq, DestroyMr, DestroyPd, DestroyQp, DestroySrq, ModifyQp, Reserved,
 };
@@ -87,7 +88,7 @@ pub(super) struct SrqRecord {
 }
 
 /// The record of one kind of handle.
-pub(super) trait Record: Sized + Send {
+pub(super) trait Record: Sized + Send + 'static {
     /// The kind's DESTROY command.
     type Destroy: Command;
     /// The DESTROY of object `h`.
@@ -132,6 +133,69 @@ pub(super) fn kill<R: Record>(ch: &CmdChannel, h: u32, rec: R) {
     ch.submit_reserved(rec.into_destroy(), &R::destroy_cmd(h));
 }
 
+/// Memory the device may still write: the queue memory of an object whose DESTROY did not
+/// succeed (timed out, or answered or refused with an error: the device may still own the
+/// object), and the record of a created object whose handle could not be filed
+/// ([`Tables::file`]). It is held, never freed while the device may run, and counted
+/// ([`Quarantine::count`]); it is freed when the quarantine drops after the device was RESET
+/// (its command channel shuts down only after the RESET, `Device` teardown), else leaked:
+/// leaked memory is harmless, memory the device writes after a free is not.
+pub(super) struct Quarantine {
+    ch: Arc<CmdChannel>,
+    held: SpinLock<KVec<KBox<dyn Send>>>,
+    count: AtomicU32,
+}
+
+impl Quarantine {
+    pub(super) fn new(ch: Arc<CmdChannel>) -> Quarantine {
+        Quarantine {
+            ch,
+            held: SpinLock::new(KVec::new()),
+            count: AtomicU32::new(0),
+        }
+    }
+
+    /// Takes `keep` out of circulation (from the command DPC, or a CREATE's completion). When
+    /// no memory is left to hold it, it is leaked instead: never dropped.
+    pub(super) fn hold<K: Send + 'static>(&self, keep: K) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        // The box is allocated empty, so that a failed allocation cannot drop `keep`.
+        let Ok(mut slot) = try_box(None::<K>) else {
+            return core::mem::forget(keep);
+        };
+        *slot = Some(keep);
+        let item = slot.map_box(|b| b as Box<dyn Send>);
+        let mut held = self.held.lock();
+        if held.try_reserve(1).is_err() {
+            drop(held);
+            return core::mem::forget(item);
+        }
+        if let Err(item) = held.push_within_capacity(item) {
+            drop(held);
+            core::mem::forget(item);
+        }
+    }
+
+    /// Objects quarantined so far (diagnostics).
+    pub(super) fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Quarantine {
+    fn drop(&mut self) {
+        let reset = self.ch.is_shut_down();
+        let mut held = self.held.lock();
+        while let Some(item) = held.pop() {
+            if reset {
+                drop(item);
+            } else {
+                core::mem::forget(item);
+            }
+        }
+    }
+}
+
 /// Every live object the seam created, by kind and device handle. Written when a CREATE
 /// completes (in the command DPC) and by DESTROY; read when an NDK object takes its ring
 /// handles, by NdkFastRegister (`mrs`), NdkFlush (`qps`) and the SRQ limit check (`srqs`).
@@ -142,7 +206,7 @@ pub(super) struct Tables {
     cqs: SpinLock<HandleTable<CqRecord>>,
     qps: SpinLock<HandleTable<QpRecord>>,
     srqs: SpinLock<HandleTable<SrqRecord>>,
-    quarantined: AtomicU32,
+    quarantine: Arc<Quarantine>,
 }
 
 fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, HwError> {
@@ -152,16 +216,22 @@ fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, HwError> {
 }
 
 impl Tables {
-    /// Empty tables sized by the device caps (PASSIVE_LEVEL, at device start).
-    pub(super) fn new(c: &Caps) -> Result<Tables, HwError> {
+    /// Empty tables sized by the device caps, and the quarantine of the device's memory
+    /// (PASSIVE_LEVEL, at device start).
+    pub(super) fn new(c: &Caps, ch: Arc<CmdChannel>) -> Result<Tables, HwError> {
         Ok(Tables {
             pds: table(c.max_pd)?,
             mrs: table(c.max_mr)?,
             cqs: table(c.max_cq)?,
             qps: table(c.max_qp)?,
             srqs: table(c.max_srq)?,
-            quarantined: AtomicU32::new(0),
+            quarantine: try_arc(Quarantine::new(ch)).map_err(|_| HwError::NoResources)?,
         })
+    }
+
+    /// Where memory the device may still write goes ([`Quarantine`]).
+    pub(super) fn quarantine(&self) -> &Arc<Quarantine> {
+        &self.quarantine
     }
 
     /// Files `rec` under the new object's handle `h`, the handle of a CREATE response.
@@ -170,27 +240,21 @@ impl Tables {
     /// fails the create with [`HwError::Failed`] (STATUS_INTERNAL_ERROR: a device error) and
     /// touches nothing filed: a DESTROY of `h` would destroy the live object, not the new one,
     /// and no command names the new one. The device may still be using the new object's queue
-    /// memory, so the record is quarantined ([`Tables::quarantined`]): neither its memory nor
-    /// its reserved DESTROY (whose completion would free that memory) is ever released.
+    /// memory, so the record is quarantined ([`Quarantine`]): neither its memory nor its
+    /// reserved DESTROY (whose completion would free that memory) is released before the
+    /// device is RESET.
     pub(super) fn file<R: Record>(&self, h: u32, rec: R) -> Result<(), HwError> {
         let filed = R::table(self).lock().try_put(h, rec);
         filed.map_err(|rec| {
-            self.quarantine(rec);
+            self.quarantine.hold(rec);
             HwError::Failed
         })
     }
 
-    /// Keeps `rec` (queue memory the device may write, and the DESTROY that would free it)
-    /// alive for good: leaked memory is harmless, memory the device writes after a free is
-    /// not.
-    fn quarantine<R: Record>(&self, rec: R) {
-        self.quarantined.fetch_add(1, Ordering::Relaxed);
-        core::mem::forget(rec);
-    }
-
-    /// Created objects whose handle could not be filed (see [`Tables::file`]), diagnostics.
+    /// Objects whose memory was quarantined: a handle that could not be filed, or a DESTROY
+    /// that did not succeed (diagnostics).
     pub(super) fn quarantined(&self) -> u32 {
-        self.quarantined.load(Ordering::Relaxed)
+        self.quarantine.count()
     }
 
     /// Takes object `h`'s record out (its DESTROY is then the caller's to submit).

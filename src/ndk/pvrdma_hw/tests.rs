@@ -331,7 +331,9 @@ fn ndk_objects_over_the_hardware_layer() {
     let cqd = unsafe { &*cqd };
     // SAFETY: as above.
     unsafe { (cqd.NdkArmCq)(cq, NDK_CQ_NOTIFY_ANY) };
-    assert_eq!(platform.uar_word(4), 7 | 1 << 30, "CQ_ARM doorbell");
+    // CQ_ARM, then POLL: the re-check after the arm found the CQ empty (M48), so the last
+    // store to the CQ doorbell is POLL.
+    assert_eq!(platform.uar_word(4), 7 | 1 << 31, "CQ_ARM, then CQ_POLL");
     let cq_page0 = page(&fake, cq_pdir, 0);
     let cq_page1 = page(&fake, cq_pdir, 1);
     let mut cqe = [0u8; 64];
@@ -470,9 +472,10 @@ fn ndk_objects_over_the_hardware_layer() {
     let r = &next_request_succeeded(&fake);
     assert_eq!(u32_at(r, 8), code::CREATE_MR);
     assert_eq!((u64_at(r, 16), u64_at(r, 24)), (0x4000_0100, 0x1800));
+    // REMOTE_READ only: no LOCAL_WRITE, which the consumer did not ask for.
     assert_eq!(
         (u32_at(r, 44), u32_at(r, 48), u32_at(r, 52)),
-        (0b101, mr_flags::NORMAL, 2)
+        (0b100, mr_flags::NORMAL, 2)
     );
     let dir = u64_at(r, 32);
     assert_eq!(
@@ -717,4 +720,71 @@ fn create_response_naming_a_live_handle_keeps_the_live_object_and_quarantines_th
     assert_eq!((u32_at(&last, 8), u32_at(&last, 16)), (code::DESTROY_CQ, 7));
     assert!(fake.dma.cpu_of(new_pdir).is_some());
     assert!(fake.dma.cpu_of(new_ring).is_some());
+}
+
+/// Issue 13 defect 9: a CREATE_CQ response with fewer entries than requested was accepted
+/// (the ring read as 32 CQEs where the consumer asked for 64, so the CQ overflowed at half
+/// its depth). M11 says the response `cqe` equals the request: anything else fails the
+/// create as a device error, and the CQ the device made is destroyed (its ring freed once
+/// the DESTROY is answered).
+#[test]
+fn create_cq_response_with_other_than_the_requested_entries_fails_and_destroys_the_cq() {
+    let fake = FakeDevice::new(20);
+    let platform = HostPlatform::new(
+        HostDevice {
+            bar1: fake.clone(),
+            dma: fake.dma.clone(),
+            doorbell: None,
+            uar_pfn: 0x1_2345,
+            pump: None,
+        },
+        2,
+    );
+    let w = Arc::downgrade(&platform);
+    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
+        if let Some(p) = w.upgrade() {
+            p.raise_interrupt(v);
+        }
+    }));
+    let p: Arc<dyn Platform> = platform.clone();
+    let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
+    let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hw");
+    for (handle, answered) in [(7u32, 32u32), (8, 128)] {
+        {
+            let mut st = fake.st.lock().unwrap();
+            st.resp_body[0..4].copy_from_slice(&handle.to_le_bytes());
+            st.resp_body[4..8].copy_from_slice(&answered.to_le_bytes());
+        }
+        let answer = Arc::new(std::sync::Mutex::new(None));
+        let a = answer.clone();
+        let done = crate::os::alloc::try_box(move |r| *a.lock().unwrap() = Some(r))
+            .expect("box")
+            .map_box(|b| b as HwDone<u32>)
+            .into_inner();
+        hw.create_cq_async(64, None, done);
+        wait_for(|| answer.lock().unwrap().is_some());
+        let r = answer.lock().unwrap().take().expect("answered");
+        assert_eq!(
+            r,
+            Err(HwError::Failed),
+            "cqe {answered} for 64: a device error"
+        );
+        let create = requests(&fake)
+            .iter()
+            .rev()
+            .find(|r| u32_at(&r[..], 8) == code::CREATE_CQ)
+            .copied()
+            .expect("CREATE_CQ");
+        assert_eq!(u32_at(&create, 28), 64, "asked for 64");
+        let pdir = u64_at(&create, 16);
+        wait_for(|| fake.dma.cpu_of(pdir).is_none());
+        let last = *requests(&fake).last().expect("DESTROY_CQ");
+        assert_eq!(
+            (u32_at(&last, 8), u32_at(&last, 16)),
+            (code::DESTROY_CQ, handle)
+        );
+        assert!(hw.cq_reader(handle).is_err(), "nothing filed");
+    }
+    assert_eq!(hw.quarantined(), 0);
+    platform.executor().shutdown();
 }

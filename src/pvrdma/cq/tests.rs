@@ -2,6 +2,7 @@
 //! the device's index (M14). (The device model's own CQEs are `tests/hw_codecs.rs`.)
 
 use super::*;
+use crate::os::Uar;
 use crate::os::dma::test_alloc::TestDma;
 use crate::pvrdma::cqe::{WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::queue::CqRing;
@@ -29,11 +30,15 @@ fn ud_recv() -> [u8; 64] {
 
 fn reader(ring: &CqRing) -> CqReader {
     let (u, _log) = uar();
-    ring.reader(
-        Bell::new(u.clone(), CqDoorbell::arm(3)),
-        Bell::new(u, CqDoorbell::arm_solicited(3)),
-    )
-    .unwrap()
+    ring.reader(bells(&u)).unwrap()
+}
+
+fn bells(u: &Arc<Uar>) -> CqBells {
+    CqBells {
+        arm: Bell::new(u.clone(), CqDoorbell::arm(3)),
+        arm_solicited: Bell::new(u.clone(), CqDoorbell::arm_solicited(3)),
+        poll: Bell::new(u.clone(), CqDoorbell::poll(3)),
+    }
 }
 
 #[test]
@@ -86,12 +91,7 @@ fn reader_validates_the_device_index_and_consumes() {
     let dma = TestDma::new_dyn();
     let (u, log) = uar();
     let ring = CqRing::alloc(&dma, 4).unwrap();
-    let cq = ring
-        .reader(
-            Bell::new(u.clone(), CqDoorbell::arm(3)),
-            Bell::new(u.clone(), CqDoorbell::arm_solicited(3)),
-        )
-        .unwrap();
+    let cq = ring.reader(bells(&u)).unwrap();
     // A second reader stands in for the device (its producer side).
     let dev = reader(&ring);
     assert_eq!(cq.ready(0), CqState::Empty);
@@ -147,4 +147,28 @@ fn reader_validates_the_device_index_and_consumes() {
 
 fn ring_cons_head(cq: &CqReader) -> u32 {
     cq.index(1).load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_look_at_an_empty_ring_rings_poll_then_looks_again() {
+    let dma = TestDma::new_dyn();
+    let (u, log) = uar();
+    let ring = CqRing::alloc(&dma, 4).unwrap();
+    let cq = ring.reader(bells(&u)).unwrap();
+    let dev = reader(&ring);
+    let mut found = CqState::Corrupt;
+    log.after(4, || found = cq.poll_device(0));
+    assert_eq!(found, CqState::Empty);
+    let mut waiting = true;
+    log.after(4, || waiting = cq.poll_has_entries());
+    assert!(!waiting);
+    // What the device wrote before the POLL store returned is seen by the second look.
+    dev.produce_for_test(&[0u8; 64]);
+    log.after(4, || found = cq.poll_device(0));
+    assert_eq!(found, CqState::Ready(1));
+    assert_eq!(
+        log.rung(),
+        [(4, 0x8000_0003); 3],
+        "CQ_POLL | handle, once per look"
+    );
 }
