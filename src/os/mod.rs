@@ -26,6 +26,7 @@ pub mod dma;
 pub mod dpc;
 pub mod mdl;
 pub mod mmio;
+pub mod net;
 pub mod sync;
 
 #[cfg(not(target_os = "windows"))]
