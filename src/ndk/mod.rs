@@ -35,6 +35,7 @@ pub mod object;
 pub mod pd;
 pub mod pvrdma_hw;
 pub mod qp;
+pub mod qp1;
 pub(crate) mod qp_table;
 pub mod shared_endpoint;
 pub mod srq;
