@@ -143,6 +143,31 @@ fn a_thousand_mads_each_way_arrive_intact_and_in_order() {
     c.finish();
 }
 
+/// The same exchange with the model, the fabric and the DPCs on their own threads: the
+/// CQ-notification DPC polls QP1 while the test thread sends.
+#[test]
+fn threaded_exchange_loses_nothing() {
+    let c = Cluster::new(Mode::Threaded, 2);
+    let sides = [
+        open(&c, 0, Qp1Config::default()),
+        open(&c, 1, Qp1Config::default()),
+    ];
+    exchange(&c, &sides, 1000, 32);
+    for (h, s) in sides.iter().enumerate() {
+        let got = s.sink.take();
+        assert_eq!(got.len(), 1000, "host {h}");
+        for (n, (_, bytes)) in got.iter().enumerate() {
+            assert_eq!(bytes.as_slice(), &mad(1 - h, n as u32)[..]);
+        }
+        let st = s.qp1.stats();
+        assert_eq!((st.received, st.bad_cqes, st.bad_length), (1000, 0, 0));
+    }
+    for s in sides {
+        assert_eq!(s.qp1.close(), Ok(()));
+    }
+    c.finish();
+}
+
 #[test]
 fn ipv6_hosts_exchange_mads_with_ipv6_grhs() {
     let mut cfg = ClusterConfig::new(Mode::Deterministic, 2);

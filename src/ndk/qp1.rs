@@ -349,6 +349,8 @@ impl Qp1 {
         let events: Arc<dyn CqEvents> =
             try_arc(Qp1Events(Arc::downgrade(&inner))).map_err(|_| HwError::NoResources)?;
         h.bind_cq_handler(cq, events)?;
+        // From here a failure frees the receive buffers while the QP, still in INIT, holds
+        // them posted: a QP below RTR receives nothing (M34), and its DESTROY follows.
         for i in 0..cfg.recv_depth {
             if !inner.post_recv(i) {
                 return Err(HwError::Failed);
