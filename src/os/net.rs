@@ -234,7 +234,9 @@ impl Neighbours {
             let t = self.table.lock();
             t.pending.iter().flatten().map(|p| p.deadline_ns).min()
         };
-        if let (Some(at), Some(timer)) = (next, self.timer.lock().as_ref()) {
+        // The timer is set with no lock held: its DPC takes the table's lock.
+        let timer = self.timer.lock().clone();
+        if let (Some(at), Some(timer)) = (next, timer) {
             timer.schedule_in(at.saturating_sub(self.platform.now_ns()));
         }
     }
