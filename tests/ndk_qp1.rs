@@ -561,3 +561,42 @@ mod resolution {
         c.finish();
     }
 }
+
+/// A MAD sent from another bound GID index arrives with that GID as its GRH source, and a
+/// reply addressed to it reaches the sender (the fabric routes by bound GIDs).
+#[test]
+fn a_mad_from_a_second_gid_carries_it_and_a_reply_to_it_arrives() {
+    let c = Cluster::new(Mode::Deterministic, 2);
+    let a = open(&c, 0, Qp1Config::default());
+    let b = open(&c, 1, Qp1Config::default());
+    let second = pvrdma_ndk::cm::addr::gid_from_ip("10.0.0.77".parse().unwrap());
+    let bound = Arc::new(Mutex::new(None));
+    let b2 = bound.clone();
+    c.host(0)
+        .hw
+        .bind_gid_async(5, second, Box::new(move |r| *b2.lock().unwrap() = Some(r)));
+    c.wait_for("CREATE_BIND", || bound.lock().unwrap().is_some());
+    assert_eq!(*bound.lock().unwrap(), Some(Ok(())));
+    let from5 = MadPath {
+        sgid_index: 5,
+        ..path_to(&c, 1)
+    };
+    assert_eq!(a.qp1.send(&from5, &mad(0, 1)), Ok(()));
+    c.wait_for("the MAD at b", || b.sink.len() == 1);
+    let (src, _) = b.sink.take().remove(0);
+    assert_eq!(src.grh.sgid, second);
+    // b answers the way a CM does: to the GRH's source, the CQE's source MAC.
+    let reply = MadPath {
+        dgid: src.grh.sgid,
+        dmac: src.smac,
+        ..MadPath::default()
+    };
+    assert_eq!(b.qp1.send(&reply, &mad(1, 2)), Ok(()));
+    c.wait_for("the reply at a", || a.sink.len() == 1);
+    let (back, bytes) = a.sink.take().remove(0);
+    assert_eq!(bytes.as_slice(), &mad(1, 2)[..]);
+    assert_eq!(back.grh.dgid, second);
+    assert_eq!(a.qp1.close(), Ok(()));
+    assert_eq!(b.qp1.close(), Ok(()));
+    c.finish();
+}
