@@ -195,6 +195,65 @@ pub struct SrqSpec {
     pub limit: u32,
 }
 
+/// A QP's primary path for MODIFY_QP (pvrdma.md §8 `pvrdma_ah_attr`): where its packets go
+/// and which of the adapter's GIDs they come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpPath {
+    /// The peer's GID (its IP address as a RoCEv2 GID, cm.md §2.3).
+    pub dgid: [u8; 16],
+    /// The next hop's MAC (address resolution, `os::net`).
+    pub dmac: [u8; 6],
+    /// The index of the source GID in the adapter's GID table ([`Hardware::bind_gid_async`]).
+    pub sgid_index: u8,
+    /// IP hop limit / TTL (0: the device's default).
+    pub hop_limit: u8,
+    /// IP traffic class / TOS.
+    pub traffic_class: u8,
+    /// IPv6 flow label (20 bits).
+    pub flow_label: u32,
+}
+
+/// A MODIFY_QP as the NDK layer (and the connection manager above it) asks for it: each
+/// `Some` field is set, and only those (the attribute mask follows from which are present, so
+/// it cannot disagree with the values). The transitions and the attributes each requires are
+/// pvrdma.md §8's table; the device refuses a transition without them (M39).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpModify {
+    /// The new state.
+    pub state: Option<QpState>,
+    /// Path MTU (IB code: 1 = 256 … 5 = 4096).
+    pub path_mtu: Option<u8>,
+    /// The peer's QP number (24 bits).
+    pub dest_qpn: Option<u32>,
+    /// First PSN expected from the peer (24 bits).
+    pub rq_psn: Option<u32>,
+    /// First PSN sent (24 bits).
+    pub sq_psn: Option<u32>,
+    /// The primary path (RC INIT → RTR).
+    pub path: Option<QpPath>,
+    /// RDMA READs in flight as initiator (ORD).
+    pub max_rd_atomic: Option<u8>,
+    /// RDMA READs accepted as responder (IRD).
+    pub max_dest_rd_atomic: Option<u8>,
+    /// Local ACK timeout exponent (4.096 µs · 2^timeout; 0..=31).
+    pub timeout: Option<u8>,
+    /// Transport retries (0..=7).
+    pub retry_cnt: Option<u8>,
+    /// RNR retries (0..=7; 7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// Minimum RNR NAK timer code (0..=31).
+    pub min_rnr_timer: Option<u8>,
+    /// Q_Key (UD and GSI).
+    pub qkey: Option<u32>,
+    /// Remote access ([`access`] bits).
+    pub access: Option<u32>,
+    /// P_Key index (the device has one P_Key: 0).
+    pub pkey_index: Option<u16>,
+}
+
+/// The QP states MODIFY_QP moves between (pvrdma.md §8).
+pub use crate::pvrdma::cmd::QpState;
+
 /// Completion of an object command: runs exactly once, at IRQL ≤ DISPATCH_LEVEL, with no
 /// driver lock held (it may call back into the hardware, and the NDK completion it drives
 /// calls the consumer). It may run before the issuing call returns (when the command cannot
@@ -293,6 +352,59 @@ pub trait Hardware: Send + Sync {
     /// directory (§9 MRs) and returns the directory's address (`pl_pdir_dma`). Runs in a
     /// post: no allocation, no command.
     fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError>;
+
+    /// MODIFY_QP of `qp` with the attributes `m` names (callable at IRQL ≤ DISPATCH_LEVEL);
+    /// `done` gets the device's answer. An attribute out of its range (a PSN or QPN above 24
+    /// bits, a path MTU outside 1..=5, a timer code above 31, a retry count above 7) is
+    /// refused with [`HwError::Invalid`] before anything reaches the device. Entering ERR
+    /// completes every outstanding WQE with WR_FLUSH_ERR before `done` runs (M32), which the
+    /// NDK QP reports as STATUS_CANCELLED. A hardware without it refuses.
+    fn modify_qp_async(&self, qp: u32, m: &QpModify, done: HwDone<()>) {
+        let _ = (qp, m);
+        done(Err(HwError::Invalid));
+    }
+
+    /// CREATE_BIND: GID table entry `index` holds the RoCEv2 GID `gid` (an IP address of the
+    /// interface, [`crate::cm::addr::gid_from_ip`]); packets sent from `sgid_index = index`
+    /// carry it as their source address, and the device accepts packets addressed to it
+    /// (M38). `done` gets the answer; an index the table does not have fails.
+    fn bind_gid_async(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        let _ = (index, gid);
+        done(Err(HwError::Invalid));
+    }
+
+    /// DESTROY_BIND: clears GID table entry `index` if it holds `gid`.
+    fn unbind_gid_async(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        let _ = (index, gid);
+        done(Err(HwError::Invalid));
+    }
+
+    /// CREATE_QP of type GSI (QP1; one per device), then RESET → INIT with P_Key index 0 and
+    /// Q_Key 0x80010000 (cm.md §2, pvrdma.md §14 "UD and GSI"); `done` gets the QP handle.
+    /// RTR and RTS follow through [`Hardware::modify_qp_async`]. `spec.srq` must be `None`.
+    fn create_gsi_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        let _ = spec;
+        done(Err(HwError::Invalid));
+    }
+
+    /// Routes the device's notifications and errors for CQ `cq` to `handler` (the per-adapter
+    /// QP1's CQ, which no NDK CQ object stands for); as [`Hardware::bind_cq`] otherwise, and
+    /// [`Hardware::destroy_cq`] undoes it. The handler runs in the CQ-notification DPC.
+    fn bind_cq_handler(
+        &self,
+        cq: u32,
+        handler: alloc::sync::Arc<dyn crate::pvrdma::device::CqEvents>,
+    ) -> Result<(), HwError> {
+        let _ = (cq, handler);
+        Err(HwError::Invalid)
+    }
+
+    /// `len` bytes of memory the device can read and write (the QP1 MAD buffers, allocated
+    /// once when the adapter's QP1 is opened). PASSIVE_LEVEL, as the OS seam's allocator.
+    fn alloc_dma(&self, len: usize) -> Result<crate::os::SharedDma, HwError> {
+        let _ = len;
+        Err(HwError::NoResources)
+    }
 
     /// Adapter logical address of the locked page `pfn` (an MDL PFN), for NdkRegisterMr and
     /// NdkBuildLam (IRQL ≤ DISPATCH_LEVEL). The default is the physical address, which is

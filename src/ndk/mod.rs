@@ -6,7 +6,8 @@
 //! framework ([`object`]: allocation, header, memory and close counts, create/request
 //! hand-offs) and the hardware seam ([`hw`]). [`dispatch`] holds the ten dispatch tables and
 //! every `extern "system"` entry point and consumer-callback call; [`completion`] maps CQEs
-//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping;
+//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping; [`qp1`] is
+//! the adapter's GSI QP carrying the connection manager's MADs;
 //! [`pvrdma_hw`] implements the seam over `crate::pvrdma` (commands, rings, doorbells,
 //! events).
 //!
@@ -35,6 +36,7 @@ pub mod object;
 pub mod pd;
 pub mod pvrdma_hw;
 pub mod qp;
+pub mod qp1;
 pub(crate) mod qp_table;
 pub mod shared_endpoint;
 pub mod srq;

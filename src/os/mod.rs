@@ -27,6 +27,7 @@ pub mod dma;
 pub mod dpc;
 pub mod mdl;
 pub mod mmio;
+pub mod net;
 pub mod sync;
 
 /// The Windows kernel implementation ([`windows::WindowsPlatform`], DPCs, allocator).

@@ -32,6 +32,7 @@ pub mod regs;
 pub mod ring;
 pub mod table;
 pub mod uar;
+pub mod ud;
 pub mod wq;
 pub mod wqe;
 

@@ -28,9 +28,11 @@
 
 mod commands;
 mod events;
+mod modify;
 mod tables;
 
 pub use events::SrqLink;
+pub use modify::GSI_QKEY;
 
 use alloc::sync::Arc;
 
@@ -386,6 +388,35 @@ impl Hardware for PvrdmaHardware {
 
     fn wait_until(&self, cond: &dyn Fn() -> bool) {
         while !self.dev().platform().wait_until(cond, 1_000_000_000) {}
+    }
+
+    // MODIFY_QP, GID binding and the QP1 plumbing: `modify.rs`.
+    fn modify_qp_async(&self, qp: u32, m: &super::hw::QpModify, done: HwDone<()>) {
+        self.modify_qp(qp, m, done);
+    }
+
+    fn bind_gid_async(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        self.bind_gid(index, gid, done);
+    }
+
+    fn unbind_gid_async(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        self.unbind_gid(index, gid, done);
+    }
+
+    fn create_gsi_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
+        self.create_gsi_qp(spec, done);
+    }
+
+    fn bind_cq_handler(
+        &self,
+        cq: u32,
+        handler: Arc<dyn crate::pvrdma::device::CqEvents>,
+    ) -> Result<(), HwError> {
+        self.bind_cq_to(cq, handler)
+    }
+
+    fn alloc_dma(&self, len: usize) -> Result<crate::os::SharedDma, HwError> {
+        self.alloc_shared_dma(len)
     }
 }
 

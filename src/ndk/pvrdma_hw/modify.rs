@@ -1,0 +1,293 @@
+//! The seam's QP state changes, GID binding and QP1 plumbing (pvrdma.md §8 MODIFY_QP,
+//! CREATE_BIND / DESTROY_BIND, CREATE_QP of type GSI): the NDK's [`QpModify`] encoded as
+//! MODIFY_QP's attribute mask and `pvrdma_qp_attr`, checked against the ranges Linux checks
+//! before sending (so a bad value is refused here, not by a device that may not check).
+#![deny(unsafe_code)]
+
+use alloc::sync::Arc;
+
+use super::commands::{prepare_qp, submit_then};
+use super::tables::QpRecord;
+use super::{PvrdmaHardware, hw_error};
+use crate::ndk::error::HwError;
+use crate::ndk::hw::{HwDone, QpModify, QpSpec};
+use crate::os::DmaBuffer;
+use crate::os::SharedDma;
+use crate::pvrdma::cmd::{
+    AhAttr, CreateBind, DestroyBind, ModifyQp, QpAttr, QpAttrMask, QpState, QpType,
+};
+use crate::pvrdma::device::CqEvents;
+
+/// `IB_QP1_QKEY` (cm.md §2): the Q_Key of every MAD sent to or received by QP1.
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// What Linux's `pvrdma_add_gid` sends as CREATE_BIND's MTU and VLAN (pvrdma.md §4 step 10).
+const BIND_MTU: u32 = 1024;
+const BIND_NO_VLAN: u32 = 0xFFF;
+/// CREATE_BIND `gid_type` of a RoCEv2 GID (the flag value, M38).
+const GID_TYPE_ROCE_V2: u8 = 2;
+
+/// PSNs and QPNs are 24-bit wire fields.
+const MAX_24: u32 = 0x00FF_FFFF;
+
+/// MODIFY_QP of `qp` for `m`, or [`HwError::Invalid`] for a value out of its range.
+pub(super) fn encode(qp: u32, m: &QpModify) -> Result<ModifyQp, HwError> {
+    let mut mask = QpAttrMask::empty();
+    let mut attr = QpAttr::default();
+    let in_range = |v: Option<u8>, max: u8| v.is_none_or(|v| v <= max);
+    let fits_24 = |v: Option<u32>| v.is_none_or(|v| v <= MAX_24);
+    if !(m.path_mtu.is_none_or(|v| (1..=5).contains(&v))
+        && in_range(m.timeout, 31)
+        && in_range(m.min_rnr_timer, 31)
+        && in_range(m.retry_cnt, 7)
+        && in_range(m.rnr_retry, 7)
+        && fits_24(m.dest_qpn)
+        && fits_24(m.rq_psn)
+        && fits_24(m.sq_psn)
+        && m.path.is_none_or(|p| p.flow_label <= 0xF_FFFF))
+    {
+        return Err(HwError::Invalid);
+    }
+    if let Some(s) = m.state {
+        mask |= QpAttrMask::STATE;
+        attr.qp_state = s as u32;
+    }
+    if let Some(v) = m.path_mtu {
+        mask |= QpAttrMask::PATH_MTU;
+        attr.path_mtu = u32::from(v);
+    }
+    if let Some(v) = m.dest_qpn {
+        mask |= QpAttrMask::DEST_QPN;
+        attr.dest_qp_num = v;
+    }
+    if let Some(v) = m.rq_psn {
+        mask |= QpAttrMask::RQ_PSN;
+        attr.rq_psn = v;
+    }
+    if let Some(v) = m.sq_psn {
+        mask |= QpAttrMask::SQ_PSN;
+        attr.sq_psn = v;
+    }
+    if let Some(p) = m.path {
+        mask |= QpAttrMask::AV;
+        attr.ah_attr = AhAttr {
+            dgid: p.dgid,
+            flow_label: p.flow_label,
+            sgid_index: p.sgid_index,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+            // RoCE always carries a GRH (the IP header); RC RTR requires the flag (M39).
+            ah_flags: 1,
+            port_num: 1,
+            dmac: p.dmac,
+            ..AhAttr::default()
+        };
+    }
+    if let Some(v) = m.max_rd_atomic {
+        mask |= QpAttrMask::MAX_QP_RD_ATOMIC;
+        attr.max_rd_atomic = v;
+    }
+    if let Some(v) = m.max_dest_rd_atomic {
+        mask |= QpAttrMask::MAX_DEST_RD_ATOMIC;
+        attr.max_dest_rd_atomic = v;
+    }
+    if let Some(v) = m.timeout {
+        mask |= QpAttrMask::TIMEOUT;
+        attr.timeout = v;
+    }
+    if let Some(v) = m.retry_cnt {
+        mask |= QpAttrMask::RETRY_CNT;
+        attr.retry_cnt = v;
+    }
+    if let Some(v) = m.rnr_retry {
+        mask |= QpAttrMask::RNR_RETRY;
+        attr.rnr_retry = v;
+    }
+    if let Some(v) = m.min_rnr_timer {
+        mask |= QpAttrMask::MIN_RNR_TIMER;
+        attr.min_rnr_timer = v;
+    }
+    if let Some(v) = m.qkey {
+        mask |= QpAttrMask::QKEY;
+        attr.qkey = v;
+    }
+    if let Some(v) = m.access {
+        mask |= QpAttrMask::ACCESS_FLAGS;
+        attr.qp_access_flags = v;
+    }
+    if let Some(v) = m.pkey_index {
+        mask |= QpAttrMask::PKEY_INDEX;
+        attr.pkey_index = v;
+    }
+    Ok(ModifyQp {
+        qp_handle: qp,
+        attr_mask: mask,
+        attr,
+    })
+}
+
+/// GSI RESET → INIT: the attributes §8's table requires (P_Key index, Q_Key).
+fn init_gsi(qp: u32) -> ModifyQp {
+    ModifyQp {
+        qp_handle: qp,
+        attr_mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY,
+        attr: QpAttr {
+            qp_state: QpState::Init as u32,
+            qkey: GSI_QKEY,
+            ..QpAttr::default()
+        },
+    }
+}
+
+impl PvrdmaHardware {
+    pub(super) fn modify_qp(&self, qp: u32, m: &QpModify, done: HwDone<()>) {
+        match encode(qp, m) {
+            Ok(cmd) => submit_then(self.dev().cmd(), &cmd, done),
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    pub(super) fn bind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        let cmd = CreateBind {
+            mtu: BIND_MTU,
+            vlan: BIND_NO_VLAN,
+            index,
+            new_gid: gid,
+            gid_type: GID_TYPE_ROCE_V2,
+        };
+        submit_then(self.dev().cmd(), &cmd, done);
+    }
+
+    pub(super) fn unbind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+        let cmd = DestroyBind {
+            index,
+            dest_gid: gid,
+        };
+        submit_then(self.dev().cmd(), &cmd, done);
+    }
+
+    pub(super) fn create_gsi_qp(&self, spec: &QpSpec, done: HwDone<u32>) {
+        if spec.srq.is_some() {
+            return done(Err(HwError::Invalid));
+        }
+        let prepared = prepare_qp(self.dev(), spec).map(|(mut cmd, rec)| {
+            cmd.qp_type = QpType::Gsi;
+            (cmd, rec)
+        });
+        self.create(prepared, done, |s, resp, rec, done| {
+            let h = resp.qp_handle;
+            if let Err(e) = s.file(h, rec) {
+                return done(Err(e));
+            }
+            let s2 = s.clone();
+            submit_then(s.dev.cmd(), &init_gsi(h), move |r| match r {
+                Ok(()) => done(Ok(h)),
+                Err(e) => {
+                    s2.destroy::<QpRecord>(h);
+                    done(Err(e));
+                }
+            });
+        });
+    }
+
+    pub(super) fn bind_cq_to(&self, cq: u32, handler: Arc<dyn CqEvents>) -> Result<(), HwError> {
+        self.dev().register_cq(cq, handler).map_err(hw_error)
+    }
+
+    pub(super) fn alloc_shared_dma(&self, len: usize) -> Result<SharedDma, HwError> {
+        DmaBuffer::alloc(self.dev().platform().dma(), len)
+            .map(DmaBuffer::share)
+            .map_err(|_| HwError::NoResources)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ndk::hw::QpPath;
+
+    #[test]
+    fn only_the_named_attributes_are_in_the_mask() {
+        let m = QpModify {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(3),
+            dest_qpn: Some(0x105),
+            rq_psn: Some(0xABCDEF),
+            path: Some(QpPath {
+                dgid: [7; 16],
+                dmac: [1, 2, 3, 4, 5, 6],
+                sgid_index: 2,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }),
+            max_dest_rd_atomic: Some(16),
+            min_rnr_timer: Some(12),
+            ..QpModify::default()
+        };
+        let c = encode(9, &m).expect("in range");
+        type M = QpAttrMask;
+        assert_eq!(
+            c.attr_mask,
+            M::STATE
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::AV
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER
+        );
+        assert_eq!(c.qp_handle, 9);
+        assert_eq!(c.attr.qp_state, 2);
+        assert_eq!(c.attr.dest_qp_num, 0x105);
+        assert_eq!(c.attr.ah_attr.sgid_index, 2);
+        assert_eq!(c.attr.ah_attr.ah_flags, 1);
+        assert_eq!(c.attr.ah_attr.port_num, 1);
+        assert_eq!(c.attr.ah_attr.dmac, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(c.attr.max_dest_rd_atomic, 16);
+        assert_eq!(c.attr.sq_psn, 0);
+        let none = encode(1, &QpModify::default()).expect("empty");
+        assert_eq!(none.attr_mask, M::empty());
+    }
+
+    #[test]
+    fn values_out_of_range_are_refused_before_the_device() {
+        let bad = [
+            QpModify {
+                path_mtu: Some(0),
+                ..QpModify::default()
+            },
+            QpModify {
+                path_mtu: Some(6),
+                ..QpModify::default()
+            },
+            QpModify {
+                sq_psn: Some(1 << 24),
+                ..QpModify::default()
+            },
+            QpModify {
+                dest_qpn: Some(1 << 24),
+                ..QpModify::default()
+            },
+            QpModify {
+                min_rnr_timer: Some(32),
+                ..QpModify::default()
+            },
+            QpModify {
+                timeout: Some(32),
+                ..QpModify::default()
+            },
+            QpModify {
+                retry_cnt: Some(8),
+                ..QpModify::default()
+            },
+            QpModify {
+                rnr_retry: Some(8),
+                ..QpModify::default()
+            },
+        ];
+        for m in bad {
+            assert_eq!(encode(1, &m), Err(HwError::Invalid), "{m:?}");
+        }
+    }
+}
