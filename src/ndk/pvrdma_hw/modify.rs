@@ -170,7 +170,7 @@ impl PvrdmaHardware {
         if spec.srq.is_some() {
             return done(Err(HwError::Invalid));
         }
-        let prepared = prepare_qp(self.dev(), spec).map(|(mut cmd, rec)| {
+        let prepared = prepare_qp(self.dev(), self.seam.tables.quarantine(), spec).map(|(mut cmd, rec)| {
             cmd.qp_type = QpType::Gsi;
             (cmd, rec)
         });
