@@ -1,0 +1,124 @@
+//! The device model's RDMA READ bandwidth against memcpy, measured in the same run (issue 14
+//! item 3): 64 KiB READs between two devices in deterministic mode (`World::run_until_idle`) at
+//! path MTU 4096 and 1024, next to a 64 KiB `copy_from_slice` on the same machine. Each figure
+//! is the best of several interleaved rounds, so a loaded machine slows both sides alike.
+//!
+//! Run: `cargo bench -p pvrdma-sim --bench readbw` (add `-- --quick` for a short run).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use pvrdma_sim::testutil::{Host, QpSpec, RcPath, SendWqe, TestCq, TestMr, TestQp};
+use pvrdma_sim::world::World;
+
+const VA: u64 = 0x1_0000_0000;
+const LEN: u64 = 32 * 4096;
+const MSG: u32 = 65536;
+const RDMA_READ: u32 = 4;
+const SIGNALED: u32 = 1 << 1;
+const MIB: f64 = 1024.0 * 1024.0;
+
+struct End {
+    host: Host,
+    cq: TestCq,
+    qp: TestQp,
+    mr: TestMr,
+}
+
+fn end(world: &World, i: usize) -> End {
+    let host = Host::on(world.device(i).clone());
+    host.bind_gid(0, world.node(i).gid());
+    let pd = host.create_pd();
+    let cq = host.create_cq(64);
+    let qp = host.create_qp(&QpSpec::rc(pd, cq.handle, cq.handle));
+    let mr = host.create_mr(pd, VA, LEN, 7);
+    End { host, cq, qp, mr }
+}
+
+/// Two connected devices; `path_mtu` is the IB enum (3 = 1024, 5 = 4096).
+fn pair(path_mtu: u32) -> (World, End, End) {
+    let world = World::with_nodes(1, 2);
+    let a = end(&world, 0);
+    let b = end(&world, 1);
+    let mut pa = RcPath::new(b.qp.qpn, world.node(1).gid(), world.node(1).mac());
+    let mut pb = RcPath::new(a.qp.qpn, world.node(0).gid(), world.node(0).mac());
+    pa.path_mtu = path_mtu;
+    pb.path_mtu = path_mtu;
+    a.host.rc_connect(a.qp.handle, &pa);
+    b.host.rc_connect(b.qp.handle, &pb);
+    world.run_until_idle();
+    (world, a, b)
+}
+
+fn read_once(world: &World, a: &mut End, b: &End) {
+    let w = SendWqe::new(1, RDMA_READ, SIGNALED)
+        .sge(VA, MSG, a.mr.lkey)
+        .at(32, &(VA + LEN / 2).to_le_bytes())
+        .at(40, &b.mr.rkey.to_le_bytes());
+    a.qp.post_send(&w);
+    a.host.ring_sq(a.qp.handle);
+    world.run_until_idle();
+    let c = a.cq.poll();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, 0);
+}
+
+/// Seconds for `n` READs.
+fn time_reads(world: &World, a: &mut End, b: &End, n: u32) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        read_once(world, a, b);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// Seconds for `n` 64 KiB memcpys.
+fn time_memcpy(src: &[u8], dst: &mut [u8], n: u32) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        black_box(&mut *dst).copy_from_slice(black_box(src));
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (rounds, budget) = if quick {
+        (3, Duration::from_millis(100))
+    } else {
+        (7, Duration::from_millis(400))
+    };
+    let mut mtu4096 = pair(5);
+    let mut mtu1024 = pair(3);
+    let src = vec![0x5au8; MSG as usize];
+    let mut dst = vec![0u8; MSG as usize];
+    // Iterations per round sized from a first pass, so each round lasts about `budget`.
+    let per =
+        |secs_one: f64| ((budget.as_secs_f64() / secs_one.max(1e-9)) as u32).clamp(1, 1 << 20);
+    let n_copy = per(time_memcpy(&src, &mut dst, 64) / 64.0);
+    let n_4096 = per(time_reads(&mtu4096.0, &mut mtu4096.1, &mtu4096.2, 4) / 4.0);
+    let n_1024 = per(time_reads(&mtu1024.0, &mut mtu1024.1, &mtu1024.2, 4) / 4.0);
+    let (mut best_copy, mut best_4096, mut best_1024) = (f64::MAX, f64::MAX, f64::MAX);
+    for _ in 0..rounds {
+        best_copy = best_copy.min(time_memcpy(&src, &mut dst, n_copy) / f64::from(n_copy));
+        best_4096 = best_4096
+            .min(time_reads(&mtu4096.0, &mut mtu4096.1, &mtu4096.2, n_4096) / f64::from(n_4096));
+        best_1024 = best_1024
+            .min(time_reads(&mtu1024.0, &mut mtu1024.1, &mtu1024.2, n_1024) / f64::from(n_1024));
+    }
+    let bw = |secs: f64| f64::from(MSG) / secs / MIB;
+    let copy = bw(best_copy);
+    println!("64 KiB transfers, best of {rounds} rounds; MiB = 2^20 bytes");
+    println!("{:<28} {:>12} {:>10}", "", "MiB/s", "of memcpy");
+    println!(
+        "{:<28} {:>12.0} {:>9.1}%",
+        "memcpy (copy_from_slice)", copy, 100.0
+    );
+    for (name, secs) in [
+        ("RDMA READ, MTU 4096", best_4096),
+        ("RDMA READ, MTU 1024", best_1024),
+    ] {
+        let b = bw(secs);
+        println!("{name:<28} {b:>12.1} {:>9.2}%", 100.0 * b / copy);
+    }
+}
