@@ -299,11 +299,50 @@ struct State {
     stop: bool,
     /// Callbacks the delivery thread is running (see [`Fabric::is_idle`]).
     in_callback: u32,
+    /// Threads waiting on `Shared::cv`. A notify is a futex system call even with nobody
+    /// waiting, and ports call in several times per packet: they notify only when this is
+    /// non-zero. It is read and written under the state lock, so a waiter that counted itself
+    /// before its wait released the lock is always seen by a later state change.
+    sleepers: u32,
 }
 
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// Frame buffers returned after delivery, reused by [`FabricHandle::frame_buffer`]: every
+    /// packet used to cost two allocations (the transmitted frame, the receiver's copy). A lock
+    /// of its own, never held with `state`, so ports can take buffers from their callbacks.
+    pool: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Buffers the pool keeps; more are freed. Enough for every frame in flight of a busy run
+/// (a 64 KiB READ at MTU 256 is 256 responses).
+const POOL_BUFFERS: usize = 512;
+
+impl Shared {
+    fn take_buffer(&self) -> Vec<u8> {
+        let mut v = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default();
+        v.clear();
+        v
+    }
+
+    fn recycle(&self, frame: Vec<u8>) {
+        if frame.capacity() == 0 {
+            return;
+        }
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pool.len() < POOL_BUFFERS {
+            pool.push(frame);
+        }
+    }
 }
 
 impl Shared {
@@ -326,9 +365,12 @@ enum Action {
 }
 
 impl Action {
-    fn run(self) {
+    fn run(self, shared: &Shared) {
         match self {
-            Self::Receive(p, f, now) => p.receive(&f, now),
+            Self::Receive(p, f, now) => {
+                p.receive(&f, now);
+                shared.recycle(f);
+            }
             Self::Timer(p, token, now) => p.on_timer(token, now),
             Self::Link(p, up) => p.link_changed(up),
             Self::Nothing => {}
@@ -603,8 +645,14 @@ impl core::fmt::Debug for FabricHandle {
 impl FabricHandle {
     fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
         let s = self.shared.upgrade()?;
-        let r = f(&mut s.lock());
-        s.cv.notify_all();
+        let (r, sleeping) = {
+            let mut state = s.lock();
+            let r = f(&mut state);
+            (r, state.sleepers > 0)
+        };
+        if sleeping {
+            s.cv.notify_all();
+        }
         Some(r)
     }
 
@@ -617,6 +665,22 @@ impl FabricHandle {
     /// Current virtual time (0 if the fabric is gone).
     pub fn now_ns(&self) -> u64 {
         self.with(State::sync_clock).unwrap_or(0)
+    }
+
+    /// An empty buffer for a frame, from the pool of delivered frames' buffers when it has
+    /// one (capacity kept): build the frame in it and [`transmit`](Self::transmit) it.
+    pub fn frame_buffer(&self) -> Vec<u8> {
+        self.shared
+            .upgrade()
+            .map(|s| s.take_buffer())
+            .unwrap_or_default()
+    }
+
+    /// Returns a frame buffer the port is done with (a received frame's copy) to the pool.
+    pub fn recycle(&self, frame: Vec<u8>) {
+        if let Some(s) = self.shared.upgrade() {
+            s.recycle(frame);
+        }
     }
 
     /// Calls `port`'s [`FabricPort::on_timer`] with `token` at `at_ns` (now, if in the past).
@@ -670,11 +734,13 @@ impl Fabric {
             clock: None,
             stop: false,
             in_callback: 0,
+            sleepers: 0,
         };
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 cv: Condvar::new(),
+                pool: Mutex::new(Vec::new()),
             }),
             thread: Mutex::new(None),
         }
@@ -758,7 +824,7 @@ impl Fabric {
         let action = self.lock().pop_ready(None);
         match action {
             Some(a) => {
-                a.run();
+                a.run(&self.shared);
                 true
             }
             None => false,
@@ -783,7 +849,7 @@ impl Fabric {
             let action = self.lock().pop_ready(Some(t_ns));
             match action {
                 Some(a) => {
-                    a.run();
+                    a.run(&self.shared);
                     n += 1;
                 }
                 None => break,
@@ -969,7 +1035,7 @@ fn delivery_thread(shared: &Shared) {
         if let Some(action) = s.pop_ready(limit) {
             s.in_callback += 1;
             drop(s);
-            action.run();
+            action.run(shared);
             s = shared.lock();
             s.in_callback -= 1;
             continue;
@@ -982,11 +1048,13 @@ fn delivery_thread(shared: &Shared) {
             }
             _ => MAX_WAIT,
         };
+        s.sleepers += 1;
         s = shared
             .cv
             .wait_timeout(s, wait)
             .map(|(g, _)| g)
             .unwrap_or_else(|e| e.into_inner().0);
+        s.sleepers -= 1;
     }
 }
 

@@ -187,7 +187,9 @@ impl FabricPort for DevicePort {
         self.link.mac
     }
     fn receive(&self, frame: &[u8], _now_ns: u64) {
-        self.link.push(Input::Frame(frame.to_vec()));
+        let mut copy = self.link.fabric.frame_buffer();
+        copy.extend_from_slice(frame);
+        self.link.push(Input::Frame(copy));
     }
     fn on_timer(&self, token: u64, _now_ns: u64) {
         self.link.push(Input::Timer(token));
@@ -304,9 +306,17 @@ impl RoceTransport {
             ext,
             payload,
         };
-        match p.emit() {
-            Ok(f) => Some(f),
+        // Zero-filled like `RocePacket::emit`'s buffer, so a pooled buffer's old bytes never
+        // reach the wire.
+        let mut frame = self.link.fabric.frame_buffer();
+        frame.resize(p.buffer_len(), 0);
+        match p.emit_into(&mut frame) {
+            Ok(n) => {
+                frame.truncate(n);
+                Some(frame)
+            }
             Err(_) => {
+                self.link.fabric.recycle(frame);
                 self.link.count(|c| c.tx_errors += 1);
                 None
             }
@@ -449,7 +459,10 @@ impl Transport for RoceTransport {
             let Some(input) = next else { break };
             progress = true;
             match input {
-                Input::Frame(f) => self.handle_frame(core, &f),
+                Input::Frame(f) => {
+                    self.handle_frame(core, &f);
+                    self.link.fabric.recycle(f);
+                }
                 Input::Timer(t) => self.handle_timer(core, t),
                 Input::Link(up) => core.set_link(up),
             }
