@@ -26,6 +26,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -282,6 +283,30 @@ struct RealClock {
     scale: f64,
 }
 
+/// Timer ids are distinct sequence numbers, so one multiply is hash enough: sequential ids keep
+/// distinct low bits (hashbrown's bucket index) and the odd constant spreads them over the top
+/// seven (its tag). SipHash cost more than the rest of a timer's bookkeeping, and the retry
+/// timer is re-armed on every ACK. The sets are only probed, never iterated, so the hash cannot
+/// change any result.
+#[derive(Default)]
+struct TimerIdHasher(u64);
+
+impl Hasher for TimerIdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id;
+    }
+}
+
+type TimerIds = BuildHasherDefault<TimerIdHasher>;
+
 struct State {
     now: u64,
     seq: u64,
@@ -291,8 +316,8 @@ struct State {
     pairs: BTreeMap<(PortId, PortId), PairCounters>,
     rng: Rng,
     latency_ns: u64,
-    pending_timers: HashSet<u64>,
-    cancelled_timers: HashSet<u64>,
+    pending_timers: HashSet<u64, TimerIds>,
+    cancelled_timers: HashSet<u64, TimerIds>,
     capture: Option<PcapWriter<Box<dyn Write + Send>>>,
     capture_errors: u64,
     clock: Option<RealClock>,
@@ -321,14 +346,11 @@ const POOL_BUFFERS: usize = 512;
 
 impl Shared {
     fn take_buffer(&self) -> Vec<u8> {
-        let mut v = self
-            .pool
+        self.pool
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop()
-            .unwrap_or_default();
-        v.clear();
-        v
+            .unwrap_or_default()
     }
 
     fn recycle(&self, frame: Vec<u8>) {
@@ -424,35 +446,33 @@ impl State {
         src.counters.tx.frames += 1;
         src.counters.tx.bytes += frame.len() as u64;
         let dst_mac = EthernetFrame::new_checked(&frame[..]).ok().map(|f| f.dst());
-        let targets: Vec<PortId> = match dst_mac {
-            Some(BROADCAST) => (0..self.ports.len())
-                .filter(|&i| i != from.idx() && self.ports[i].port.is_some())
-                // CAST: port indices come from PortId(u32).
-                .map(|i| PortId(i as u32))
-                .collect(),
-            Some(mac) => self
+        match dst_mac {
+            Some(BROADCAST) => {
+                let targets: Vec<PortId> = (0..self.ports.len())
+                    .filter(|&i| i != from.idx() && self.ports[i].port.is_some())
+                    // CAST: port indices come from PortId(u32).
+                    .map(|i| PortId(i as u32))
+                    .collect();
+                let Some((&last, others)) = targets.split_last() else {
+                    self.count_drop(from, None, |d| d.no_route += 1);
+                    return;
+                };
+                for &to in others {
+                    self.route_copy(now, from, to, frame.clone());
+                }
+                self.route_copy(now, from, last, frame);
+            }
+            // Unicast, once per packet: no list of targets to allocate.
+            Some(mac) => match self
                 .ports
                 .iter()
                 .position(|e| e.port.is_some() && e.mac == mac)
-                // CAST: as above.
-                .map(|i| PortId(i as u32))
-                .into_iter()
-                .collect(),
-            None => Vec::new(),
-        };
-        if targets.is_empty() {
-            self.count_drop(from, None, |d| d.no_route += 1);
-            return;
-        }
-        let n = targets.len();
-        let mut frame = Some(frame);
-        for (i, to) in targets.into_iter().enumerate() {
-            let copy = if i + 1 == n {
-                frame.take().unwrap_or_default()
-            } else {
-                frame.clone().unwrap_or_default()
-            };
-            self.route_copy(now, from, to, copy);
+            {
+                // CAST: port indices come from PortId(u32).
+                Some(i) => self.route_copy(now, from, PortId(i as u32), frame),
+                None => self.count_drop(from, None, |d| d.no_route += 1),
+            },
+            None => self.count_drop(from, None, |d| d.no_route += 1),
         }
     }
 
@@ -667,8 +687,9 @@ impl FabricHandle {
         self.with(State::sync_clock).unwrap_or(0)
     }
 
-    /// An empty buffer for a frame, from the pool of delivered frames' buffers when it has
-    /// one (capacity kept): build the frame in it and [`transmit`](Self::transmit) it.
+    /// A buffer for a frame, from the pool of delivered frames' buffers when it has one: it
+    /// keeps its capacity and its old contents (clear it, or overwrite every byte). Build the
+    /// frame in it and [`transmit`](Self::transmit) it.
     pub fn frame_buffer(&self) -> Vec<u8> {
         self.shared
             .upgrade()
@@ -727,8 +748,8 @@ impl Fabric {
             pairs: BTreeMap::new(),
             rng: Rng::new(seed),
             latency_ns: DEFAULT_LATENCY_NS,
-            pending_timers: HashSet::new(),
-            cancelled_timers: HashSet::new(),
+            pending_timers: HashSet::default(),
+            cancelled_timers: HashSet::default(),
             capture: None,
             capture_errors: 0,
             clock: None,

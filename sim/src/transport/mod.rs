@@ -188,6 +188,7 @@ impl FabricPort for DevicePort {
     }
     fn receive(&self, frame: &[u8], _now_ns: u64) {
         let mut copy = self.link.fabric.frame_buffer();
+        copy.clear();
         copy.extend_from_slice(frame);
         self.link.push(Input::Frame(copy));
     }
@@ -240,6 +241,12 @@ pub struct RoceTransport {
     generation: u64,
     /// Frames held by the READ response delay, by timer generation.
     delayed: BTreeMap<u64, Vec<Vec<u8>>>,
+}
+
+/// A QP's state without copying its whole `QpInfo` (attributes included): the transport asks
+/// several times per packet.
+fn qp_state(core: &Core, qp: u32) -> Option<QpState> {
+    core.qps.get(qp).map(|q| q.state)
 }
 
 /// Path MTU enum (1..5) in bytes; out-of-range values clamp.
@@ -306,8 +313,8 @@ impl RoceTransport {
             ext,
             payload,
         };
-        // Zero-filled like `RocePacket::emit`'s buffer, so a pooled buffer's old bytes never
-        // reach the wire.
+        // A pooled buffer keeps its old bytes: `emit_into` writes every byte of the frame, so
+        // only growth needs filling.
         let mut frame = self.link.fabric.frame_buffer();
         frame.resize(p.buffer_len(), 0);
         match p.emit_into(&mut frame) {
@@ -355,7 +362,7 @@ impl RoceTransport {
 
     /// Drops transport state of QPs that left the states the transport serves.
     fn sync_qp(&mut self, core: &mut Core, qp: u32) {
-        let st = core.qp_info(qp).map(|i| i.state);
+        let st = qp_state(core, qp);
         let keep_req = st == Some(QpState::Rts);
         let keep_resp = matches!(st, Some(QpState::Rtr | QpState::Rts));
         if let Some(t) = self.qps.get_mut(&qp) {
@@ -372,9 +379,14 @@ impl RoceTransport {
     }
 
     fn sync_all(&mut self, core: &mut Core) {
-        let handles: Vec<u32> = self.qps.keys().copied().collect();
-        for h in handles {
+        // Walks the keys without collecting them (this runs once per frame): `sync_qp` may
+        // remove the current key, so the next one is looked up after it.
+        let mut next = self.qps.keys().next().copied();
+        while let Some(h) = next {
             self.sync_qp(core, h);
+            next = h
+                .checked_add(1)
+                .and_then(|after| self.qps.range(after..).next().map(|(&k, _)| k));
         }
     }
 
@@ -390,7 +402,7 @@ impl RoceTransport {
             c.rx_packets += 1;
             c.rx_bytes += frame.len() as u64;
         });
-        if !core.gids().iter().any(|(_, g)| g.gid == pkt.dst_gid) {
+        if !core.gids.iter().flatten().any(|g| g.gid == pkt.dst_gid) {
             self.link.count(|c| c.rx_dropped += 1);
             return;
         }

@@ -127,7 +127,7 @@ impl RoceTransport {
     }
 
     fn put_req(&mut self, core: &Core, qp: u32, req: Requester) {
-        if core.qp_info(qp).is_some_and(|i| i.state == QpState::Rts) {
+        if super::qp_state(core, qp) == Some(QpState::Rts) {
             self.qps.entry(qp).or_default().req = Some(req);
         } else {
             req.cancel_timers(&self.link);
@@ -135,7 +135,7 @@ impl RoceTransport {
     }
 
     fn still_rts(core: &Core, qp: u32) -> bool {
-        core.qp_info(qp).is_some_and(|i| i.state == QpState::Rts)
+        super::qp_state(core, qp) == Some(QpState::Rts)
     }
 
     /// Starts every executable SQ WQE (M17). Returns true if any started.

@@ -309,7 +309,8 @@ impl<'a> RocePacket<'a> {
         Ok(v)
     }
 
-    /// Emits the whole frame into `buf`, returning its length.
+    /// Emits the whole frame into `buf`, returning its length; every byte of `buf[..len]` is
+    /// written, whatever `buf` held.
     ///
     /// # Errors
     /// As [`emit`](Self::emit), plus [`WireError::Truncated`] if `buf` is too short.
@@ -327,6 +328,10 @@ impl<'a> RocePacket<'a> {
             vlan: self.vlan,
             ethertype,
         };
+        // Every byte of the frame is written (headers on a zeroed area, payload, pad, ICRC), so
+        // a reused buffer's old contents cannot leak onto the wire.
+        let headers = total - ICRC_LEN - self.payload.len() - self.pad_len();
+        buf.get_mut(..headers).ok_or(WireError::Truncated)?.fill(0);
         eth.emit(buf)?;
         let ip_at = eth.buffer_len();
         let udp_at = ip_at + addrs.header_len();
