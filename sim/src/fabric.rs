@@ -61,6 +61,12 @@ pub trait FabricPort: Send + Sync {
     fn mac(&self) -> [u8; 6];
     /// A frame arrives at virtual time `now_ns`.
     fn receive(&self, frame: &[u8], now_ns: u64);
+    /// A frame arrives and the port may keep its buffer (hand it back with
+    /// [`FabricHandle::recycle`] when done): a port that queues frames saves a copy.
+    fn receive_owned(&self, frame: Vec<u8>, now_ns: u64, pool: &FabricHandle) {
+        self.receive(&frame, now_ns);
+        pool.recycle(frame);
+    }
     /// A timer scheduled with [`FabricHandle::schedule_timer`] fires.
     fn on_timer(&self, token: u64, now_ns: u64) {
         let _ = (token, now_ns);
@@ -387,11 +393,13 @@ enum Action {
 }
 
 impl Action {
-    fn run(self, shared: &Shared) {
+    fn run(self, shared: &Arc<Shared>) {
         match self {
             Self::Receive(p, f, now) => {
-                p.receive(&f, now);
-                shared.recycle(f);
+                let pool = FabricHandle {
+                    shared: Arc::downgrade(shared),
+                };
+                p.receive_owned(f, now, &pool);
             }
             Self::Timer(p, token, now) => p.on_timer(token, now),
             Self::Link(p, up) => p.link_changed(up),
@@ -1045,7 +1053,7 @@ impl Drop for Fabric {
 /// Longest single wait of the scaled-real thread, so a clock or scale oddity cannot stall it.
 const MAX_WAIT: Duration = Duration::from_millis(50);
 
-fn delivery_thread(shared: &Shared) {
+fn delivery_thread(shared: &Arc<Shared>) {
     let mut s = shared.lock();
     loop {
         if s.stop {

@@ -18,9 +18,10 @@ mod requester;
 mod responder;
 mod ud;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::device::{Core, Device, Transport};
 use crate::fabric::{FabricHandle, FabricPort, PortId, TimerId};
@@ -92,7 +93,8 @@ pub struct PortLink {
     port: PortId,
     inbox: Mutex<VecDeque<Input>>,
     counters: Mutex<TransportCounters>,
-    device: Mutex<Weak<Device>>,
+    /// Set once by [`attach`]; read per frame, so no lock.
+    device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
 }
 
@@ -117,7 +119,7 @@ impl PortLink {
             port,
             inbox: Mutex::new(VecDeque::new()),
             counters: Mutex::new(TransportCounters::default()),
-            device: Mutex::new(Weak::new()),
+            device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
         })
     }
@@ -142,13 +144,9 @@ impl PortLink {
         self.read_delay_ns.load(Ordering::Relaxed)
     }
 
-    fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
-        f(&mut relock(&self.counters));
-    }
-
     fn push(&self, i: Input) {
         relock(&self.inbox).push_back(i);
-        let dev = relock(&self.device).upgrade();
+        let dev = self.device.get().and_then(Weak::upgrade);
         if let Some(d) = dev {
             d.process();
             d.wake();
@@ -156,10 +154,6 @@ impl PortLink {
     }
 
     fn transmit(&self, frame: Vec<u8>) {
-        self.count(|c| {
-            c.tx_packets += 1;
-            c.tx_bytes += frame.len() as u64;
-        });
         self.fabric.transmit(self.port, frame);
     }
 
@@ -192,6 +186,10 @@ impl FabricPort for DevicePort {
         copy.extend_from_slice(frame);
         self.link.push(Input::Frame(copy));
     }
+    fn receive_owned(&self, frame: Vec<u8>, _now_ns: u64, _pool: &FabricHandle) {
+        // The transport recycles it after handling (`RoceTransport::poll`).
+        self.link.push(Input::Frame(frame));
+    }
     fn on_timer(&self, token: u64, _now_ns: u64) {
         self.link.push(Input::Timer(token));
     }
@@ -210,7 +208,7 @@ pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink
         })
     });
     let link = port.link.clone();
-    *relock(&link.device) = Arc::downgrade(dev);
+    let _ = link.device.set(Arc::downgrade(dev));
     dev.set_transport(Box::new(RoceTransport::new(link.clone())));
     link
 }
@@ -241,6 +239,12 @@ pub struct RoceTransport {
     generation: u64,
     /// Frames held by the READ response delay, by timer generation.
     delayed: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// The counters as this transport keeps them, published to [`PortLink::counters`] once at
+    /// the end of each call from the device, not under a lock per packet. Only this transport
+    /// counts, always with the device locked, so the published copy is a plain overwrite.
+    counts: Cell<TransportCounters>,
+    /// `counts` changed since the last publication.
+    counts_dirty: Cell<bool>,
 }
 
 /// A QP's state without copying its whole `QpInfo` (attributes included): the transport asks
@@ -274,7 +278,31 @@ impl RoceTransport {
             pump: BTreeSet::new(),
             generation: 0,
             delayed: BTreeMap::new(),
+            counts: Cell::new(TransportCounters::default()),
+            counts_dirty: Cell::new(false),
         }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
+        let mut c = self.counts.get();
+        f(&mut c);
+        self.counts.set(c);
+        self.counts_dirty.set(true);
+    }
+
+    /// Makes the counts visible to [`PortLink::counters`].
+    fn publish_counts(&self) {
+        if self.counts_dirty.replace(false) {
+            *relock(&self.link.counters) = self.counts.get();
+        }
+    }
+
+    fn transmit(&self, frame: Vec<u8>) {
+        self.count(|c| {
+            c.tx_packets += 1;
+            c.tx_bytes += frame.len() as u64;
+        });
+        self.link.transmit(frame);
     }
 
     fn next_gen(&mut self) -> u64 {
@@ -285,7 +313,7 @@ impl RoceTransport {
     /// Builds and transmits one frame; counts a build failure.
     fn send_frame(&self, core: &Core, route: &Route, bth: BthRepr, ext: ExtRepr, payload: &[u8]) {
         if let Some(f) = self.build_frame(core, route, bth, ext, payload) {
-            self.link.transmit(f);
+            self.transmit(f);
         }
     }
 
@@ -324,7 +352,7 @@ impl RoceTransport {
             }
             Err(_) => {
                 self.link.fabric.recycle(frame);
-                self.link.count(|c| c.tx_errors += 1);
+                self.count(|c| c.tx_errors += 1);
                 None
             }
         }
@@ -394,21 +422,21 @@ impl RoceTransport {
         let pkt = match RocePacket::parse(frame) {
             Ok(p) => p,
             Err(_) => {
-                self.link.count(|c| c.rx_malformed += 1);
+                self.count(|c| c.rx_malformed += 1);
                 return;
             }
         };
-        self.link.count(|c| {
+        self.count(|c| {
             c.rx_packets += 1;
             c.rx_bytes += frame.len() as u64;
         });
         if !core.gids.iter().flatten().any(|g| g.gid == pkt.dst_gid) {
-            self.link.count(|c| c.rx_dropped += 1);
+            self.count(|c| c.rx_dropped += 1);
             return;
         }
         let opcode = pkt.bth.opcode;
         let Some(qp) = core.qp_by_qpn(pkt.bth.dest_qp) else {
-            self.link.count(|c| c.rx_dropped += 1);
+            self.count(|c| c.rx_dropped += 1);
             return;
         };
         let Some(info) = core.qp_info(qp) else {
@@ -418,7 +446,7 @@ impl RoceTransport {
         let ud_opcode = matches!(opcode, op::UD_SEND_ONLY | op::UD_SEND_ONLY_WITH_IMMEDIATE);
         // M34: RESET, INIT and ERR drop everything.
         if is_ud != ud_opcode || !matches!(info.state, QpState::Rtr | QpState::Rts) {
-            self.link.count(|c| c.rx_dropped += 1);
+            self.count(|c| c.rx_dropped += 1);
             return;
         }
         if is_ud {
@@ -435,7 +463,7 @@ impl RoceTransport {
         );
         if is_response {
             if info.state != QpState::Rts {
-                self.link.count(|c| c.rx_dropped += 1);
+                self.count(|c| c.rx_dropped += 1);
                 return;
             }
             self.req_response(core, qp, &pkt);
@@ -454,7 +482,7 @@ impl RoceTransport {
             TIMER_RNR => self.req_rnr_expired(core, qp, generation),
             TIMER_DELAYED => {
                 for f in self.delayed.remove(&generation).unwrap_or_default() {
-                    self.link.transmit(f);
+                    self.transmit(f);
                 }
             }
             _ => {}
@@ -488,6 +516,7 @@ impl Transport for RoceTransport {
         if progress {
             self.sync_all(core);
         }
+        self.publish_counts();
         progress
     }
 
@@ -510,6 +539,7 @@ impl Transport for RoceTransport {
             }
             _ => self.sync_qp(core, qp),
         }
+        self.publish_counts();
     }
 
     fn qp_destroyed(&mut self, core: &mut Core, qp: u32) {
@@ -520,6 +550,7 @@ impl Transport for RoceTransport {
             r.cancel_timers(&self.link);
         }
         self.pump.remove(&qp);
+        self.publish_counts();
     }
 
     fn reset(&mut self, core: &mut Core) {
@@ -532,5 +563,6 @@ impl Transport for RoceTransport {
         self.pump.clear();
         self.delayed.clear();
         relock(&self.link.inbox).retain(|i| matches!(i, Input::Link(_)));
+        self.publish_counts();
     }
 }

@@ -167,7 +167,7 @@ impl RoceTransport {
                         self.emit_req(core, r, &info, mtu, &m, k);
                     }
                 } else {
-                    self.link.count(|c| c.tx_errors += 1);
+                    self.count(|c| c.tx_errors += 1);
                 }
                 req.msgs.push_back(m);
             }
@@ -326,7 +326,7 @@ impl RoceTransport {
                 sent += 1;
             }
         }
-        self.link.count(|c| c.retransmits += sent);
+        self.count(|c| c.retransmits += sent);
     }
 
     /// Completes, in order, every SEND/WRITE whose last PSN is at or before `upto`.
@@ -383,13 +383,13 @@ impl RoceTransport {
             };
             match aeth.syndrome {
                 AethSyndrome::Ack { .. } => {
-                    self.link.count(|c| c.acks_received += 1);
+                    self.count(|c| c.acks_received += 1);
                     if self.ack_upto(core, qp, &mut req, psn) {
                         self.progressed(core, qp, &mut req);
                     }
                 }
                 AethSyndrome::RnrNak { timer } => {
-                    self.link.count(|c| c.rnr_naks_received += 1);
+                    self.count(|c| c.rnr_naks_received += 1);
                     self.ack_upto(core, qp, &mut req, psn.sub(1));
                     if req.msg_at(psn).is_none() || req.rnr_psn.is_some() {
                         self.put_req(core, qp, req);
@@ -420,7 +420,7 @@ impl RoceTransport {
                     }
                 }
                 AethSyndrome::Nak(code) => {
-                    self.link.count(|c| c.naks_received += 1);
+                    self.count(|c| c.naks_received += 1);
                     self.ack_upto(core, qp, &mut req, psn.sub(1));
                     if Self::still_rts(core, qp) && req.msg_at(psn).is_some() {
                         if code == NakCode::PsnSequenceError {
@@ -434,7 +434,7 @@ impl RoceTransport {
                                 );
                             } else {
                                 req.retry_left -= 1;
-                                self.link.count(|c| c.retries += 1);
+                                self.count(|c| c.retries += 1);
                                 self.retransmit_from(core, qp, &mut req, psn);
                                 self.arm_retry(core, qp, &mut req);
                             }
@@ -515,12 +515,12 @@ impl RoceTransport {
             self.put_req(core, qp, req);
             return;
         }
-        self.link.count(|c| c.timeouts += 1);
+        self.count(|c| c.timeouts += 1);
         if req.retry_left == 0 {
             Self::fail_msg(core, qp, &mut req, None, status::RETRY_EXC_ERR);
         } else {
             req.retry_left -= 1;
-            self.link.count(|c| c.retries += 1);
+            self.count(|c| c.retries += 1);
             let from = req.msgs[0].first_psn;
             self.retransmit_from(core, qp, &mut req, from);
             self.arm_retry(core, qp, &mut req);
@@ -539,7 +539,7 @@ impl RoceTransport {
         }
         req.rnr_timer = None;
         if let Some(p) = req.rnr_psn.take() {
-            self.link.count(|c| c.rnr_retries += 1);
+            self.count(|c| c.rnr_retries += 1);
             self.retransmit_from(core, qp, &mut req, p);
             self.arm_retry(core, qp, &mut req);
             self.pump.insert(qp);

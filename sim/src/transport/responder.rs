@@ -121,7 +121,7 @@ impl RoceTransport {
     fn send_aeth(&self, core: &Core, qp: u32, psn: Psn, syndrome: AethSyndrome, msn: u32) {
         let Some(info) = core.qp_info(qp) else { return };
         let Some(route) = Self::rc_route(core, qp) else {
-            self.link.count(|c| c.tx_errors += 1);
+            self.count(|c| c.tx_errors += 1);
             return;
         };
         let ext = ExtRepr {
@@ -147,7 +147,7 @@ impl RoceTransport {
         let psn = pkt.bth.psn;
         let d = psn.diff(r.epsn);
         if d < 0 {
-            self.link.count(|c| c.duplicates += 1);
+            self.count(|c| c.duplicates += 1);
             if pkt.bth.opcode == op::RC_RDMA_READ_REQUEST {
                 // M23: duplicate READs are re-executed (nothing changes if the access now fails).
                 if let Some(reth) = pkt.ext.reth
@@ -157,7 +157,7 @@ impl RoceTransport {
                     self.read_respond(core, qp, &info, psn, reth, r.msn);
                 }
             } else if pkt.bth.ack_req {
-                self.link.count(|c| c.acks_sent += 1);
+                self.count(|c| c.acks_sent += 1);
                 let ack = AethSyndrome::Ack {
                     credits: AethSyndrome::UNLIMITED_CREDITS,
                 };
@@ -169,7 +169,7 @@ impl RoceTransport {
         if d > 0 {
             if !r.nak_sent {
                 r.nak_sent = true;
-                self.link.count(|c| {
+                self.count(|c| {
                     c.naks_sent += 1;
                     c.seq_naks_sent += 1;
                 });
@@ -185,7 +185,7 @@ impl RoceTransport {
                 r.epsn = r.epsn.add(psns);
                 if ack {
                     r.msn = r.msn.wrapping_add(1) & 0xFF_FFFF;
-                    self.link.count(|c| c.acks_sent += 1);
+                    self.count(|c| c.acks_sent += 1);
                     let s = AethSyndrome::Ack {
                         credits: AethSyndrome::UNLIMITED_CREDITS,
                     };
@@ -193,7 +193,7 @@ impl RoceTransport {
                 }
             }
             Outcome::Rnr => {
-                self.link.count(|c| c.rnr_naks_sent += 1);
+                self.count(|c| c.rnr_naks_sent += 1);
                 let s = AethSyndrome::RnrNak {
                     timer: info.attr.min_rnr_timer & 0x1F,
                 };
@@ -204,7 +204,7 @@ impl RoceTransport {
                 event,
                 enter_err,
             } => {
-                self.link.count(|c| c.naks_sent += 1);
+                self.count(|c| c.naks_sent += 1);
                 self.send_aeth(core, qp, psn, AethSyndrome::Nak(code), r.msn);
                 if enter_err {
                     core.set_qp_error(qp);
@@ -480,7 +480,7 @@ impl RoceTransport {
         msn: u32,
     ) -> bool {
         let Some(route) = Self::rc_route(core, qp) else {
-            self.link.count(|c| c.tx_errors += 1);
+            self.count(|c| c.tx_errors += 1);
             return true;
         };
         let mtu = mtu_bytes(info.attr.path_mtu);
