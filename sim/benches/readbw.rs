@@ -6,6 +6,9 @@
 //! slows both sides alike.
 //!
 //! Run: `cargo bench -p pvrdma-sim --bench readbw` (add `-- --quick` for a short run).
+//! `-- --profile N` runs only N windows of 4 READs at MTU 4096 (no timing), for
+//! `valgrind --tool=callgrind --toggle-collect='readbw::profile'` to say where the model's
+//! instructions go.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -90,8 +93,26 @@ fn time_memcpy(src: &[u8], dst: &mut [u8], n: u32) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// `n` windows of 4 READs at MTU 4096, untimed (see the module docs).
+#[inline(never)]
+fn profile(e: &mut (World, End, End), n: u32) {
+    time_reads(e, OUTSTANDING, n);
+}
+
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(n) = args
+        .iter()
+        .position(|a| a == "--profile")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+    {
+        let mut e = pair(5);
+        time_reads(&mut e, OUTSTANDING, 2);
+        profile(&mut e, n);
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     let (rounds, budget) = if quick {
         (3, Duration::from_millis(60))
     } else {

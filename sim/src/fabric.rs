@@ -718,6 +718,26 @@ impl FabricHandle {
             .unwrap_or(TimerId(u64::MAX))
     }
 
+    /// Cancels `old` (if any) and schedules `port`'s timer `token` `delay_ns` from now, in one
+    /// call: a requester re-arms its retry timer on every response packet, and three calls
+    /// (cancel, now, schedule) cost three lock round trips.
+    pub fn rearm_timer(
+        &self,
+        old: Option<TimerId>,
+        port: PortId,
+        delay_ns: u64,
+        token: u64,
+    ) -> TimerId {
+        self.with(|s| {
+            if let Some(old) = old {
+                s.cancel_timer(old);
+            }
+            let at = s.sync_clock().saturating_add(delay_ns);
+            s.schedule_timer(port, at, token)
+        })
+        .unwrap_or(TimerId(u64::MAX))
+    }
+
     /// Cancels a pending timer; false if it already fired or was cancelled.
     pub fn cancel_timer(&self, id: TimerId) -> bool {
         self.with(|s| s.cancel_timer(id)).unwrap_or(false)

@@ -165,6 +165,10 @@ impl PortLink {
         self.fabric.schedule_timer(self.port, at_ns, token)
     }
 
+    fn rearm(&self, old: Option<TimerId>, delay_ns: u64, token: u64) -> TimerId {
+        self.fabric.rearm_timer(old, self.port, delay_ns, token)
+    }
+
     fn cancel(&self, id: TimerId) {
         self.fabric.cancel_timer(id);
     }

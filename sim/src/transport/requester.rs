@@ -279,23 +279,25 @@ impl RoceTransport {
     }
 
     fn arm_retry(&mut self, core: &Core, qp: u32, req: &mut Requester) {
-        if let Some(t) = req.retry_timer.take() {
-            self.link.cancel(t);
-        }
-        if req.msgs.is_empty() || req.rnr_psn.is_some() {
-            return;
-        }
-        let Some(info) = core.qp_info(qp) else { return };
-        let Some(ns) = timeout_ns(info.attr.timeout) else {
+        let old = req.retry_timer.take();
+        let delay = if req.msgs.is_empty() || req.rnr_psn.is_some() {
+            None
+        } else {
+            core.qp_info(qp)
+                .and_then(|info| timeout_ns(info.attr.timeout))
+                .map(|ns| ns.saturating_mul(u64::from(core.config().timer_scale.max(1))))
+        };
+        let Some(ns) = delay else {
+            if let Some(t) = old {
+                self.link.cancel(t);
+            }
             return;
         };
-        let ns = ns.saturating_mul(u64::from(core.config().timer_scale.max(1)));
         let generation = self.next_gen();
         req.retry_gen = generation;
-        let at = self.link.now().saturating_add(ns);
         req.retry_timer = Some(
             self.link
-                .schedule(at, timer_token(qp, TIMER_RETRY, generation)),
+                .rearm(old, ns, timer_token(qp, TIMER_RETRY, generation)),
         );
     }
 
