@@ -330,7 +330,60 @@ impl RoceTransport {
         ext: ExtRepr,
         payload: &[u8],
     ) -> Option<Vec<u8>> {
-        let p = RocePacket {
+        let p = Self::packet(core, route, bth, ext, payload);
+        // A pooled buffer keeps its old bytes: `emit_into` writes every byte of the frame, so
+        // only growth needs filling.
+        let mut frame = self.link.fabric.frame_buffer();
+        frame.resize(p.buffer_len(), 0);
+        let emitted = p.emit_into(&mut frame);
+        self.finish_frame(frame, emitted)
+    }
+
+    /// As [`build_frame`](Self::build_frame) with a payload of `len` bytes that `fill` writes
+    /// straight into the frame (a READ response's memory read: no staging buffer, no copy).
+    /// `Err` if `fill` fails; `Ok(None)` (counted) if the frame cannot be built.
+    fn build_frame_filled(
+        &self,
+        core: &mut Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        len: usize,
+        fill: impl FnOnce(&mut Core, &mut [u8]) -> bool,
+    ) -> Result<Option<Vec<u8>>, ()> {
+        /// Stands in for the payload in the length computations; never copied.
+        static PLACEHOLDER: [u8; 4096] = [0; 4096];
+        let Some(placeholder) = PLACEHOLDER.get(..len) else {
+            // Longer than any MTU: stage it as before.
+            let mut staged = vec![0; len];
+            if !fill(core, &mut staged) {
+                return Err(());
+            }
+            return Ok(self.build_frame(core, route, bth, ext, &staged));
+        };
+        let p = Self::packet(core, route, bth, ext, placeholder);
+        let mut frame = self.link.fabric.frame_buffer();
+        frame.resize(p.buffer_len(), 0);
+        let at = p.payload_offset();
+        let filled = frame
+            .get_mut(at..at + len)
+            .is_some_and(|payload| fill(core, payload));
+        if !filled {
+            self.link.fabric.recycle(frame);
+            return Err(());
+        }
+        let emitted = p.emit_around_payload(&mut frame);
+        Ok(self.finish_frame(frame, emitted))
+    }
+
+    fn packet<'a>(
+        core: &Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        payload: &'a [u8],
+    ) -> RocePacket<'a> {
+        RocePacket {
             src_mac: core.mac(),
             dst_mac: route.dmac,
             vlan: None,
@@ -344,12 +397,15 @@ impl RoceTransport {
             bth,
             ext,
             payload,
-        };
-        // A pooled buffer keeps its old bytes: `emit_into` writes every byte of the frame, so
-        // only growth needs filling.
-        let mut frame = self.link.fabric.frame_buffer();
-        frame.resize(p.buffer_len(), 0);
-        match p.emit_into(&mut frame) {
+        }
+    }
+
+    fn finish_frame(
+        &self,
+        mut frame: Vec<u8>,
+        emitted: crate::wire::Result<usize>,
+    ) -> Option<Vec<u8>> {
+        match emitted {
             Ok(n) => {
                 frame.truncate(n);
                 Some(frame)

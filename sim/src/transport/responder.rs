@@ -486,16 +486,11 @@ impl RoceTransport {
         let mtu = mtu_bytes(info.attr.path_mtu);
         let len = reth.dma_len as usize;
         let n = len.div_ceil(mtu).max(1);
-        let mut buf = vec![0u8; mtu.min(len)];
         let delay = self.link.read_delay();
         let mut held = Vec::new();
         for k in 0..n {
             let lo = k * mtu;
             let chunk = (len - lo).min(mtu);
-            let data = &mut buf[..chunk];
-            if !core.remote_read(qp, reth.rkey, reth.va.wrapping_add(lo as u64), data) {
-                return false;
-            }
             let opcode = match (k == 0, k + 1 == n) {
                 (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
                 (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
@@ -512,10 +507,15 @@ impl RoceTransport {
                 });
             }
             let bth = Self::bth(opcode, info.attr.dest_qp_num, psn.add(k as u32));
-            if delay == 0 {
-                self.send_frame(core, &route, bth, ext, data);
-            } else if let Some(f) = self.build_frame(core, &route, bth, ext, data) {
-                held.push(f);
+            let va = reth.va.wrapping_add(lo as u64);
+            let frame = self.build_frame_filled(core, &route, bth, ext, chunk, |core, data| {
+                core.remote_read(qp, reth.rkey, va, data)
+            });
+            match frame {
+                Err(()) => return false,
+                Ok(Some(f)) if delay == 0 => self.transmit(f),
+                Ok(Some(f)) => held.push(f),
+                Ok(None) => {}
             }
         }
         if !held.is_empty() {
