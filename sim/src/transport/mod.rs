@@ -86,13 +86,20 @@ enum Input {
     Link(bool),
 }
 
+#[derive(Debug, Default)]
+struct LinkShared {
+    inbox: VecDeque<Input>,
+    counters: TransportCounters,
+}
+
 /// State shared between a device's [`RoceTransport`] and its [`DevicePort`].
 pub struct PortLink {
     mac: [u8; 6],
     fabric: FabricHandle,
     port: PortId,
-    inbox: Mutex<VecDeque<Input>>,
-    counters: Mutex<TransportCounters>,
+    /// The inbox and the published counters share one lock: a poll takes the queued inputs
+    /// and publishes the counts of the previous batch in one round trip.
+    shared: Mutex<LinkShared>,
     /// Set once by [`attach`]; read per frame, so no lock.
     device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
@@ -117,8 +124,7 @@ impl PortLink {
             mac,
             fabric,
             port,
-            inbox: Mutex::new(VecDeque::new()),
-            counters: Mutex::new(TransportCounters::default()),
+            shared: Mutex::new(LinkShared::default()),
             device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
         })
@@ -131,7 +137,7 @@ impl PortLink {
 
     /// Snapshot of the transport counters.
     pub fn counters(&self) -> TransportCounters {
-        *relock(&self.counters)
+        relock(&self.shared).counters
     }
 
     /// Test option (M36): hold every READ response this device sends for `ns` virtual
@@ -145,7 +151,7 @@ impl PortLink {
     }
 
     fn push(&self, i: Input) {
-        relock(&self.inbox).push_back(i);
+        relock(&self.shared).inbox.push_back(i);
         let dev = self.device.get().and_then(Weak::upgrade);
         if let Some(d) = dev {
             d.process();
@@ -249,6 +255,8 @@ pub struct RoceTransport {
     counts: Cell<TransportCounters>,
     /// `counts` changed since the last publication.
     counts_dirty: Cell<bool>,
+    /// The inputs being handled (see `poll`).
+    batch: VecDeque<Input>,
 }
 
 /// A QP's state without copying its whole `QpInfo` (attributes included): the transport asks
@@ -284,6 +292,7 @@ impl RoceTransport {
             delayed: BTreeMap::new(),
             counts: Cell::new(TransportCounters::default()),
             counts_dirty: Cell::new(false),
+            batch: VecDeque::new(),
         }
     }
 
@@ -297,8 +306,17 @@ impl RoceTransport {
     /// Makes the counts visible to [`PortLink::counters`].
     fn publish_counts(&self) {
         if self.counts_dirty.replace(false) {
-            *relock(&self.link.counters) = self.counts.get();
+            relock(&self.link.shared).counters = self.counts.get();
         }
+    }
+
+    /// Publishes the counts and swaps the queued inputs into `batch` (empty on entry).
+    fn take_inputs(&self, batch: &mut VecDeque<Input>) {
+        let mut shared = relock(&self.link.shared);
+        if self.counts_dirty.replace(false) {
+            shared.counters = self.counts.get();
+        }
+        std::mem::swap(&mut shared.inbox, batch);
     }
 
     fn transmit(&self, frame: Vec<u8>) {
@@ -554,19 +572,27 @@ impl RoceTransport {
 impl Transport for RoceTransport {
     fn poll(&mut self, core: &mut Core) -> bool {
         let mut progress = false;
+        // Inputs are taken in batches (one lock per batch, not per input); the batch's buffer
+        // is kept for the next poll.
+        let mut batch = std::mem::take(&mut self.batch);
         loop {
-            let next = relock(&self.link.inbox).pop_front();
-            let Some(input) = next else { break };
+            self.take_inputs(&mut batch);
+            if batch.is_empty() {
+                break;
+            }
             progress = true;
-            match input {
-                Input::Frame(f) => {
-                    self.handle_frame(core, &f);
-                    self.link.fabric.recycle(f);
+            while let Some(input) = batch.pop_front() {
+                match input {
+                    Input::Frame(f) => {
+                        self.handle_frame(core, &f);
+                        self.link.fabric.recycle(f);
+                    }
+                    Input::Timer(t) => self.handle_timer(core, t),
+                    Input::Link(up) => core.set_link(up),
                 }
-                Input::Timer(t) => self.handle_timer(core, t),
-                Input::Link(up) => core.set_link(up),
             }
         }
+        self.batch = batch;
         while let Some(qp) = self.pump.pop_first() {
             if self.req_pump(core, qp) {
                 progress = true;
@@ -622,7 +648,9 @@ impl Transport for RoceTransport {
         }
         self.pump.clear();
         self.delayed.clear();
-        relock(&self.link.inbox).retain(|i| matches!(i, Input::Link(_)));
+        relock(&self.link.shared)
+            .inbox
+            .retain(|i| matches!(i, Input::Link(_)));
         self.publish_counts();
     }
 }
