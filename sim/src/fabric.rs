@@ -612,10 +612,28 @@ impl State {
     fn cancel_timer(&mut self, id: TimerId) -> bool {
         if self.pending_timers.remove(&id.0) {
             self.cancelled_timers.insert(id.0);
+            self.compact_cancelled();
             true
         } else {
             false
         }
+    }
+
+    /// Drops cancelled timers from the queue once they are most of it. A requester re-arms
+    /// its retry timer on every response, and a cancelled timer used to stay queued until its
+    /// (distant) deadline: with a window kept full and the clock barely moving, the queue grew
+    /// with every request ever sent. Events come out in (time, sequence) order, a total order,
+    /// so rebuilding the heap cannot change what is delivered when.
+    fn compact_cancelled(&mut self) {
+        let cancelled = self.cancelled_timers.len();
+        if cancelled < 64 || cancelled * 2 < self.queue.len() {
+            return;
+        }
+        let gone = std::mem::take(&mut self.cancelled_timers);
+        self.queue.retain(|e| match e.kind {
+            EventKind::Timer { id, .. } => !gone.contains(&id),
+            _ => true,
+        });
     }
 
     fn next_event_time(&mut self) -> Option<u64> {

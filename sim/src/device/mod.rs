@@ -370,7 +370,8 @@ impl Device {
         }
         c.doorbell(Doorbell::decode(offset, value));
         drop(c);
-        self.cv.notify_all();
+        // The doorbell is queued under the lock above: a sleeper counted itself before it.
+        self.wake();
         Ok(())
     }
 
