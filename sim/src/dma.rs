@@ -10,13 +10,20 @@
 //! as a counted fault and a device-level error, never as undefined behaviour or a panic.
 //!
 //! Driver and device share this memory concurrently (ring indices, WQEs, CQEs), so every access
-//! is atomic: 32-bit indices with acquire/release ordering, bulk copies byte-wise relaxed with a
-//! fence. This is the only module of the crate with `unsafe` code.
+//! is atomic: 32-bit indices with acquire/release ordering, bulk copies relaxed with a fence.
+//! A bulk copy moves aligned 64-bit words (`AtomicU64`) and only the unaligned head and tail
+//! byte by byte: each word is one relaxed load or store, so a copy racing with the other side
+//! may tear at word boundaries, exactly as a byte-wise copy may tear at byte boundaries, and
+//! no access is a data race. Bytes keep their memory order (native-endian words). The copy's
+//! ordering comes from the fences, not from the width: an acquire fence after the loads of a
+//! read pairs with the writer's release index store, a release fence before the stores of a
+//! write pairs with the reader's acquire index load. This is the only module of the crate with
+//! `unsafe` code.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 /// First bus address handed out; chosen far from typical user-space pointers.
 pub const BUS_BASE: u64 = 0x0000_7e00_0000_0000;
@@ -140,11 +147,28 @@ impl DmaSpace {
     pub fn read(&self, bus: u64, out: &mut [u8]) -> Result<(), DmaFault> {
         let inner = self.lock();
         let host = Self::resolve(&inner, bus, out.len())?;
-        for (i, b) in out.iter_mut().enumerate() {
+        let (head, rest) = out.split_at_mut(unaligned_head(host, out.len()));
+        for (i, b) in head.iter_mut().enumerate() {
             let p = std::ptr::with_exposed_provenance_mut::<u8>(host + i);
             // SAFETY: `p` lies inside a registered region (checked by `resolve` while the lock is
             // held, so it cannot be unregistered meanwhile); the region is valid memory by the
             // `register` contract, and u8 has no alignment requirement.
+            let cell = unsafe { AtomicU8::from_ptr(p) };
+            *b = cell.load(Ordering::Relaxed);
+        }
+        let words_at = host + head.len();
+        let tail_at = words_at + rest.len() / 8 * 8;
+        let mut words = rest.chunks_exact_mut(8);
+        for (k, chunk) in words.by_ref().enumerate() {
+            let p = std::ptr::with_exposed_provenance_mut::<u64>(words_at + 8 * k);
+            // SAFETY: `words_at` is 8-byte aligned (`unaligned_head`) and these 8 bytes lie
+            // inside the resolved range, in a live registered region as above.
+            let cell = unsafe { AtomicU64::from_ptr(p) };
+            chunk.copy_from_slice(&cell.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        for (i, b) in words.into_remainder().iter_mut().enumerate() {
+            let p = std::ptr::with_exposed_provenance_mut::<u8>(tail_at + i);
+            // SAFETY: as for the head: inside the live resolved range; u8 needs no alignment.
             let cell = unsafe { AtomicU8::from_ptr(p) };
             *b = cell.load(Ordering::Relaxed);
         }
@@ -157,8 +181,27 @@ impl DmaSpace {
         let inner = self.lock();
         let host = Self::resolve(&inner, bus, data.len())?;
         fence(Ordering::Release);
-        for (i, b) in data.iter().enumerate() {
+        let (head, rest) = data.split_at(unaligned_head(host, data.len()));
+        for (i, b) in head.iter().enumerate() {
             let p = std::ptr::with_exposed_provenance_mut::<u8>(host + i);
+            // SAFETY: as in `read`: inside a registered, live region; u8 needs no alignment.
+            let cell = unsafe { AtomicU8::from_ptr(p) };
+            cell.store(*b, Ordering::Relaxed);
+        }
+        let words_at = host + head.len();
+        let words = rest.chunks_exact(8);
+        let tail = words.remainder();
+        for (k, chunk) in words.enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let p = std::ptr::with_exposed_provenance_mut::<u64>(words_at + 8 * k);
+            // SAFETY: as in `read`: 8-byte aligned, inside the live resolved range.
+            let cell = unsafe { AtomicU64::from_ptr(p) };
+            cell.store(u64::from_ne_bytes(word), Ordering::Relaxed);
+        }
+        let tail_at = words_at + rest.len() / 8 * 8;
+        for (i, b) in tail.iter().enumerate() {
+            let p = std::ptr::with_exposed_provenance_mut::<u8>(tail_at + i);
             // SAFETY: as in `read`: inside a registered, live region; u8 needs no alignment.
             let cell = unsafe { AtomicU8::from_ptr(p) };
             cell.store(*b, Ordering::Relaxed);
@@ -202,6 +245,12 @@ impl DmaSpace {
         self.read(bus, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
+}
+
+/// Bytes from host address `host` to the next 8-byte boundary, at most `len`: the part of a copy
+/// done byte-wise before the aligned words.
+fn unaligned_head(host: usize, len: usize) -> usize {
+    host.wrapping_neg().rem_euclid(8).min(len)
 }
 
 /// One 4 KiB page; `Box<[Page]>` gives page-aligned host memory without `unsafe` allocation.
@@ -373,6 +422,25 @@ mod tests {
         drop(a);
         assert!(s.read(bus, &mut buf).is_err());
         assert!(!s.unregister(bus));
+    }
+
+    #[test]
+    fn copies_of_every_alignment_and_length_move_exactly_their_bytes() {
+        let s = Arc::new(DmaSpace::new());
+        let a = DmaBuffer::new(&s, 1);
+        let pattern: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
+        for off in 0..9usize {
+            for len in 0..=40usize {
+                a.write(0, &[0xEE; 64]);
+                s.write(a.bus() + off as u64, &pattern[..len]).unwrap();
+                let mut want = vec![0xEE; 64];
+                want[off..off + len].copy_from_slice(&pattern[..len]);
+                assert_eq!(a.read_vec(0, 64), want, "write at {off}, {len} bytes");
+                let mut got = vec![0; len];
+                s.read(a.bus() + off as u64, &mut got).unwrap();
+                assert_eq!(got, &want[off..off + len], "read at {off}, {len} bytes");
+            }
+        }
     }
 
     #[test]

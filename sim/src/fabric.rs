@@ -26,6 +26,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -60,6 +61,12 @@ pub trait FabricPort: Send + Sync {
     fn mac(&self) -> [u8; 6];
     /// A frame arrives at virtual time `now_ns`.
     fn receive(&self, frame: &[u8], now_ns: u64);
+    /// A frame arrives and the port may keep its buffer (hand it back with
+    /// [`FabricHandle::recycle`] when done): a port that queues frames saves a copy.
+    fn receive_owned(&self, frame: Vec<u8>, now_ns: u64, pool: &FabricHandle) {
+        self.receive(&frame, now_ns);
+        pool.recycle(frame);
+    }
     /// A timer scheduled with [`FabricHandle::schedule_timer`] fires.
     fn on_timer(&self, token: u64, now_ns: u64) {
         let _ = (token, now_ns);
@@ -282,6 +289,30 @@ struct RealClock {
     scale: f64,
 }
 
+/// Timer ids are distinct sequence numbers, so one multiply is hash enough: sequential ids keep
+/// distinct low bits (hashbrown's bucket index) and the odd constant spreads them over the top
+/// seven (its tag). SipHash cost more than the rest of a timer's bookkeeping, and the retry
+/// timer is re-armed on every ACK. The sets are only probed, never iterated, so the hash cannot
+/// change any result.
+#[derive(Default)]
+struct TimerIdHasher(u64);
+
+impl Hasher for TimerIdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id;
+    }
+}
+
+type TimerIds = BuildHasherDefault<TimerIdHasher>;
+
 struct State {
     now: u64,
     seq: u64,
@@ -291,19 +322,55 @@ struct State {
     pairs: BTreeMap<(PortId, PortId), PairCounters>,
     rng: Rng,
     latency_ns: u64,
-    pending_timers: HashSet<u64>,
-    cancelled_timers: HashSet<u64>,
+    pending_timers: HashSet<u64, TimerIds>,
+    cancelled_timers: HashSet<u64, TimerIds>,
     capture: Option<PcapWriter<Box<dyn Write + Send>>>,
     capture_errors: u64,
     clock: Option<RealClock>,
     stop: bool,
     /// Callbacks the delivery thread is running (see [`Fabric::is_idle`]).
     in_callback: u32,
+    /// Threads waiting on `Shared::cv`. A notify is a futex system call even with nobody
+    /// waiting, and ports call in several times per packet: they notify only when this is
+    /// non-zero. It is read and written under the state lock, so a waiter that counted itself
+    /// before its wait released the lock is always seen by a later state change.
+    sleepers: u32,
 }
 
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// Frame buffers returned after delivery, reused by [`FabricHandle::frame_buffer`]: every
+    /// packet used to cost two allocations (the transmitted frame, the receiver's copy). A lock
+    /// of its own, never held with `state`, so ports can take buffers from their callbacks.
+    pool: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Buffers the pool keeps; more are freed. Enough for every frame in flight of a busy run
+/// (a 64 KiB READ at MTU 256 is 256 responses).
+const POOL_BUFFERS: usize = 512;
+
+impl Shared {
+    fn take_buffer(&self) -> Vec<u8> {
+        self.pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn recycle(&self, frame: Vec<u8>) {
+        if frame.capacity() == 0 {
+            return;
+        }
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pool.len() < POOL_BUFFERS {
+            pool.push(frame);
+        }
+    }
 }
 
 impl Shared {
@@ -326,9 +393,14 @@ enum Action {
 }
 
 impl Action {
-    fn run(self) {
+    fn run(self, shared: &Arc<Shared>) {
         match self {
-            Self::Receive(p, f, now) => p.receive(&f, now),
+            Self::Receive(p, f, now) => {
+                let pool = FabricHandle {
+                    shared: Arc::downgrade(shared),
+                };
+                p.receive_owned(f, now, &pool);
+            }
             Self::Timer(p, token, now) => p.on_timer(token, now),
             Self::Link(p, up) => p.link_changed(up),
             Self::Nothing => {}
@@ -382,35 +454,33 @@ impl State {
         src.counters.tx.frames += 1;
         src.counters.tx.bytes += frame.len() as u64;
         let dst_mac = EthernetFrame::new_checked(&frame[..]).ok().map(|f| f.dst());
-        let targets: Vec<PortId> = match dst_mac {
-            Some(BROADCAST) => (0..self.ports.len())
-                .filter(|&i| i != from.idx() && self.ports[i].port.is_some())
-                // CAST: port indices come from PortId(u32).
-                .map(|i| PortId(i as u32))
-                .collect(),
-            Some(mac) => self
+        match dst_mac {
+            Some(BROADCAST) => {
+                let targets: Vec<PortId> = (0..self.ports.len())
+                    .filter(|&i| i != from.idx() && self.ports[i].port.is_some())
+                    // CAST: port indices come from PortId(u32).
+                    .map(|i| PortId(i as u32))
+                    .collect();
+                let Some((&last, others)) = targets.split_last() else {
+                    self.count_drop(from, None, |d| d.no_route += 1);
+                    return;
+                };
+                for &to in others {
+                    self.route_copy(now, from, to, frame.clone());
+                }
+                self.route_copy(now, from, last, frame);
+            }
+            // Unicast, once per packet: no list of targets to allocate.
+            Some(mac) => match self
                 .ports
                 .iter()
                 .position(|e| e.port.is_some() && e.mac == mac)
-                // CAST: as above.
-                .map(|i| PortId(i as u32))
-                .into_iter()
-                .collect(),
-            None => Vec::new(),
-        };
-        if targets.is_empty() {
-            self.count_drop(from, None, |d| d.no_route += 1);
-            return;
-        }
-        let n = targets.len();
-        let mut frame = Some(frame);
-        for (i, to) in targets.into_iter().enumerate() {
-            let copy = if i + 1 == n {
-                frame.take().unwrap_or_default()
-            } else {
-                frame.clone().unwrap_or_default()
-            };
-            self.route_copy(now, from, to, copy);
+            {
+                // CAST: port indices come from PortId(u32).
+                Some(i) => self.route_copy(now, from, PortId(i as u32), frame),
+                None => self.count_drop(from, None, |d| d.no_route += 1),
+            },
+            None => self.count_drop(from, None, |d| d.no_route += 1),
         }
     }
 
@@ -542,10 +612,28 @@ impl State {
     fn cancel_timer(&mut self, id: TimerId) -> bool {
         if self.pending_timers.remove(&id.0) {
             self.cancelled_timers.insert(id.0);
+            self.compact_cancelled();
             true
         } else {
             false
         }
+    }
+
+    /// Drops cancelled timers from the queue once they are most of it. A requester re-arms
+    /// its retry timer on every response, and a cancelled timer used to stay queued until its
+    /// (distant) deadline: with a window kept full and the clock barely moving, the queue grew
+    /// with every request ever sent. Events come out in (time, sequence) order, a total order,
+    /// so rebuilding the heap cannot change what is delivered when.
+    fn compact_cancelled(&mut self) {
+        let cancelled = self.cancelled_timers.len();
+        if cancelled < 64 || cancelled * 2 < self.queue.len() {
+            return;
+        }
+        let gone = std::mem::take(&mut self.cancelled_timers);
+        self.queue.retain(|e| match e.kind {
+            EventKind::Timer { id, .. } => !gone.contains(&id),
+            _ => true,
+        });
     }
 
     fn next_event_time(&mut self) -> Option<u64> {
@@ -603,8 +691,14 @@ impl core::fmt::Debug for FabricHandle {
 impl FabricHandle {
     fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
         let s = self.shared.upgrade()?;
-        let r = f(&mut s.lock());
-        s.cv.notify_all();
+        let (r, sleeping) = {
+            let mut state = s.lock();
+            let r = f(&mut state);
+            (r, state.sleepers > 0)
+        };
+        if sleeping {
+            s.cv.notify_all();
+        }
         Some(r)
     }
 
@@ -619,10 +713,47 @@ impl FabricHandle {
         self.with(State::sync_clock).unwrap_or(0)
     }
 
+    /// A buffer for a frame, from the pool of delivered frames' buffers when it has one: it
+    /// keeps its capacity and its old contents (clear it, or overwrite every byte). Build the
+    /// frame in it and [`transmit`](Self::transmit) it.
+    pub fn frame_buffer(&self) -> Vec<u8> {
+        self.shared
+            .upgrade()
+            .map(|s| s.take_buffer())
+            .unwrap_or_default()
+    }
+
+    /// Returns a frame buffer the port is done with (a received frame's copy) to the pool.
+    pub fn recycle(&self, frame: Vec<u8>) {
+        if let Some(s) = self.shared.upgrade() {
+            s.recycle(frame);
+        }
+    }
+
     /// Calls `port`'s [`FabricPort::on_timer`] with `token` at `at_ns` (now, if in the past).
     pub fn schedule_timer(&self, port: PortId, at_ns: u64, token: u64) -> TimerId {
         self.with(|s| s.schedule_timer(port, at_ns, token))
             .unwrap_or(TimerId(u64::MAX))
+    }
+
+    /// Cancels `old` (if any) and schedules `port`'s timer `token` `delay_ns` from now, in one
+    /// call: a requester re-arms its retry timer on every response packet, and three calls
+    /// (cancel, now, schedule) cost three lock round trips.
+    pub fn rearm_timer(
+        &self,
+        old: Option<TimerId>,
+        port: PortId,
+        delay_ns: u64,
+        token: u64,
+    ) -> TimerId {
+        self.with(|s| {
+            if let Some(old) = old {
+                s.cancel_timer(old);
+            }
+            let at = s.sync_clock().saturating_add(delay_ns);
+            s.schedule_timer(port, at, token)
+        })
+        .unwrap_or(TimerId(u64::MAX))
     }
 
     /// Cancels a pending timer; false if it already fired or was cancelled.
@@ -663,18 +794,20 @@ impl Fabric {
             pairs: BTreeMap::new(),
             rng: Rng::new(seed),
             latency_ns: DEFAULT_LATENCY_NS,
-            pending_timers: HashSet::new(),
-            cancelled_timers: HashSet::new(),
+            pending_timers: HashSet::default(),
+            cancelled_timers: HashSet::default(),
             capture: None,
             capture_errors: 0,
             clock: None,
             stop: false,
             in_callback: 0,
+            sleepers: 0,
         };
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 cv: Condvar::new(),
+                pool: Mutex::new(Vec::new()),
             }),
             thread: Mutex::new(None),
         }
@@ -758,7 +891,7 @@ impl Fabric {
         let action = self.lock().pop_ready(None);
         match action {
             Some(a) => {
-                a.run();
+                a.run(&self.shared);
                 true
             }
             None => false,
@@ -783,7 +916,7 @@ impl Fabric {
             let action = self.lock().pop_ready(Some(t_ns));
             match action {
                 Some(a) => {
-                    a.run();
+                    a.run(&self.shared);
                     n += 1;
                 }
                 None => break,
@@ -958,7 +1091,7 @@ impl Drop for Fabric {
 /// Longest single wait of the scaled-real thread, so a clock or scale oddity cannot stall it.
 const MAX_WAIT: Duration = Duration::from_millis(50);
 
-fn delivery_thread(shared: &Shared) {
+fn delivery_thread(shared: &Arc<Shared>) {
     let mut s = shared.lock();
     loop {
         if s.stop {
@@ -969,7 +1102,7 @@ fn delivery_thread(shared: &Shared) {
         if let Some(action) = s.pop_ready(limit) {
             s.in_callback += 1;
             drop(s);
-            action.run();
+            action.run(shared);
             s = shared.lock();
             s.in_callback -= 1;
             continue;
@@ -982,11 +1115,13 @@ fn delivery_thread(shared: &Shared) {
             }
             _ => MAX_WAIT,
         };
+        s.sleepers += 1;
         s = shared
             .cv
             .wait_timeout(s, wait)
             .map(|(g, _)| g)
             .unwrap_or_else(|e| e.into_inner().0);
+        s.sleepers -= 1;
     }
 }
 

@@ -14,7 +14,7 @@ pub mod table;
 pub mod transport;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -177,6 +177,9 @@ pub struct Device {
     sink: Mutex<Option<Arc<dyn InterruptSink>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     stop: AtomicBool,
+    /// Device threads waiting on `cv`, counted under the core lock: `wake` (once per frame the
+    /// fabric hands over) skips the futex call when nobody sleeps.
+    sleepers: AtomicU32,
 }
 
 impl std::fmt::Debug for Device {
@@ -228,6 +231,7 @@ impl Device {
             sink: Mutex::new(None),
             thread: Mutex::new(None),
             stop: AtomicBool::new(false),
+            sleepers: AtomicU32::new(0),
         })
     }
 
@@ -249,7 +253,9 @@ impl Device {
     /// Wakes the device thread (threaded mode) so it delivers interrupts latched by work another
     /// thread ran, e.g. the fabric delivery thread handing a frame to the transport.
     pub fn wake(&self) {
-        self.cv.notify_all();
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Installs the receiver of MSI-X interrupts.
@@ -364,7 +370,8 @@ impl Device {
         }
         c.doorbell(Doorbell::decode(offset, value));
         drop(c);
-        self.cv.notify_all();
+        // The doorbell is queued under the lock above: a sleeper counted itself before it.
+        self.wake();
         Ok(())
     }
 
@@ -493,7 +500,10 @@ impl Device {
                     && c.activity.consumed == c.activity.received
                 {
                     // Timeout: transport timers and rings waiting for space are polled too.
-                    let _ = self.cv.wait_timeout(c, Duration::from_millis(5));
+                    self.sleepers.fetch_add(1, Ordering::SeqCst);
+                    let c = self.cv.wait_timeout(c, Duration::from_millis(5));
+                    self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    drop(c);
                 }
             }
             self.process();

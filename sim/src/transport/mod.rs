@@ -18,9 +18,10 @@ mod requester;
 mod responder;
 mod ud;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::device::{Core, Device, Transport};
 use crate::fabric::{FabricHandle, FabricPort, PortId, TimerId};
@@ -85,14 +86,22 @@ enum Input {
     Link(bool),
 }
 
+#[derive(Debug, Default)]
+struct LinkShared {
+    inbox: VecDeque<Input>,
+    counters: TransportCounters,
+}
+
 /// State shared between a device's [`RoceTransport`] and its [`DevicePort`].
 pub struct PortLink {
     mac: [u8; 6],
     fabric: FabricHandle,
     port: PortId,
-    inbox: Mutex<VecDeque<Input>>,
-    counters: Mutex<TransportCounters>,
-    device: Mutex<Weak<Device>>,
+    /// The inbox and the published counters share one lock: a poll takes the queued inputs
+    /// and publishes the counts of the previous batch in one round trip.
+    shared: Mutex<LinkShared>,
+    /// Set once by [`attach`]; read per frame, so no lock.
+    device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
 }
 
@@ -115,9 +124,8 @@ impl PortLink {
             mac,
             fabric,
             port,
-            inbox: Mutex::new(VecDeque::new()),
-            counters: Mutex::new(TransportCounters::default()),
-            device: Mutex::new(Weak::new()),
+            shared: Mutex::new(LinkShared::default()),
+            device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
         })
     }
@@ -129,7 +137,7 @@ impl PortLink {
 
     /// Snapshot of the transport counters.
     pub fn counters(&self) -> TransportCounters {
-        *relock(&self.counters)
+        relock(&self.shared).counters
     }
 
     /// Test option (M36): hold every READ response this device sends for `ns` virtual
@@ -142,13 +150,9 @@ impl PortLink {
         self.read_delay_ns.load(Ordering::Relaxed)
     }
 
-    fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
-        f(&mut relock(&self.counters));
-    }
-
     fn push(&self, i: Input) {
-        relock(&self.inbox).push_back(i);
-        let dev = relock(&self.device).upgrade();
+        relock(&self.shared).inbox.push_back(i);
+        let dev = self.device.get().and_then(Weak::upgrade);
         if let Some(d) = dev {
             d.process();
             d.wake();
@@ -156,10 +160,6 @@ impl PortLink {
     }
 
     fn transmit(&self, frame: Vec<u8>) {
-        self.count(|c| {
-            c.tx_packets += 1;
-            c.tx_bytes += frame.len() as u64;
-        });
         self.fabric.transmit(self.port, frame);
     }
 
@@ -169,6 +169,10 @@ impl PortLink {
 
     fn schedule(&self, at_ns: u64, token: u64) -> TimerId {
         self.fabric.schedule_timer(self.port, at_ns, token)
+    }
+
+    fn rearm(&self, old: Option<TimerId>, delay_ns: u64, token: u64) -> TimerId {
+        self.fabric.rearm_timer(old, self.port, delay_ns, token)
     }
 
     fn cancel(&self, id: TimerId) {
@@ -187,7 +191,14 @@ impl FabricPort for DevicePort {
         self.link.mac
     }
     fn receive(&self, frame: &[u8], _now_ns: u64) {
-        self.link.push(Input::Frame(frame.to_vec()));
+        let mut copy = self.link.fabric.frame_buffer();
+        copy.clear();
+        copy.extend_from_slice(frame);
+        self.link.push(Input::Frame(copy));
+    }
+    fn receive_owned(&self, frame: Vec<u8>, _now_ns: u64, _pool: &FabricHandle) {
+        // The transport recycles it after handling (`RoceTransport::poll`).
+        self.link.push(Input::Frame(frame));
     }
     fn on_timer(&self, token: u64, _now_ns: u64) {
         self.link.push(Input::Timer(token));
@@ -207,7 +218,7 @@ pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink
         })
     });
     let link = port.link.clone();
-    *relock(&link.device) = Arc::downgrade(dev);
+    let _ = link.device.set(Arc::downgrade(dev));
     dev.set_transport(Box::new(RoceTransport::new(link.clone())));
     link
 }
@@ -238,6 +249,20 @@ pub struct RoceTransport {
     generation: u64,
     /// Frames held by the READ response delay, by timer generation.
     delayed: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// The counters as this transport keeps them, published to [`PortLink::counters`] once at
+    /// the end of each call from the device, not under a lock per packet. Only this transport
+    /// counts, always with the device locked, so the published copy is a plain overwrite.
+    counts: Cell<TransportCounters>,
+    /// `counts` changed since the last publication.
+    counts_dirty: Cell<bool>,
+    /// The inputs being handled (see `poll`).
+    batch: VecDeque<Input>,
+}
+
+/// A QP's state without copying its whole `QpInfo` (attributes included): the transport asks
+/// several times per packet.
+fn qp_state(core: &Core, qp: u32) -> Option<QpState> {
+    core.qps.get(qp).map(|q| q.state)
 }
 
 /// Path MTU enum (1..5) in bytes; out-of-range values clamp.
@@ -265,7 +290,41 @@ impl RoceTransport {
             pump: BTreeSet::new(),
             generation: 0,
             delayed: BTreeMap::new(),
+            counts: Cell::new(TransportCounters::default()),
+            counts_dirty: Cell::new(false),
+            batch: VecDeque::new(),
         }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut TransportCounters)) {
+        let mut c = self.counts.get();
+        f(&mut c);
+        self.counts.set(c);
+        self.counts_dirty.set(true);
+    }
+
+    /// Makes the counts visible to [`PortLink::counters`].
+    fn publish_counts(&self) {
+        if self.counts_dirty.replace(false) {
+            relock(&self.link.shared).counters = self.counts.get();
+        }
+    }
+
+    /// Publishes the counts and swaps the queued inputs into `batch` (empty on entry).
+    fn take_inputs(&self, batch: &mut VecDeque<Input>) {
+        let mut shared = relock(&self.link.shared);
+        if self.counts_dirty.replace(false) {
+            shared.counters = self.counts.get();
+        }
+        std::mem::swap(&mut shared.inbox, batch);
+    }
+
+    fn transmit(&self, frame: Vec<u8>) {
+        self.count(|c| {
+            c.tx_packets += 1;
+            c.tx_bytes += frame.len() as u64;
+        });
+        self.link.transmit(frame);
     }
 
     fn next_gen(&mut self) -> u64 {
@@ -276,7 +335,7 @@ impl RoceTransport {
     /// Builds and transmits one frame; counts a build failure.
     fn send_frame(&self, core: &Core, route: &Route, bth: BthRepr, ext: ExtRepr, payload: &[u8]) {
         if let Some(f) = self.build_frame(core, route, bth, ext, payload) {
-            self.link.transmit(f);
+            self.transmit(f);
         }
     }
 
@@ -289,7 +348,60 @@ impl RoceTransport {
         ext: ExtRepr,
         payload: &[u8],
     ) -> Option<Vec<u8>> {
-        let p = RocePacket {
+        let p = Self::packet(core, route, bth, ext, payload);
+        // A pooled buffer keeps its old bytes: `emit_into` writes every byte of the frame, so
+        // only growth needs filling.
+        let mut frame = self.link.fabric.frame_buffer();
+        frame.resize(p.buffer_len(), 0);
+        let emitted = p.emit_into(&mut frame);
+        self.finish_frame(frame, emitted)
+    }
+
+    /// As [`build_frame`](Self::build_frame) with a payload of `len` bytes that `fill` writes
+    /// straight into the frame (a READ response's memory read: no staging buffer, no copy).
+    /// `Err` if `fill` fails; `Ok(None)` (counted) if the frame cannot be built.
+    fn build_frame_filled(
+        &self,
+        core: &mut Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        len: usize,
+        fill: impl FnOnce(&mut Core, &mut [u8]) -> bool,
+    ) -> Result<Option<Vec<u8>>, ()> {
+        /// Stands in for the payload in the length computations; never copied.
+        static PLACEHOLDER: [u8; 4096] = [0; 4096];
+        let Some(placeholder) = PLACEHOLDER.get(..len) else {
+            // Longer than any MTU: stage it as before.
+            let mut staged = vec![0; len];
+            if !fill(core, &mut staged) {
+                return Err(());
+            }
+            return Ok(self.build_frame(core, route, bth, ext, &staged));
+        };
+        let p = Self::packet(core, route, bth, ext, placeholder);
+        let mut frame = self.link.fabric.frame_buffer();
+        frame.resize(p.buffer_len(), 0);
+        let at = p.payload_offset();
+        let filled = frame
+            .get_mut(at..at + len)
+            .is_some_and(|payload| fill(core, payload));
+        if !filled {
+            self.link.fabric.recycle(frame);
+            return Err(());
+        }
+        let emitted = p.emit_around_payload(&mut frame);
+        Ok(self.finish_frame(frame, emitted))
+    }
+
+    fn packet<'a>(
+        core: &Core,
+        route: &Route,
+        bth: BthRepr,
+        ext: ExtRepr,
+        payload: &'a [u8],
+    ) -> RocePacket<'a> {
+        RocePacket {
             src_mac: core.mac(),
             dst_mac: route.dmac,
             vlan: None,
@@ -303,11 +415,22 @@ impl RoceTransport {
             bth,
             ext,
             payload,
-        };
-        match p.emit() {
-            Ok(f) => Some(f),
+        }
+    }
+
+    fn finish_frame(
+        &self,
+        mut frame: Vec<u8>,
+        emitted: crate::wire::Result<usize>,
+    ) -> Option<Vec<u8>> {
+        match emitted {
+            Ok(n) => {
+                frame.truncate(n);
+                Some(frame)
+            }
             Err(_) => {
-                self.link.count(|c| c.tx_errors += 1);
+                self.link.fabric.recycle(frame);
+                self.count(|c| c.tx_errors += 1);
                 None
             }
         }
@@ -345,7 +468,7 @@ impl RoceTransport {
 
     /// Drops transport state of QPs that left the states the transport serves.
     fn sync_qp(&mut self, core: &mut Core, qp: u32) {
-        let st = core.qp_info(qp).map(|i| i.state);
+        let st = qp_state(core, qp);
         let keep_req = st == Some(QpState::Rts);
         let keep_resp = matches!(st, Some(QpState::Rtr | QpState::Rts));
         if let Some(t) = self.qps.get_mut(&qp) {
@@ -362,9 +485,14 @@ impl RoceTransport {
     }
 
     fn sync_all(&mut self, core: &mut Core) {
-        let handles: Vec<u32> = self.qps.keys().copied().collect();
-        for h in handles {
+        // Walks the keys without collecting them (this runs once per frame): `sync_qp` may
+        // remove the current key, so the next one is looked up after it.
+        let mut next = self.qps.keys().next().copied();
+        while let Some(h) = next {
             self.sync_qp(core, h);
+            next = h
+                .checked_add(1)
+                .and_then(|after| self.qps.range(after..).next().map(|(&k, _)| k));
         }
     }
 
@@ -372,21 +500,21 @@ impl RoceTransport {
         let pkt = match RocePacket::parse(frame) {
             Ok(p) => p,
             Err(_) => {
-                self.link.count(|c| c.rx_malformed += 1);
+                self.count(|c| c.rx_malformed += 1);
                 return;
             }
         };
-        self.link.count(|c| {
+        self.count(|c| {
             c.rx_packets += 1;
             c.rx_bytes += frame.len() as u64;
         });
-        if !core.gids().iter().any(|(_, g)| g.gid == pkt.dst_gid) {
-            self.link.count(|c| c.rx_dropped += 1);
+        if !core.gids.iter().flatten().any(|g| g.gid == pkt.dst_gid) {
+            self.count(|c| c.rx_dropped += 1);
             return;
         }
         let opcode = pkt.bth.opcode;
         let Some(qp) = core.qp_by_qpn(pkt.bth.dest_qp) else {
-            self.link.count(|c| c.rx_dropped += 1);
+            self.count(|c| c.rx_dropped += 1);
             return;
         };
         let Some(info) = core.qp_info(qp) else {
@@ -396,7 +524,7 @@ impl RoceTransport {
         let ud_opcode = matches!(opcode, op::UD_SEND_ONLY | op::UD_SEND_ONLY_WITH_IMMEDIATE);
         // M34: RESET, INIT and ERR drop everything.
         if is_ud != ud_opcode || !matches!(info.state, QpState::Rtr | QpState::Rts) {
-            self.link.count(|c| c.rx_dropped += 1);
+            self.count(|c| c.rx_dropped += 1);
             return;
         }
         if is_ud {
@@ -413,7 +541,7 @@ impl RoceTransport {
         );
         if is_response {
             if info.state != QpState::Rts {
-                self.link.count(|c| c.rx_dropped += 1);
+                self.count(|c| c.rx_dropped += 1);
                 return;
             }
             self.req_response(core, qp, &pkt);
@@ -432,7 +560,7 @@ impl RoceTransport {
             TIMER_RNR => self.req_rnr_expired(core, qp, generation),
             TIMER_DELAYED => {
                 for f in self.delayed.remove(&generation).unwrap_or_default() {
-                    self.link.transmit(f);
+                    self.transmit(f);
                 }
             }
             _ => {}
@@ -444,16 +572,27 @@ impl RoceTransport {
 impl Transport for RoceTransport {
     fn poll(&mut self, core: &mut Core) -> bool {
         let mut progress = false;
+        // Inputs are taken in batches (one lock per batch, not per input); the batch's buffer
+        // is kept for the next poll.
+        let mut batch = std::mem::take(&mut self.batch);
         loop {
-            let next = relock(&self.link.inbox).pop_front();
-            let Some(input) = next else { break };
+            self.take_inputs(&mut batch);
+            if batch.is_empty() {
+                break;
+            }
             progress = true;
-            match input {
-                Input::Frame(f) => self.handle_frame(core, &f),
-                Input::Timer(t) => self.handle_timer(core, t),
-                Input::Link(up) => core.set_link(up),
+            while let Some(input) = batch.pop_front() {
+                match input {
+                    Input::Frame(f) => {
+                        self.handle_frame(core, &f);
+                        self.link.fabric.recycle(f);
+                    }
+                    Input::Timer(t) => self.handle_timer(core, t),
+                    Input::Link(up) => core.set_link(up),
+                }
             }
         }
+        self.batch = batch;
         while let Some(qp) = self.pump.pop_first() {
             if self.req_pump(core, qp) {
                 progress = true;
@@ -463,6 +602,7 @@ impl Transport for RoceTransport {
         if progress {
             self.sync_all(core);
         }
+        self.publish_counts();
         progress
     }
 
@@ -485,6 +625,7 @@ impl Transport for RoceTransport {
             }
             _ => self.sync_qp(core, qp),
         }
+        self.publish_counts();
     }
 
     fn qp_destroyed(&mut self, core: &mut Core, qp: u32) {
@@ -495,6 +636,7 @@ impl Transport for RoceTransport {
             r.cancel_timers(&self.link);
         }
         self.pump.remove(&qp);
+        self.publish_counts();
     }
 
     fn reset(&mut self, core: &mut Core) {
@@ -506,6 +648,9 @@ impl Transport for RoceTransport {
         }
         self.pump.clear();
         self.delayed.clear();
-        relock(&self.link.inbox).retain(|i| matches!(i, Input::Link(_)));
+        relock(&self.link.shared)
+            .inbox
+            .retain(|i| matches!(i, Input::Link(_)));
+        self.publish_counts();
     }
 }

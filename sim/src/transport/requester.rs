@@ -127,7 +127,7 @@ impl RoceTransport {
     }
 
     fn put_req(&mut self, core: &Core, qp: u32, req: Requester) {
-        if core.qp_info(qp).is_some_and(|i| i.state == QpState::Rts) {
+        if super::qp_state(core, qp) == Some(QpState::Rts) {
             self.qps.entry(qp).or_default().req = Some(req);
         } else {
             req.cancel_timers(&self.link);
@@ -135,7 +135,7 @@ impl RoceTransport {
     }
 
     fn still_rts(core: &Core, qp: u32) -> bool {
-        core.qp_info(qp).is_some_and(|i| i.state == QpState::Rts)
+        super::qp_state(core, qp) == Some(QpState::Rts)
     }
 
     /// Starts every executable SQ WQE (M17). Returns true if any started.
@@ -167,7 +167,7 @@ impl RoceTransport {
                         self.emit_req(core, r, &info, mtu, &m, k);
                     }
                 } else {
-                    self.link.count(|c| c.tx_errors += 1);
+                    self.count(|c| c.tx_errors += 1);
                 }
                 req.msgs.push_back(m);
             }
@@ -279,23 +279,25 @@ impl RoceTransport {
     }
 
     fn arm_retry(&mut self, core: &Core, qp: u32, req: &mut Requester) {
-        if let Some(t) = req.retry_timer.take() {
-            self.link.cancel(t);
-        }
-        if req.msgs.is_empty() || req.rnr_psn.is_some() {
-            return;
-        }
-        let Some(info) = core.qp_info(qp) else { return };
-        let Some(ns) = timeout_ns(info.attr.timeout) else {
+        let old = req.retry_timer.take();
+        let delay = if req.msgs.is_empty() || req.rnr_psn.is_some() {
+            None
+        } else {
+            core.qp_info(qp)
+                .and_then(|info| timeout_ns(info.attr.timeout))
+                .map(|ns| ns.saturating_mul(u64::from(core.config().timer_scale.max(1))))
+        };
+        let Some(ns) = delay else {
+            if let Some(t) = old {
+                self.link.cancel(t);
+            }
             return;
         };
-        let ns = ns.saturating_mul(u64::from(core.config().timer_scale.max(1)));
         let generation = self.next_gen();
         req.retry_gen = generation;
-        let at = self.link.now().saturating_add(ns);
         req.retry_timer = Some(
             self.link
-                .schedule(at, timer_token(qp, TIMER_RETRY, generation)),
+                .rearm(old, ns, timer_token(qp, TIMER_RETRY, generation)),
         );
     }
 
@@ -326,7 +328,7 @@ impl RoceTransport {
                 sent += 1;
             }
         }
-        self.link.count(|c| c.retransmits += sent);
+        self.count(|c| c.retransmits += sent);
     }
 
     /// Completes, in order, every SEND/WRITE whose last PSN is at or before `upto`.
@@ -383,13 +385,13 @@ impl RoceTransport {
             };
             match aeth.syndrome {
                 AethSyndrome::Ack { .. } => {
-                    self.link.count(|c| c.acks_received += 1);
+                    self.count(|c| c.acks_received += 1);
                     if self.ack_upto(core, qp, &mut req, psn) {
                         self.progressed(core, qp, &mut req);
                     }
                 }
                 AethSyndrome::RnrNak { timer } => {
-                    self.link.count(|c| c.rnr_naks_received += 1);
+                    self.count(|c| c.rnr_naks_received += 1);
                     self.ack_upto(core, qp, &mut req, psn.sub(1));
                     if req.msg_at(psn).is_none() || req.rnr_psn.is_some() {
                         self.put_req(core, qp, req);
@@ -420,7 +422,7 @@ impl RoceTransport {
                     }
                 }
                 AethSyndrome::Nak(code) => {
-                    self.link.count(|c| c.naks_received += 1);
+                    self.count(|c| c.naks_received += 1);
                     self.ack_upto(core, qp, &mut req, psn.sub(1));
                     if Self::still_rts(core, qp) && req.msg_at(psn).is_some() {
                         if code == NakCode::PsnSequenceError {
@@ -434,7 +436,7 @@ impl RoceTransport {
                                 );
                             } else {
                                 req.retry_left -= 1;
-                                self.link.count(|c| c.retries += 1);
+                                self.count(|c| c.retries += 1);
                                 self.retransmit_from(core, qp, &mut req, psn);
                                 self.arm_retry(core, qp, &mut req);
                             }
@@ -515,12 +517,12 @@ impl RoceTransport {
             self.put_req(core, qp, req);
             return;
         }
-        self.link.count(|c| c.timeouts += 1);
+        self.count(|c| c.timeouts += 1);
         if req.retry_left == 0 {
             Self::fail_msg(core, qp, &mut req, None, status::RETRY_EXC_ERR);
         } else {
             req.retry_left -= 1;
-            self.link.count(|c| c.retries += 1);
+            self.count(|c| c.retries += 1);
             let from = req.msgs[0].first_psn;
             self.retransmit_from(core, qp, &mut req, from);
             self.arm_retry(core, qp, &mut req);
@@ -539,7 +541,7 @@ impl RoceTransport {
         }
         req.rnr_timer = None;
         if let Some(p) = req.rnr_psn.take() {
-            self.link.count(|c| c.rnr_retries += 1);
+            self.count(|c| c.rnr_retries += 1);
             self.retransmit_from(core, qp, &mut req, p);
             self.arm_retry(core, qp, &mut req);
             self.pump.insert(qp);

@@ -121,7 +121,7 @@ impl RoceTransport {
     fn send_aeth(&self, core: &Core, qp: u32, psn: Psn, syndrome: AethSyndrome, msn: u32) {
         let Some(info) = core.qp_info(qp) else { return };
         let Some(route) = Self::rc_route(core, qp) else {
-            self.link.count(|c| c.tx_errors += 1);
+            self.count(|c| c.tx_errors += 1);
             return;
         };
         let ext = ExtRepr {
@@ -147,7 +147,7 @@ impl RoceTransport {
         let psn = pkt.bth.psn;
         let d = psn.diff(r.epsn);
         if d < 0 {
-            self.link.count(|c| c.duplicates += 1);
+            self.count(|c| c.duplicates += 1);
             if pkt.bth.opcode == op::RC_RDMA_READ_REQUEST {
                 // M23: duplicate READs are re-executed (nothing changes if the access now fails).
                 if let Some(reth) = pkt.ext.reth
@@ -157,7 +157,7 @@ impl RoceTransport {
                     self.read_respond(core, qp, &info, psn, reth, r.msn);
                 }
             } else if pkt.bth.ack_req {
-                self.link.count(|c| c.acks_sent += 1);
+                self.count(|c| c.acks_sent += 1);
                 let ack = AethSyndrome::Ack {
                     credits: AethSyndrome::UNLIMITED_CREDITS,
                 };
@@ -169,7 +169,7 @@ impl RoceTransport {
         if d > 0 {
             if !r.nak_sent {
                 r.nak_sent = true;
-                self.link.count(|c| {
+                self.count(|c| {
                     c.naks_sent += 1;
                     c.seq_naks_sent += 1;
                 });
@@ -185,7 +185,7 @@ impl RoceTransport {
                 r.epsn = r.epsn.add(psns);
                 if ack {
                     r.msn = r.msn.wrapping_add(1) & 0xFF_FFFF;
-                    self.link.count(|c| c.acks_sent += 1);
+                    self.count(|c| c.acks_sent += 1);
                     let s = AethSyndrome::Ack {
                         credits: AethSyndrome::UNLIMITED_CREDITS,
                     };
@@ -193,7 +193,7 @@ impl RoceTransport {
                 }
             }
             Outcome::Rnr => {
-                self.link.count(|c| c.rnr_naks_sent += 1);
+                self.count(|c| c.rnr_naks_sent += 1);
                 let s = AethSyndrome::RnrNak {
                     timer: info.attr.min_rnr_timer & 0x1F,
                 };
@@ -204,7 +204,7 @@ impl RoceTransport {
                 event,
                 enter_err,
             } => {
-                self.link.count(|c| c.naks_sent += 1);
+                self.count(|c| c.naks_sent += 1);
                 self.send_aeth(core, qp, psn, AethSyndrome::Nak(code), r.msn);
                 if enter_err {
                     core.set_qp_error(qp);
@@ -480,22 +480,17 @@ impl RoceTransport {
         msn: u32,
     ) -> bool {
         let Some(route) = Self::rc_route(core, qp) else {
-            self.link.count(|c| c.tx_errors += 1);
+            self.count(|c| c.tx_errors += 1);
             return true;
         };
         let mtu = mtu_bytes(info.attr.path_mtu);
         let len = reth.dma_len as usize;
         let n = len.div_ceil(mtu).max(1);
-        let mut buf = vec![0u8; mtu.min(len)];
         let delay = self.link.read_delay();
         let mut held = Vec::new();
         for k in 0..n {
             let lo = k * mtu;
             let chunk = (len - lo).min(mtu);
-            let data = &mut buf[..chunk];
-            if !core.remote_read(qp, reth.rkey, reth.va.wrapping_add(lo as u64), data) {
-                return false;
-            }
             let opcode = match (k == 0, k + 1 == n) {
                 (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
                 (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
@@ -512,10 +507,15 @@ impl RoceTransport {
                 });
             }
             let bth = Self::bth(opcode, info.attr.dest_qp_num, psn.add(k as u32));
-            if delay == 0 {
-                self.send_frame(core, &route, bth, ext, data);
-            } else if let Some(f) = self.build_frame(core, &route, bth, ext, data) {
-                held.push(f);
+            let va = reth.va.wrapping_add(lo as u64);
+            let frame = self.build_frame_filled(core, &route, bth, ext, chunk, |core, data| {
+                core.remote_read(qp, reth.rkey, va, data)
+            });
+            match frame {
+                Err(()) => return false,
+                Ok(Some(f)) if delay == 0 => self.transmit(f),
+                Ok(Some(f)) => held.push(f),
+                Ok(None) => {}
             }
         }
         if !held.is_empty() {

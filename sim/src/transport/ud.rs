@@ -67,7 +67,7 @@ impl RoceTransport {
                 };
                 self.send_frame(core, &route, bth, ext, &w.payload);
             }
-            None => self.link.count(|c| c.tx_errors += 1),
+            None => self.count(|c| c.tx_errors += 1),
         }
         core.complete_send(
             info.handle,
@@ -96,13 +96,13 @@ impl RoceTransport {
         // An empty queue falls through to the take, which also reports a failed RQ/SRQ.
         let too_small = core.peek_recv(qp).is_some_and(|w| w.capacity() < need);
         if deth.qkey != want || too_small {
-            self.link.count(|c| c.ud_dropped += 1);
+            self.count(|c| c.ud_dropped += 1);
             return;
         }
         let w = match core.take_recv(qp) {
             Ok(Some(w)) => w,
             _ => {
-                self.link.count(|c| c.ud_dropped += 1);
+                self.count(|c| c.ud_dropped += 1);
                 return;
             }
         };

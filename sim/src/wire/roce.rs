@@ -309,11 +309,31 @@ impl<'a> RocePacket<'a> {
         Ok(v)
     }
 
-    /// Emits the whole frame into `buf`, returning its length.
+    /// Emits the whole frame into `buf`, returning its length; every byte of `buf[..len]` is
+    /// written, whatever `buf` held.
     ///
     /// # Errors
     /// As [`emit`](Self::emit), plus [`WireError::Truncated`] if `buf` is too short.
     pub fn emit_into(&self, buf: &mut [u8]) -> Result<usize> {
+        self.emit_frame(buf, true)
+    }
+
+    /// Offset of the payload in the emitted frame.
+    pub fn payload_offset(&self) -> usize {
+        self.buffer_len() - ICRC_LEN - self.payload.len() - self.pad_len()
+    }
+
+    /// As [`emit_into`](Self::emit_into), but the payload is already in `buf` at
+    /// [`payload_offset`](Self::payload_offset) (a device read it there from memory, saving a
+    /// copy); `self.payload` gives only its length. Every other byte of the frame is written.
+    ///
+    /// # Errors
+    /// As [`emit_into`](Self::emit_into).
+    pub fn emit_around_payload(&self, buf: &mut [u8]) -> Result<usize> {
+        self.emit_frame(buf, false)
+    }
+
+    fn emit_frame(&self, buf: &mut [u8], copy_payload: bool) -> Result<usize> {
         let addrs = self.check()?;
         let total = self.buffer_len();
         let buf = buf.get_mut(..total).ok_or(WireError::Truncated)?;
@@ -327,6 +347,10 @@ impl<'a> RocePacket<'a> {
             vlan: self.vlan,
             ethertype,
         };
+        // Every byte of the frame is written (headers on a zeroed area, payload, pad, ICRC), so
+        // a reused buffer's old contents cannot leak onto the wire.
+        let headers = total - ICRC_LEN - self.payload.len() - self.pad_len();
+        buf.get_mut(..headers).ok_or(WireError::Truncated)?.fill(0);
         eth.emit(buf)?;
         let ip_at = eth.buffer_len();
         let udp_at = ip_at + addrs.header_len();
@@ -370,7 +394,9 @@ impl<'a> RocePacket<'a> {
         let ext_at = bth_at + bth::field::HEADER_LEN;
         self.ext.emit(&mut buf[ext_at..])?;
         let pay_at = ext_at + self.ext.buffer_len();
-        buf[pay_at..pay_at + self.payload.len()].copy_from_slice(self.payload);
+        if copy_payload {
+            buf[pay_at..pay_at + self.payload.len()].copy_from_slice(self.payload);
+        }
         let icrc_at = total - ICRC_LEN;
         buf[pay_at + self.payload.len()..icrc_at].fill(0);
         let crc = icrc::compute(
