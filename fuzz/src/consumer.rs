@@ -197,11 +197,13 @@ pub enum DeviceWrite {
         offset: u8,
         bytes: [u8; 8],
     },
-    /// A whole CQE naming a QP of this host and a slot, then (`publish`) `prod_tail` + 1.
+    /// A whole CQE naming a QP of this host and a slot (`wr_id`, under queue tag `tag`: 0
+    /// SQ, 2 RQ, 3 SRQ), then (`publish`) `prod_tail` + 1.
     ForgeCqe {
         cq: u8,
         qp: u8,
         wr_id: u16,
+        tag: u8,
         opcode: u8,
         status: u8,
         byte_len: u32,
@@ -1374,6 +1376,7 @@ impl Session {
                 cq,
                 qp,
                 wr_id,
+                tag,
                 opcode,
                 status,
                 byte_len,
@@ -1394,7 +1397,8 @@ impl Session {
                 let n = ring.n.max(1);
                 let slot = u64::from(tail % n);
                 let mut cqe = [0u8; 64];
-                cqe[0..8].copy_from_slice(&u64::from(wr_id).to_le_bytes());
+                let wr_id = u64::from(tag % 4) << 32 | u64::from(wr_id);
+                cqe[0..8].copy_from_slice(&wr_id.to_le_bytes());
                 cqe[8..16].copy_from_slice(&u64::from(handle).to_le_bytes());
                 let op = if opcode & 0x80 != 0 {
                     128 + u32::from(opcode & 1)

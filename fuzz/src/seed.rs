@@ -268,6 +268,7 @@ impl Encode for DeviceWrite {
                 cq,
                 qp,
                 wr_id,
+                tag,
                 opcode,
                 status,
                 byte_len,
@@ -275,7 +276,7 @@ impl Encode for DeviceWrite {
                 publish,
             } => {
                 e.tag(1, N);
-                fields!(e; cq, qp, wr_id, opcode, status, byte_len, wc_flags, publish);
+                fields!(e; cq, qp, wr_id, tag, opcode, status, byte_len, wc_flags, publish);
             }
             DeviceWrite::CqTail { cq, delta, raw } => {
                 e.tag(2, N);

@@ -356,6 +356,7 @@ fn device_seeds() -> Vec<(&'static str, DeviceInput)> {
             cq: 0,
             qp: 0,
             wr_id: 0,
+            tag: 0,
             opcode: 0,
             status: 0,
             byte_len: 256,
@@ -370,7 +371,8 @@ fn device_seeds() -> Vec<(&'static str, DeviceInput)> {
         Step::Device(DeviceWrite::ForgeCqe {
             cq: 1,
             qp: 0,
-            wr_id: 1,
+            wr_id: 0,
+            tag: 2,
             opcode: 0x80,
             status: 5,
             byte_len: 0xFFFF_FFFF,
