@@ -1655,6 +1655,22 @@ impl Session {
                     c.obj.cq.notifications(),
                     c.obj.arms
                 );
+                if let Some(r) = r {
+                    for slot in 0..r.n.min(4) {
+                        let at = u64::from(slot) * 64;
+                        let page = r.pages[(at / 4096) as usize];
+                        let rd = |o: u64| sp.read_u32(page + at % 4096 + o).unwrap_or(0);
+                        eprintln!(
+                            "  CQE {slot}: wr_id {:#x}:{:#x} qp {:#x} opcode {} status {} byte_len {}",
+                            rd(4),
+                            rd(0),
+                            rd(8),
+                            rd(16),
+                            rd(20),
+                            rd(24)
+                        );
+                    }
+                }
             }
             for h in 0..2 {
                 eprintln!(
