@@ -554,8 +554,15 @@ impl Core {
             self.retire_sq(qph);
             return true;
         }
-        let e = qp.sq_active.remove(pos).expect("position valid");
+        // CQEs of a queue appear in posting order (M36): the older WQEs still in flight are
+        // flushed before the failing WQE's error CQE, the younger ones after it (M32).
+        let older: Vec<SqEntry> = qp.sq_active.drain(..pos).collect();
+        let e = qp.sq_active.pop_front().expect("position valid");
         let send_cq = qp.send_cq;
+        for o in &older {
+            let c = self.send_cqe(qph, o, status::WR_FLUSH_ERR, 0);
+            self.write_cqe(send_cq, &c, false);
+        }
         let c = self.send_cqe(qph, &e, st, 0);
         self.write_cqe(send_cq, &c, true);
         self.enter_err(qph);
