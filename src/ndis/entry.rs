@@ -10,17 +10,19 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::ffi::c_void;
 use core::ptr::{NonNull, null_mut};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering, fence};
 
 use super::abi::*;
 use super::attributes::GeneralAttributes;
 use super::miniport::{MemRange, Miniport, OidResult, parse_resources};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
+use crate::os::Platform;
 use crate::os::windows::imports::{
-    DbgPrintEx, NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver,
-    NdisMDeregisterScatterGatherDma, NdisMMapIoSpace, NdisMRegisterInterruptEx,
-    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
-    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisSetOptionalHandlers,
+    DbgPrintEx, NdisAllocateIoWorkItem, NdisFreeIoWorkItem, NdisMDeregisterInterruptEx,
+    NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma, NdisMMapIoSpace,
+    NdisMNetPnPEvent, NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver,
+    NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes,
+    NdisMUnmapIoSpace, NdisQueueIoWorkItem, NdisSetOptionalHandlers,
 };
 use crate::os::windows::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsScheduler};
 
@@ -131,9 +133,98 @@ unsafe extern "system" fn set_options(
     unsafe { NdisSetOptionalHandlers(driver_handle, optional.cast()) }
 }
 
+/// The NDIS I/O work item that issues the core's NDK PnP events (ndkpi.md §6.5: never from
+/// the OID handler, where NdisMNetPnPEvent would deadlock). Shared by the adapter context and
+/// each queued run, so a run never reads a context Halt has freed.
+struct PnpWorker {
+    adapter_handle: NDIS_HANDLE,
+    work_item: NDIS_HANDLE,
+    miniport: Arc<Miniport>,
+    /// Set while a run is queued and has not started: the item is never queued twice.
+    queued: AtomicBool,
+    /// Runs queued or running; Halt frees the item only at 0.
+    outstanding: AtomicU32,
+}
+
+// SAFETY: the handles are NDIS's, usable from any thread at the IRQLs their routines allow;
+// the rest is Sync.
+unsafe impl Send for PnpWorker {}
+// SAFETY: as above.
+unsafe impl Sync for PnpWorker {}
+
+impl PnpWorker {
+    /// After an OID_NDK_SET_STATE: queue a run unless one is queued and not started (that one
+    /// will see the new state). IRQL <= DISPATCH_LEVEL.
+    fn kick(self: &Arc<Self>) {
+        // Pairs with the routine's fence: either it sees the new state, or this sees its
+        // cleared flag (a store then a load on each side, so both need the full fence).
+        fence(Ordering::SeqCst);
+        if self.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        // The run owns this count of the worker; `pnp_work_item` takes it back.
+        let context = Arc::into_raw(self.clone()).cast_mut().cast::<c_void>();
+        // SAFETY: the item is allocated and not queued (`queued` was clear); the routine
+        // matches NDIS_IO_WORKITEM_ROUTINE; the context stays valid until the routine
+        // releases it.
+        unsafe { NdisQueueIoWorkItem(self.work_item, pnp_work_item, context) };
+    }
+}
+
+/// NDIS_IO_WORKITEM_ROUTINE (PASSIVE_LEVEL): issues every pending NDK PnP event in order.
+unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE) {
+    // SAFETY: `kick` queued the item with a count of the worker as its context.
+    let worker = unsafe { Arc::from_raw(context.cast_const().cast::<PnpWorker>()) };
+    // Cleared before draining: a state change after this point queues a new run (an item
+    // may be requeued once its routine runs), one before it is drained here.
+    worker.queued.store(false, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    while let Some(event) = worker.miniport.next_ndk_pnp_event() {
+        let mut notification = NET_PNP_EVENT_NOTIFICATION {
+            Header: header(
+                NDIS_OBJECT_TYPE_DEFAULT,
+                NET_PNP_EVENT_NOTIFICATION_REVISION_1,
+                NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_1,
+            ),
+            PortNumber: 0,
+            NetPnPEvent: NET_PNP_EVENT {
+                NetEvent: event,
+                Buffer: null_mut(),
+                BufferLength: 0,
+                NdisReserved: [0; 4],
+                TransportReserved: [0; 4],
+                TdiReserved: [0; 4],
+                TdiClientReserved: [0; 4],
+            },
+            Flags: 0,
+            SwitchId: 0,
+            VPortId: 0,
+        };
+        // SAFETY: a REVISION_1 notification valid for the call; PASSIVE_LEVEL in a work item,
+        // no lock held (a disable waits here until NDIS has closed every NDK_ADAPTER).
+        let status =
+            unsafe { NdisMNetPnPEvent(worker.adapter_handle, (&raw mut notification).cast()) };
+        if status != NDIS_STATUS_SUCCESS {
+            // SAFETY: a NUL-terminated format with two %x and their u32s; PASSIVE_LEVEL.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: NdisMNetPnPEvent(%x) failed: %x\n".as_ptr().cast(),
+                    event.0 as u32,
+                    status as u32,
+                )
+            };
+        }
+    }
+    worker.outstanding.fetch_sub(1, Ordering::AcqRel);
+}
+
 /// The MiniportAdapterContext.
 struct AdapterContext {
     handle: NDIS_HANDLE,
+    pnp: Option<Arc<PnpWorker>>,
     dma_handle: NDIS_HANDLE,
     interrupt_handle: NDIS_HANDLE,
     bar1: Option<(NonNull<c_void>, u32)>,
@@ -147,6 +238,9 @@ struct AdapterContext {
 impl AdapterContext {
     /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
     fn teardown(&mut self) {
+        if let Some(worker) = self.pnp.take() {
+            self.free_pnp_worker(worker);
+        }
         if let Some(m) = self.miniport.take() {
             m.halt();
         }
@@ -187,6 +281,36 @@ impl AdapterContext {
             // SAFETY: registered in InitializeEx; every shared-memory block is freed.
             unsafe { NdisMDeregisterScatterGatherDma(self.dma_handle) };
             self.dma_handle = null_mut();
+        }
+    }
+}
+
+impl AdapterContext {
+    /// Frees the PnP work item once no run is queued or running. NDIS sends no OID during
+    /// Halt, so no new run is queued; one still pending gets the core's Halt grace, and one
+    /// that outlives it keeps its item and worker (leaked, never freed under it).
+    fn free_pnp_worker(&self, worker: Arc<PnpWorker>) {
+        let idle = || worker.outstanding.load(Ordering::Acquire) == 0;
+        let idle = idle()
+            || self
+                .platform
+                .as_ref()
+                .is_some_and(|p| p.wait_until(&idle, super::miniport::HALT_GRACE_NS));
+        if idle {
+            // SAFETY: allocated in InitializeEx; no run is queued or running.
+            unsafe { NdisFreeIoWorkItem(worker.work_item) };
+        } else {
+            // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: NDK PnP work item still running at halt\n"
+                        .as_ptr()
+                        .cast(),
+                )
+            };
+            core::mem::forget(worker);
         }
     }
 }
@@ -241,6 +365,7 @@ unsafe extern "system" fn initialize(
 ) -> NDIS_STATUS {
     let Ok(ctx) = crate::os::alloc::try_box(AdapterContext {
         handle,
+        pnp: None,
         dma_handle: null_mut(),
         interrupt_handle: null_mut(),
         bar1: None,
@@ -367,6 +492,26 @@ unsafe fn initialize_adapter(
         Err(s) => return s,
     };
     ctx.miniport = Some(miniport.clone());
+    // SAFETY: the adapter handle InitializeEx received; PASSIVE_LEVEL.
+    let work_item = unsafe { NdisAllocateIoWorkItem(handle) };
+    if work_item.is_null() {
+        return NDIS_STATUS_RESOURCES;
+    }
+    let worker = crate::os::alloc::try_arc(PnpWorker {
+        adapter_handle: handle,
+        work_item,
+        miniport: miniport.clone(),
+        queued: AtomicBool::new(false),
+        outstanding: AtomicU32::new(0),
+    });
+    match worker {
+        Ok(w) => ctx.pnp = Some(w),
+        Err(_) => {
+            // SAFETY: just allocated, never queued.
+            unsafe { NdisFreeIoWorkItem(work_item) };
+            return NDIS_STATUS_RESOURCES;
+        }
+    }
 
     let mut general = general_attributes(&miniport.general_attributes());
     // SAFETY: a general-attributes structure, valid for the call.
@@ -645,6 +790,8 @@ unsafe extern "system" fn oid_request(
     let Some(m) = miniport(context) else {
         return NDIS_STATUS_FAILURE;
     };
+    // SAFETY: the registered context (`miniport` found it).
+    let pnp = unsafe { adapter(context) }.and_then(|a| a.pnp.as_ref());
     // SAFETY: NDIS passes a valid request it owns until completion (here: return).
     let Some(request) = (unsafe { request.as_mut() }) else {
         return NDIS_STATUS_INVALID_PARAMETER;
@@ -676,6 +823,12 @@ unsafe extern "system" fn oid_request(
             } = m.set_oid(s.Oid, unsafe {
                 buffer(s.InformationBuffer, s.InformationBufferLength)
             });
+            if s.Oid == OID_NDK_SET_STATE
+                && status == NDIS_STATUS_SUCCESS
+                && let Some(worker) = pnp
+            {
+                worker.kick();
+            }
             s.BytesWrittenOrRead = bytes_done;
             s.BytesNeeded = bytes_needed;
             status

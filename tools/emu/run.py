@@ -2,17 +2,14 @@
 """Runs the linked driver image under speakeasy-emulator 1.5.11, with this script playing
 NDIS and the kernel (docs/BUILD.md, "Emulated run").
 
-Usage: run.py IMAGE.sys [--placeholder]
+Usage: run.py IMAGE.sys
 
 The harness records what DriverEntry registers, calls the handlers the way NDIS does and
 asserts every status, header and count. Structure layouts come from the NDIS documentation
 (Learn, x64: pointers 8 bytes, natural alignment), never from the Rust sources under test.
 
---placeholder: the image carries the contract's placeholder `ndis::miniport` (every
-operation NDIS_STATUS_NOT_SUPPORTED), so MiniportInitializeEx must fail cleanly after
-setting only its registration attributes. Without it the harness expects the real core.
-
-Limits (speakeasy): one thread, no IRQL; DPCs run only when the harness runs them.
+Limits (speakeasy): one thread, no IRQL; DPCs and NDIS I/O work items run only when the
+harness runs them (work items only between top-level calls, never inside an OID handler).
 """
 import argparse
 import struct
@@ -48,9 +45,25 @@ STATUS_PENDING = 0x103
 STATUS_BUFFER_TOO_SMALL = 0xC0000023
 NDIS_STATUS_BAD_VERSION = 0xC0010004
 NDIS_STATUS_BUFFER_TOO_SHORT = 0xC0010016
-NDIS_STATUS_INVALID_DEVICE_REQUEST = 0xC0000010
+NDIS_STATUS_ADAPTER_NOT_READY = 0xC0010011
+NDIS_STATUS_INVALID_LENGTH = 0xC0010014
+NDIS_STATUS_INVALID_DATA = 0xC0010015
+NDIS_STATUS_INVALID_PARAMETER = 0xC000000D  # = STATUS_INVALID_PARAMETER
+# ntddndis.h
+OID_GEN_SUPPORTED_LIST = 0x00010101
+OID_GEN_HARDWARE_STATUS = 0x00010102
+OID_GEN_MAXIMUM_FRAME_SIZE = 0x00010106
+OID_GEN_VENDOR_ID = 0x0001010C
+OID_GEN_CURRENT_PACKET_FILTER = 0x0001010E
+OID_802_3_MULTICAST_LIST = 0x01010103
+NDIS_PACKET_TYPE_DIRECTED = 0x1
 OID_NDK_SET_STATE = 0xFC040201
 OID_NDK_STATISTICS = 0xFC040202
+OID_NDK_CONNECTIONS = 0xFC040203
+OID_NDK_LOCAL_ENDPOINTS = 0xFC040204
+WORK_ITEM_HANDLE = 0x3030_0000_0001
+# NET_PNP_EVENT_CODE (ndkpi.md §6.5).
+NET_EVENT_NDK_ENABLE, NET_EVENT_NDK_DISABLE = 13, 14
 
 # The device (docs/reference/pvrdma.md): BAR1 registers, the DSR's slot addresses and caps.
 BAR1_PHYS, BAR2_PHYS = 0xFEB1_0000, 0xFEB2_0000
@@ -58,6 +71,10 @@ REG_VERSION, REG_DSRLOW, REG_DSRHIGH, REG_CTL, REG_REQUEST, REG_ERR = 0x00, 0x04
 DEVICE_VERSION = 20
 DSR_CMD_SLOT, DSR_RESP_SLOT, DSR_CAPS = 16, 24, 72
 CMD_REQ_MAX, RESP_BIT = 184, 0x8000_0000
+CMD_CREATE_MR, CMD_CREATE_CQ, CMD_CREATE_QP, CMD_DESTROY_QP = 4, 6, 9, 12
+CMD_NAMES = {0: "QUERY_PORT", 1: "QUERY_PKEY", 2: "CREATE_PD", 3: "DESTROY_PD", 4: "CREATE_MR",
+             5: "DESTROY_MR", 6: "CREATE_CQ", 7: "RESIZE_CQ", 8: "DESTROY_CQ", 9: "CREATE_QP",
+             10: "MODIFY_QP", 11: "QUERY_QP", 12: "DESTROY_QP", 15: "CREATE_BIND", 16: "DESTROY_BIND"}
 
 
 def caps_block():
@@ -127,6 +144,11 @@ class Harness:
         self.sends_completed = []
         self.pending_vectors = []
         self.interrupt_chars = None
+        self.work_items = set()
+        self.pending_work = []
+        self.pnp_events = []
+        self.in_oid = False
+        self.in_work_item = False
         self.delay_slot = self._iat_slot("KeDelayExecutionThread")
         self.scratch = self.alloc(0x1000, "harness_scratch")
         self._hooks()
@@ -184,6 +206,10 @@ class Harness:
         h("ndis", "NdisMDeregisterInterruptEx", 1, lambda a: self.maps.pop("interrupt", None) and 0)
         h("ndis", "NdisMAllocateSharedMemory", 5, self.alloc_shared)
         h("ndis", "NdisMFreeSharedMemory", 5, self.free_shared)
+        h("ndis", "NdisAllocateIoWorkItem", 1, self.alloc_work_item)
+        h("ndis", "NdisQueueIoWorkItem", 3, self.queue_work_item)
+        h("ndis", "NdisFreeIoWorkItem", 1, self.free_work_item)
+        h("ndis", "NdisMNetPnPEvent", 2, self.net_pnp_event)
         h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
         h("ntoskrnl", "ExAllocatePool2", 3, self.pool_alloc)
         h("ntoskrnl", "ExFreePoolWithTag", 2, self.pool_free)
@@ -233,6 +259,50 @@ class Harness:
             extra = self.read(struct.unpack_from("<Q", data, 8)[0], 0x38)
         self.attributes.append((handle, t, rev, size, data, extra))
         return NDIS_STATUS_SUCCESS
+
+    def alloc_work_item(self, a):
+        check(a[0] == ADAPTER_HANDLE, f"NdisAllocateIoWorkItem for the adapter handle ({a[0]:#x})")
+        handle = WORK_ITEM_HANDLE + len(self.work_items)
+        self.work_items.add(handle)
+        return handle
+
+    def queue_work_item(self, a):
+        handle, routine, ctx = a
+        check(handle in self.work_items, f"NdisQueueIoWorkItem({handle:#x}) queues an allocated item")
+        check(all(w[0] != handle for w in self.pending_work), "the work item is not queued twice")
+        check(self.is_cfg_target(routine), "the work item routine is a CFG target")
+        self.pending_work.append((handle, routine, ctx))
+        return 0
+
+    def free_work_item(self, a):
+        check(a[0] in self.work_items and all(w[0] != a[0] for w in self.pending_work),
+              f"NdisFreeIoWorkItem({a[0]:#x}) frees an allocated, unqueued item")
+        self.work_items.discard(a[0])
+        return 0
+
+    def net_pnp_event(self, a):
+        # NET_PNP_EVENT_NOTIFICATION REVISION_1 (ndkpi.md §6.5, x64): Header, PortNumber @4,
+        # NET_PNP_EVENT @8 {NetEvent, Buffer @0x10, BufferLength @0x18}, Flags @0xA0; 0xA4.
+        handle, n = a
+        d = self.read(n, 0xA4)
+        event = struct.unpack_from("<i", d, 8)[0]
+        check(handle == ADAPTER_HANDLE, "NdisMNetPnPEvent for the adapter handle")
+        check(header(d) == (0x80, 1, 0xA4), f"NET_PNP_EVENT_NOTIFICATION header {header(d)} = (0x80, 1, 0xA4)")
+        port, buf, buflen, flags = (struct.unpack_from("<I", d, 4)[0], struct.unpack_from("<Q", d, 0x10)[0],
+                                    struct.unpack_from("<I", d, 0x18)[0], struct.unpack_from("<I", d, 0xA0)[0])
+        check((port, buf, buflen, flags) == (0, 0, 0, 0), f"PortNumber, Buffer, BufferLength, Flags all 0 ({port}, {buf:#x}, {buflen}, {flags:#x})")
+        check(not self.in_oid and self.in_work_item, f"NdisMNetPnPEvent({event}) from the work item, not from an OID handler")
+        self.pnp_events.append(event)
+        return NDIS_STATUS_SUCCESS
+
+    def run_work_items(self):
+        """Runs queued I/O work items (PASSIVE_LEVEL, a worker thread), with device traffic."""
+        while self.pending_work:
+            handle, routine, ctx = self.pending_work.pop(0)
+            self.in_work_item = True
+            self.call(routine, [ctx, handle], "NDIS_IO_WORKITEM_ROUTINE")
+            self.in_work_item = False
+            self.pump()
 
     def register_dma(self, a):
         handle, desc, phandle = a
@@ -382,7 +452,18 @@ class Harness:
             resp[0:8] = req[0:8]
             struct.pack_into("<I", resp, 8, code | RESP_BIT)
             # Handles: distinct per command kind, so no create names a live handle.
-            struct.pack_into("<I", resp, 16, len(self.requests))
+            handle = len(self.requests)
+            struct.pack_into("<I", resp, 16, handle)
+            # The data each create answers with (pvrdma.md §"Layouts"), granted as asked.
+            if code == CMD_CREATE_CQ:
+                struct.pack_into("<I", resp, 20, struct.unpack_from("<I", req, 28)[0])  # cqe
+            elif code == CMD_CREATE_MR:
+                struct.pack_into("<II", resp, 20, 0x100 + handle, 0x200 + handle)  # lkey, rkey
+            elif code == CMD_CREATE_QP:  # v20 response: qpn, qp_handle, the caps asked for
+                struct.pack_into("<II", resp, 16, 0x10 + handle, handle)
+                resp[24:44] = req[40:60]
+            elif code == CMD_DESTROY_QP:
+                struct.pack_into("<I", resp, 16, 0)  # events_reported
             self.se.mem_write(self.q(self.dsr + DSR_RESP_SLOT), bytes(resp))
             self.se.mem_write(self.bar1 + REG_ERR, struct.pack("<I", 0))
             self.pending_vectors.append(0)
@@ -429,6 +510,13 @@ class Harness:
                 self.cfg_violations.append(target)
         self.se.add_code_hook(on_dispatch, begin=stub, end=stub + 1)
 
+    def call_stack_args(self, addr, args, what):
+        """A call with more than four arguments. speakeasy 1.5.11 writes the fifth and later
+        ones below the top of the 0x20-byte home space instead of above it, so four zero
+        slots in front of them put them at rsp+0x28, where the x64 convention has them (a
+        stub of ours cannot call imports: speakeasy resolves those by the run's module)."""
+        return self.call(addr, list(args[:4]) + [0] * 4 + list(args[4:]), what)
+
     def call(self, addr, args, what):
         before = len(self.se.emu.runs)
         self.se.call(addr, args)
@@ -436,13 +524,14 @@ class Harness:
         run = runs[-1] if runs else None
         ok = run is not None and not run.error
         check(ok, f"{what} ran to completion" + ("" if ok else f" ({run.error if run else 'no run'})"))
-        return (run.ret_val if run else None)
+        # Every routine called here returns an NTSTATUS / NDIS_STATUS (32 bits) or nothing:
+        # the upper half of rax is undefined.
+        return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
-    ap.add_argument("--placeholder", action="store_true")
     args = ap.parse_args()
     hz = Harness(args.image)
     hz.guard_cfg()
@@ -492,7 +581,6 @@ def main():
     hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
     params = hz.alloc(0x40, "init_params")
     hz.se.mem_write(params, struct.pack("<BBHIQ", 0x81, 1, 0x40, 0, rlist) + b"\0" * 0x30)
-    pool_before = len(hz.pool)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
@@ -503,12 +591,7 @@ def main():
         check(ctx != 0, "MiniportAdapterContext set")
         check(flags == 0x9, f"AttributeFlags HARDWARE_DEVICE | BUS_MASTER ({flags:#x})")
         check((hang, iface) == (0, 5), f"CheckForHangTimeInSeconds 0, InterfaceType NdisInterfacePci ({hang}, {iface})")
-    if args.placeholder:
-        check(st == NDIS_STATUS_NOT_SUPPORTED, f"InitializeEx returned NDIS_STATUS_NOT_SUPPORTED from the placeholder ({st:#x})")
-        check(len(hz.attributes) == 1, "no attributes after the failed resource parse")
-        check(len(hz.pool) == pool_before, f"the failed InitializeEx freed its pool ({len(hz.pool) - pool_before} left)")
-        check(not hz.maps, f"the failed InitializeEx unmapped and deregistered everything ({hz.maps})")
-    elif check(st == NDIS_STATUS_SUCCESS, f"InitializeEx returned NDIS_STATUS_SUCCESS ({st:#x})"):
+    if check(st == NDIS_STATUS_SUCCESS, f"InitializeEx returned NDIS_STATUS_SUCCESS ({st:#x})"):
         types = [a[1] for a in hz.attributes]
         check(types == [0x9E, 0x9F, 0xB3], f"attributes registration, general, NDK in order ({[hex(t) for t in types]})")
         for _h, t, rev, size, data, extra in hz.attributes:
@@ -518,7 +601,8 @@ def main():
                 check((rev, size) == (1, 0x10), f"NDK attributes REVISION_1, size 0x10 ({rev}, {size:#x})")
                 check(data[4] == 1, "NDK Enabled")
                 check(header(extra) == (0x80, 1, 0x38), f"NDK capabilities header {header(extra)} = (0x80, 1, 0x38)")
-        full_run(hz, handlers, reg[0][4] if reg else b"")
+        general = next(a[4] for a in hz.attributes if a[1] == 0x9F)
+        full_run(hz, handlers, reg[0][4] if reg else b"", general)
 
 
     # MiniportDriverUnload
@@ -531,7 +615,7 @@ def u32(hz, addr):
     return struct.unpack("<I", hz.read(addr, 4))[0]
 
 
-def full_run(hz, handlers, registration):
+def full_run(hz, handlers, registration, general):
     """The real core: OIDs, the NDK adapter for each version, a few NDK calls, Halt."""
     ctx = struct.unpack_from("<Q", registration, 8)[0]
     check(hz.dsr != 0, "bring-up handed the device its DSR")
@@ -554,22 +638,119 @@ def full_run(hz, handlers, registration):
         req = hz.alloc(0x100, "oid_request")
         hz.se.mem_write(req, struct.pack("<BBHiII", 0x96, 1, 0xF0, rtype, 0, 0) + b"\0" * 0xF0)
         hz.se.mem_write(req + 0x20, struct.pack("<IIQII", oid_value, 0, buf, length, 0))
+        hz.in_oid = True
         st = hz.call(handlers[handler], [ctx, req], f"{handler}({oid_value:#x})")
+        hz.in_oid = False
         done, needed = struct.unpack("<II", hz.read(req + 0x34, 8))
         return st, done, needed, hz.read(buf, max(length, 1))
 
-    st, done, _, _ = oid("OidRequestHandler", 1, OID_NDK_SET_STATE, b"\x01", 1)
-    check((st, done) == (NDIS_STATUS_SUCCESS, 1), f"OID_NDK_SET_STATE(TRUE): SUCCESS, BytesRead 1 ({st:#x}, {done})")
-    stats_header = struct.pack("<BBH", 0x80, 1, 0xF8)
-    st, done, _, out = oid("DirectOidRequestHandler", 0, OID_NDK_STATISTICS, stats_header, 0xF8)
-    check((st, done) == (NDIS_STATUS_SUCCESS, 0xF8), f"OID_NDK_STATISTICS: SUCCESS, BytesWritten 0xF8 ({st:#x}, {done:#x})")
-    st, _, needed, _ = oid("DirectOidRequestHandler", 0, OID_NDK_STATISTICS, stats_header, 0x10)
-    check((st, needed) == (NDIS_STATUS_BUFFER_TOO_SHORT, 0xF8),
-          f"OID_NDK_STATISTICS short: BUFFER_TOO_SHORT, BytesNeeded 0xF8 ({st:#x}, {needed:#x})")
-    st, _, _, _ = oid("DirectOidRequestHandler", 0, OID_NDK_STATISTICS, struct.pack("<BBH", 0x80, 2, 0xF8), 0xF8)
-    check(st == NDIS_STATUS_INVALID_DEVICE_REQUEST, f"OID_NDK_STATISTICS bad revision: INVALID_DEVICE_REQUEST ({st:#x})")
+    regular, direct = "OidRequestHandler", "DirectOidRequestHandler"
 
+    def set_state(value, length=1):
+        return oid("OidRequestHandler", 1, OID_NDK_SET_STATE, bytes([value]) * length, length)
+
+    # OID_NDK_SET_STATE (ndkpi.md §6.5, §6.6): exactly one BOOLEAN, never pending; the PnP
+    # event follows from the work item, never from inside the OID handler.
+    st, done, _, _ = set_state(1)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 1), f"OID_NDK_SET_STATE(TRUE) while enabled: SUCCESS, BytesRead 1 ({st:#x}, {done})")
+    hz.run_work_items()
+    check(hz.pnp_events == [], f"an enable of an enabled adapter announces nothing ({hz.pnp_events})")
+    st, done, needed, _ = set_state(1, 2)
+    check((st, done, needed) == (NDIS_STATUS_INVALID_LENGTH, 0, 1),
+          f"OID_NDK_SET_STATE(2 bytes): INVALID_LENGTH, BytesRead 0, BytesNeeded 1 ({st:#x}, {done}, {needed})")
+    st, done, needed, _ = set_state(2)
+    check((st, done, needed) == (NDIS_STATUS_INVALID_DATA, 0, 1),
+          f"OID_NDK_SET_STATE(2): INVALID_DATA, BytesRead 0, BytesNeeded 1 ({st:#x}, {done}, {needed})")
+    st, done, _, _ = set_state(0)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 1), f"OID_NDK_SET_STATE(FALSE): SUCCESS, BytesRead 1 ({st:#x}, {done})")
+    check(hz.pnp_events == [] and len(hz.pending_work) == 1,
+          f"the disable queued one work item and issued no event yet ({hz.pnp_events}, {len(hz.pending_work)})")
+    hz.run_work_items()
+    check(hz.pnp_events == [NET_EVENT_NDK_DISABLE], f"the work item issued NetEventNDKDisable ({hz.pnp_events})")
     open_ndk, close_ndk = struct.unpack_from("<QQ", hz.ndk_chars, 8)
+    params = hz.alloc(12, "open_params")
+    hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
+    st = hz.call(open_ndk, [ctx, params, hz.scratch + 0x200], "OpenNDKAdapter(2.1) while disabled")
+    check(st == NDIS_STATUS_ADAPTER_NOT_READY, f"OpenNDKAdapter while disabled: NDIS_STATUS_ADAPTER_NOT_READY ({st:#x})")
+    # A disable and re-enable NDIS never saw announce nothing; the second set finds the
+    # item still queued and queues nothing.
+    set_state(1)
+    set_state(0)
+    set_state(1)
+    check(len(hz.pending_work) == 1, f"three sets, one queued work item ({len(hz.pending_work)})")
+    hz.run_work_items()
+    check(hz.pnp_events == [NET_EVENT_NDK_DISABLE, NET_EVENT_NDK_ENABLE],
+          f"then NetEventNDKEnable, once ({hz.pnp_events})")
+
+    # OID_NDK_STATISTICS (ndkpi.md §6.6), through the direct OID path.
+    def ndis_object(rev, size, length, ty=0x80):
+        return struct.pack("<BBH", ty, rev, size).ljust(length, b"\xEE")
+
+    st, done, _, out = oid(direct, 0, OID_NDK_STATISTICS, ndis_object(1, 0xF8, 0xF8), 0xF8)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 0xF8), f"OID_NDK_STATISTICS: SUCCESS, BytesWritten 0xF8 ({st:#x}, {done:#x})")
+    check(header(out) == (0x80, 1, 0xF8) and out[4:] == bytes(0xF4),
+          f"NDIS_NDK_STATISTICS_INFO header (0x80, 1, 0xF8), Flags and every counter 0 ({header(out)})")
+    st, done, needed, out = oid(direct, 0, OID_NDK_STATISTICS, ndis_object(1, 0xF8, 0x10), 0x10)
+    check((st, done, needed) == (NDIS_STATUS_BUFFER_TOO_SHORT, 0, 0xF8),
+          f"OID_NDK_STATISTICS short: BUFFER_TOO_SHORT, BytesWritten 0, BytesNeeded 0xF8 ({st:#x}, {done}, {needed:#x})")
+    check(out == ndis_object(1, 0xF8, 0x10), "a short buffer is left untouched")
+    # The core reads a later revision as a superset (src/ndis/oid.rs): it is answered.
+    st, done, _, _ = oid(direct, 0, OID_NDK_STATISTICS, ndis_object(2, 0xF8, 0xF8), 0xF8)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 0xF8), f"OID_NDK_STATISTICS revision 2: SUCCESS, 0xF8 ({st:#x}, {done:#x})")
+    for what, body in [("type 0x81", ndis_object(1, 0xF8, 0xF8, ty=0x81)), ("revision 0", ndis_object(0, 0xF8, 0xF8)),
+                       ("Size 0x10", ndis_object(1, 0x10, 0xF8))]:
+        st, done, needed, out = oid(direct, 0, OID_NDK_STATISTICS, body, 0xF8)
+        check((st, done) == (NDIS_STATUS_INVALID_PARAMETER, 0) and out == body,
+              f"OID_NDK_STATISTICS {what}: INVALID_PARAMETER, nothing written ({st:#x}, {done})")
+
+    # OID_NDK_CONNECTIONS / OID_NDK_LOCAL_ENDPOINTS: no connection or endpoint yet, so the
+    # answer is the 0x10-byte head with Count 0 (ndkpi.md §6.6: size(n) = 0x10 + entry·n).
+    for name, value in [("OID_NDK_CONNECTIONS", OID_NDK_CONNECTIONS), ("OID_NDK_LOCAL_ENDPOINTS", OID_NDK_LOCAL_ENDPOINTS)]:
+        st, done, _, out = oid(regular, 0, value, ndis_object(1, 0x40, 0x40), 0x40)
+        check((st, done) == (NDIS_STATUS_SUCCESS, 0x10), f"{name}: SUCCESS, BytesWritten 0x10 ({st:#x}, {done:#x})")
+        check(out[:0x10] == struct.pack("<BBHIII", 0x80, 1, 0x10, 0, 0, 0) and out[0x10:] == b"\xEE" * 0x30,
+              f"{name}: header (0x80, 1, 0x10), Count 0, not mapped to TCP, nothing past 0x10 ({out[:0x10].hex()})")
+        st, done, needed, out = oid(regular, 0, value, ndis_object(1, 0x10, 8), 8)
+        check((st, done, needed) == (NDIS_STATUS_BUFFER_TOO_SHORT, 0, 0x10) and out == ndis_object(1, 0x10, 8),
+              f"{name} in 8 bytes: BUFFER_TOO_SHORT, BytesNeeded 0x10, untouched ({st:#x}, {done}, {needed:#x})")
+        st, done, _, out = oid(regular, 0, value, ndis_object(1, 0x40, 0x40, ty=0x81), 0x40)
+        check((st, done) == (NDIS_STATUS_INVALID_PARAMETER, 0), f"{name} type 0x81: INVALID_PARAMETER ({st:#x}, {done})")
+
+    # General OIDs.
+    oid_list, oid_list_len = struct.unpack_from("<QI", general, 0xC8)
+    supported = struct.unpack(f"<{oid_list_len // 4}I", hz.read(oid_list, oid_list_len))
+    st, done, _, out = oid(regular, 0, OID_GEN_SUPPORTED_LIST, b"", 0x200)
+    listed = struct.unpack_from(f"<{done // 4}I", out)
+    check((st, done, listed) == (NDIS_STATUS_SUCCESS, oid_list_len, supported),
+          f"OID_GEN_SUPPORTED_LIST: SUCCESS, the general attributes' {oid_list_len // 4} OIDs ({st:#x}, {done})")
+    check({OID_NDK_SET_STATE, OID_NDK_STATISTICS, OID_NDK_CONNECTIONS, OID_NDK_LOCAL_ENDPOINTS} <= set(listed),
+          "OID_GEN_SUPPORTED_LIST has the four NDK OIDs")
+    st, done, needed, _ = oid(regular, 0, OID_GEN_SUPPORTED_LIST, b"", 8)
+    check((st, done, needed) == (NDIS_STATUS_BUFFER_TOO_SHORT, 0, oid_list_len),
+          f"OID_GEN_SUPPORTED_LIST in 8 bytes: BUFFER_TOO_SHORT, BytesNeeded {oid_list_len} ({st:#x}, {needed})")
+    st, done, _, out = oid(regular, 0, OID_GEN_HARDWARE_STATUS, b"", 4)
+    check((st, done, out) == (NDIS_STATUS_SUCCESS, 4, bytes(4)), f"OID_GEN_HARDWARE_STATUS: NdisHardwareStatusReady ({st:#x}, {out.hex()})")
+    st, done, _, out = oid(regular, 0, OID_GEN_MAXIMUM_FRAME_SIZE, b"", 4)
+    mtu = struct.unpack_from("<I", general, 0x10)[0]
+    check((st, done, out) == (NDIS_STATUS_SUCCESS, 4, struct.pack("<I", mtu)),
+          f"OID_GEN_MAXIMUM_FRAME_SIZE: the attributes' MTU {mtu} ({st:#x}, {out.hex()})")
+    st, done, needed, _ = oid(regular, 0, OID_GEN_MAXIMUM_FRAME_SIZE, b"", 2)
+    check((st, done, needed) == (NDIS_STATUS_BUFFER_TOO_SHORT, 0, 4),
+          f"OID_GEN_MAXIMUM_FRAME_SIZE in 2 bytes: BUFFER_TOO_SHORT, BytesNeeded 4 ({st:#x}, {needed})")
+    st, done, _, out = oid(regular, 0, OID_GEN_VENDOR_ID, b"", 4)
+    check((st, done, out[:3]) == (NDIS_STATUS_SUCCESS, 4, bytes([0x00, 0x50, 0x56])),
+          f"OID_GEN_VENDOR_ID: VMware's OUI 00-50-56 ({st:#x}, {out.hex()})")
+    st, done, _, _ = oid(regular, 1, OID_GEN_CURRENT_PACKET_FILTER, struct.pack("<I", NDIS_PACKET_TYPE_DIRECTED), 4)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 4), f"set OID_GEN_CURRENT_PACKET_FILTER(DIRECTED): SUCCESS, BytesRead 4 ({st:#x}, {done})")
+    st, done, _, out = oid(regular, 0, OID_GEN_CURRENT_PACKET_FILTER, b"", 4)
+    check((st, done, out) == (NDIS_STATUS_SUCCESS, 4, struct.pack("<I", NDIS_PACKET_TYPE_DIRECTED)),
+          f"query OID_GEN_CURRENT_PACKET_FILTER: DIRECTED ({st:#x}, {out.hex()})")
+    st, done, needed, _ = oid(regular, 1, OID_GEN_CURRENT_PACKET_FILTER, b"\x01\x00", 2)
+    check((st, done, needed) == (NDIS_STATUS_INVALID_LENGTH, 0, 4),
+          f"set OID_GEN_CURRENT_PACKET_FILTER in 2 bytes: INVALID_LENGTH, BytesNeeded 4 ({st:#x}, {needed})")
+    st, done, _, _ = oid(regular, 0, OID_802_3_MULTICAST_LIST, b"", 64)
+    check((st, done) == (NDIS_STATUS_NOT_SUPPORTED, 0), f"OID_802_3_MULTICAST_LIST (not listed): NOT_SUPPORTED ({st:#x})")
+
     adapters = []
     for major, minor in [(1, 0), (1, 2), (2, 0), (2, 1), (3, 0)]:
         params = hz.alloc(12, "open_params")
@@ -605,11 +786,7 @@ def full_run(hz, handlers, registration):
 
         rec = hz.scratch + 0x400
         hz.se.mem_write(rec, b"\0" * 0x30)
-        create_cb = hz.alloc(0x100, "consumer_create_cb")
-        hz.se.mem_write(create_cb, b"\x48\xB8" + struct.pack("<Q", rec)
-                        + b"\x48\x89\x08\x48\x89\x50\x08\x4C\x89\x40\x10\x48\xFF\x40\x18\xC3")
-        close_cb = hz.alloc(0x100, "consumer_close_cb")
-        hz.se.mem_write(close_cb, b"\x48\xB8" + struct.pack("<Q", rec) + b"\x48\x89\x48\x20\x48\xFF\x40\x28\xC3")
+        create_cb, close_cb = consumer_callbacks(hz, rec)
         pd_out = hz.scratch + 0x210
         st = hz.call(create_pd, [a, create_cb, 0xC0FFEE, pd_out], "NdkCreatePd")
         check(st in (STATUS_PENDING, STATUS_SUCCESS), f"NdkCreatePd: STATUS_PENDING or SUCCESS ({st:#x})")
@@ -630,9 +807,48 @@ def full_run(hz, handlers, registration):
                 ccontext, ccalls = struct.unpack("<QQ", hz.read(rec + 0x20, 16))
                 check((ccalls, ccontext) == (1, 0xC105E), f"the close completion ran once ({ccalls})")
 
+        # NdkCreateCq (ndkpi.md §2.1 slot 2): adapter, depth, notification callback and
+        # context, affinity, create completion, request context, out.
+        create_cq = hz.q(dispatch + 0x10)
+        cq_rec = hz.scratch + 0x500
+        hz.se.mem_write(cq_rec, b"\0" * 0x30)
+        cq_create_cb, cq_close_cb = consumer_callbacks(hz, cq_rec)
+        notify_cb = hz.alloc(0x10, "consumer_cq_notify")
+        hz.se.mem_write(notify_cb, b"\xC3")
+        cq_out = hz.scratch + 0x218
+        hz.se.mem_write(cq_out, b"\0" * 8)
+        st = hz.call_stack_args(create_cq, [a, 64, notify_cb, 0xC0, 0, cq_create_cb, 0xC0C0, cq_out], "NdkCreateCq")
+        check(st in (STATUS_PENDING, STATUS_SUCCESS), f"NdkCreateCq(64): STATUS_PENDING or SUCCESS ({st:#x})")
+        hz.pump()
+        context, status, cq, calls = struct.unpack("<QQQQ", hz.read(cq_rec, 32))
+        if st == STATUS_PENDING:
+            check((calls, context, status & 0xFFFFFFFF) == (1, 0xC0C0, 0) and cq,
+                  f"the CQ's create completion ran once with SUCCESS and the CQ ({calls}, {status:#x})")
+        else:
+            check(calls == 0, f"an inline create calls no completion ({calls})")
+            cq = hz.q(cq_out)
+        if check(cq != 0, "NdkCreateCq returned a CQ"):
+            check(u32(hz, cq + 4) == 3, f"the CQ's ObjectType is NdkObjectTypeCq ({u32(hz, cq + 4)})")
+            cq_dispatch = hz.q(cq + 0x28)
+            cq_slots = [hz.q(cq_dispatch + 8 * i) for i in range(7)]
+            check(all(f and hz.is_cfg_target(f) for f in cq_slots), "every NDK_CQ_DISPATCH slot set and a CFG target")
+            st = hz.call(cq_slots[0], [cq, cq_close_cb, 0xC1C1], "NdkCloseCq")
+            check(st in (STATUS_PENDING, STATUS_SUCCESS), f"NdkCloseCq: PENDING or SUCCESS ({st:#x})")
+            hz.pump()
+            ccontext, ccalls = struct.unpack("<QQ", hz.read(cq_rec + 0x20, 16))
+            expect = (1, 0xC1C1) if st == STATUS_PENDING else (0, 0)
+            check((ccalls, ccontext) == expect, f"the CQ's close completion ran {expect[0]} time(s) ({ccalls})")
+
     for a in adapters:
         hz.call(close_ndk, [ctx, a], "CloseNDKAdapter")
     hz.pump()
+
+    # With no adapter open, a last disable: enable then disable is what NDIS saw last.
+    st, done, _, _ = set_state(0)
+    check((st, done) == (NDIS_STATUS_SUCCESS, 1), f"OID_NDK_SET_STATE(FALSE): SUCCESS ({st:#x}, {done})")
+    hz.run_work_items()
+    check(hz.pnp_events == [NET_EVENT_NDK_DISABLE, NET_EVENT_NDK_ENABLE, NET_EVENT_NDK_DISABLE],
+          f"PnP events disable, enable, disable, each once ({hz.pnp_events})")
 
     # NET_BUFFER_LIST (ndis.h): Next @0, ..., Status @0x84. An NDK-only adapter fails every
     # send at once with NDIS_STATUS_REQUEST_ABORTED.
@@ -651,12 +867,24 @@ def full_run(hz, handlers, registration):
     check(st == NDIS_STATUS_SUCCESS, f"MiniportRestart: NDIS_STATUS_SUCCESS ({st:#x})")
     hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
     check(not hz.maps, f"Halt unmapped the BARs and deregistered DMA and interrupts ({list(hz.maps)})")
-    print("info device commands: " + ", ".join(hex(c) for c in hz.requests))
+    print("info device commands answered: " + ", ".join(CMD_NAMES.get(c, hex(c)) for c in hz.requests))
     # The CFG emulation is only worth something if it saw the provider's indirect calls.
     check(hz.indirect_calls > 0, f"the guard dispatch hook saw the indirect calls ({hz.indirect_calls})")
 
 
+def consumer_callbacks(hz, rec):
+    """NDK_FN_CREATE_COMPLETION and NDK_FN_CLOSE_COMPLETION stubs recording into `rec`:
+    create (context, status, object, calls) at 0..0x20, close (context, calls) at 0x20."""
+    create_cb = hz.alloc(0x100, "consumer_create_cb")
+    hz.se.mem_write(create_cb, b"\x48\xB8" + struct.pack("<Q", rec)
+                    + b"\x48\x89\x08\x48\x89\x50\x08\x4C\x89\x40\x10\x48\xFF\x40\x18\xC3")
+    close_cb = hz.alloc(0x100, "consumer_close_cb")
+    hz.se.mem_write(close_cb, b"\x48\xB8" + struct.pack("<Q", rec) + b"\x48\x89\x48\x20\x48\xFF\x40\x28\xC3")
+    return create_cb, close_cb
+
+
 def finish(hz):
+    check(not hz.work_items, f"no I/O work item left ({len(hz.work_items)})")
     check(not hz.pool, f"no pool block left ({len(hz.pool)})")
     check(not hz.shared, f"no shared-memory block left ({len(hz.shared)})")
     check(not hz.cfg_violations, f"{hz.indirect_calls} indirect calls, all to CFG targets"

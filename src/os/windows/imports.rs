@@ -213,3 +213,32 @@ unsafe extern "system" {
     /// `void NdisMDeregisterInterruptEx(NDIS_HANDLE NdisInterruptHandle)`. PASSIVE_LEVEL.
     pub fn NdisMDeregisterInterruptEx(NdisInterruptHandle: NDIS_HANDLE);
 }
+
+/// `VOID (*NDIS_IO_WORKITEM_ROUTINE)(PVOID WorkItemContext, NDIS_HANDLE NdisIoWorkItemHandle)`
+/// (ndis.h): runs at PASSIVE_LEVEL in a system worker thread.
+pub type NDIS_IO_WORKITEM_ROUTINE =
+    unsafe extern "system" fn(WorkItemContext: *mut c_void, NdisIoWorkItemHandle: NDIS_HANDLE);
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NDIS_HANDLE NdisAllocateIoWorkItem(NDIS_HANDLE NdisObjectHandle)`: NULL on failure.
+    /// IRQL <= DISPATCH_LEVEL.
+    pub fn NdisAllocateIoWorkItem(NdisObjectHandle: NDIS_HANDLE) -> NDIS_HANDLE;
+    /// `VOID NdisQueueIoWorkItem(NDIS_HANDLE NdisIoWorkItemHandle,
+    /// NDIS_IO_WORKITEM_ROUTINE Routine, PVOID WorkItemContext)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisQueueIoWorkItem(
+        NdisIoWorkItemHandle: NDIS_HANDLE,
+        Routine: NDIS_IO_WORKITEM_ROUTINE,
+        WorkItemContext: *mut c_void,
+    );
+    /// `VOID NdisFreeIoWorkItem(NDIS_HANDLE NdisIoWorkItemHandle)`: never while it is queued.
+    /// IRQL <= DISPATCH_LEVEL.
+    pub fn NdisFreeIoWorkItem(NdisIoWorkItemHandle: NDIS_HANDLE);
+    /// `NDIS_STATUS NdisMNetPnPEvent(NDIS_HANDLE MiniportAdapterHandle,
+    /// PNET_PNP_EVENT_NOTIFICATION NetPnPEventNotification)`. PASSIVE_LEVEL; an NDK disable
+    /// returns only once every NDK_ADAPTER is closed (ndkpi.md §6.5).
+    pub fn NdisMNetPnPEvent(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        NetPnPEventNotification: PNDIS_STRUCT,
+    ) -> NDIS_STATUS;
+}
