@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
-targets=(consumer_calls device_memory)
+targets=(consumer_calls device_memory cm_mads)
 
 for t in "${targets[@]}"; do
     cargo "+$toolchain" fuzz build "$t" >/dev/null
