@@ -309,8 +309,10 @@ pub struct HostPlatform {
     irq: Mutex<Option<Arc<dyn InterruptHandler>>>,
 }
 
+/// Atomics, because the page is written through a pointer made from `&self`: only interior
+/// mutability lets a shared reference's pointer write (Stacked Borrows).
 #[repr(C, align(4096))]
-struct UarPage([u32; 1024]);
+struct UarPage([core::sync::atomic::AtomicU32; 1024]);
 
 impl HostPlatform {
     /// A platform with `processors` DPC processors.
@@ -322,7 +324,9 @@ impl HostPlatform {
             executor,
             scheduler,
             clock: StdClock::default(),
-            uar_page: Box::new(UarPage([0; 1024])),
+            uar_page: Box::new(UarPage(
+                [const { core::sync::atomic::AtomicU32::new(0) }; 1024],
+            )),
             irq: Mutex::new(None),
         })
     }
@@ -345,6 +349,7 @@ impl HostPlatform {
             .uar_page
             .0
             .as_ptr()
+            .cast::<u32>()
             .wrapping_add(((off & 0xFFC) >> 2) as usize);
         // SAFETY: `p` is inside the page (offset masked to < 4096); a volatile read races only
         // with volatile doorbell stores of the same width, which tests do not overlap.

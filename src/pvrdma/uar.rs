@@ -220,7 +220,8 @@ pub(crate) mod recording {
     /// A UAR page whose doorbells are recorded.
     pub(crate) fn uar() -> (Arc<Uar>, Log) {
         let page: &'static mut [u32; 1024] = Box::leak(Box::new([0u32; 1024]));
-        let base = NonNull::from(&mut page[0]);
+        // From the whole page, not `&mut page[0]`: that pointer could reach the first word only.
+        let base = NonNull::from(page).cast::<u32>();
         let log = Log {
             page: base,
             #[cfg(not(feature = "bare-doorbell"))]
