@@ -414,8 +414,11 @@ impl Platform for HostPlatform {
                 Some(p) => p(),
                 // Commands complete within microseconds on the model's thread; a sleep costs a
                 // whole scheduler tick (~4 ms here), so yield for the first millisecond and only
-                // then back off to sleeping.
-                None if now.saturating_sub(start) < 1_000_000 => std::thread::yield_now(),
+                // then back off to sleeping. Under Miri a yield is a millisecond of interpreted
+                // spinning on its virtual clock, and a sleep lets the other threads run at once.
+                None if !cfg!(miri) && now.saturating_sub(start) < 1_000_000 => {
+                    std::thread::yield_now()
+                }
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
