@@ -1477,53 +1477,6 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
 
 /// The per-QP admission words (connected, and the SGE limit, in one compare) follow every
 /// connect and disconnect, and each refused condition keeps its own status, in the order
-/// Defect 8: the thunks formed a slice of the consumer's `nSge` entries before anything
-/// checked the count, so a count above the QP's limit claimed memory the list need not have
-/// (Miri, for a 4-entry list and a count of 1,000,000: "trying to retag from <..> for
-/// SharedReadOnly permission at alloc..[0x40], but that tag does not exist in the borrow
-/// stack for this location"). The count is checked against the queue's limit first, and the
-/// post refuses it with the status and in the order of its own count test.
-#[test]
-fn sge_count_above_the_queue_limit_is_refused_before_the_list_is_read() {
-    let e = env();
-    let pd = e.pd();
-    let cq = e.cq(1);
-    let qp = e.qp(pd, cq, cq); // MaxInitiatorRequestSge 4, MaxReceiveRequestSge 4
-    let s4 = [sge(0x1000, 1, 1); 4];
-    let count = 1_000_000;
-    let post = |op: &str| -> NTSTATUS {
-        let d = NDK_QP::disp(qp);
-        let (p, c) = (s4.as_ptr(), ctx(1));
-        // SAFETY (each call): live QP; `p` holds 4 entries, fewer than `count` claims: the
-        // provider must not read (nor claim) more than the QP's limit allows.
-        match op {
-            // SAFETY: as above.
-            "send" => unsafe { (d.NdkSend)(qp, c, p, count, 0) },
-            // SAFETY: as above.
-            "send_inv" => unsafe { (d.NdkSendAndInvalidate)(qp, c, p, count, 0, 0xAB00) },
-            // SAFETY: as above.
-            "write" => unsafe { (d.NdkWrite)(qp, c, p, count, 0x1000, 0xAB00, 0) },
-            // SAFETY: as above.
-            "read" => unsafe { (d.NdkRead)(qp, c, p, count, 0x2000, 0xCD00, 0) },
-            // SAFETY: as above.
-            _ => unsafe { (d.NdkReceive)(qp, c, p, count) },
-        }
-    };
-    // The connection is still reported first.
-    for op in ["send", "send_inv", "write", "read"] {
-        assert_eq!(post(op), STATUS_CONNECTION_INVALID, "{op}");
-    }
-    connect(qp);
-    for op in ["send", "send_inv", "write", "read", "receive"] {
-        assert_eq!(post(op), STATUS_INVALID_PARAMETER, "{op}");
-    }
-    assert_eq!(e.fake.wqes().len(), 0, "nothing posted");
-    assert_eq!(e.fake.recvs().len(), 0, "nothing posted");
-    assert_eq!(close(qp, 1), STATUS_SUCCESS);
-    assert_eq!(close(cq, 1), STATUS_SUCCESS);
-    assert_eq!(close(pd, 1), STATUS_SUCCESS);
-}
-
 /// connection, flags, SGE count; a refusal rings for the deferred requests before it.
 #[test]
 fn admission_follows_the_connection_and_refusals_keep_their_status() {

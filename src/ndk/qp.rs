@@ -503,19 +503,6 @@ impl Qp {
         self.context
     }
 
-    /// SGEs a send, write or read takes at most (a read's own limit may be lower). The
-    /// thunks check a consumer's count against it before forming a slice over its list.
-    #[inline(always)]
-    pub(crate) fn max_send_sge(&self) -> u32 {
-        self.max_send_sge
-    }
-
-    /// SGEs a receive takes at most (0 on a QP with an SRQ).
-    #[inline(always)]
-    pub(crate) fn max_recv_sge(&self) -> u32 {
-        self.max_recv_sge
-    }
-
     /// CQEs for this QP that named no outstanding request (diagnostics).
     pub fn bad_cqes(&self) -> u32 {
         self.bad_cqes.load(Ordering::Relaxed)

@@ -37,8 +37,7 @@ use alloc::sync::Arc;
 use super::error::{NdkError, NdkResult};
 use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use crate::ndkpi::*;
-use crate::os::dma::PAGE_SIZE;
-use crate::pvrdma::wqe::{SGE_SIZE, Sge};
+use crate::pvrdma::wqe::Sge;
 
 pub use adapter::{ADAPTER_DISPATCH, close_adapter};
 pub use connector::CONNECTOR_DISPATCH;
@@ -155,52 +154,21 @@ const _: () = {
     assert!(core::mem::offset_of!(Sge, addr) == 0);
 };
 
-/// More SGEs than any work queue takes: its WQEs are at most a page (`pvrdma::queue`), so
-/// every QP and SRQ takes fewer.
-const SGE_BOUND: usize = PAGE_SIZE / SGE_SIZE;
-
-/// What a post sees for an SGE count above its queue's `limit`: a list too long for any
-/// queue, so the post's own count test refuses it, in the order of its other tests
-/// (connection, flags, count: `ndk/qp.rs`), and no slice claims the consumer's memory on
-/// the strength of a count nothing has checked. Never read: the post refuses first.
-static TOO_MANY_SGES: [Sge; SGE_BOUND] = [Sge {
-    addr: 0,
-    length: 0,
-    lkey: 0,
-}; SGE_BOUND];
-
-/// The consumer's SGE array, as the rings' SGE type (same layout, asserted above), formed
-/// only once `n` is within `limit`, the most SGEs the queue posted to takes.
+/// The consumer's SGE array, as the rings' SGE type (same layout, asserted above).
 ///
 /// # Safety
 /// `p` is null only if `n` is 0, else valid for reads of `n` entries for the call.
 #[inline(always)]
-unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG, limit: u32) -> NdkResult<&'a [Sge]> {
+unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
         return Err(NdkError::InvalidParameter);
     }
-    if n > limit {
-        return too_many_sges(limit);
-    }
     // CAST: identical layout (asserted); every bit pattern is a valid `Sge`.
-    // SAFETY: non-null, and valid for `n` elements by the caller's contract; `n` is within
-    // the queue's limit.
+    // SAFETY: non-null, and valid for `n` elements by the caller's contract.
     Ok(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), n as usize) })
-}
-
-/// [`sgl`] for a count above the queue's limit, out of line.
-#[cold]
-#[inline(never)]
-fn too_many_sges(limit: u32) -> NdkResult<&'static [Sge]> {
-    if limit as usize >= SGE_BOUND {
-        // No queue takes this many (see `SGE_BOUND`); were one to, the stand-in list would
-        // not be too long for it.
-        return Err(NdkError::InvalidParameter);
-    }
-    Ok(&TOO_MANY_SGES)
 }
 
 /// Declares slots of objects that cannot exist yet (connection management is a later issue):

@@ -23,7 +23,7 @@ unsafe fn initiator_post(
     post: impl FnOnce(&[Sge]) -> NdkResult<()>,
 ) -> NTSTATUS {
     // SAFETY: module contract.
-    match unsafe { sgl(pSgl, nSge, qp.max_send_sge()) } {
+    match unsafe { sgl(pSgl, nSge) } {
         Ok(s) => status(post(s)),
         Err(e) => status(qp.fail_initiator(e)),
     }
@@ -72,8 +72,7 @@ unsafe extern "system" fn receive(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.
-    let r = unsafe { sgl(pSgl, nSge, qp.max_recv_sge()) }
-        .and_then(|s| qp.receive(RequestContext as usize, s));
+    let r = unsafe { sgl(pSgl, nSge) }.and_then(|s| qp.receive(RequestContext as usize, s));
     status(r)
 }
 
@@ -199,10 +198,8 @@ unsafe fn rdma<const READ: bool>(
     // The common single-SGE request is compiled with its length known: no loops. A null
     // SGL fails here as `rdma_any` would fail it (its own branch target: two tests and
     // jumps, where one shared target costs two flag materializations more).
-    // One entry is within any list's count, and the post's count test refuses it on a QP
-    // that takes none (MaxInitiatorRequestSge 0): no limit to load.
     // SAFETY: module contract (`pSgl` holds one entry).
-    match unsafe { sgl(pSgl, 1, 1) } {
+    match unsafe { sgl(pSgl, 1) } {
         Ok(s) => status(qp.rdma(
             READ,
             RequestContext as usize,
@@ -234,9 +231,8 @@ unsafe extern "system" fn rdma_any<const READ: bool>(
     let Some(qp) = (unsafe { ObjRef::<Qp>::peek(pNdkQp) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    // A read's own limit (MaxReadRequestSge) is at most this one; the post checks it.
     // SAFETY: module contract.
-    match unsafe { sgl(pSgl, nSge, qp.max_send_sge()) } {
+    match unsafe { sgl(pSgl, nSge) } {
         Ok(s) => status(qp.rdma(
             READ,
             RequestContext as usize,

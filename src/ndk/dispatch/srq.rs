@@ -37,8 +37,7 @@ unsafe extern "system" fn srq_receive(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: module contract.
-    let r = unsafe { sgl(pSgl, nSge, srq.max_sge()) }
-        .and_then(|s| srq.receive(RequestContext as usize, s));
+    let r = unsafe { sgl(pSgl, nSge) }.and_then(|s| srq.receive(RequestContext as usize, s));
     status(r)
 }
 
