@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Miri (Stacked Borrows, its default model) over the provider's unsafe code: the unit tests of
 # src/ (the OS seam, the PVRDMA layer, the object framework, the dispatch thunks over the
-# hardware layer) and the integration tests that drive the dispatch tables against a fake
-# hardware layer. Any undefined behaviour, leak or data race Miri finds fails the run.
+# hardware layer, which drive the dispatch tables as a consumer does). Any undefined behaviour
+# or data race Miri finds fails the run. (tests/ndk_objects.rs passes its first tests under
+# Miri but takes over 10 minutes in all: its threaded close races need Miri-sized parameters
+# before it joins this script.)
 #
 #   tests/miri.sh                        # from anywhere; needs nightly with miri
 #   MIRI_TOOLCHAIN=nightly-2026-05-19 tests/miri.sh   # another toolchain
@@ -30,4 +32,3 @@ skips=()
 for t in "${slow[@]}"; do skips+=(--skip "$t"); done
 
 cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- "${skips[@]}"
-cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --test ndk_objects
