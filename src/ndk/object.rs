@@ -121,8 +121,14 @@ impl<T: NdkObject> ObjRef<T> {
     }
 
     /// The consumer-visible struct (also the provider object's address).
+    ///
+    /// Cast from the allocation's own pointer, never from `&self.ndk`: a pointer made from a
+    /// reference to one field may only reach that field (Stacked Borrows), and every entry
+    /// point casts the consumer's pointer back to the whole object.
     pub fn ndk_ptr(&self) -> *mut T::Ndk {
-        self.obj().ndk.get()
+        // CAST: `ndk` is the first field of a `#[repr(C)]` struct and `UnsafeCell<N>` has the
+        // layout of `N`, so the object and its `NDK_xxx` share an address.
+        self.ptr.as_ptr().cast()
     }
 
     /// The object's header, the `NDK_OBJECT_HEADER*` consumers pass to close.
@@ -538,6 +544,59 @@ impl Lifetime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Probe {
+        lifetime: Lifetime,
+        value: u64,
+    }
+
+    impl NdkObject for Probe {
+        type Ndk = NDK_OBJECT_HEADER;
+        fn lifetime(&self) -> &Lifetime {
+            &self.lifetime
+        }
+    }
+
+    /// Defect 8: the published pointer was made from `&self.ndk`, so its provenance covered
+    /// the header only, and every entry point's cast back to the whole object read the
+    /// counts and the state out of bounds of it (Miri, in `peek`: "trying to retag from <..>
+    /// for SharedReadWrite permission at alloc..[0x28], but that tag does not exist in the
+    /// borrow stack for this location", the tag "created by a SharedReadWrite retag at
+    /// offsets [0x0..0x28]" in `ndk_ptr`).
+    #[test]
+    fn object_pointer_from_header_has_provenance_for_whole_object() {
+        let version = NDK_VERSION { Major: 1, Minor: 2 };
+        let obj = ObjRef::try_new(
+            header(version, NdkObjectTypePd),
+            Probe {
+                lifetime: Lifetime::new(),
+                value: 0x5eed_0bec,
+            },
+        )
+        .expect("allocation");
+        let consumer = obj.publish();
+        // The consumer owns the reserved block and writes it while the provider holds
+        // references to the object.
+        let mark = core::ptr::without_provenance_mut(0x77);
+        // SAFETY: `consumer` is the live published object; the reserved block is the
+        // consumer's to write (ndkpi.md §1.3) and sits in the object's `UnsafeCell`.
+        unsafe { (*consumer).NdkReserved.rf[3] = mark };
+
+        // SAFETY: `consumer` was published for `Probe` and is not closed.
+        let peeked = unsafe { ObjRef::<Probe>::peek(consumer) }.expect("non-null");
+        assert_eq!(peeked.value, 0x5eed_0bec);
+        // SAFETY: as above.
+        let handle = unsafe { ObjRef::<Probe>::borrow(consumer) }.expect("non-null");
+        assert_eq!(handle.value, 0x5eed_0bec);
+        // SAFETY: as above; the provider reads the header's `ObjectType` only.
+        let ty = unsafe { (*handle.header_ptr()).ObjectType };
+        assert_eq!(ty, NdkObjectTypePd);
+        // SAFETY: as above; the test reads back the consumer's own write.
+        assert_eq!(unsafe { (*consumer).NdkReserved.rf[3] }, mark);
+        assert_eq!(handle.close(None), STATUS_SUCCESS);
+        assert!(handle.lifetime().is_drained());
+        drop(handle);
+    }
 
     #[test]
     fn close_with_nothing_outstanding_drains_inline() {

@@ -309,8 +309,10 @@ pub struct HostPlatform {
     irq: Mutex<Option<Arc<dyn InterruptHandler>>>,
 }
 
+/// Atomics, because the page is written through a pointer made from `&self`: only interior
+/// mutability lets a shared reference's pointer write (Stacked Borrows).
 #[repr(C, align(4096))]
-struct UarPage([u32; 1024]);
+struct UarPage([core::sync::atomic::AtomicU32; 1024]);
 
 impl HostPlatform {
     /// A platform with `processors` DPC processors.
@@ -322,7 +324,9 @@ impl HostPlatform {
             executor,
             scheduler,
             clock: StdClock::default(),
-            uar_page: Box::new(UarPage([0; 1024])),
+            uar_page: Box::new(UarPage(
+                [const { core::sync::atomic::AtomicU32::new(0) }; 1024],
+            )),
             irq: Mutex::new(None),
         })
     }
@@ -345,6 +349,7 @@ impl HostPlatform {
             .uar_page
             .0
             .as_ptr()
+            .cast::<u32>()
             .wrapping_add(((off & 0xFFC) >> 2) as usize);
         // SAFETY: `p` is inside the page (offset masked to < 4096); a volatile read races only
         // with volatile doorbell stores of the same width, which tests do not overlap.
@@ -409,8 +414,11 @@ impl Platform for HostPlatform {
                 Some(p) => p(),
                 // Commands complete within microseconds on the model's thread; a sleep costs a
                 // whole scheduler tick (~4 ms here), so yield for the first millisecond and only
-                // then back off to sleeping.
-                None if now.saturating_sub(start) < 1_000_000 => std::thread::yield_now(),
+                // then back off to sleeping. Under Miri a yield is a millisecond of interpreted
+                // spinning on its virtual clock, and a sleep lets the other threads run at once.
+                None if !cfg!(miri) && now.saturating_sub(start) < 1_000_000 => {
+                    std::thread::yield_now()
+                }
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }

@@ -15,7 +15,8 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 use core::ffi::c_void;
-use core::ptr;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
 
 pub use super::dma::PAGE_SIZE;
 
@@ -105,9 +106,13 @@ pub const fn MmGetMdlByteOffset(mdl: &MDL) -> u32 {
 
 /// `MmGetMdlPfnArray`: the address right after the MDL, where the PFN array starts. Only
 /// computed, not read; the caller must know the MDL came with its array (`Size`).
+///
+/// A raw pointer, not `&MDL`: the result may be read only with the provenance of `mdl`, and
+/// a pointer made from a reference to the structure reaches the structure alone (Stacked
+/// Borrows), never the array after it.
 #[inline]
-pub fn MmGetMdlPfnArray(mdl: &MDL) -> *const PFN_NUMBER {
-    ptr::from_ref(mdl).wrapping_add(1).cast()
+pub fn MmGetMdlPfnArray(mdl: *const MDL) -> *const PFN_NUMBER {
+    mdl.wrapping_add(1).cast()
 }
 
 /// Pages described by the MDL: `ADDRESS_AND_SIZE_TO_SPAN_PAGES(MmGetMdlVirtualAddress,
@@ -140,10 +145,55 @@ pub struct MdlPage {
     pub pfn: u64,
 }
 
+/// One MDL of a consumer's chain, held by the consumer's own pointer (or the `Next` before it),
+/// whose provenance covers the PFN array after the structure: a pointer made from an `&MDL`
+/// would reach the 0x30 bytes of the structure only.
+#[derive(Clone, Copy, Debug)]
+struct MdlPtr<'a> {
+    // INVARIANT: a valid MDL followed by its PFN array, unchanged for 'a (contract of
+    // `MdlChain::from_ptr`).
+    ptr: NonNull<MDL>,
+    chain: PhantomData<&'a MDL>,
+}
+
+impl<'a> MdlPtr<'a> {
+    fn new(p: *const MDL) -> Option<Self> {
+        // INVARIANT: `p` is the chain's first MDL or a `Next` of one (contract of `from_ptr`).
+        Some(MdlPtr {
+            ptr: NonNull::new(p.cast_mut())?,
+            chain: PhantomData,
+        })
+    }
+
+    /// The structure's fields (not the PFN array: see [`MdlPtr::pfn`]).
+    fn mdl(self) -> &'a MDL {
+        // SAFETY: a valid, unchanging MDL for 'a (type invariant).
+        unsafe { self.ptr.as_ref() }
+    }
+
+    fn next(self) -> Option<Self> {
+        Self::new(self.mdl().Next)
+    }
+
+    /// PFN `i` of the array after the MDL.
+    ///
+    /// # Safety
+    /// `i < mdl_page_count(self.mdl())`, the length of the array (contract of `from_ptr`).
+    unsafe fn pfn(self, i: u32) -> PFN_NUMBER {
+        let array = MmGetMdlPfnArray(self.ptr.as_ptr());
+        // SAFETY: `i` is inside the PFN array (caller contract), which `ptr`'s provenance
+        // covers (type invariant).
+        let slot = unsafe { array.add(i as usize) };
+        // SAFETY: in bounds (above); the array follows an 8-aligned 0x30-byte MDL, so it is
+        // aligned for the 8-byte PFN_NUMBER.
+        unsafe { slot.read() }
+    }
+}
+
 /// A consumer's MDL chain, readable for `'a`.
 #[derive(Clone, Copy, Debug)]
 pub struct MdlChain<'a> {
-    first: &'a MDL,
+    first: MdlPtr<'a>,
 }
 
 /// The first `length` bytes of an [`MdlChain`], checked to be covered by valid, virtually
@@ -161,7 +211,7 @@ pub struct MdlRegion<'a> {
 /// Iterator over the pages of an MDL chain (see [`MdlChain::pages`]). After an error it
 /// yields `None`.
 pub struct MdlPages<'a> {
-    cur: Option<&'a MDL>,
+    cur: Option<MdlPtr<'a>>,
     /// Page index inside `cur`; `None` before `cur` was validated.
     index: Option<u32>,
     npages: u32,
@@ -213,14 +263,14 @@ impl<'a> MdlChain<'a> {
     /// followed in memory by its PFN array of `ADDRESS_AND_SIZE_TO_SPAN_PAGES(VA, ByteCount)`
     /// entries, and stay unchanged for `'a`. The chain must end with a null `Next`.
     pub unsafe fn from_ptr(first: *const MDL) -> Option<Self> {
-        // SAFETY: `first` is null or a valid MDL for 'a (caller contract).
-        let first = unsafe { first.as_ref() }?;
-        Some(MdlChain { first })
+        Some(MdlChain {
+            first: MdlPtr::new(first)?,
+        })
     }
 
     /// `MmGetMdlVirtualAddress` of the first MDL: where the chain starts.
     pub fn va(self) -> u64 {
-        MmGetMdlVirtualAddress(self.first) as u64
+        MmGetMdlVirtualAddress(self.first.mdl()) as u64
     }
 
     /// Every page of the chain, in order.
@@ -290,13 +340,12 @@ impl<'a> MdlChain<'a> {
         while let Some(mdl) = m
             && covered < limit
         {
-            let (_, end) = enter(mdl, prev_end)?;
+            let (_, end) = enter(mdl.mdl(), prev_end)?;
             mdls += 1;
             // Contiguity makes every end at least `start`.
             covered = end.saturating_sub(start);
             prev_end = Some(end);
-            // SAFETY: `Next` is null or a valid MDL for 'a (contract of `from_ptr`).
-            m = unsafe { mdl.Next.cast_const().as_ref() };
+            m = mdl.next();
         }
         Ok((covered, mdls))
     }
@@ -344,7 +393,8 @@ impl Iterator for MdlPages<'_> {
             if self.failed {
                 return None;
             }
-            let m = self.cur?;
+            let cur = self.cur?;
+            let m = cur.mdl();
             let i = match self.index {
                 Some(i) => i,
                 None => match enter(m, self.prev_end) {
@@ -363,9 +413,7 @@ impl Iterator for MdlPages<'_> {
                 self.cur = if self.mdls_left == Some(0) {
                     None
                 } else {
-                    // SAFETY: `Next` is null or a valid MDL for 'a (contract of
-                    // `MdlChain::from_ptr`).
-                    unsafe { m.Next.cast_const().as_ref() }
+                    cur.next()
                 };
                 self.index = None;
                 continue;
@@ -378,13 +426,8 @@ impl Iterator for MdlPages<'_> {
                 self.cur = None;
                 return None;
             }
-            let array = MmGetMdlPfnArray(m);
-            // SAFETY: `i < npages`, the length of the PFN array that follows `m`
-            // (contract of `MdlChain::from_ptr`), so the element is in bounds.
-            let slot = unsafe { array.add(i as usize) };
-            // SAFETY: in bounds (above); the array follows an 8-aligned 0x30-byte MDL, so it
-            // is aligned for the 8-byte PFN_NUMBER.
-            let pfn = unsafe { slot.read() } as u64;
+            // SAFETY: `i < npages`, the MDL's page count (`enter`).
+            let pfn = unsafe { cur.pfn(i) } as u64;
             if pfn > u64::MAX >> PAGE_SHIFT {
                 return self.fail(MdlError::Malformed);
             }
@@ -414,6 +457,7 @@ impl MdlPages<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::ptr;
     use std::vec;
     use std::vec::Vec;
 
@@ -444,13 +488,19 @@ mod tests {
         b
     }
 
+    /// The MDL's address as a consumer passes it: a pointer to the whole `Built`, PFNs
+    /// included (`mdl` is at offset 0 of the `#[repr(C)]` struct), not one made from `&b.mdl`.
+    fn mdl_ptr(b: &Built) -> *const MDL {
+        ptr::from_ref(b).cast()
+    }
+
     fn link(a: &mut Built, b: &Built) {
-        a.mdl.Next = ptr::from_ref(&b.mdl).cast_mut();
+        a.mdl.Next = mdl_ptr(b).cast_mut();
     }
 
     fn chain(first: &Built) -> MdlChain<'_> {
         // SAFETY: `first` and its chain are live `Built`s with their PFN arrays.
-        unsafe { MdlChain::from_ptr(&first.mdl) }.unwrap()
+        unsafe { MdlChain::from_ptr(mdl_ptr(first)) }.unwrap()
     }
 
     fn collect(first: &Built) -> Vec<Result<MdlPage, MdlError>> {
@@ -469,6 +519,26 @@ mod tests {
 
     fn page(va: u64, pfn: u64) -> Result<MdlPage, MdlError> {
         Ok(MdlPage { va, pfn })
+    }
+
+    /// Defect 8: the walk made the PFN array's address from an `&MDL`, whose provenance ends
+    /// with the structure, so every PFN read was out of bounds of it (Miri: "attempting a read
+    /// access using <..> at alloc..[0x30], but that tag does not exist in the borrow stack for
+    /// this location", the tag "created by a SharedReadOnly retag at offsets [0x0..0x30]").
+    #[test]
+    fn pfn_array_read_has_the_provenance_of_the_consumer_pointer() {
+        let m = build(0x7000, 0, 0x2000, &[0x31, 0x32]);
+        // SAFETY: `m` is a live MDL with its PFN array, unchanged during the walk.
+        let chain = unsafe { MdlChain::from_ptr(mdl_ptr(&m)) }.unwrap();
+        assert_eq!(
+            chain.pages().collect::<Vec<_>>(),
+            [page(0x7000, 0x31), page(0x8000, 0x32)]
+        );
+        let r = chain.region(0x1001).unwrap();
+        assert_eq!(
+            r.pages().collect::<Vec<_>>(),
+            [page(0x7000, 0x31), page(0x8000, 0x32)]
+        );
     }
 
     #[test]

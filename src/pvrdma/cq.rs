@@ -50,8 +50,11 @@ pub struct CqBells {
 /// The consumer side of a CQ ring.
 pub struct CqReader {
     elements: Elements,
-    // INVARIANT: points to the `rx.prod_tail` word of page 0 of `_buf` (`cons_head` follows).
+    // INVARIANT: point to the `rx.prod_tail` and `rx.cons_head` words of page 0 of `_buf`.
+    // Two pointers, not one and `add(1)`: each comes from a reference to its own word, which
+    // reaches that word only (Stacked Borrows).
     prod_tail: NonNull<AtomicU32>,
+    cons_head: NonNull<AtomicU32>,
     /// Our `cons_head` in [0, 2N).
     head: AtomicU32,
     /// 2N − 1.
@@ -83,14 +86,18 @@ impl CqReader {
             return Err(PvrdmaError::InvalidParameter);
         }
         let elements = Elements::new(&buf, 1, n, CQE_SIZE as u32)?;
-        let prod_tail = buf
-            .page(0)
-            .and_then(|p| p.view().atomic_u32(CQ_STATE))
-            .map(NonNull::from)
-            .ok_or(PvrdmaError::InvalidParameter)?;
+        let word = |off| {
+            buf.page(0)
+                .and_then(|p| p.view().atomic_u32(off))
+                .map(NonNull::from)
+                .ok_or(PvrdmaError::InvalidParameter)
+        };
+        let prod_tail = word(CQ_STATE)?;
+        let cons_head = word(CQ_STATE + 4)?;
         Ok(CqReader {
             elements,
             prod_tail,
+            cons_head,
             head: AtomicU32::new(0),
             wrap: 2 * n - 1,
             n: AtomicU32::new(n),
@@ -104,9 +111,15 @@ impl CqReader {
         self.elements.len()
     }
 
+    /// `prod_tail` for 0, `cons_head` otherwise.
     fn index(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: type invariant; `i` ≤ 1 stays in the 8-byte `rx` ring state.
-        unsafe { &*self.prod_tail.as_ptr().add(i) }
+        let word = if i == 0 {
+            self.prod_tail
+        } else {
+            self.cons_head
+        };
+        // SAFETY: type invariant.
+        unsafe { word.as_ref() }
     }
 
     /// Our `cons_head`.

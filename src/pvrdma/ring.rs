@@ -237,13 +237,17 @@ mod tests {
         assert!(q.is_empty());
     }
 
+    /// The device rings' shape, 3·2^k slots; under Miri, which interprets each of the
+    /// million index pairs, the same shape 16 times smaller.
+    const SHRINK: u32 = if cfg!(miri) { 16 } else { 1 };
+
     #[test]
     fn async_ring_1536() {
-        device_ring_properties(1536, 512);
+        device_ring_properties(1536 / SHRINK, 512 / SHRINK);
     }
 
     #[test]
     fn cqne_ring_3072() {
-        device_ring_properties(3072, 1024);
+        device_ring_properties(3072 / SHRINK, 1024 / SHRINK);
     }
 }

@@ -219,10 +219,19 @@ pub(crate) mod recording {
         }
     }
 
+    /// Every page handed out. A page lives as long as the test process (a `Uar` may outlive
+    /// its `Log`); kept reachable from a static, it is not a leak to Miri's leak check.
+    static PAGES: Mutex<Vec<core::sync::atomic::AtomicPtr<u32>>> = Mutex::new(Vec::new());
+
     /// A UAR page whose doorbells are recorded.
     pub(crate) fn uar() -> (Arc<Uar>, Log) {
         let page: &'static mut [u32; 1024] = Box::leak(Box::new([0u32; 1024]));
-        let base = NonNull::from(&mut page[0]);
+        // From the whole page, not `&mut page[0]`: that pointer could reach the first word only.
+        let base = NonNull::from(page).cast::<u32>();
+        PAGES
+            .lock()
+            .unwrap()
+            .push(core::sync::atomic::AtomicPtr::new(base.as_ptr()));
         let log = Log {
             page: base,
             #[cfg(not(feature = "bare-doorbell"))]

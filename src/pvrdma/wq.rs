@@ -133,8 +133,11 @@ pub type RecvWriter<R = ()> = WqWriter<RecvWqe, R>;
 /// ```
 pub struct WqWriter<K, R = ()> {
     elements: Elements<R>,
-    // INVARIANT: points to this ring's `prod_tail` word in page 0 of `_buf`.
+    // INVARIANT: point to this ring's `prod_tail` and `cons_head` words in page 0 of `_buf`.
+    // Two pointers, not one and `add(1)`: each comes from a reference to its own word, which
+    // reaches that word only (Stacked Borrows).
     prod_tail: NonNull<AtomicU32>,
+    cons_head: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
     // INVARIANT: ≥ 1, and an element holds the `K::HEADER`-byte header of the writer's WQE
@@ -179,15 +182,19 @@ impl<K: WqKind> WqWriter<K> {
             return Err(PvrdmaError::InvalidParameter);
         }
         let elements = Elements::new(&buf, first_page, n, stride)?;
-        let prod_tail = buf
-            .page(0)
-            .and_then(|p| p.view().atomic_u32(state))
-            .filter(|_| state + 8 <= PAGE_SIZE)
-            .map(NonNull::from)
-            .ok_or(PvrdmaError::InvalidParameter)?;
+        let word = |off| {
+            buf.page(0)
+                .and_then(|p| p.view().atomic_u32(off))
+                .filter(|_| state + 8 <= PAGE_SIZE)
+                .map(NonNull::from)
+                .ok_or(PvrdmaError::InvalidParameter)
+        };
+        let prod_tail = word(state)?;
+        let cons_head = word(state + 4)?;
         Ok(WqWriter {
             elements,
             prod_tail,
+            cons_head,
             wrap: 2 * n - 1,
             max_sge,
             bell,
@@ -211,6 +218,7 @@ impl<K, R> WqWriter<K, R> {
         Ok(WqWriter {
             elements,
             prod_tail: self.prod_tail,
+            cons_head: self.cons_head,
             wrap: self.wrap,
             max_sge: self.max_sge,
             bell: self.bell,
@@ -299,8 +307,8 @@ impl<K, R> WqWriter<K, R> {
 
     /// The device's `cons_head` as it stands (diagnostics; never used to post).
     pub fn device_cons_head(&self) -> u32 {
-        // SAFETY: `cons_head` follows `prod_tail` in the same 8-byte ring state (§7).
-        let c = unsafe { &*self.prod_tail.as_ptr().add(1) };
+        // SAFETY: type invariant.
+        let c = unsafe { self.cons_head.as_ref() };
         c.load(Ordering::Relaxed)
     }
 

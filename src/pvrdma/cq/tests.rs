@@ -145,6 +145,32 @@ fn reader_validates_the_device_index_and_consumes() {
     assert_eq!(log.rung(), [(4, 0x4000_0003), (4, 0x2000_0003)]);
 }
 
+/// Defect 8: `cons_head` was written through `prod_tail`'s pointer plus one word, but that
+/// pointer came from a reference to `prod_tail` alone (Miri, in `consume`: "trying to retag
+/// from <..> for SharedReadWrite permission at alloc..[0xc], but that tag does not exist in
+/// the borrow stack for this location", the tag "created by a SharedReadWrite retag at
+/// offsets [0x8..0xc]").
+#[test]
+fn cons_head_is_published_with_the_provenance_of_its_own_word() {
+    let dma = TestDma::new_dyn();
+    let ring = CqRing::alloc(&dma, 4).unwrap();
+    let cq = reader(&ring);
+    let dev = reader(&ring);
+    dev.produce_for_test(&ud_recv());
+    assert_eq!(cq.ready(0), CqState::Ready(1));
+    cq.consume(cq.next(0));
+    assert_eq!(
+        ring_cons_head(&dev),
+        1,
+        "the same ring word, seen by the device"
+    );
+    assert_eq!(
+        dev.index(0).load(Ordering::Relaxed),
+        1,
+        "prod_tail untouched"
+    );
+}
+
 fn ring_cons_head(cq: &CqReader) -> u32 {
     cq.index(1).load(Ordering::Relaxed)
 }

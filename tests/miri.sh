@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Miri (Stacked Borrows, its default model) over the provider's unsafe code: the unit tests of
+# src/ (the OS seam, the PVRDMA layer, the object framework, the dispatch thunks over the
+# hardware layer, which drive the dispatch tables as a consumer does). Any undefined behaviour
+# or data race Miri finds fails the run. (tests/ndk_objects.rs passes its first tests under
+# Miri but takes over 10 minutes in all: its threaded close races need Miri-sized parameters
+# before it joins this script.)
+#
+#   tests/miri.sh                        # from anywhere; needs nightly with miri
+#   MIRI_TOOLCHAIN=nightly-2026-05-19 tests/miri.sh   # another toolchain
+#
+# Threaded tests run under Miri too, with smaller parameters where `cfg(miri)` gives them
+# (fewer events, fewer rounds), never skipped. The int-to-pointer casts Miri warns about are
+# the consumers' RequestContext values (opaque PVOIDs the provider stores and hands back), so
+# permissive provenance is stated rather than warned about on every test. Leaks are not
+# checked: a ring quarantined because the device may still write it is never freed, by design
+# (`ndk::pvrdma_hw`), and the crate counts its own allocations (`os::alloc::stats`,
+# tests/ndk_leaks.rs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export MIRIFLAGS="${MIRIFLAGS:--Zmiri-permissive-provenance -Zmiri-ignore-leaks}"
+
+# Not yet given Miri-sized parameters (each alone takes minutes under Miri on 2 loaded cores:
+# a thousand interrupts, or a command channel's waits, each through interpreted DPC threads).
+# Listed here, by name, until they are; every other unit test runs.
+slow=(
+    pvrdma::device::tests::async_ring_wraps_past_its_512_slots
+    pvrdma::cmd::tests::one_outstanding_fifo_order
+)
+skips=()
+for t in "${slow[@]}"; do skips+=(--skip "$t"); done
+
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- "${skips[@]}"
