@@ -170,10 +170,11 @@ impl PvrdmaHardware {
         if spec.srq.is_some() {
             return done(Err(HwError::Invalid));
         }
-        let prepared = prepare_qp(self.dev(), self.seam.tables.quarantine(), spec).map(|(mut cmd, rec)| {
-            cmd.qp_type = QpType::Gsi;
-            (cmd, rec)
-        });
+        let prepared =
+            prepare_qp(self.dev(), self.seam.tables.quarantine(), spec).map(|(mut cmd, rec)| {
+                cmd.qp_type = QpType::Gsi;
+                (cmd, rec)
+            });
         self.create(prepared, done, |s, resp, rec, done| {
             let h = resp.qp_handle;
             if let Err(e) = s.file(h, rec) {
