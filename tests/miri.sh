@@ -32,3 +32,13 @@ skips=()
 for t in "${slow[@]}"; do skips+=(--skip "$t"); done
 
 cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- "${skips[@]}"
+
+# The dispatch tables driven as a consumer drives them (tests/ndk_objects.rs, over a recording
+# fake of the hardware layer): the single-threaded tests of consumer-supplied arrays — SGE lists
+# and page arrays whose declared count is over its limit, and result arrays written by polls.
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --test ndk_objects -- \
+    a_declared_count_above_its_limit_fails_before_any_entry_is_read \
+    fast_register_rules_and_tokens \
+    completions_become_results_in_order_with_silent_successes_skipped \
+    a_cqe_past_an_outstanding_signalled_slot_retires_nothing \
+    receive_and_invalidate_type_and_token_in_ex_results

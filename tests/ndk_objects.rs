@@ -3150,3 +3150,61 @@ fn a_cqe_past_an_outstanding_signalled_slot_retires_nothing() {
     }
     e.close_adapter();
 }
+
+#[test]
+fn a_declared_count_above_its_limit_fails_before_any_entry_is_read() {
+    // A careless consumer declares more entries than it passes: nSge above the QP's or SRQ's
+    // SGE limit, AdapterPageCount above the MR's capacity, each over a one-entry array. Each
+    // call fails with STATUS_INVALID_PARAMETER and the provider forms no slice of the declared
+    // length: before, NdkReceive summed the lengths of all 1000 "SGEs" (reading far past the
+    // array) and every post formed a 1000-entry slice over it, which Miri (tests/miri.sh runs
+    // this test) reports as undefined behaviour.
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let qp = e.qp(pd, cq, cq);
+    connect(qp);
+    let one = [sge(0x1000, 8, 0x100)];
+    let declared = 1000;
+    // SAFETY: live QP; the declared count is above every limit, so only the count is read.
+    let send = unsafe { (NDK_QP::disp(qp).NdkSend)(qp, ctx(1), one.as_ptr(), declared, 0) };
+    assert_eq!(send, STATUS_INVALID_PARAMETER);
+    // SAFETY: as above.
+    let write =
+        unsafe { (NDK_QP::disp(qp).NdkWrite)(qp, ctx(2), one.as_ptr(), declared, 0x1000, 0x77, 0) };
+    assert_eq!(write, STATUS_INVALID_PARAMETER);
+    // SAFETY: as above.
+    let read =
+        unsafe { (NDK_QP::disp(qp).NdkRead)(qp, ctx(3), one.as_ptr(), declared, 0x1000, 0x77, 0) };
+    assert_eq!(read, STATUS_INVALID_PARAMETER);
+    // SAFETY: as above.
+    let recv = unsafe { (NDK_QP::disp(qp).NdkReceive)(qp, ctx(4), one.as_ptr(), declared) };
+    assert_eq!(recv, STATUS_INVALID_PARAMETER);
+    let mr = e.mr(pd, true);
+    // SAFETY: live MR.
+    let init =
+        unsafe { (NDK_MR::disp(mr).NdkInitializeFastRegisterMr)(mr, 4, 0, request_cb, ctx(8)) };
+    assert_eq!(init, STATUS_SUCCESS);
+    let page = [0x10_0000 as NDK_LOGICAL_ADDRESS];
+    // SAFETY: live objects; 1000 is above the MR's capacity of 4, so only the count is read.
+    let st = unsafe {
+        (NDK_QP::disp(qp).NdkFastRegister)(
+            qp,
+            ctx(5),
+            mr,
+            declared,
+            page.as_ptr(),
+            0,
+            100,
+            0x5000_0000 as PVOID,
+            NDK_OP_FLAG_ALLOW_LOCAL_WRITE,
+        )
+    };
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
+    // Nothing reached the device and nothing completes.
+    assert_eq!(results_ex(cq, 4).len(), 0);
+    for p in [hdr(mr), hdr(qp), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}

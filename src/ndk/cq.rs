@@ -24,6 +24,7 @@ use crate::ndkpi::*;
 use crate::pvrdma::cq::{CqReader, CqState};
 use crate::pvrdma::cqe::{CqeView, WcFlags, wc_status};
 use crate::pvrdma::device::CqEvents;
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// `wc_flags` WITH_IMM (pvrdma.md §11).
@@ -586,13 +587,13 @@ impl Cq {
     /// CQEs are read in place, never more than results still wanted (so none is lost), and
     /// `cons_head` is published once per call.
     #[inline(always)]
-    pub fn get_results_ex(&self, out: &mut [NDK_RESULT_EX]) -> usize {
+    pub fn get_results_ex(&self, out: &mut [MaybeUninit<NDK_RESULT_EX>]) -> usize {
         self.fill(out)
     }
 
     /// NdkGetCqResults: the same results without Type and the other Ex fields.
     #[inline(always)]
-    pub fn get_results(&self, out: &mut [NDK_RESULT]) -> usize {
+    pub fn get_results(&self, out: &mut [MaybeUninit<NDK_RESULT>]) -> usize {
         self.fill(out)
     }
 
@@ -876,27 +877,28 @@ trait CqResult {
     fn set(&mut self, r: &NDK_RESULT_EX);
 }
 
-impl CqResult for NDK_RESULT {
+// The consumer's array may be uninitialized memory: entries are only ever written whole.
+impl CqResult for MaybeUninit<NDK_RESULT> {
     #[inline(always)]
     fn success(&mut self, qp_context: usize, request_context: usize, _op: NDK_OPERATION_TYPE) {
         // CAST: the contexts were PVOIDs stored as integers.
-        *self = NDK_RESULT {
+        self.write(NDK_RESULT {
             Status: STATUS_SUCCESS,
             BytesTransferred: 0,
             QPContext: qp_context as PVOID,
             RequestContext: request_context as PVOID,
-        };
+        });
     }
     fn set(&mut self, r: &NDK_RESULT_EX) {
-        *self = to_result(r);
+        self.write(to_result(r));
     }
 }
 
-impl CqResult for NDK_RESULT_EX {
+impl CqResult for MaybeUninit<NDK_RESULT_EX> {
     #[inline(always)]
     fn success(&mut self, qp_context: usize, request_context: usize, op: NDK_OPERATION_TYPE) {
         // CAST: as above.
-        *self = NDK_RESULT_EX {
+        self.write(NDK_RESULT_EX {
             Status: STATUS_SUCCESS,
             BytesTransferred: 0,
             QPContext: qp_context as PVOID,
@@ -904,10 +906,10 @@ impl CqResult for NDK_RESULT_EX {
             Type: op,
             ProviderErrorCode: 0,
             TypeSpecificCompletionOutput: 0,
-        };
+        });
     }
     fn set(&mut self, r: &NDK_RESULT_EX) {
-        *self = *r;
+        self.write(*r);
     }
 }
 

@@ -25,6 +25,7 @@
 pub mod adapter;
 pub mod completion;
 pub mod connector;
+pub mod consumer_array;
 pub mod cq;
 pub mod dispatch;
 pub mod error;

@@ -18,6 +18,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::adapter::mdl_error;
+use super::consumer_array::ConsumerArray;
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, MrKeys, MrSpec, access};
@@ -156,12 +157,12 @@ impl Mr {
     /// STATUS_INVALID_PARAMETER if the MR is not an initialized FRMR of that PD or `pages`
     /// exceeds its capacity; STATUS_ACCESS_VIOLATION for remote access on an MR initialized
     /// without RemoteAccess.
-    pub fn check_fast_register(
+    pub fn check_fast_register<'a>(
         &self,
         pd: &ObjRef<Pd>,
-        pages: u32,
+        pages: ConsumerArray<'a, NDK_LOGICAL_ADDRESS>,
         wants_remote: bool,
-    ) -> NdkResult<FastRegTicket> {
+    ) -> NdkResult<(FastRegTicket, &'a [NDK_LOGICAL_ADDRESS])> {
         if self.pd != *pd {
             return Err(NdkError::InvalidParameter);
         }
@@ -171,17 +172,20 @@ impl Mr {
                 max_pages,
                 remote,
             } => {
-                if pages == 0 || pages > max_pages {
-                    return Err(NdkError::InvalidParameter);
-                }
+                // The consumer's page array becomes a slice only within the capacity.
+                let pages = match pages.within(max_pages as usize) {
+                    Some(p) if !p.is_empty() => p,
+                    _ => return Err(NdkError::InvalidParameter),
+                };
                 if wants_remote && !remote {
                     return Err(NdkError::AccessViolation);
                 }
                 let cur = self.key.load(Ordering::Relaxed);
-                Ok(FastRegTicket {
+                let ticket = FastRegTicket {
                     handle: keys.handle,
                     new_key: (cur & !0xFF) | (cur.wrapping_add(1) & 0xFF),
-                })
+                };
+                Ok((ticket, pages))
             }
             _ => Err(NdkError::InvalidParameter),
         }

@@ -13,6 +13,7 @@
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
+use super::consumer_array::ConsumerArray;
 use super::cq::Cq;
 use super::dispatch;
 use super::error::HwError;
@@ -640,7 +641,7 @@ impl Qp {
         allowed: u32,
         kind: &PostKind,
         ctx: usize,
-        sges: &[Sge],
+        sgl: ConsumerArray<'_, Sge>,
         admit: &AtomicU64,
         header: impl FnOnce(u64) -> NdkResult<SqHeader>,
         posted: impl FnOnce(),
@@ -649,9 +650,16 @@ impl Qp {
         // Two tests for "not connected", "unknown or disallowed flag", INLINE and "too many
         // SGEs"; the cold path works out which.
         let refused = flags & !(allowed & !NDK_OP_FLAG_INLINE) != 0;
-        if refused || sges.len() as u64 >= admit.load(Ordering::Acquire) {
-            return self.refuse(admit, allowed, flags, sges.len());
-        }
+        // The admission word bounds the SGE count by the QP's limit: the consumer's array
+        // becomes a slice only below it.
+        let sges = if refused {
+            None
+        } else {
+            sgl.fewer_than(admit.load(Ordering::Acquire))
+        };
+        let Some(sges) = sges else {
+            return self.refuse(admit, allowed, flags, sgl.len());
+        };
         let total = match dir {
             // Fast register and invalidate: no SGE, so nothing to check or count.
             None => 0,
@@ -703,7 +711,7 @@ impl Qp {
     pub fn send(
         &self,
         ctx: usize,
-        sges: &[Sge],
+        sges: ConsumerArray<'_, Sge>,
         flags: u32,
         invalidate: Option<u32>,
     ) -> NdkResult<()> {
@@ -739,7 +747,7 @@ impl Qp {
         &self,
         read: bool,
         ctx: usize,
-        sges: &[Sge],
+        sges: ConsumerArray<'_, Sge>,
         remote_addr: u64,
         rkey: u32,
         flags: u32,
@@ -781,7 +789,7 @@ impl Qp {
         &self,
         ctx: usize,
         mr: &ObjRef<Mr>,
-        pages: &[NDK_LOGICAL_ADDRESS],
+        pages: ConsumerArray<'_, NDK_LOGICAL_ADDRESS>,
         fbo: u32,
         length: usize,
         base_va: u64,
@@ -793,7 +801,7 @@ impl Qp {
             FAST_REGISTER_FLAGS,
             &FAST_REGISTER,
             ctx,
-            &[],
+            ConsumerArray::empty(),
             &self.admit_send,
             |op_word| {
                 // ALLOW_REMOTE_WRITE (0x30) contains ALLOW_LOCAL_WRITE (0x10): only 0x20 and
@@ -803,8 +811,10 @@ impl Qp {
                 if flags & 0x20 != 0 && flags & NDK_OP_FLAG_ALLOW_LOCAL_WRITE == 0 {
                     return Err(NdkError::InvalidParameter);
                 }
-                let count = u32::try_from(pages.len()).map_err(|_| NdkError::InvalidParameter)?;
-                let t = mr.check_fast_register(&self.pd, count, remote)?;
+                // The page array becomes a slice only within the MR's capacity.
+                let (t, pages) = mr.check_fast_register(&self.pd, pages, remote)?;
+                // CAST: at most the MR's capacity, a u32.
+                let count = pages.len() as u32;
                 let page = PAGE_SIZE as u64;
                 if pages.iter().any(|&a| (a as u64) & (page - 1) != 0) {
                     return Err(NdkError::InvalidParameter);
@@ -879,7 +889,7 @@ impl Qp {
             INVALIDATE_FLAGS,
             &INVALIDATE,
             ctx,
-            &[],
+            ConsumerArray::empty(),
             &self.admit_send,
             |op_word| {
                 let key = mr.invalidate_key(&self.pd)?;
@@ -922,16 +932,20 @@ impl Qp {
     /// count above the QP's MaxReceiveRequestSge or a total above MaxTransferLength;
     /// STATUS_INSUFFICIENT_RESOURCES when the queue is full.
     #[inline(always)]
-    pub fn receive(&self, ctx: usize, sges: &[Sge]) -> NdkResult<()> {
+    pub fn receive(&self, ctx: usize, sgl: ConsumerArray<'_, Sge>) -> NdkResult<()> {
         let Some(rq) = &self.rq else {
             return Err(NdkError::InvalidDeviceRequest);
+        };
+        // The count first: no SGE is read before it passed the QP's limit.
+        let Some(sges) = sgl.within(self.max_recv_sge as usize) else {
+            return Err(NdkError::InvalidParameter);
         };
         let total = match sges {
             [] => 0,
             [one] => u64::from(one.length),
             many => total_length(many),
         };
-        if sges.len() > self.max_recv_sge as usize || total > u64::from(self.max_transfer) {
+        if total > u64::from(self.max_transfer) {
             return Err(NdkError::InvalidParameter);
         }
         let Some(index) = rq.next() else {

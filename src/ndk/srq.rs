@@ -8,6 +8,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::completion::{SlotRecord, tag, wr_id};
+use super::consumer_array::ConsumerArray;
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, SrqSpec, pow2_ceil};
@@ -213,10 +214,10 @@ impl Srq {
     /// # Errors
     /// STATUS_INVALID_PARAMETER for too many SGEs; STATUS_INSUFFICIENT_RESOURCES when the
     /// SRQ holds its depth of receives.
-    pub fn receive(&self, ctx: usize, sges: &[Sge]) -> NdkResult<()> {
-        if sges.len() > self.max_sge as usize {
+    pub fn receive(&self, ctx: usize, sgl: ConsumerArray<'_, Sge>) -> NdkResult<()> {
+        let Some(sges) = sgl.within(self.max_sge as usize) else {
             return Err(NdkError::InvalidParameter);
-        }
+        };
         // Records in flight bound the WQEs in the ring (a WQE leaves the ring when a QP
         // takes it, its record when its CQE is reaped), so a free record means a free slot.
         if self.outstanding.load(Ordering::Acquire) >= self.cap.load(Ordering::Relaxed) {

@@ -1,6 +1,8 @@
 //! `NDK_CQ_DISPATCH`: arming and polling (two of the hot thunks). Every thunk follows the
 //! shared `# Safety` contract of [`super`] ("the module contract").
 
+use core::mem::MaybeUninit;
+
 use super::dispatch_table;
 use crate::ndk::cq::Cq;
 use crate::ndk::object::ObjRef;
@@ -28,18 +30,20 @@ unsafe extern "system" fn arm_cq(pNdkCq: *mut NDK_CQ, Type: ULONG) {
     }
 }
 
-/// The consumer's result array, for [`Cq::get_results`] and [`Cq::get_results_ex`].
+/// The consumer's result array, for [`Cq::get_results`] and [`Cq::get_results_ex`]: memory
+/// the consumer need not have initialized, so entries are `MaybeUninit` and only written.
 ///
 /// # Safety
 /// `p` is null or valid for writes of `n` entries for the call.
 #[inline(always)]
-unsafe fn results<'a, R>(p: *mut R, n: ULONG) -> Option<&'a mut [R]> {
+unsafe fn results<'a, R>(p: *mut R, n: ULONG) -> Option<&'a mut [MaybeUninit<R>]> {
     if p.is_null() || n == 0 {
         return None;
     }
-    // SAFETY: non-null, valid for writes of `n` entries by contract; the provider only
-    // writes whole entries.
-    Some(unsafe { core::slice::from_raw_parts_mut(p, n as usize) })
+    // CAST: `MaybeUninit<R>` has `R`'s layout.
+    // SAFETY: non-null, valid for writes of `n` entries by contract; as `MaybeUninit` no
+    // entry is assumed initialized, and the provider only writes whole entries.
+    Some(unsafe { core::slice::from_raw_parts_mut(p.cast::<MaybeUninit<R>>(), n as usize) })
 }
 
 /// # Safety

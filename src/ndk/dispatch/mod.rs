@@ -34,6 +34,7 @@ pub mod srq;
 
 use alloc::sync::Arc;
 
+use super::consumer_array::ConsumerArray;
 use super::error::{NdkError, NdkResult};
 use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use crate::ndkpi::*;
@@ -154,21 +155,17 @@ const _: () = {
     assert!(core::mem::offset_of!(Sge, addr) == 0);
 };
 
-/// The consumer's SGE array, as the rings' SGE type (same layout, asserted above).
+/// The consumer's SGE array, as the rings' SGE type (same layout, asserted above), with its
+/// count not yet checked: the QP or SRQ checks it against its limit before any slice exists.
 ///
 /// # Safety
-/// `p` is null only if `n` is 0, else valid for reads of `n` entries for the call.
+/// `p` is null only if `n` is 0, else valid for reads of `n` entries for the call if `n` is
+/// within the queue's SGE limit (NDKPI's contract).
 #[inline(always)]
-unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<&'a [Sge]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(NdkError::InvalidParameter);
-    }
+unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<ConsumerArray<'a, Sge>> {
     // CAST: identical layout (asserted); every bit pattern is a valid `Sge`.
-    // SAFETY: non-null, and valid for `n` elements by the caller's contract.
-    Ok(unsafe { core::slice::from_raw_parts(p.cast::<Sge>(), n as usize) })
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe { ConsumerArray::new(p.cast::<Sge>(), n as usize) }.ok_or(NdkError::InvalidParameter)
 }
 
 /// Declares slots of objects that cannot exist yet (connection management is a later issue):

@@ -3,6 +3,7 @@
 //! module contract").
 
 use super::{dispatch_table, sgl, status};
+use crate::ndk::consumer_array::ConsumerArray;
 use crate::ndk::error::{NdkError, NdkResult};
 use crate::ndk::mr::Mr;
 use crate::ndk::object::ObjRef;
@@ -20,7 +21,7 @@ unsafe fn initiator_post(
     qp: &Qp,
     pSgl: *const NDK_SGE,
     nSge: ULONG,
-    post: impl FnOnce(&[Sge]) -> NdkResult<()>,
+    post: impl FnOnce(ConsumerArray<'_, Sge>) -> NdkResult<()>,
 ) -> NTSTATUS {
     // SAFETY: module contract.
     match unsafe { sgl(pSgl, nSge) } {
@@ -113,11 +114,12 @@ unsafe extern "system" fn fast_register(
     };
     // SAFETY: module contract.
     let mr = unsafe { ObjRef::<Mr>::borrow(pMr) };
-    let (Some(mr), false, false) = (mr, AdapterPageArray.is_null(), AdapterPageCount == 0) else {
+    // SAFETY: the module contract for `AdapterPageCount` entries; the QP checks the count
+    // against the MR's capacity before it forms a slice.
+    let pages = unsafe { ConsumerArray::new(AdapterPageArray, AdapterPageCount as usize) };
+    let (Some(mr), Some(pages), false) = (mr, pages, AdapterPageCount == 0) else {
         return status(qp.fail_initiator(NdkError::InvalidParameter));
     };
-    // SAFETY: non-null, `AdapterPageCount` entries by contract.
-    let pages = unsafe { core::slice::from_raw_parts(AdapterPageArray, AdapterPageCount as usize) };
     status(qp.fast_register(
         RequestContext as usize,
         &mr,
