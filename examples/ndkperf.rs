@@ -191,6 +191,7 @@ struct Bench {
 #[derive(Default, Clone, Copy)]
 struct Counts {
     doorbells: u64,
+    poll_doorbells: u64,
     interrupts: u64,
     dpcs: u64,
 }
@@ -229,6 +230,7 @@ impl Bench {
         let mut k = Counts::default();
         for n in &self.c.nodes {
             k.doorbells += n.doorbells.load(Ordering::Relaxed);
+            k.poll_doorbells += n.poll_doorbells.load(Ordering::Relaxed);
             k.interrupts += n.interrupts();
             k.dpcs += n.dpcs();
         }
@@ -707,6 +709,7 @@ fn main() {
                     avg: avg / MB,
                     mpps: if secs > 0.0 { n / secs / 1e6 } else { 0.0 },
                     doorbells: per(k0.doorbells, k1.doorbells),
+                    poll_doorbells: per(k0.poll_doorbells, k1.poll_doorbells),
                     interrupts: per(k0.interrupts, k1.interrupts),
                     dpcs: per(k0.dpcs, k1.dpcs),
                     provider_ns,

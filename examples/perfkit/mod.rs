@@ -52,8 +52,12 @@ pub struct Node {
     pub token: u32,
     /// DMA allocator for data buffers.
     pub dma: Arc<SimDma>,
-    /// UAR stores seen by the hook (hooked mode).
+    /// UAR stores seen by the hook (hooked mode), CQ POLL kicks excepted.
     pub doorbells: Arc<AtomicU64>,
+    /// CQ POLL doorbells (offset 0x4 with bit 31, pvrdma.md §12): the provider rings one when
+    /// a poll runs the ring dry (Linux's pvrdma_poll_one), so a poller spinning on an idle CQ
+    /// rings them at its polling rate, not per request.
+    pub poll_doorbells: Arc<AtomicU64>,
     /// The port MAC.
     pub mac: [u8; 6],
     /// The bound GID.
@@ -309,11 +313,14 @@ impl Cluster {
             let model = node.device().clone();
             let dma = SimDma::new(node.dma().clone());
             let doorbells = Arc::new(AtomicU64::new(0));
+            let poll_doorbells = Arc::new(AtomicU64::new(0));
             let hook: Option<pvrdma_ndk::os::mmio::DoorbellHook> = if hooked {
                 let m = model.clone();
                 let c = doorbells.clone();
+                let p = poll_doorbells.clone();
                 Some(Arc::new(move |off, val| {
-                    c.fetch_add(1, Ordering::Relaxed);
+                    let is_poll = off == 0x4 && val & (1 << 31) != 0;
+                    if is_poll { &p } else { &c }.fetch_add(1, Ordering::Relaxed);
                     m.uar_write32(off, val);
                 }))
             } else {
@@ -373,6 +380,7 @@ impl Cluster {
                 token,
                 dma,
                 doorbells,
+                poll_doorbells,
                 mac: node.mac(),
                 gid,
             });

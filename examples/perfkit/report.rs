@@ -62,6 +62,8 @@ pub struct BwRow {
     /// Millions of messages per second.
     pub mpps: f64,
     pub doorbells: f64,
+    /// CQ POLL kicks per request (empty polls of a spinning poller).
+    pub poll_doorbells: f64,
     pub interrupts: f64,
     pub dpcs: f64,
     /// Wall-clock ns per request spent inside provider calls: the median post times posts per
@@ -124,17 +126,18 @@ pub fn print_bw(t: &TestResult) {
     println!("{RULE}");
     println!("                    {} BW Test", t.name);
     println!(
-        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   DB/WR    IRQ/WR   DPC/WR   provider[ns/WR]"
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   DB/WR    POLL/WR  IRQ/WR   DPC/WR   provider[ns/WR]"
     );
     for r in &t.bw {
         println!(
-            " {:<10} {:<10}       {:<18.2} {:<20.2} {:<15.6} {:<8.3} {:<8.3} {:<8.3} {:.1}",
+            " {:<10} {:<10}       {:<18.2} {:<20.2} {:<15.6} {:<8.3} {:<8.3} {:<8.3} {:<8.3} {:.1}",
             r.bytes,
             r.iters,
             r.peak,
             r.avg,
             r.mpps,
             r.doorbells,
+            r.poll_doorbells,
             r.interrupts,
             r.dpcs,
             r.provider_ns
@@ -145,21 +148,21 @@ pub fn print_bw(t: &TestResult) {
 /// One CSV table: `kind,test,bytes,iters,...` (kind = lat or bw).
 pub fn csv(results: &[TestResult]) -> String {
     let mut s = String::from(
-        "kind,test,bytes,iters,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,t_p99_us,t_p999_us,bw_peak_mib_s,bw_avg_mib_s,msg_rate_mpps,doorbells_per_wr,interrupts_per_wr,dpcs_per_wr,provider_ns_per_wr\n",
+        "kind,test,bytes,iters,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,t_p99_us,t_p999_us,bw_peak_mib_s,bw_avg_mib_s,msg_rate_mpps,doorbells_per_wr,poll_doorbells_per_wr,interrupts_per_wr,dpcs_per_wr,provider_ns_per_wr\n",
     );
     for t in results {
         for r in &t.lat {
             let x = r.stats;
             let _ = writeln!(
                 s,
-                "lat,{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},,,,,,,",
+                "lat,{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},,,,,,,,",
                 t.name, r.bytes, r.iters, x.min, x.max, x.typical, x.avg, x.stdev, x.p99, x.p999
             );
         }
         for r in &t.bw {
             let _ = writeln!(
                 s,
-                "bw,{},{},{},,,,,,,,{:.3},{:.3},{:.6},{:.4},{:.4},{:.4},{:.1}",
+                "bw,{},{},{},,,,,,,,{:.3},{:.3},{:.6},{:.4},{:.4},{:.4},{:.4},{:.1}",
                 t.name,
                 r.bytes,
                 r.iters,
@@ -167,6 +170,7 @@ pub fn csv(results: &[TestResult]) -> String {
                 r.avg,
                 r.mpps,
                 r.doorbells,
+                r.poll_doorbells,
                 r.interrupts,
                 r.dpcs,
                 r.provider_ns
@@ -221,7 +225,7 @@ pub fn json(config: &[(&str, String)], results: &[TestResult]) -> String {
         for (j, r) in t.bw.iter().enumerate() {
             let _ = write!(
                 s,
-                "{}{{\"bytes\": {}, \"iters\": {}, \"bw_peak\": {}, \"bw_avg\": {}, \"msg_rate_mpps\": {}, \"doorbells_per_wr\": {}, \"interrupts_per_wr\": {}, \"dpcs_per_wr\": {}, \"provider_ns_per_wr\": {}}}",
+                "{}{{\"bytes\": {}, \"iters\": {}, \"bw_peak\": {}, \"bw_avg\": {}, \"msg_rate_mpps\": {}, \"doorbells_per_wr\": {}, \"poll_doorbells_per_wr\": {}, \"interrupts_per_wr\": {}, \"dpcs_per_wr\": {}, \"provider_ns_per_wr\": {}}}",
                 if j == 0 { "" } else { ", " },
                 r.bytes,
                 r.iters,
@@ -229,6 +233,7 @@ pub fn json(config: &[(&str, String)], results: &[TestResult]) -> String {
                 num(r.avg),
                 num(r.mpps),
                 num(r.doorbells),
+                num(r.poll_doorbells),
                 num(r.interrupts),
                 num(r.dpcs),
                 num(r.provider_ns)
