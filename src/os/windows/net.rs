@@ -310,7 +310,9 @@ impl WindowsResolver {
 
         let mut handle: *mut c_void = null_mut();
         // Registered before the listing: an address added in between is reported twice at
-        // worst (the cache ignores a duplicate), never missed.
+        // worst (the cache ignores a duplicate), never missed. (One removed after the table
+        // is taken but before it is read here is re-added: a stale entry until its next
+        // change, accepted for a window of one call at InitializeEx.)
         // SAFETY: the callback matches PUNICAST_IPADDRESS_CHANGE_CALLBACK; its context is
         // the resolver, which cancels the registration (waiting out a running callback)
         // before it is freed; PASSIVE_LEVEL.
