@@ -7,8 +7,9 @@ AMD64; subsystem NATIVE; DYNAMIC_BASE, NX_COMPAT and GUARD_CF, the last backed b
 load-config table whose CFG function table lists every NDIS handler (from the link map) and
 every code address the image stores in its data (dispatch tables); a valid checksum; base
 relocations; no section both writable and executable; exactly one export, DriverEntry, which
-is the entry point; imports only from ntoskrnl.exe, HAL.dll and ndis.sys, each on the
-allowlist. With --all-guarded (the LTO release image), no indirect call may bypass the CFG
+is the entry point; imports only from ntoskrnl.exe, HAL.dll, ndis.sys and netio.sys (the IP
+helper routines of the address-resolution seam live there, as for any NDIS provider that
+resolves neighbours, the Windows NDK sample drivers among them), each on the allowlist. With --all-guarded (the LTO release image), no indirect call may bypass the CFG
 dispatch pointer: without LTO the prebuilt sysroot (core, alloc), which is not compiled with
 CFG, keeps plain `call reg` instructions, reported as info. Prints one line per check and
 exits 1 if any failed.
@@ -21,14 +22,18 @@ import sys
 import capstone
 import pefile
 
-ALLOWED_DLLS = {"ntoskrnl.exe", "hal.dll", "ndis.sys"}
+ALLOWED_DLLS = {"ntoskrnl.exe", "hal.dll", "ndis.sys", "netio.sys"}
 # The handlers ndis::entry hands to NDIS (characteristics, NDK provider, SG DMA).
 NDIS_HANDLERS = [
     "set_options", "initialize", "halt", "unload", "pause", "restart", "oid_request",
     "send_net_buffer_lists", "return_net_buffer_lists", "cancel", "device_pnp_event",
     "shutdown", "open_ndk_adapter", "close_ndk_adapter", "process_sg_list",
     "line_isr", "line_dpc", "line_control", "message_isr", "message_dpc", "message_control",
+    "pnp_work_item",
 ]
+# The routines the OS layer hands to the kernel, by module path (the resolver's work item and
+# address-change callback).
+OS_CALLBACKS = [("2os7windows3net", "resolve_work_item"), ("2os7windows3net", "address_changed")]
 SCN_MEM_EXECUTE = 0x20000000
 SCN_MEM_WRITE = 0x80000000
 IMAGE_GUARD_CF_INSTRUMENTED = 0x100
@@ -202,12 +207,14 @@ def main():
               + (f" (missing {[hex(m) for m in missing]})" if missing else ""))
         if args.map:
             syms = map_symbols(args.map, base)
-            for h in NDIS_HANDLERS:
-                pat = re.compile(rf"^_ZN10pvrdma_ndk4ndis5entry{len(h)}{h}17h[0-9a-f]{{16}}E$")
+            named = [("4ndis5entry", h) for h in NDIS_HANDLERS] + OS_CALLBACKS
+            for path, h in named:
+                pat = re.compile(rf"^_ZN10pvrdma_ndk{path}{len(h)}{h}17h[0-9a-f]{{16}}E$")
                 hits = [rva for s, rva in syms.items() if pat.match(s)]
                 if not hits:
-                    # LTO merged it into an identical handler (the one NDIS receives).
-                    print(f"info handler {h} not in the map (merged into an identical one)")
+                    # LTO merged it into an identical handler (the one NDIS receives), or
+                    # nothing hands it out (the resolver's work item while nothing resolves).
+                    print(f"info handler {h} not in the map (merged into an identical one, or unreferenced)")
                     continue
                 check(all(r in targets for r in hits), f"handler {h} is a CFG target")
 

@@ -24,7 +24,9 @@ use crate::os::windows::imports::{
     NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes,
     NdisMUnmapIoSpace, NdisQueueIoWorkItem, NdisSetOptionalHandlers,
 };
-use crate::os::windows::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsScheduler};
+use crate::os::windows::{
+    MappedBar, NdisSharedMemory, WindowsPlatform, WindowsResolver, WindowsScheduler,
+};
 
 /// The handle NdisMRegisterMiniportDriver returned (for Unload's deregistration).
 static DRIVER_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
@@ -224,6 +226,9 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
 /// The MiniportAdapterContext.
 struct AdapterContext {
     handle: NDIS_HANDLE,
+    /// The address-resolution seam over netio.sys, for the interface NDIS named at
+    /// InitializeEx (NetLuid, IfIndex). Nothing in the core consumes it yet.
+    resolver: Option<Arc<WindowsResolver>>,
     pnp: Option<Arc<PnpWorker>>,
     dma_handle: NDIS_HANDLE,
     interrupt_handle: NDIS_HANDLE,
@@ -238,6 +243,9 @@ struct AdapterContext {
 impl AdapterContext {
     /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
     fn teardown(&mut self) {
+        if let Some(r) = self.resolver.take() {
+            r.stop();
+        }
         if let Some(worker) = self.pnp.take() {
             self.free_pnp_worker(worker);
         }
@@ -365,6 +373,7 @@ unsafe extern "system" fn initialize(
 ) -> NDIS_STATUS {
     let Ok(ctx) = crate::os::alloc::try_box(AdapterContext {
         handle,
+        resolver: None,
         pnp: None,
         dma_handle: null_mut(),
         interrupt_handle: null_mut(),
@@ -511,6 +520,15 @@ unsafe fn initialize_adapter(
             unsafe { NdisFreeIoWorkItem(work_item) };
             return NDIS_STATUS_RESOURCES;
         }
+    }
+    let Some(platform) = ctx.platform.clone() else {
+        return NDIS_STATUS_FAILURE;
+    };
+    // SAFETY: this InitializeEx's adapter handle; teardown stops the resolver before Halt
+    // returns.
+    match unsafe { WindowsResolver::start(platform, handle, params.NetLuid, params.IfIndex) } {
+        Ok(r) => ctx.resolver = Some(r),
+        Err(_) => return NDIS_STATUS_RESOURCES,
     }
 
     let mut general = general_attributes(&miniport.general_attributes());

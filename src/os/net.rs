@@ -4,7 +4,7 @@
 //! MAC of a destination IP, resolved asynchronously within a bounded time.
 //!
 //! Implementations:
-//! - Windows (TODO, with the rest of `os::windows`): `ResolveIpNetEntry2` at PASSIVE_LEVEL
+//! - Windows (`os::windows::net::WindowsResolver`): `ResolveIpNetEntry2` at PASSIVE_LEVEL
 //!   from a work item (it blocks), after `GetIpNetEntry2` answers a cached neighbour at once;
 //!   the unicast list from `GetUnicastIpAddressTable` filtered by the adapter's
 //!   `InterfaceLuid`, with `NotifyUnicastIpAddressChange` for changes; all from netio.sys.

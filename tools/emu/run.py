@@ -12,6 +12,7 @@ Limits (speakeasy): one thread, no IRQL; DPCs and NDIS I/O work items run only w
 harness runs them (work items only between top-level calls, never inside an OID handler).
 """
 import argparse
+import ipaddress
 import struct
 import sys
 
@@ -62,6 +63,20 @@ OID_NDK_STATISTICS = 0xFC040202
 OID_NDK_CONNECTIONS = 0xFC040203
 OID_NDK_LOCAL_ENDPOINTS = 0xFC040204
 WORK_ITEM_HANDLE = 0x3030_0000_0001
+# The interface NDIS names in NDIS_MINIPORT_INIT_PARAMETERS (IfIndex @0x20, NetLuid @0x28):
+# NET_LUID {Reserved:24, NetLuidIndex:24, IfType:16}, IfType 6 = IF_TYPE_ETHERNET_CSMACD.
+IF_INDEX = 7
+NET_LUID = (6 << 48) | (3 << 24)
+OTHER_LUID = (6 << 48) | (4 << 24)
+NOTIFY_HANDLE = 0x4E4E_0000_0001
+AF_UNSPEC, AF_INET, AF_INET6 = 0, 2, 23
+MIB_ADD_INSTANCE, MIB_DELETE_INSTANCE, MIB_INITIAL_NOTIFICATION = 1, 2, 3
+# The harness's IP stack: (LUID, address) rows of the unicast table and a neighbour table.
+UNICAST_ROWS = [(NET_LUID, "192.0.2.10"), (OTHER_LUID, "198.51.100.7"), (NET_LUID, "fe80::1")]
+NEIGHBOURS = {"192.0.2.20": bytes.fromhex("02000000aa14")}
+# MIB_UNICASTIPADDRESS_ROW (netioapi.h, x64): SOCKADDR_INET @0 (28 bytes), InterfaceLuid @32,
+# InterfaceIndex @40; 80 bytes. MIB_UNICASTIPADDRESS_TABLE: NumEntries, rows @8.
+UNICAST_ROW_SIZE = 80
 # NET_PNP_EVENT_CODE (ndkpi.md §6.5).
 NET_EVENT_NDK_ENABLE, NET_EVENT_NDK_DISABLE = 13, 14
 
@@ -149,6 +164,10 @@ class Harness:
         self.pnp_events = []
         self.in_oid = False
         self.in_work_item = False
+        self.notifications = {}
+        self.notify_log = []
+        self.mib_tables = set()
+        self.address_listings = 0
         self.delay_slot = self._iat_slot("KeDelayExecutionThread")
         self.scratch = self.alloc(0x1000, "harness_scratch")
         self._hooks()
@@ -211,6 +230,12 @@ class Harness:
         h("ndis", "NdisFreeIoWorkItem", 1, self.free_work_item)
         h("ndis", "NdisMNetPnPEvent", 2, self.net_pnp_event)
         h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
+        h("netio", "NotifyUnicastIpAddressChange", 5, self.notify_address_change)
+        h("netio", "CancelMibChangeNotify2", 1, self.cancel_notify)
+        h("netio", "GetUnicastIpAddressTable", 2, self.unicast_table)
+        h("netio", "FreeMibTable", 1, self.free_mib_table)
+        h("netio", "GetIpNetEntry2", 1, self.ipnet_entry)
+        h("netio", "ResolveIpNetEntry2", 2, self.ipnet_entry)
         h("ntoskrnl", "ExAllocatePool2", 3, self.pool_alloc)
         h("ntoskrnl", "ExFreePoolWithTag", 2, self.pool_free)
         h("ntoskrnl", "KeBugCheckEx", 5, self.bugcheck)
@@ -303,6 +328,72 @@ class Harness:
             self.call(routine, [ctx, handle], "NDIS_IO_WORKITEM_ROUTINE")
             self.in_work_item = False
             self.pump()
+
+    # ---- netio.sys: the harness's IP stack ----
+    def notify_address_change(self, a):
+        family, callback, ctx, initial, phandle = a
+        check(family == AF_UNSPEC, f"NotifyUnicastIpAddressChange(AF_UNSPEC) ({family})")
+        check(self.is_cfg_target(callback), "the address-change callback is a CFG target")
+        check(initial & 0xFF == 0, "no initial notification requested (the addresses are listed)")
+        check(not self.notifications, "one address-change registration at a time")
+        self.notifications[NOTIFY_HANDLE] = (callback, ctx)
+        self.notify_log.append("register")
+        self.se.mem_write(phandle, struct.pack("<Q", NOTIFY_HANDLE))
+        return STATUS_SUCCESS
+
+    def cancel_notify(self, a):
+        check(a[0] in self.notifications, f"CancelMibChangeNotify2({a[0]:#x}) cancels a registration")
+        self.notifications.pop(a[0], None)
+        self.notify_log.append("cancel")
+        return STATUS_SUCCESS
+
+    @staticmethod
+    def sockaddr_inet(text):
+        ip = ipaddress.ip_address(text)
+        if ip.version == 4:
+            return struct.pack("<HH", AF_INET, 0) + ip.packed + b"\0" * 20
+        return struct.pack("<HHI", AF_INET6, 0, 0) + ip.packed + b"\0" * 4
+
+    def unicast_row(self, luid, text):
+        row = self.sockaddr_inet(text).ljust(32, b"\0") + struct.pack("<QI", luid, IF_INDEX if luid == NET_LUID else 9)
+        return row.ljust(UNICAST_ROW_SIZE, b"\0")
+
+    def unicast_table(self, a):
+        family, ptable = a
+        check(family == AF_UNSPEC, f"GetUnicastIpAddressTable(AF_UNSPEC) ({family})")
+        rows = b"".join(self.unicast_row(luid, ip) for luid, ip in UNICAST_ROWS)
+        table = self.alloc(8 + len(rows), "mib_table")
+        self.se.mem_write(table, struct.pack("<II", len(UNICAST_ROWS), 0) + rows)
+        self.mib_tables.add(table)
+        self.address_listings += 1
+        self.se.mem_write(ptable, struct.pack("<Q", table))
+        return STATUS_SUCCESS
+
+    def free_mib_table(self, a):
+        check(a[0] in self.mib_tables, f"FreeMibTable({a[0]:#x}) frees a table netio returned")
+        self.mib_tables.discard(a[0])
+        return 0
+
+    def ipnet_entry(self, a):
+        # MIB_IPNET_ROW2: SOCKADDR_INET @0, InterfaceIndex @28, InterfaceLuid @32,
+        # PhysicalAddress @40, PhysicalAddressLength @72, State @76; 88 bytes.
+        row = self.read(a[0], 88)
+        family = struct.unpack_from("<H", row)[0]
+        ip = str(ipaddress.ip_address(row[4:8] if family == AF_INET else row[8:24]))
+        mac = NEIGHBOURS.get(ip)
+        if mac is None:
+            return 0xC0000225  # STATUS_NOT_FOUND
+        self.se.mem_write(a[0] + 40, mac.ljust(32, b"\0") + struct.pack("<Ii", 6, 5))  # NlnsReachable
+        return STATUS_SUCCESS
+
+    def address_change(self, kind, luid, text):
+        """Calls the registered callback as netio does (PASSIVE_LEVEL, a worker thread)."""
+        for callback, ctx in list(self.notifications.values()):
+            row = 0
+            if text is not None:
+                row = self.alloc(UNICAST_ROW_SIZE, "mib_row")
+                self.se.mem_write(row, self.unicast_row(luid, text))
+            self.call(callback, [ctx, row, kind], f"address-change callback ({kind}, {text})")
 
     def register_dma(self, a):
         handle, desc, phandle = a
@@ -580,7 +671,8 @@ def main():
     rlist = hz.alloc(8 + len(descs), "resources")
     hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
     params = hz.alloc(0x40, "init_params")
-    hz.se.mem_write(params, struct.pack("<BBHIQ", 0x81, 1, 0x40, 0, rlist) + b"\0" * 0x30)
+    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
+                    + b"\0" * 0x10)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
@@ -865,7 +957,22 @@ def full_run(hz, handlers, registration, general):
     check(st == NDIS_STATUS_SUCCESS, f"MiniportPause: NDIS_STATUS_SUCCESS ({st:#x})")
     st = hz.call(handlers["RestartHandler"], [ctx, 0], "MiniportRestart")
     check(st == NDIS_STATUS_SUCCESS, f"MiniportRestart: NDIS_STATUS_SUCCESS ({st:#x})")
+    # The address-resolution seam: registered for changes and listed once at InitializeEx;
+    # changes arrive on its callback (this LUID's and another's, a parameter change, the
+    # initial notification with no row) until Halt cancels the registration.
+    check(hz.notify_log == ["register"], f"InitializeEx registered for address changes ({hz.notify_log})")
+    check(hz.address_listings == 1, f"InitializeEx listed the unicast addresses once ({hz.address_listings})")
+    check(not hz.mib_tables, f"every MIB table freed ({len(hz.mib_tables)})")
+    hz.address_change(MIB_ADD_INSTANCE, NET_LUID, "2001:db8::10")
+    hz.address_change(MIB_ADD_INSTANCE, OTHER_LUID, "203.0.113.5")
+    hz.address_change(0, NET_LUID, "192.0.2.10")
+    hz.address_change(MIB_DELETE_INSTANCE, NET_LUID, "2001:db8::10")
+    hz.address_change(MIB_DELETE_INSTANCE, NET_LUID, "192.0.2.99")
+    hz.address_change(MIB_INITIAL_NOTIFICATION, NET_LUID, None)
+    hz.pump()
     hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
+    check(hz.notify_log == ["register", "cancel"] and not hz.notifications,
+          f"Halt cancelled the address-change registration ({hz.notify_log})")
     check(not hz.maps, f"Halt unmapped the BARs and deregistered DMA and interrupts ({list(hz.maps)})")
     print("info device commands answered: " + ", ".join(CMD_NAMES.get(c, hex(c)) for c in hz.requests))
     # The CFG emulation is only worth something if it saw the provider's indirect calls.

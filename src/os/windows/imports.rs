@@ -10,9 +10,8 @@
 //! Types follow LLP64: ULONG = u32, ULONG_PTR/SIZE_T = usize, BOOLEAN = u8, KIRQL = u8,
 //! LARGE_INTEGER = i64, NTSTATUS/NDIS_STATUS = i32.
 //!
-//! Not imported yet: address resolution (netio.sys `ResolveIpNetEntry2`,
-//! `NotifyUnicastIpAddressChange`) belongs to the CM issue; until then the image imports only
-//! ntoskrnl.exe, HAL.dll and ndis.sys (issue 12).
+//! The image imports from ntoskrnl.exe, HAL.dll, ndis.sys and netio.sys (the IP helper
+//! routines of the address-resolution seam, `super::net`).
 #![allow(
     non_snake_case,
     non_camel_case_types,
@@ -23,6 +22,9 @@
 use core::ffi::c_void;
 
 use super::ke::{KDEFERRED_ROUTINE, KDPC, KSPIN_LOCK, KTIMER, PROCESSOR_NUMBER};
+use super::net::{
+    MIB_IPNET_ROW2, MIB_UNICASTIPADDRESS_TABLE, PUNICAST_IPADDRESS_CHANGE_CALLBACK, SOCKADDR_INET,
+};
 
 // The OS layer sits below `ndis`: NDIS structures cross this seam as untyped pointers, which
 // `ndis::entry` casts from the typed structures of `ndis::abi`.
@@ -241,4 +243,41 @@ unsafe extern "system" {
         MiniportAdapterHandle: NDIS_HANDLE,
         NetPnPEventNotification: PNDIS_STRUCT,
     ) -> NDIS_STATUS;
+}
+
+// The IP helper routines (netioapi.h, Learn under .../ddi/netioapi/). Each: PASSIVE_LEVEL.
+#[link(name = "netio.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NETIOAPI_API GetIpNetEntry2(PMIB_IPNET_ROW2 Row)`: the neighbour entry keyed by
+    /// `Address` and `InterfaceLuid` (or `InterfaceIndex`); STATUS_NOT_FOUND without one.
+    pub fn GetIpNetEntry2(Row: *mut MIB_IPNET_ROW2) -> NTSTATUS;
+    /// `NETIOAPI_API ResolveIpNetEntry2(PMIB_IPNET_ROW2 Row, const SOCKADDR_INET
+    /// *SourceAddress)`: solicits the neighbour and blocks until it answers or the stack
+    /// gives up; fills the row.
+    pub fn ResolveIpNetEntry2(
+        Row: *mut MIB_IPNET_ROW2,
+        SourceAddress: *const SOCKADDR_INET,
+    ) -> NTSTATUS;
+    /// `NETIOAPI_API GetUnicastIpAddressTable(ADDRESS_FAMILY Family,
+    /// PMIB_UNICASTIPADDRESS_TABLE *Table)`: every interface's addresses, freed with
+    /// FreeMibTable.
+    pub fn GetUnicastIpAddressTable(
+        Family: u16,
+        Table: *mut *mut MIB_UNICASTIPADDRESS_TABLE,
+    ) -> NTSTATUS;
+    /// `VOID FreeMibTable(PVOID Memory)`.
+    pub fn FreeMibTable(Memory: *mut c_void);
+    /// `NETIOAPI_API NotifyUnicastIpAddressChange(ADDRESS_FAMILY Family,
+    /// PUNICAST_IPADDRESS_CHANGE_CALLBACK Callback, PVOID CallerContext,
+    /// BOOLEAN InitialNotification, HANDLE *NotificationHandle)`.
+    pub fn NotifyUnicastIpAddressChange(
+        Family: u16,
+        Callback: PUNICAST_IPADDRESS_CHANGE_CALLBACK,
+        CallerContext: *mut c_void,
+        InitialNotification: u8,
+        NotificationHandle: *mut *mut c_void,
+    ) -> NTSTATUS;
+    /// `NETIOAPI_API CancelMibChangeNotify2(HANDLE NotificationHandle)`: returns once no
+    /// callback of the registration runs; never from the callback.
+    pub fn CancelMibChangeNotify2(NotificationHandle: *mut c_void) -> NTSTATUS;
 }

@@ -4,13 +4,13 @@
 //! sysroot expects.
 //!
 //! Which file serves which build:
-//! - [`imports`], [`ke`], [`lock`], [`mailbox`], [`platform`], [`dpc`]: every Windows build (the WDK build links the
-//!   same imports through ndis.lib/ntoskrnl.lib instead of raw-dylib).
+//! - [`imports`], [`ke`], [`lock`], [`mailbox`], [`net`], [`platform`], [`dpc`]: every
+//!   Windows build (the WDK build links the same imports through ndis.lib/ntoskrnl.lib
+//!   instead of raw-dylib).
 //! - [`heap`] and `rt`: only without `--features wdk`, where wdk-alloc, wdk-panic and wdk-sys
 //!   would otherwise define the same allocator, panic handler and symbols twice.
 //!
-//! Not here yet: address resolution (netio.sys `ResolveIpNetEntry2`,
-//! `NotifyUnicastIpAddressChange`), which belongs to the CM issue.
+//! [`net`] is the address-resolution seam over netio.sys ([`WindowsResolver`]).
 
 pub mod dpc;
 #[cfg(not(feature = "wdk"))]
@@ -19,9 +19,11 @@ pub mod imports;
 pub mod ke;
 pub mod lock;
 pub mod mailbox;
+pub mod net;
 pub mod platform;
 #[cfg(all(not(feature = "wdk"), target_arch = "x86_64"))]
 mod rt;
 
 pub use self::dpc::WindowsScheduler;
+pub use self::net::WindowsResolver;
 pub use self::platform::{MappedBar, NdisSharedMemory, WindowsPlatform};
