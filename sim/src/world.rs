@@ -196,6 +196,9 @@ impl World {
         for _ in 0..10_000 {
             let mut round = false;
             for n in &self.nodes {
+                if !n.dev.needs_pass() {
+                    continue;
+                }
                 let w = n.dev.process();
                 let d = n.dev.deliver_interrupts();
                 round |= w != 0 || d != 0;
