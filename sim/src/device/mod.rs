@@ -183,9 +183,9 @@ pub struct Device {
     /// True when the latest pass left nothing for another pass to do (no work, no latched
     /// interrupt, no notification waiting for ring space, every write consumed) and no one has
     /// touched the core since: [`Device::needs_pass`] reads it so the deterministic loop skips
-    /// passes that would find nothing. Set only at the end of `deliver_interrupts`, under the
-    /// core lock; cleared by every other core lock and by `process`, so a change made under
-    /// the lock is never missed. A hint for the caller's loop, not for the device thread.
+    /// passes that would find nothing. Set only at the end of `process` or `deliver_interrupts`,
+    /// under the core lock; cleared by every other core lock and by `process` on entry, so a
+    /// change made under the lock is never missed. A hint for the caller's loop, not for the device thread.
     settled: AtomicBool,
 }
 
@@ -421,6 +421,8 @@ impl Device {
         c.pass_began_at = c.activity.received;
         let n = c.process();
         c.activity.effects += n as u64;
+        // A pass run by the fabric's hand-over that latched nothing needs no delivery either.
+        self.settle_if_quiet(&c);
         n
     }
 
