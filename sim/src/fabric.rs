@@ -633,11 +633,14 @@ impl State {
         if cancelled < 64 || cancelled * 2 < self.queue.len() {
             return;
         }
-        let gone = std::mem::take(&mut self.cancelled_timers);
+        let gone = &self.cancelled_timers;
         self.queue.retain(|e| match e.kind {
             EventKind::Timer { id, .. } => !gone.contains(&id),
             _ => true,
         });
+        // Cleared, not replaced: the set keeps its capacity instead of regrowing (rehashing
+        // and allocating) from empty after every compaction.
+        self.cancelled_timers.clear();
     }
 
     fn next_event_time(&mut self) -> Option<u64> {
