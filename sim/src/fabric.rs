@@ -340,37 +340,41 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
-    /// Frame buffers returned after delivery, reused by [`FabricHandle::frame_buffer`]: every
-    /// packet used to cost two allocations (the transmitted frame, the receiver's copy). A lock
-    /// of its own, never held with `state`, so ports can take buffers from their callbacks.
-    pool: Mutex<Vec<Vec<u8>>>,
 }
 
 /// Buffers the pool keeps; more are freed. Enough for every frame in flight of a busy run
 /// (a 64 KiB READ at MTU 256 is 256 responses).
 const POOL_BUFFERS: usize = 512;
 
-impl Shared {
-    fn take_buffer(&self) -> Vec<u8> {
-        self.pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default()
-    }
+thread_local! {
+    /// Frame buffers returned after delivery, reused by [`FabricHandle::frame_buffer`]: every
+    /// packet used to cost two allocations (the transmitted frame, the receiver's copy). One
+    /// pool per thread, not per fabric: a buffer's identity never shows (its user overwrites
+    /// or clears it), and taking one costs no lock and no `Weak` upgrade, of which a packet
+    /// had four. In threaded mode buffers built on one thread and freed on another simply
+    /// move between pools, each bounded by [`POOL_BUFFERS`].
+    static FRAME_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-    fn recycle(&self, frame: Vec<u8>) {
-        if frame.capacity() == 0 {
-            return;
-        }
-        let mut pool = self
-            .pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+fn take_buffer() -> Vec<u8> {
+    FRAME_POOL
+        .try_with(|p| p.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn recycle_buffer(frame: Vec<u8>) {
+    if frame.capacity() == 0 {
+        return;
+    }
+    // During thread teardown the pool may be gone: the buffer is then just freed.
+    let _ = FRAME_POOL.try_with(|p| {
+        let mut pool = p.borrow_mut();
         if pool.len() < POOL_BUFFERS {
             pool.push(frame);
         }
-    }
+    });
 }
 
 impl Shared {
@@ -629,11 +633,14 @@ impl State {
         if cancelled < 64 || cancelled * 2 < self.queue.len() {
             return;
         }
-        let gone = std::mem::take(&mut self.cancelled_timers);
+        let gone = &self.cancelled_timers;
         self.queue.retain(|e| match e.kind {
             EventKind::Timer { id, .. } => !gone.contains(&id),
             _ => true,
         });
+        // Cleared, not replaced: the set keeps its capacity instead of regrowing (rehashing
+        // and allocating) from empty after every compaction.
+        self.cancelled_timers.clear();
     }
 
     fn next_event_time(&mut self) -> Option<u64> {
@@ -717,17 +724,12 @@ impl FabricHandle {
     /// keeps its capacity and its old contents (clear it, or overwrite every byte). Build the
     /// frame in it and [`transmit`](Self::transmit) it.
     pub fn frame_buffer(&self) -> Vec<u8> {
-        self.shared
-            .upgrade()
-            .map(|s| s.take_buffer())
-            .unwrap_or_default()
+        take_buffer()
     }
 
     /// Returns a frame buffer the port is done with (a received frame's copy) to the pool.
     pub fn recycle(&self, frame: Vec<u8>) {
-        if let Some(s) = self.shared.upgrade() {
-            s.recycle(frame);
-        }
+        recycle_buffer(frame);
     }
 
     /// Calls `port`'s [`FabricPort::on_timer`] with `token` at `at_ns` (now, if in the past).
@@ -807,7 +809,6 @@ impl Fabric {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 cv: Condvar::new(),
-                pool: Mutex::new(Vec::new()),
             }),
             thread: Mutex::new(None),
         }

@@ -190,12 +190,16 @@ impl World {
     }
 
     /// Runs every device's queued work and interrupts until all are idle. Returns true if
-    /// anything ran.
+    /// anything ran. A device whose latest pass left it settled, untouched since
+    /// ([`Device::needs_pass`]), is skipped: the pass would find nothing.
     pub fn run_devices(&self) -> bool {
         let mut any = false;
         for _ in 0..10_000 {
             let mut round = false;
             for n in &self.nodes {
+                if !n.dev.needs_pass() {
+                    continue;
+                }
                 let w = n.dev.process();
                 let d = n.dev.deliver_interrupts();
                 round |= w != 0 || d != 0;

@@ -180,6 +180,13 @@ pub struct Device {
     /// Device threads waiting on `cv`, counted under the core lock: `wake` (once per frame the
     /// fabric hands over) skips the futex call when nobody sleeps.
     sleepers: AtomicU32,
+    /// True when the latest pass left nothing for another pass to do (no work, no latched
+    /// interrupt, no notification waiting for ring space, every write consumed) and no one has
+    /// touched the core since: [`Device::needs_pass`] reads it so the deterministic loop skips
+    /// passes that would find nothing. Set only at the end of `process` or `deliver_interrupts`,
+    /// under the core lock; cleared by every other core lock and by `process` on entry, so a
+    /// change made under the lock is never missed. A hint for the caller's loop, not for the device thread.
+    settled: AtomicBool,
 }
 
 impl std::fmt::Debug for Device {
@@ -232,11 +239,35 @@ impl Device {
             thread: Mutex::new(None),
             stop: AtomicBool::new(false),
             sleepers: AtomicU32::new(0),
+            settled: AtomicBool::new(false),
         })
     }
 
+    /// The core lock for anyone that may change device state: the next pass is not skipped.
     fn lock(&self) -> MutexGuard<'_, Core> {
-        relock(&self.core)
+        let c = relock(&self.core);
+        self.settled.store(false, Ordering::Release);
+        c
+    }
+
+    /// Marks the device settled if the pass that ends under `c` left nothing to do.
+    fn settle_if_quiet(&self, c: &Core) {
+        if c.work.is_empty()
+            && c.intr.to_deliver == 0
+            && c.pending_events.is_empty()
+            && c.pending_cqnes.is_empty()
+            && c.activity.delivering == 0
+            && c.activity.consumed == c.activity.received
+        {
+            self.settled.store(true, Ordering::Release);
+        }
+    }
+
+    /// False when a `process` + `deliver_interrupts` pass now would do nothing: the previous
+    /// pass left the device quiet and nothing took the core lock since (see `settled`).
+    /// Transport inputs need no flag: the fabric's hand-over runs `process` itself.
+    pub fn needs_pass(&self) -> bool {
+        !self.settled.load(Ordering::Acquire)
     }
 
     /// Runs `f` on the locked state (transport, harness inspection).
@@ -261,6 +292,8 @@ impl Device {
     /// Installs the receiver of MSI-X interrupts.
     pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
         *relock(&self.sink) = Some(sink);
+        // Interrupts latched while there was no sink are deliverable now.
+        self.settled.store(false, Ordering::Release);
     }
 
     /// The bus address space.
@@ -383,10 +416,13 @@ impl Device {
 
     /// Runs queued doorbell work (and the transport) until idle; returns the work items run.
     pub fn process(&self) -> usize {
-        let mut c = self.lock();
+        let mut c = relock(&self.core);
+        self.settled.store(false, Ordering::Release);
         c.pass_began_at = c.activity.received;
         let n = c.process();
         c.activity.effects += n as u64;
+        // A pass run by the fabric's hand-over that latched nothing needs no delivery either.
+        self.settle_if_quiet(&c);
         n
     }
 
@@ -394,18 +430,21 @@ impl Device {
     /// delivered vector set (bit i = vector i).
     pub fn deliver_interrupts(&self) -> u32 {
         let (bits, sink, pass) = {
-            let mut c = self.lock();
+            let mut c = relock(&self.core);
             let pass = c.pass_began_at;
-            let sink = relock(&self.sink).clone();
+            // The sink is looked up (a lock and an `Arc` clone) only when there is something
+            // to hand it.
+            let sink = if c.intr.to_deliver == 0 {
+                None
+            } else {
+                relock(&self.sink).clone()
+            };
             let Some(sink) = sink else {
                 c.activity.consumed = c.activity.consumed.max(pass);
+                self.settle_if_quiet(&c);
                 return 0;
             };
             let bits = c.intr.take();
-            if bits == 0 {
-                c.activity.consumed = c.activity.consumed.max(pass);
-                return 0;
-            }
             for v in 0..3 {
                 if bits & (1 << v) != 0 {
                     c.counters.interrupts[v] += 1;
@@ -420,9 +459,10 @@ impl Device {
                 sink.raise(v);
             }
         }
-        let mut c = self.lock();
+        let mut c = relock(&self.core);
         c.activity.delivering -= 1;
         c.activity.consumed = c.activity.consumed.max(pass);
+        self.settle_if_quiet(&c);
         bits
     }
 

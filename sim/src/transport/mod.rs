@@ -20,7 +20,7 @@ mod ud;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::device::{Core, Device, Transport};
@@ -100,6 +100,10 @@ pub struct PortLink {
     /// The inbox and the published counters share one lock: a poll takes the queued inputs
     /// and publishes the counts of the previous batch in one round trip.
     shared: Mutex<LinkShared>,
+    /// `inbox.len()` as last written under the `shared` lock, read without it: a poll with
+    /// nothing queued (every device pass ends with one) skips the lock. An input pushed while
+    /// a poll reads 0 is not lost: `push` runs a device pass of its own after queueing.
+    queued: AtomicUsize,
     /// Set once by [`attach`]; read per frame, so no lock.
     device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
@@ -125,6 +129,7 @@ impl PortLink {
             fabric,
             port,
             shared: Mutex::new(LinkShared::default()),
+            queued: AtomicUsize::new(0),
             device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
         })
@@ -151,7 +156,11 @@ impl PortLink {
     }
 
     fn push(&self, i: Input) {
-        relock(&self.shared).inbox.push_back(i);
+        {
+            let mut shared = relock(&self.shared);
+            shared.inbox.push_back(i);
+            self.queued.store(shared.inbox.len(), Ordering::Release);
+        }
         let dev = self.device.get().and_then(Weak::upgrade);
         if let Some(d) = dev {
             d.process();
@@ -312,11 +321,18 @@ impl RoceTransport {
 
     /// Publishes the counts and swaps the queued inputs into `batch` (empty on entry).
     fn take_inputs(&self, batch: &mut VecDeque<Input>) {
+        // Nothing queued: the counts go out with `publish_counts` at the end of the poll.
+        if self.link.queued.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut shared = relock(&self.link.shared);
         if self.counts_dirty.replace(false) {
             shared.counters = self.counts.get();
         }
         std::mem::swap(&mut shared.inbox, batch);
+        self.link
+            .queued
+            .store(shared.inbox.len(), Ordering::Release);
     }
 
     fn transmit(&self, frame: Vec<u8>) {
@@ -648,9 +664,13 @@ impl Transport for RoceTransport {
         }
         self.pump.clear();
         self.delayed.clear();
-        relock(&self.link.shared)
-            .inbox
-            .retain(|i| matches!(i, Input::Link(_)));
+        {
+            let mut shared = relock(&self.link.shared);
+            shared.inbox.retain(|i| matches!(i, Input::Link(_)));
+            self.link
+                .queued
+                .store(shared.inbox.len(), Ordering::Release);
+        }
         self.publish_counts();
     }
 }
