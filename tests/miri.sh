@@ -21,12 +21,12 @@ cd "$(dirname "$0")/.."
 
 export MIRIFLAGS="${MIRIFLAGS:--Zmiri-permissive-provenance -Zmiri-ignore-leaks}"
 
-# Not yet given Miri-sized parameters (each alone takes minutes under Miri on 2 loaded cores:
-# a thousand interrupts, or a command channel's waits, each through interpreted DPC threads).
-# Listed here, by name, until they are; every other unit test runs.
+# One test runs natively only: wrapping the async-event ring's indices needs more than 1024
+# events (the ring is a fixed 512 slots, M13), each through an interpreted DPC thread: 159 s
+# under Miri on 2 loaded cores, a third of this script's budget, for a path the other ring tests
+# (same DeviceRing code, wrapping at smaller sizes in pvrdma::ring's tests) cover under Miri.
 slow=(
     pvrdma::device::tests::async_ring_wraps_past_its_512_slots
-    pvrdma::cmd::tests::one_outstanding_fifo_order
 )
 skips=()
 for t in "${slow[@]}"; do skips+=(--skip "$t"); done
