@@ -132,7 +132,10 @@ fn a_tiny_run_prints_perftest_tables() {
     // counted apart, since a spinning poller rings them at its own rate.
     for r in &bw_64 {
         let polls: f64 = r[6].parse().expect("POLL/WR is a number");
-        assert!(polls > 0.0, "the poller found the CQ empty at least once: {r:?}");
+        assert!(
+            polls > 0.0,
+            "the poller found the CQ empty at least once: {r:?}"
+        );
     }
 }
 
