@@ -65,37 +65,202 @@ pub trait AddressResolver: Send + Sync {
 /// Linux's default ARP / neighbour-discovery give-up time: 3 solicitations 1 s apart.
 pub const DEFAULT_RESOLVE_BOUND_NS: u64 = 3_000_000_000;
 
-struct Pending {
-    remote: IpAddr,
-    deadline_ns: u64,
-    done: ResolveDone,
+/// One resolution waiting for its answer in a [`PendingResolutions`] slot.
+pub struct Pending {
+    /// The source address it was asked for.
+    pub local: IpAddr,
+    /// The destination to resolve.
+    pub remote: IpAddr,
+    /// When it fails [`ResolveError::Unreachable`].
+    pub deadline_ns: u64,
+    /// Tells an answer for this request from one for a later request in the same slot.
+    pub generation: u64,
+    /// A resolver's worker has taken it ([`PendingResolutions::start_next`]).
+    pub started: bool,
+    /// Its outcome.
+    pub done: ResolveDone,
+}
+
+struct Slots {
+    /// Fixed, allocated at construction: a resolution waits here without allocating.
+    slots: KVec<Option<Pending>>,
+    next_generation: u64,
+}
+
+/// Where every resolver parks its resolutions: fixed slots and the timer that fails each one
+/// at its deadline. A `done` runs with no lock of this type held, exactly once (answered,
+/// expired, or failed when the queue is dropped).
+pub struct PendingResolutions {
+    platform: Arc<dyn Platform>,
+    slots: SpinLock<Slots>,
+    timer: SpinLock<Option<Timer>>,
+}
+
+struct Expiry(Weak<PendingResolutions>);
+
+impl DpcHandler for Expiry {
+    fn run(&self) {
+        if let Some(q) = self.0.upgrade() {
+            q.expire();
+        }
+    }
+}
+
+impl PendingResolutions {
+    /// `capacity` slots and the expiry timer. PASSIVE_LEVEL (allocates).
+    ///
+    /// # Errors
+    /// [`ResolveError::NoResources`].
+    pub fn new(
+        platform: Arc<dyn Platform>,
+        capacity: usize,
+    ) -> Result<Arc<PendingResolutions>, ResolveError> {
+        let nr = |_| ResolveError::NoResources;
+        let mut slots = KVec::try_with_capacity(capacity).map_err(nr)?;
+        for _ in 0..capacity {
+            slots
+                .push_within_capacity(None)
+                .map_err(|_| ResolveError::NoResources)?;
+        }
+        let q = try_arc(PendingResolutions {
+            platform,
+            slots: SpinLock::new(Slots {
+                slots,
+                next_generation: 0,
+            }),
+            timer: SpinLock::new(None),
+        })
+        .map_err(nr)?;
+        let hook: Arc<dyn DpcHandler> = try_arc(Expiry(Arc::downgrade(&q))).map_err(nr)?;
+        let timer = Timer::new(q.platform.scheduler(), hook).map_err(nr)?;
+        *q.timer.lock() = Some(timer);
+        Ok(q)
+    }
+
+    /// Parks a resolution of `remote` from `local` failing `bound_ns` from now; returns its
+    /// generation, or gives `done` back when every slot is taken. The caller then calls
+    /// [`PendingResolutions::arm`] with no lock held (a caller may park under its own lock,
+    /// so that a check it makes and the park are one step).
+    ///
+    /// # Errors
+    /// `done`, unrun, when the queue is full.
+    pub fn park(
+        &self,
+        local: IpAddr,
+        remote: IpAddr,
+        bound_ns: u64,
+        done: ResolveDone,
+    ) -> Result<u64, ResolveDone> {
+        let deadline_ns = self.platform.now_ns().saturating_add(bound_ns);
+        let mut s = self.slots.lock();
+        let generation = s.next_generation;
+        match s.slots.iter_mut().find(|p| p.is_none()) {
+            Some(slot) => {
+                *slot = Some(Pending {
+                    local,
+                    remote,
+                    deadline_ns,
+                    generation,
+                    started: false,
+                    done,
+                });
+                s.next_generation = generation.wrapping_add(1);
+                Ok(generation)
+            }
+            None => Err(done),
+        }
+    }
+
+    /// Removes the first waiting resolution `which` selects (its caller runs its `done`).
+    pub fn take(&self, which: impl Fn(&Pending) -> bool) -> Option<Pending> {
+        let mut s = self.slots.lock();
+        s.slots
+            .iter_mut()
+            .find(|p| p.as_ref().is_some_and(&which))
+            .and_then(Option::take)
+    }
+
+    /// Marks the oldest-slotted resolution no worker has taken as started and returns its
+    /// addresses and generation (answer it with `take(|p| p.generation == g)`).
+    pub fn start_next(&self) -> Option<(IpAddr, IpAddr, u64)> {
+        let mut s = self.slots.lock();
+        s.slots.iter_mut().flatten().find(|p| !p.started).map(|p| {
+            p.started = true;
+            (p.local, p.remote, p.generation)
+        })
+    }
+
+    /// Fails every waiting resolution [`ResolveError::Unreachable`], one at a time with no
+    /// lock held while its `done` runs.
+    pub fn fail_all(&self) {
+        while let Some(p) = self.take(|_| true) {
+            (p.done)(Err(ResolveError::Unreachable));
+        }
+    }
+
+    /// Resolutions waiting.
+    pub fn outstanding(&self) -> usize {
+        self.slots.lock().slots.iter().flatten().count()
+    }
+
+    /// Stops the expiry timer for good (a resolver shutting down; what is left fails in
+    /// [`PendingResolutions::fail_all`] or at drop).
+    pub fn stop_timer(&self) {
+        if let Some(t) = self.timer.lock().take() {
+            t.cancel();
+        }
+    }
+
+    /// Timer DPC: fails every resolution past its deadline, then re-arms for the earliest left.
+    fn expire(&self) {
+        let now = self.platform.now_ns();
+        while let Some(p) = self.take(|p| p.deadline_ns <= now) {
+            (p.done)(Err(ResolveError::Unreachable));
+        }
+        self.arm();
+    }
+
+    /// Sets the timer for the earliest deadline waiting (no lock of the caller's that the
+    /// timer DPC's `done`s take may be held).
+    pub fn arm(&self) {
+        let next = {
+            let s = self.slots.lock();
+            s.slots.iter().flatten().map(|p| p.deadline_ns).min()
+        };
+        // The timer is set with no slot lock held: its DPC takes that lock.
+        let timer = self.timer.lock().clone();
+        if let (Some(at), Some(timer)) = (next, timer) {
+            timer.schedule_in(at.saturating_sub(self.platform.now_ns()));
+        }
+    }
+}
+
+impl Drop for PendingResolutions {
+    /// Every `done` runs exactly once: a resolution still waiting fails as unanswered.
+    fn drop(&mut self) {
+        if let Some(t) = self.timer.get_mut().take() {
+            t.cancel();
+        }
+        for slot in self.slots.get_mut().slots.iter_mut() {
+            if let Some(p) = slot.take() {
+                (p.done)(Err(ResolveError::Unreachable));
+            }
+        }
+    }
 }
 
 struct Table {
     neighbours: KVec<(IpAddr, Mac)>,
     local: KVec<IpAddr>,
-    /// Fixed slots, allocated at construction: a resolution waits here without allocating.
-    pending: KVec<Option<Pending>>,
     events: Option<Arc<dyn AddressEvents>>,
 }
 
 /// A neighbour table its owner fills ([`Neighbours::set_neighbour`],
 /// [`Neighbours::add_address`]); see the module docs.
 pub struct Neighbours {
-    platform: Arc<dyn Platform>,
     bound_ns: u64,
     table: SpinLock<Table>,
-    timer: SpinLock<Option<Timer>>,
-}
-
-struct Expiry(Weak<Neighbours>);
-
-impl DpcHandler for Expiry {
-    fn run(&self) {
-        if let Some(n) = self.0.upgrade() {
-            n.expire();
-        }
-    }
+    pending: Arc<PendingResolutions>,
 }
 
 impl Neighbours {
@@ -111,29 +276,17 @@ impl Neighbours {
         bound_ns: u64,
     ) -> Result<Arc<Neighbours>, ResolveError> {
         let nr = |_| ResolveError::NoResources;
-        let mut pending = KVec::try_with_capacity(capacity).map_err(nr)?;
-        for _ in 0..capacity {
-            pending
-                .push_within_capacity(None)
-                .map_err(|_| ResolveError::NoResources)?;
-        }
         let table = Table {
             neighbours: KVec::try_with_capacity(capacity).map_err(nr)?,
             local: KVec::try_with_capacity(capacity).map_err(nr)?,
-            pending,
             events: None,
         };
-        let n = try_arc(Neighbours {
-            platform,
+        try_arc(Neighbours {
             bound_ns,
             table: SpinLock::new(table),
-            timer: SpinLock::new(None),
+            pending: PendingResolutions::new(platform, capacity)?,
         })
-        .map_err(nr)?;
-        let hook: Arc<dyn DpcHandler> = try_arc(Expiry(Arc::downgrade(&n))).map_err(nr)?;
-        let timer = Timer::new(n.platform.scheduler(), hook).map_err(nr)?;
-        *n.timer.lock() = Some(timer);
-        Ok(n)
+        .map_err(nr)
     }
 
     /// `ip` is reachable at `mac` (replacing an earlier entry); resolutions waiting for it
@@ -152,7 +305,7 @@ impl Neighbours {
                     .map_err(|_| ResolveError::NoResources)?,
             }
         }
-        while let Some(p) = self.take_pending(|p| p.remote == ip) {
+        while let Some(p) = self.pending.take(|p| p.remote == ip) {
             (p.done)(Ok(mac));
         }
         Ok(())
@@ -208,80 +361,30 @@ impl Neighbours {
 
     /// Resolutions waiting for a neighbour.
     pub fn outstanding(&self) -> usize {
-        self.table.lock().pending.iter().flatten().count()
-    }
-
-    fn take_pending(&self, which: impl Fn(&Pending) -> bool) -> Option<Pending> {
-        let mut t = self.table.lock();
-        t.pending
-            .iter_mut()
-            .find(|p| p.as_ref().is_some_and(&which))
-            .and_then(Option::take)
-    }
-
-    /// Timer DPC: fails every resolution past its deadline, one at a time with no lock held
-    /// while its `done` runs, then re-arms for the earliest left.
-    fn expire(&self) {
-        let now = self.platform.now_ns();
-        while let Some(p) = self.take_pending(|p| p.deadline_ns <= now) {
-            (p.done)(Err(ResolveError::Unreachable));
-        }
-        self.arm();
-    }
-
-    fn arm(&self) {
-        let next = {
-            let t = self.table.lock();
-            t.pending.iter().flatten().map(|p| p.deadline_ns).min()
-        };
-        // The timer is set with no lock held: its DPC takes the table's lock.
-        let timer = self.timer.lock().clone();
-        if let (Some(at), Some(timer)) = (next, timer) {
-            timer.schedule_in(at.saturating_sub(self.platform.now_ns()));
-        }
-    }
-}
-
-impl Drop for Neighbours {
-    /// Every `done` runs exactly once: a resolution still waiting fails as unanswered.
-    fn drop(&mut self) {
-        if let Some(t) = self.timer.get_mut().take() {
-            t.cancel();
-        }
-        for slot in self.table.get_mut().pending.iter_mut() {
-            if let Some(p) = slot.take() {
-                (p.done)(Err(ResolveError::Unreachable));
-            }
-        }
+        self.pending.outstanding()
     }
 }
 
 impl AddressResolver for Neighbours {
     fn resolve(&self, local: IpAddr, remote: IpAddr, done: ResolveDone) {
-        let deadline_ns = self.platform.now_ns().saturating_add(self.bound_ns);
         let refused = {
-            let mut t = self.table.lock();
+            let t = self.table.lock();
             if !t.local.contains(&local) {
                 Some((done, Err(ResolveError::NotLocal)))
             } else if let Some(&(_, mac)) = t.neighbours.iter().find(|(i, _)| *i == remote) {
                 Some((done, Ok(mac)))
             } else {
-                match t.pending.iter_mut().find(|p| p.is_none()) {
-                    Some(slot) => {
-                        *slot = Some(Pending {
-                            remote,
-                            deadline_ns,
-                            done,
-                        });
-                        None
-                    }
-                    None => Some((done, Err(ResolveError::NoResources))),
+                // Parked under the table's lock: `set_neighbour` either is seen above or
+                // answers this resolution after adding the entry.
+                match self.pending.park(local, remote, self.bound_ns, done) {
+                    Ok(_) => None,
+                    Err(done) => Some((done, Err(ResolveError::NoResources))),
                 }
             }
         };
         match refused {
             Some((done, r)) => done(r),
-            None => self.arm(),
+            None => self.pending.arm(),
         }
     }
 

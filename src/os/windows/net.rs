@@ -30,9 +30,10 @@ use super::imports::{
 };
 use crate::os::alloc::{KVec, try_arc};
 use crate::os::net::{
-    AddressEvents, AddressResolver, DEFAULT_RESOLVE_BOUND_NS, Mac, ResolveDone, ResolveError,
+    AddressEvents, AddressResolver, DEFAULT_RESOLVE_BOUND_NS, Mac, PendingResolutions, ResolveDone,
+    ResolveError,
 };
-use crate::os::{DpcHandler, Platform, SpinLock, Timer};
+use crate::os::{Platform, SpinLock};
 
 /// `ADDRESS_FAMILY` values (ws2def.h).
 pub const AF_UNSPEC: u16 = 0;
@@ -190,23 +191,9 @@ pub const MAX_ADDRESSES: usize = 16;
 /// Resolutions outstanding at most; one more fails [`ResolveError::NoResources`].
 pub const MAX_PENDING: usize = 32;
 
-struct Pending {
-    local: IpAddr,
-    remote: IpAddr,
-    deadline_ns: u64,
-    /// Tells a netio answer for this request from one for a later request in the same slot.
-    generation: u64,
-    /// The work item has taken it: it is not taken again.
-    started: bool,
-    done: ResolveDone,
-}
-
 struct State {
     addresses: KVec<IpAddr>,
-    /// Fixed slots, allocated at construction: `resolve` waits here without allocating.
-    pending: KVec<Option<Pending>>,
     events: Option<Arc<dyn AddressEvents>>,
-    next_generation: u64,
     /// Set by `stop`: a later request fails at once (no work item after Halt).
     stopped: bool,
 }
@@ -219,7 +206,7 @@ pub struct WindowsResolver {
     if_index: u32,
     work_item: *mut c_void,
     state: SpinLock<State>,
-    timer: SpinLock<Option<Timer>>,
+    pending: Arc<PendingResolutions>,
     /// The `NotifyUnicastIpAddressChange` handle; null once cancelled.
     notification: AtomicPtr<c_void>,
     /// Set while a run is queued and has not started: the item is never queued twice.
@@ -235,16 +222,6 @@ pub struct WindowsResolver {
 unsafe impl Send for WindowsResolver {}
 // SAFETY: as above.
 unsafe impl Sync for WindowsResolver {}
-
-struct Expiry(Weak<WindowsResolver>);
-
-impl DpcHandler for Expiry {
-    fn run(&self) {
-        if let Some(r) = self.0.upgrade() {
-            r.expire();
-        }
-    }
-}
 
 impl WindowsResolver {
     /// Allocates the work item and the timer, registers for address changes and lists the
@@ -264,17 +241,10 @@ impl WindowsResolver {
         if_index: u32,
     ) -> Result<Arc<WindowsResolver>, ResolveError> {
         let nr = |_| ResolveError::NoResources;
-        let mut pending = KVec::try_with_capacity(MAX_PENDING).map_err(nr)?;
-        for _ in 0..MAX_PENDING {
-            pending
-                .push_within_capacity(None)
-                .map_err(|_| ResolveError::NoResources)?;
-        }
+        let pending = PendingResolutions::new(platform.clone(), MAX_PENDING)?;
         let state = State {
             addresses: KVec::try_with_capacity(MAX_ADDRESSES).map_err(nr)?,
-            pending,
             events: None,
-            next_generation: 0,
             stopped: false,
         };
         // SAFETY: an adapter handle (the function's contract); PASSIVE_LEVEL.
@@ -289,7 +259,7 @@ impl WindowsResolver {
             if_index,
             work_item,
             state: SpinLock::new(state),
-            timer: SpinLock::new(None),
+            pending,
             notification: AtomicPtr::new(null_mut()),
             queued: AtomicBool::new(false),
             outstanding: AtomicU32::new(0),
@@ -304,9 +274,6 @@ impl WindowsResolver {
             }
         };
         *r.this.lock() = Arc::downgrade(&r);
-        let hook: Arc<dyn DpcHandler> = try_arc(Expiry(Arc::downgrade(&r))).map_err(nr)?;
-        let timer = Timer::new(r.platform.scheduler(), hook).map_err(nr)?;
-        *r.timer.lock() = Some(timer);
 
         let mut handle: *mut c_void = null_mut();
         // Registered before the listing: an address added in between is reported twice at
@@ -411,18 +378,14 @@ impl WindowsResolver {
     /// did not answer) and the work item is freed once idle. PASSIVE_LEVEL.
     pub fn stop(&self) {
         self.cancel_notification();
-        if let Some(t) = self.timer.lock().take() {
-            t.cancel();
-        }
+        self.pending.stop_timer();
         let events = {
             let mut s = self.state.lock();
             s.stopped = true;
             s.events.take()
         };
         drop(events);
-        while let Some(p) = self.take_pending(|_| true) {
-            (p.done)(Err(ResolveError::Unreachable));
-        }
+        self.pending.fail_all();
         // A run blocked in ResolveIpNetEntry2 returns within the stack's own solicitation
         // time; its answer then finds no slot.
         let idle = || self.outstanding.load(Ordering::Acquire) == 0;
@@ -452,14 +415,6 @@ impl WindowsResolver {
         }
     }
 
-    fn take_pending(&self, which: impl Fn(&Pending) -> bool) -> Option<Pending> {
-        let mut s = self.state.lock();
-        s.pending
-            .iter_mut()
-            .find(|p| p.as_ref().is_some_and(&which))
-            .and_then(Option::take)
-    }
-
     /// Queues a run unless one is queued and has not started. IRQL <= DISPATCH_LEVEL.
     fn kick(&self) {
         let Some(this) = self.this.lock().upgrade() else {
@@ -482,23 +437,9 @@ impl WindowsResolver {
 
     /// The work item's body (PASSIVE_LEVEL): answers every request not yet started.
     fn run_pending(&self) {
-        loop {
-            let next = {
-                let mut s = self.state.lock();
-                s.pending
-                    .iter_mut()
-                    .flatten()
-                    .find(|p| !p.started)
-                    .map(|p| {
-                        p.started = true;
-                        (p.local, p.remote, p.generation)
-                    })
-            };
-            let Some((local, remote, generation)) = next else {
-                return;
-            };
+        while let Some((local, remote, generation)) = self.pending.start_next() {
             let answer = self.lookup(local, remote);
-            if let Some(p) = self.take_pending(|p| p.generation == generation) {
+            if let Some(p) = self.pending.take(|p| p.generation == generation) {
                 (p.done)(answer);
             }
         }
@@ -534,64 +475,29 @@ impl WindowsResolver {
             _ => Err(ResolveError::Unreachable),
         }
     }
-
-    /// Timer DPC: fails every request past its deadline, then re-arms for the earliest left.
-    fn expire(&self) {
-        let now = self.platform.now_ns();
-        while let Some(p) = self.take_pending(|p| p.deadline_ns <= now) {
-            (p.done)(Err(ResolveError::Unreachable));
-        }
-        self.arm();
-    }
-
-    fn arm(&self) {
-        let next = {
-            let s = self.state.lock();
-            s.pending.iter().flatten().map(|p| p.deadline_ns).min()
-        };
-        // Set with no lock held: its DPC takes the state's lock.
-        let timer = self.timer.lock().clone();
-        if let (Some(at), Some(timer)) = (next, timer) {
-            timer.schedule_in(at.saturating_sub(self.platform.now_ns()));
-        }
-    }
 }
 
 impl AddressResolver for WindowsResolver {
     fn resolve(&self, local: IpAddr, remote: IpAddr, done: ResolveDone) {
-        let deadline_ns = self
-            .platform
-            .now_ns()
-            .saturating_add(DEFAULT_RESOLVE_BOUND_NS);
         let refused = {
-            let mut s = self.state.lock();
-            let generation = s.next_generation;
-            s.next_generation = generation.wrapping_add(1);
+            let s = self.state.lock();
             if s.stopped {
                 Some((done, ResolveError::Unreachable))
             } else if !s.addresses.contains(&local) {
                 Some((done, ResolveError::NotLocal))
             } else {
-                match s.pending.iter_mut().find(|p| p.is_none()) {
-                    Some(slot) => {
-                        *slot = Some(Pending {
-                            local,
-                            remote,
-                            deadline_ns,
-                            generation,
-                            started: false,
-                            done,
-                        });
-                        None
-                    }
-                    None => Some((done, ResolveError::NoResources)),
-                }
+                // Parked under the state's lock: `stop` either is seen above or fails this
+                // resolution after setting `stopped` (no work item is queued after Halt).
+                self.pending
+                    .park(local, remote, DEFAULT_RESOLVE_BOUND_NS, done)
+                    .err()
+                    .map(|done| (done, ResolveError::NoResources))
             }
         };
         match refused {
             Some((done, e)) => done(Err(e)),
             None => {
-                self.arm();
+                self.pending.arm();
                 self.kick();
             }
         }
@@ -673,14 +579,8 @@ impl Drop for WindowsResolver {
     /// the item can be freed. PASSIVE_LEVEL (the owner calls `stop` at Halt first).
     fn drop(&mut self) {
         self.cancel_notification();
-        if let Some(t) = self.timer.get_mut().take() {
-            t.cancel();
-        }
-        for slot in self.state.get_mut().pending.iter_mut() {
-            if let Some(p) = slot.take() {
-                (p.done)(Err(ResolveError::Unreachable));
-            }
-        }
+        self.pending.stop_timer();
+        self.pending.fail_all();
         // SAFETY: allocated in `start`; no run is queued or running (see above).
         unsafe { NdisFreeIoWorkItem(self.work_item) };
     }
