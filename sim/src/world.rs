@@ -256,6 +256,13 @@ impl World {
         self.fabric.now_ns()
     }
 
+    /// Virtual time of the next fabric event (a frame in flight, a transport timer, a held
+    /// READ response, a link notification), None when nothing is queued. A harness that also
+    /// keeps its own timers in virtual time advances to the earlier of the two.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.fabric.next_event_time()
+    }
+
     /// Link of node `i` up or down (the device posts PORT_ACTIVE / PORT_ERR, M22).
     pub fn set_link(&self, i: usize, up: bool) {
         self.fabric.set_link(self.nodes[i].port(), up);

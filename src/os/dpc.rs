@@ -177,6 +177,12 @@ impl Timer {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Whether the setting `generation` is still the current one (not re-armed or
+    /// cancelled since): a scheduler that keeps settings in a list drops stale ones.
+    pub fn is_current(&self, generation: u64) -> bool {
+        self.inner.generation.load(Ordering::Acquire) == generation
+    }
+
     /// Disarms the timer (a DPC already queued by an earlier expiry still runs).
     pub fn cancel(&self) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);

@@ -2,6 +2,13 @@
 //! per simulated processor, timers, a clock, an allocation report, and [`HostPlatform`], which
 //! joins them to the device-specific parts supplied by a test harness (BAR1 accessor, DMA
 //! allocator, doorbell hook, interrupt injection).
+//!
+//! Time is the wall clock by default ([`HostTime::Wall`]: [`StdClock`] and a timer thread).
+//! With [`HostTime::Virtual`] the platform reads a clock the harness drives (the simulated
+//! fabric's virtual time) and timers only record virtual deadlines: the harness asks for the
+//! earliest ([`HostExecutor::next_timer_ns`]), moves its clock there and fires what is due
+//! ([`HostExecutor::fire_due`]), so a 16 s protocol timeout costs no wall time and its
+//! outcome does not depend on machine load.
 
 use std::boxed::Box;
 use std::cell::Cell;
@@ -73,10 +80,56 @@ pub fn current_processor() -> Option<u32> {
     CURRENT_PROCESSOR.with(|c| c.get())
 }
 
+/// Where a [`HostPlatform`] reads the time and how its executor runs timers.
+#[derive(Clone)]
+pub enum HostTime {
+    /// [`StdClock`], and a timer thread that fires timers at their `Instant`.
+    Wall,
+    /// A clock the harness drives; timers wait for [`HostExecutor::fire_due`].
+    Virtual(Arc<dyn Clock>),
+}
+
+/// A clock that moves only when told to (unit tests of virtual timers; a harness with no
+/// world of its own).
+#[derive(Default)]
+pub struct ManualClock(std::sync::atomic::AtomicU64);
+
+impl ManualClock {
+    /// Moves the clock to `now_ns` (never backwards: a monotonic clock).
+    pub fn set(&self, now_ns: u64) {
+        self.0
+            .fetch_max(now_ns, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A timer setting in virtual time.
+struct VirtualTimer {
+    deadline_ns: u64,
+    /// Arming order: timers due at the same instant fire in the order they were set.
+    seq: u64,
+    timer: Timer,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct VirtualTimers {
+    pending: Vec<VirtualTimer>,
+    next_seq: u64,
+}
+
 struct Shared {
     queues: Vec<Mutex<VecDeque<Dpc>>>,
     wake: Vec<Condvar>,
     timers: Mutex<Vec<(Instant, Timer, u64)>>,
+    /// Virtual time only ([`HostTime::Virtual`]): the clock and the settings not yet fired.
+    virtual_clock: Option<Arc<dyn Clock>>,
+    virtual_timers: Mutex<VirtualTimers>,
     timer_wake: Condvar,
     stop: std::sync::atomic::AtomicBool,
     runs: Vec<std::sync::atomic::AtomicU64>,
@@ -84,9 +137,9 @@ struct Shared {
     inflight: std::sync::atomic::AtomicU64,
 }
 
-/// DPC executor: `n` processor threads plus a timer thread. DPCs queued with
-/// [`Processor::Current`] from a non-executor thread (a simulated ISR) go to processor 0;
-/// indices beyond `n` wrap modulo `n`.
+/// DPC executor: `n` processor threads plus a timer thread (wall-clock time) or a list of
+/// virtual deadlines (virtual time). DPCs queued with [`Processor::Current`] from a
+/// non-executor thread (a simulated ISR) go to processor 0; indices beyond `n` wrap modulo `n`.
 pub struct HostExecutor {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -95,11 +148,23 @@ pub struct HostExecutor {
 impl HostExecutor {
     /// Starts `processors` (at least 1) DPC threads and a timer thread.
     pub fn new(processors: u32) -> Arc<Self> {
+        Self::with_time(processors, HostTime::Wall)
+    }
+
+    /// Starts `processors` (at least 1) DPC threads, and the timer thread only for
+    /// [`HostTime::Wall`].
+    pub fn with_time(processors: u32, time: HostTime) -> Arc<Self> {
         let n = processors.max(1) as usize;
+        let virtual_clock = match time {
+            HostTime::Wall => None,
+            HostTime::Virtual(c) => Some(c),
+        };
         let shared = Arc::new(Shared {
             queues: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
             wake: (0..n).map(|_| Condvar::new()).collect(),
             timers: Mutex::new(Vec::new()),
+            virtual_clock,
+            virtual_timers: Mutex::new(VirtualTimers::default()),
             timer_wake: Condvar::new(),
             stop: false.into(),
             runs: (0..n).map(|_| 0.into()).collect(),
@@ -115,13 +180,15 @@ impl HostExecutor {
                     .expect("spawn DPC thread"),
             );
         }
-        let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("dpc-timer".into())
-                .spawn(move || timer_loop(&s))
-                .expect("spawn timer thread"),
-        );
+        if shared.virtual_clock.is_none() {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("dpc-timer".into())
+                    .spawn(move || timer_loop(&s))
+                    .expect("spawn timer thread"),
+            );
+        }
         Arc::new(HostExecutor {
             shared,
             threads: Mutex::new(threads),
@@ -148,6 +215,39 @@ impl HostExecutor {
         self.inflight() == 0
     }
 
+    /// Whether timers run in virtual time ([`HostTime::Virtual`]).
+    pub fn is_virtual(&self) -> bool {
+        self.shared.virtual_clock.is_some()
+    }
+
+    /// Virtual time: the earliest deadline of a setting still current (re-armed and
+    /// cancelled settings are dropped here), None when no timer is armed. Always None in
+    /// wall-clock time.
+    pub fn next_timer_ns(&self) -> Option<u64> {
+        let mut g = self.shared.virtual_timers.lock().unwrap();
+        g.pending.retain(|t| t.timer.is_current(t.generation));
+        g.pending.iter().map(|t| t.deadline_ns).min()
+    }
+
+    /// Virtual time: fires every current setting due at or before `now_ns`, in deadline
+    /// order (ties in arming order), queuing each timer's DPC to processor 0 as the timer
+    /// thread does. Returns how many fired. The caller moves the clock to `now_ns` first, so
+    /// a timer DPC reads its deadline (or later) from `now_ns()`.
+    pub fn fire_due(&self, now_ns: u64) -> usize {
+        let mut due: Vec<VirtualTimer> = {
+            let mut g = self.shared.virtual_timers.lock().unwrap();
+            let (due, left): (Vec<_>, Vec<_>) =
+                g.pending.drain(..).partition(|t| t.deadline_ns <= now_ns);
+            g.pending = left;
+            due
+        };
+        due.sort_by_key(|t| (t.deadline_ns, t.seq));
+        // With no lock held: a DPC queued here may run at once and re-arm its timer.
+        due.into_iter()
+            .filter(|t| t.timer.expire(t.generation, Processor::Index(0)))
+            .count()
+    }
+
     /// Stops and joins the threads (queued DPCs that have not started are dropped).
     pub fn shutdown(&self) {
         self.shared
@@ -166,6 +266,7 @@ impl HostExecutor {
             self.shared.timers.lock().unwrap().clear();
             self.shared.timer_wake.notify_all();
         }
+        self.shared.virtual_timers.lock().unwrap().pending.clear();
         let threads: Vec<_> = self.threads.lock().unwrap().drain(..).collect();
         let me = std::thread::current().id();
         for t in threads {
@@ -263,6 +364,21 @@ impl DpcScheduler for HostExecutor {
     }
 
     fn start_timer(&self, timer: Timer, generation: u64, delay_ns: u64) {
+        if let Some(clock) = &self.shared.virtual_clock {
+            let deadline_ns = clock.now_ns().saturating_add(delay_ns);
+            let mut g = self.shared.virtual_timers.lock().unwrap();
+            // A new setting replaces the timer's earlier one (its generation is stale now).
+            g.pending.retain(|t| !t.timer.same(&timer));
+            let seq = g.next_seq;
+            g.next_seq = g.next_seq.wrapping_add(1);
+            g.pending.push(VirtualTimer {
+                deadline_ns,
+                seq,
+                timer,
+                generation,
+            });
+            return;
+        }
         let at = Instant::now() + Duration::from_nanos(delay_ns);
         self.shared
             .timers
@@ -297,14 +413,16 @@ pub struct HostDevice {
     pub pump: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
-/// A [`Platform`] for host tests: [`HostExecutor`] DPCs and timers, [`StdClock`], a host
-/// memory page standing in for the UAR mapping, and the harness's [`HostDevice`] parts.
-/// The harness delivers device interrupts with [`HostPlatform::raise_interrupt`].
+/// A [`Platform`] for host tests: [`HostExecutor`] DPCs and timers, a clock ([`StdClock`] or
+/// the harness's virtual one, see [`HostTime`]), a host memory page standing in for the UAR
+/// mapping, and the harness's [`HostDevice`] parts. The harness delivers device interrupts
+/// with [`HostPlatform::raise_interrupt`].
 pub struct HostPlatform {
     dev: HostDevice,
     executor: Arc<HostExecutor>,
     scheduler: Arc<dyn DpcScheduler>,
-    clock: StdClock,
+    clock: Arc<dyn Clock>,
+    virtual_time: bool,
     uar_page: Box<UarPage>,
     irq: Mutex<Option<Arc<dyn InterruptHandler>>>,
 }
@@ -315,15 +433,25 @@ pub struct HostPlatform {
 struct UarPage([core::sync::atomic::AtomicU32; 1024]);
 
 impl HostPlatform {
-    /// A platform with `processors` DPC processors.
+    /// A platform with `processors` DPC processors, in wall-clock time.
     pub fn new(dev: HostDevice, processors: u32) -> Arc<Self> {
-        let executor = HostExecutor::new(processors);
+        Self::with_time(dev, processors, HostTime::Wall)
+    }
+
+    /// A platform with `processors` DPC processors whose `now_ns` and timers follow `time`.
+    pub fn with_time(dev: HostDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        let (clock, virtual_time): (Arc<dyn Clock>, bool) = match &time {
+            HostTime::Wall => (Arc::new(StdClock::default()), false),
+            HostTime::Virtual(c) => (c.clone(), true),
+        };
+        let executor = HostExecutor::with_time(processors, time);
         let scheduler: Arc<dyn DpcScheduler> = executor.clone();
         Arc::new(HostPlatform {
             dev,
             executor,
             scheduler,
-            clock: StdClock::default(),
+            clock,
+            virtual_time,
             uar_page: Box::new(UarPage(
                 [const { core::sync::atomic::AtomicU32::new(0) }; 1024],
             )),
@@ -334,6 +462,11 @@ impl HostPlatform {
     /// The executor (for `runs_on` and shutdown).
     pub fn executor(&self) -> &Arc<HostExecutor> {
         &self.executor
+    }
+
+    /// Whether `now_ns` and the timers follow a harness clock ([`HostTime::Virtual`]).
+    pub fn is_virtual_time(&self) -> bool {
+        self.virtual_time
     }
 
     /// Delivers MSI-X `vector` to the connected handler (as the interrupt controller would).
@@ -400,14 +533,18 @@ impl Platform for HostPlatform {
         *self.irq.lock().unwrap() = None;
     }
     fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
-        let start = self.now_ns();
-        let deadline = Deadline::after(start, timeout_ns);
+        let deadline = Deadline::after(self.now_ns(), timeout_ns);
+        let wall_start = Instant::now();
+        // Virtual time moves only while something is pending (a timer, a fabric event): a
+        // wait whose condition nothing pending can change also ends at its wall-clock
+        // timeout, as it would without virtual time, instead of spinning for ever.
+        let wall_deadline = Duration::from_nanos(timeout_ns);
         loop {
             if cond() {
                 return true;
             }
-            let now = self.now_ns();
-            if deadline.expired(now) {
+            let wall = wall_start.elapsed();
+            if deadline.expired(self.now_ns()) || (self.virtual_time && wall >= wall_deadline) {
                 return cond();
             }
             match &self.dev.pump {
@@ -416,9 +553,7 @@ impl Platform for HostPlatform {
                 // whole scheduler tick (~4 ms here), so yield for the first millisecond and only
                 // then back off to sleeping. Under Miri a yield is a millisecond of interpreted
                 // spinning on its virtual clock, and a sleep lets the other threads run at once.
-                None if !cfg!(miri) && now.saturating_sub(start) < 1_000_000 => {
-                    std::thread::yield_now()
-                }
+                None if !cfg!(miri) && wall < Duration::from_millis(1) => std::thread::yield_now(),
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
@@ -533,15 +668,85 @@ mod tests {
         ex.shutdown();
     }
 
+    /// Logs which timer fired and the virtual time its DPC read.
+    struct Stamp {
+        id: u32,
+        clock: Arc<ManualClock>,
+        log: Arc<Mutex<Vec<(u32, u64)>>>,
+    }
+    impl DpcHandler for Stamp {
+        fn run(&self) {
+            self.log
+                .lock()
+                .unwrap()
+                .push((self.id, self.clock.now_ns()));
+        }
+    }
+
+    #[test]
+    fn virtual_timers_fire_at_their_deadline_in_order_and_honour_generations() {
+        const S: u64 = 1_000_000_000;
+        let clock = Arc::new(ManualClock::default());
+        let ex = HostExecutor::with_time(2, HostTime::Virtual(clock.clone()));
+        assert!(ex.is_virtual());
+        let sched: Arc<dyn DpcScheduler> = ex.clone();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let timer = |id| {
+            let h = Arc::new(Stamp {
+                id,
+                clock: clock.clone(),
+                log: log.clone(),
+            });
+            Timer::new(&sched, h).unwrap()
+        };
+        let fire_at = |t: u64| {
+            clock.set(t);
+            let n = ex.fire_due(t);
+            assert!(wait(|| ex.is_idle()));
+            n
+        };
+        let (a, b, c) = (timer(1), timer(2), timer(3));
+        a.schedule_in(10 * S);
+        assert_eq!(ex.next_timer_ns(), Some(10 * S));
+        assert_eq!(fire_at(10 * S - 1), 0);
+        assert_eq!(fire_at(10 * S), 1);
+        assert_eq!(*log.lock().unwrap(), [(1, 10 * S)]);
+        assert_eq!(ex.next_timer_ns(), None);
+        // Re-arm replaces, cancel disarms: neither old setting moves time or fires.
+        a.schedule_in(S);
+        a.schedule_in(3 * S);
+        b.schedule_in(2 * S);
+        b.cancel();
+        assert_eq!(ex.next_timer_ns(), Some(13 * S));
+        // Due together: deadline order, then arming order.
+        c.schedule_in(3 * S);
+        b.schedule_in(2 * S + 500);
+        assert_eq!(ex.next_timer_ns(), Some(12 * S + 500));
+        assert_eq!(fire_at(20 * S), 3);
+        assert_eq!(
+            log.lock().unwrap()[1..],
+            [(2, 20 * S), (1, 20 * S), (3, 20 * S)]
+        );
+        assert_eq!(ex.next_timer_ns(), None);
+        assert_eq!(fire_at(u64::MAX), 0);
+        ex.shutdown();
+        // The wall clock has no virtual timers.
+        let wall = HostExecutor::new(1);
+        assert!(!wall.is_virtual());
+        assert_eq!(wall.next_timer_ns(), None);
+        wall.shutdown();
+    }
+
+    struct NoRegs;
+    impl RegisterIo for NoRegs {
+        fn read32(&self, _: u32) -> u32 {
+            0
+        }
+        fn write32(&self, _: u32, _: u32) {}
+    }
+
     #[test]
     fn platform_uar_store_is_visible_and_hooked() {
-        struct NoRegs;
-        impl RegisterIo for NoRegs {
-            fn read32(&self, _: u32) -> u32 {
-                0
-            }
-            fn write32(&self, _: u32, _: u32) {}
-        }
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
         let p = HostPlatform::new(
@@ -562,6 +767,31 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), [(4, 0x4000_0007), (8, 5)]);
         assert!(p.wait_until(&|| true, 0));
         assert!(!p.wait_until(&|| false, 1_000));
+        p.executor().shutdown();
+    }
+
+    #[test]
+    fn virtual_platform_reads_the_harness_clock_and_bounds_its_waits() {
+        let clock = Arc::new(ManualClock::default());
+        clock.set(42_000);
+        let p = HostPlatform::with_time(
+            HostDevice {
+                bar1: Arc::new(NoRegs),
+                dma: super::super::dma::test_alloc::TestDma::new_dyn(),
+                doorbell: None,
+                uar_pfn: 0,
+                pump: None,
+            },
+            1,
+            HostTime::Virtual(clock.clone()),
+        );
+        assert!(p.is_virtual_time());
+        assert_eq!(p.now_ns(), 42_000);
+        clock.set(7);
+        assert_eq!(p.now_ns(), 42_000, "monotonic");
+        // Nothing moves the clock: the wait ends at its wall-clock timeout.
+        assert!(!p.wait_until(&|| false, 1_000_000));
+        assert_eq!(p.now_ns(), 42_000);
         p.executor().shutdown();
     }
 }

@@ -191,7 +191,8 @@ impl InterruptSink for PlatformSink {
 /// Bound on a settle: a hang, not a timing assertion.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
 
-fn dpc_runs(executors: &[&HostExecutor]) -> u64 {
+/// DPC routines run so far on every processor of `executors`.
+pub fn dpc_runs(executors: &[&HostExecutor]) -> u64 {
     executors
         .iter()
         .map(|e| (0..e.processor_count()).map(|p| e.runs_on(p)).sum::<u64>())

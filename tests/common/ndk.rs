@@ -18,7 +18,7 @@
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use pvrdma_ndk::ndk::dispatch::close_adapter;
@@ -28,7 +28,8 @@ use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform};
+use pvrdma_ndk::os::clock::Clock;
+use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{NodeConfig, World};
@@ -36,7 +37,8 @@ use pvrdma_sim::world::{NodeConfig, World};
 use super::memory::{BuiltMdl, ConsumerMem};
 use super::objects::{rc_rtr_rts, rts_attrs};
 use super::{
-    DEFAULT_UAR_PFN, Mode, PlatformSink, SETTLE_DEADLINE, SimBar1, SimDma, serial, settle_threaded,
+    DEFAULT_UAR_PFN, Mode, PlatformSink, SETTLE_DEADLINE, SimBar1, SimDma, dpc_runs, serial,
+    settle_threaded,
 };
 
 /// Bound on every wait: a hang, not a timing assertion.
@@ -45,30 +47,99 @@ const HANG: Duration = Duration::from_secs(20);
 // ------------------------------------------------------------------------------- waiting
 
 /// What waits need: the world to pump (deterministic mode) and the hosts' DPC executors.
+///
+/// In virtual time ([`ClusterConfig::virtual_time`]) the hosts' clocks are the world's and a
+/// wait moves it one event at a time ([`Pump::step_virtual`]), never while a DPC runs.
 pub struct Pump {
     world: Arc<World>,
     mode: Mode,
     platforms: Mutex<Vec<Arc<HostPlatform>>>,
     provider_polls: Arc<AtomicU64>,
+    virtual_time: bool,
+    /// One thread moves virtual time at a time (provider waits on several threads pump).
+    stepping: Mutex<()>,
+    me: Weak<Pump>,
+}
+
+/// The world's virtual time as a host platform clock. Weak: the world must not outlive the
+/// cluster through a platform; once it is gone the clock stays at its last reading.
+struct WorldClock {
+    world: Weak<World>,
+    last: AtomicU64,
+}
+
+impl Clock for WorldClock {
+    fn now_ns(&self) -> u64 {
+        match self.world.upgrade() {
+            Some(w) => {
+                let now = w.now_ns();
+                self.last.fetch_max(now, Ordering::SeqCst);
+                now
+            }
+            None => self.last.load(Ordering::SeqCst),
+        }
+    }
 }
 
 impl Pump {
     /// A pump for hosts brought up outside a [`Cluster`] (the NDIS host harness brings them
     /// up through the miniport); give each host's platform [`Pump::platform_pump`] and
-    /// [`Pump::add_platform`] it.
+    /// [`Pump::add_platform`] it. Wall-clock time.
     pub fn new(world: Arc<World>, mode: Mode) -> Arc<Pump> {
-        Arc::new(Pump {
+        Self::with_time(world, mode, false)
+    }
+
+    fn with_time(world: Arc<World>, mode: Mode, virtual_time: bool) -> Arc<Pump> {
+        assert!(
+            !virtual_time || mode == Mode::Deterministic,
+            "virtual time needs Mode::Deterministic (threaded hosts run on the wall clock)"
+        );
+        Arc::new_cyclic(|me| Pump {
             world,
             mode,
             platforms: Mutex::new(Vec::new()),
             provider_polls: Arc::new(AtomicU64::new(0)),
+            virtual_time,
+            stepping: Mutex::new(()),
+            me: me.clone(),
         })
+    }
+
+    /// Whether the hosts run in the world's virtual time.
+    pub fn is_virtual_time(&self) -> bool {
+        self.virtual_time
+    }
+
+    /// The world's virtual time (what every host's `Platform::now_ns` reads in virtual time).
+    pub fn now_ns(&self) -> u64 {
+        self.world.now_ns()
+    }
+
+    /// The time source for a host platform on this pump.
+    fn host_time(&self) -> HostTime {
+        if !self.virtual_time {
+            return HostTime::Wall;
+        }
+        HostTime::Virtual(Arc::new(WorldClock {
+            world: Arc::downgrade(&self.world),
+            last: AtomicU64::new(0),
+        }))
     }
 
     /// What a host platform calls while the provider waits, as [`Cluster`]'s hosts do.
     pub fn platform_pump(&self) -> Arc<dyn Fn() + Send + Sync> {
         let polls = self.provider_polls.clone();
         match self.mode {
+            Mode::Deterministic if self.virtual_time => {
+                // Weak: the platforms the pump holds hold this closure.
+                let me = self.me.clone();
+                Arc::new(move || {
+                    polls.fetch_add(1, Ordering::SeqCst);
+                    if !me.upgrade().is_some_and(|p| p.step_virtual()) {
+                        std::thread::yield_now();
+                    }
+                })
+            }
             Mode::Deterministic => {
                 let w = Arc::downgrade(&self.world);
                 Arc::new(move || {
@@ -103,16 +174,100 @@ impl Pump {
         self.provider_polls.load(Ordering::SeqCst)
     }
 
-    /// Waits until `cond` holds, pumping the world in deterministic mode. Panics after 20 s.
+    /// Waits until `cond` holds, pumping the world in deterministic mode (in virtual time one
+    /// event at a time: see [`Pump::step_virtual`]). Panics after 20 s of wall time.
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         let deadline = Instant::now() + HANG;
         while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}{}",
+                if self.virtual_time {
+                    format!(" (virtual time {} ns)", self.world.now_ns())
+                } else {
+                    String::new()
+                }
+            );
+            if self.virtual_time {
+                if !self.step_virtual() {
+                    // Nothing pending at all: only another thread can make `cond` true.
+                    std::thread::yield_now();
+                }
+                continue;
+            }
             if self.mode == Mode::Deterministic {
                 self.world.run_until_idle();
             }
             std::thread::yield_now();
         }
+    }
+
+    /// Virtual time, one step. First runs everything due now: device work, interrupts and
+    /// the DPCs they queue, until a round finds devices quiet and no DPC ran. If nothing was
+    /// due, moves virtual time to the earliest pending deadline, either the world's next
+    /// event (handled, with the devices it wakes) or a host timer (the world's clock is set to
+    /// it and every host fires what is due, so a timer DPC reads its deadline from
+    /// `now_ns()`); a world event due at the same instant as a timer goes first. Returns
+    /// false when nothing ran and nothing is pending.
+    pub fn step_virtual(&self) -> bool {
+        if current_processor().is_some() {
+            // A provider wait on a DPC thread (a consumer callback that blocks) cannot wait
+            // for the DPCs to drain, nor let time pass under a running DPC.
+            return self.world.run_devices();
+        }
+        let _stepping = match self.stepping.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // Another thread is moving time; its step is this one's progress too.
+            Err(TryLockError::WouldBlock) => {
+                std::thread::yield_now();
+                return true;
+            }
+        };
+        let platforms = self.platforms.lock().unwrap().clone();
+        let executors: Vec<&HostExecutor> = platforms.iter().map(|p| &**p.executor()).collect();
+        let deadline = Instant::now() + HANG;
+        let mut ran = false;
+        loop {
+            // Counted runs, not idleness alone: a DPC that finished between the device pass
+            // and the idle check may have rung a doorbell the pass did not see.
+            let runs = dpc_runs(&executors);
+            let devices = self.world.run_devices();
+            while !executors.iter().all(|e| e.is_idle()) {
+                assert!(Instant::now() < deadline, "DPCs did not drain");
+                std::thread::yield_now();
+            }
+            if !devices && dpc_runs(&executors) == runs {
+                break;
+            }
+            ran = true;
+        }
+        if ran {
+            return true;
+        }
+        let timer = executors.iter().filter_map(|e| e.next_timer_ns()).min();
+        let event = self.world.next_event_ns();
+        match (event, timer) {
+            (None, None) => false,
+            (Some(e), Some(t)) if t < e => self.fire_timers_at(t, &executors),
+            (None, Some(t)) => self.fire_timers_at(t, &executors),
+            (Some(_), _) => {
+                self.world.step();
+                true
+            }
+        }
+    }
+
+    /// Moves virtual time to `t` (nothing of the world's is due before it) and fires every
+    /// host's timers due by then.
+    fn fire_timers_at(&self, t: u64, executors: &[&HostExecutor]) -> bool {
+        self.world
+            .advance_time(t.saturating_sub(self.world.now_ns()));
+        let now = self.world.now_ns();
+        for e in executors {
+            e.fire_due(now);
+        }
+        true
     }
 
     fn executors_idle(&self) -> bool {
@@ -126,7 +281,21 @@ impl Pump {
     /// Deterministic: runs devices, fabric and DPCs until an iteration finds nothing to do.
     /// Threaded: [`settle_threaded`] over every node's model, the fabric and every host's DPC
     /// executor.
+    ///
+    /// Virtual time: steps ([`Pump::step_virtual`]) until nothing is due or pending, host
+    /// timers included, so virtual time runs through every armed timer.
     pub fn settle(&self) {
+        if self.virtual_time {
+            let deadline = Instant::now() + SETTLE_DEADLINE;
+            while self.step_virtual() {
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster did not settle (virtual time {} ns)",
+                    self.world.now_ns()
+                );
+            }
+            return;
+        }
         if self.mode == Mode::Threaded {
             let platforms = self.platforms.lock().unwrap().clone();
             let executors: Vec<&HostExecutor> = platforms.iter().map(|p| &**p.executor()).collect();
@@ -357,6 +526,9 @@ pub struct ClusterConfig {
     pub tweak: Option<fn(usize, &mut NodeConfig)>,
     /// Models in lazy-completion mode (M48); defaults to [`super::lazy_from_env`].
     pub lazy: bool,
+    /// Hosts read the world's virtual time (`Platform::now_ns`) and their timers fire in it
+    /// ([`Pump::step_virtual`]); Mode::Deterministic only. Default false: the wall clock.
+    pub virtual_time: bool,
 }
 
 impl ClusterConfig {
@@ -371,6 +543,15 @@ impl ClusterConfig {
             seed: 0x5EED,
             tweak: None,
             lazy: super::lazy_from_env(),
+            virtual_time: false,
+        }
+    }
+
+    /// The same in the world's virtual time (see [`ClusterConfig::virtual_time`]).
+    pub fn virtual_time(mode: Mode, hosts: u8) -> Self {
+        ClusterConfig {
+            virtual_time: true,
+            ..Self::new(mode, hosts)
         }
     }
 }
@@ -455,12 +636,7 @@ impl Cluster {
             w.start_threads();
         }
         let world = Arc::new(w);
-        let pump = Arc::new(Pump {
-            world: world.clone(),
-            mode: cfg.mode,
-            platforms: Mutex::new(Vec::new()),
-            provider_polls: Arc::new(AtomicU64::new(0)),
-        });
+        let pump = Pump::with_time(world.clone(), cfg.mode, cfg.virtual_time);
         let mut hosts = Vec::new();
         for i in 0..usize::from(cfg.hosts) {
             let node = world.node(i);
@@ -468,34 +644,17 @@ impl Cluster {
             let space = node.dma().clone();
             let dma = SimDma::new(space.clone());
             let m = model.clone();
-            let polls = pump.provider_polls.clone();
-            let pumpfn: Arc<dyn Fn() + Send + Sync> = match cfg.mode {
-                Mode::Deterministic => {
-                    // Weak: the world must not outlive the cluster through a platform.
-                    let w = Arc::downgrade(&world);
-                    Arc::new(move || {
-                        polls.fetch_add(1, Ordering::SeqCst);
-                        if let Some(w) = w.upgrade() {
-                            w.run_until_idle();
-                        }
-                        std::thread::yield_now();
-                    })
-                }
-                Mode::Threaded => Arc::new(move || {
-                    polls.fetch_add(1, Ordering::SeqCst);
-                    std::thread::yield_now();
-                }),
-            };
             let bar1 = SimBar1::new(model.clone());
-            let platform = HostPlatform::new(
+            let platform = HostPlatform::with_time(
                 HostDevice {
                     bar1: bar1.clone(),
                     dma: dma.clone(),
                     doorbell: Some(Arc::new(move |off, val| m.uar_write32(off, val))),
                     uar_pfn: DEFAULT_UAR_PFN,
-                    pump: Some(pumpfn),
+                    pump: Some(pump.platform_pump()),
                 },
                 cfg.processors,
+                pump.host_time(),
             );
             world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
             pump.platforms.lock().unwrap().push(platform.clone());
