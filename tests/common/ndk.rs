@@ -357,6 +357,12 @@ pub struct ClusterConfig {
     pub tweak: Option<fn(usize, &mut NodeConfig)>,
     /// Models in lazy-completion mode (M48); defaults to [`super::lazy_from_env`].
     pub lazy: bool,
+    /// Connection management: every host gets a `Neighbours` resolver holding every host's
+    /// IP and MAC and its own IP as the interface's address, and its NDK device starts its
+    /// connection engine (which binds the GIDs; the probe binds none then).
+    pub cm: bool,
+    /// How long the resolvers take to give up on an unknown destination.
+    pub resolve_bound_ns: u64,
 }
 
 impl ClusterConfig {
@@ -371,6 +377,16 @@ impl ClusterConfig {
             seed: 0x5EED,
             tweak: None,
             lazy: super::lazy_from_env(),
+            cm: false,
+            resolve_bound_ns: 50_000_000,
+        }
+    }
+
+    /// As [`ClusterConfig::new`], with connection management ([`ClusterConfig::cm`]).
+    pub fn cm(mode: Mode, hosts: u8) -> Self {
+        ClusterConfig {
+            cm: true,
+            ..Self::new(mode, hosts)
         }
     }
 }
@@ -401,6 +417,10 @@ pub struct Host {
     pub gid: [u8; 16],
     /// Port MAC.
     pub mac: [u8; 6],
+    /// The host's IP address (its GID's).
+    pub ip: std::net::IpAddr,
+    /// The address resolver of a connection-managed cluster.
+    pub resolver: Option<Arc<pvrdma_ndk::os::net::Neighbours>>,
 }
 
 impl Host {
@@ -502,11 +522,13 @@ impl Cluster {
             let gid = node.gid();
             let p: Arc<dyn Platform> = platform.clone();
             let gids = [gid];
+            // With connection management the engine binds the GIDs.
+            let probe_gids: &[[u8; 16]] = if cfg.cm { &[] } else { &gids };
             let dev = Arc::new(
                 DrvDevice::probe(
                     p,
                     &DrvConfig {
-                        gids: &gids,
+                        gids: probe_gids,
                         ..DrvConfig::default()
                     },
                 )
@@ -533,7 +555,12 @@ impl Cluster {
                 },
                 gid,
                 mac: node.mac(),
+                ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
+                resolver: None,
             });
+        }
+        if cfg.cm {
+            cm::start_engines(&mut hosts, &cfg);
         }
         Cluster {
             world,
@@ -592,6 +619,7 @@ impl Cluster {
             // SAFETY: opened by `Cluster::with`, closed once here.
             unsafe { close_adapter(h.adapter.ptr) };
         }
+        cm::stop_engines(&hosts);
         pump.wait_for("the models to hold no object", || {
             hosts
                 .iter()
@@ -654,6 +682,10 @@ impl Drop for Cluster {
         }
     }
 }
+
+pub mod cm;
+#[allow(unused_imports)]
+pub use cm::*;
 
 // ------------------------------------------------------------------------------- adapter
 
