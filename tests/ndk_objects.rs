@@ -1199,19 +1199,20 @@ fn unsupported_and_unimplemented_functions() {
         (NDK_ADAPTER::disp(e.a).NdkCreateSharedEndpoint)(e.a, &addr, 16, create_cb, ctx(9), &mut se)
     };
     assert_eq!(st, STATUS_NOT_IMPLEMENTED);
-    // The connection tables exist with every slot; their functions answer NOT_IMPLEMENTED.
+    // Without a connection engine no connection object exists; the tables' functions refuse
+    // a null object.
     let c = &dispatch::CONNECTOR_DISPATCH;
-    // SAFETY: these slots dereference nothing.
+    // SAFETY: a null object is refused before anything is dereferenced.
     let st = unsafe { (c.NdkReject)(null_mut(), core::ptr::null(), 0) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: as above.
     let st = unsafe { (c.NdkDisconnect)(null_mut(), request_cb, null_mut()) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: as above.
     let st = unsafe {
         (dispatch::LISTENER_DISPATCH.NdkListen)(null_mut(), &addr, 16, request_cb, null_mut())
     };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     assert!(conn.is_null() && lis.is_null() && se.is_null());
     assert_eq!(
         events(),

@@ -1,9 +1,10 @@
 //! NDK functions this provider does not support answer through the real dispatch tables with
 //! the exact status the reference fixes (ndkpi.md §5.0, §5.4, §5.13; pvrdma.md §1
 //! "Unsupported NDK features"), and NdkQueryAdapterInfo says so: MaxWindowSize 0, neither
-//! CQ_RESIZE nor CQ_INTERRUPT_MODERATION advertised. Connection management is not written
-//! yet: the connector, listener and shared-endpoint creates and every slot of their tables
-//! answer STATUS_NOT_IMPLEMENTED (`NdkError::NotImplemented`).
+//! CQ_RESIZE nor CQ_INTERRUPT_MODERATION advertised. A device started without a connection
+//! engine (no address resolver) answers the connector, listener and shared-endpoint creates
+//! with STATUS_NOT_IMPLEMENTED, and every slot of their tables refuses a null object with
+//! STATUS_INVALID_PARAMETER (tests/ndk_connect.rs drives them with an engine).
 
 mod common;
 
@@ -258,16 +259,16 @@ fn connection_objects_are_not_implemented_yet() {
     c.settle();
     assert_eq!(ctx.calls(), 0, "inline failures complete nothing");
 
-    // Every connector, listener and shared-endpoint slot but close and QueryExtension
-    // (no such object can exist, so a null object is passed: the slots dereference nothing).
+    // Every connector, listener and shared-endpoint slot but close and QueryExtension with
+    // a null object (no such object can exist here).
     let cd = &CONNECTOR_DISPATCH;
     let rp = ctx.as_ref() as *const CreateCtx as PVOID;
     let mut sz = 64u32;
     let mut buf = [0u8; 64];
     let out = buf.as_mut_ptr().cast::<SOCKADDR>();
     let (mut ird, mut ord) = (0u32, 0u32);
-    // The stub slots accept a null object and dereference nothing; every other pointer is
-    // valid for its size.
+    // Every slot refuses a null object before it dereferences anything; every other pointer
+    // is valid for its size.
     // SAFETY: see above.
     let st = unsafe {
         (cd.NdkConnect)(
@@ -285,7 +286,7 @@ fn connection_objects_are_not_implemented_yet() {
             rp,
         )
     };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe {
         (cd.NdkConnectWithSharedEndpoint)(
@@ -302,10 +303,10 @@ fn connection_objects_are_not_implemented_yet() {
             rp,
         )
     };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkCompleteConnect)(null_mut(), None, rp, on_request, rp) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe {
         (cd.NdkAccept)(
@@ -321,26 +322,26 @@ fn connection_objects_are_not_implemented_yet() {
             rp,
         )
     };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkReject)(null_mut(), null_mut(), 0) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st =
         unsafe { (cd.NdkGetConnectionData)(null_mut(), &mut ird, &mut ord, null_mut(), &mut sz) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkGetLocalAddress)(null_mut(), out, &mut sz) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkGetPeerAddress)(null_mut(), out, &mut sz) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkDisconnect)(null_mut(), on_request, rp) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (cd.NdkCompleteConnectEx)(null_mut(), None, rp, on_request, rp) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe {
         (cd.NdkAcceptEx)(
@@ -356,16 +357,16 @@ fn connection_objects_are_not_implemented_yet() {
             rp,
         )
     };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (LISTENER_DISPATCH.NdkListen)(null_mut(), sa, len, on_request, rp) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (LISTENER_DISPATCH.NdkGetLocalAddress)(null_mut(), out, &mut sz) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     // SAFETY: see above.
     let st = unsafe { (SHARED_ENDPOINT_DISPATCH.NdkGetLocalAddress)(null_mut(), out, &mut sz) };
-    assert_eq!(st, STATUS_NOT_IMPLEMENTED);
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
     assert_eq!((sz, ird, ord), (64, 0, 0), "nothing written back");
     assert_eq!(buf, [0; 64]);
     assert_eq!(ctx.calls(), 0);

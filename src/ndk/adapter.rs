@@ -11,6 +11,7 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::cm_engine::{CmEngine, EngineConfig};
 use super::cq::{Cq, CqEvent};
 use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
@@ -21,8 +22,9 @@ use super::qp_table::QpTable;
 use super::srq::Srq;
 use super::traffic::{ClosedTraffic, Traffic};
 use crate::ndkpi::*;
-use crate::os::SpinLock;
 use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
+use crate::os::net::AddressResolver;
+use crate::os::{Platform, SpinLock};
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {
@@ -231,6 +233,9 @@ pub struct NdkDevice {
     /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
     /// invalidating an invalid FRMR (M27).
     remote_invalidated: Box<[AtomicU32]>,
+    /// The connection engine, between [`NdkDevice::start_connections`] and
+    /// [`NdkDevice::stop_connections`].
+    connections: SpinLock<Option<Arc<CmEngine>>>,
 }
 
 /// Handles are below `max_*` (M10), which M5 bounds by 65536.
@@ -253,7 +258,42 @@ impl NdkDevice {
             remote_invalidated: try_vec(caps.max_mr.min(MAX_TABLE) as usize, || AtomicU32::new(0))?,
             hw,
             bad_cqes: AtomicU64::new(0),
+            connections: SpinLock::new(None),
         }))
+    }
+
+    /// Starts the connection engine over `resolver` (PASSIVE_LEVEL, once the device runs and
+    /// its events reach this device): QP1, a GID per interface address, the CM. Until this
+    /// succeeds, connectors, listeners and shared endpoints answer STATUS_NOT_IMPLEMENTED.
+    ///
+    /// # Errors
+    /// What [`CmEngine::start`] reported.
+    pub fn start_connections(
+        &self,
+        platform: Arc<dyn Platform>,
+        resolver: Arc<dyn AddressResolver>,
+        cfg: EngineConfig,
+    ) -> Result<(), HwError> {
+        let engine = CmEngine::start(platform, self.hw.clone(), resolver, cfg)?;
+        let old = self.connections.lock().replace(engine);
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(())
+    }
+
+    /// Stops the connection engine (PASSIVE_LEVEL, after every NDK_ADAPTER has closed):
+    /// QP1 destroyed, every GID unbound.
+    pub fn stop_connections(&self) {
+        let engine = self.connections.lock().take();
+        if let Some(e) = engine {
+            e.stop();
+        }
+    }
+
+    /// The connection engine, if started.
+    pub fn connections(&self) -> Option<Arc<CmEngine>> {
+        self.connections.lock().clone()
     }
 
     /// OpenNDKAdapterHandler: negotiates the version and creates an NDK_ADAPTER.

@@ -1,17 +1,163 @@
-//! NDK_CONNECTOR: connection management is a later issue (cm.md; ndkpi.md §5.10–5.12).
+//! NDK_CONNECTOR over the connection engine (ndkpi.md §5.10–5.12; cm.md §1.2, §1.4).
 //!
-//! NdkCreateConnector returns STATUS_NOT_IMPLEMENTED, so no object of this type exists yet; its dispatch
-//! table is complete (§5.0) and every slot returns STATUS_NOT_IMPLEMENTED (QueryExtension:
-//! STATUS_NOT_SUPPORTED, close: STATUS_SUCCESS).
+//! An active connector is made by NdkCreateConnector (a successor of its adapter); a passive
+//! one by the engine for an incoming REQ (a successor of its listener) and handed to the
+//! listener's NdkConnectEventCallback, after which the consumer owns and closes it.
+//!
+//! Each connector performs its connection's CM actions in order, one at a time, behind its
+//! MODIFY_QPs: a `Send` or `Deliver` queued after a `ModifyQp` waits in the connector's own
+//! fixed queue (allocated with the connector, never per packet) until the device has
+//! answered, so the REP leaves only once the QP is at RTS, and NdkConnect completes only
+//! once it is. Consumer requests that complete later (NdkConnect, NdkAccept,
+//! NdkDisconnect) keep their [`RequestHandoff`]; the event that ends them completes it with
+//! the status of the `cm` module table, with no driver lock held. Closing the connector in
+//! any state completes a request still pending with STATUS_CANCELLED, releases the CM
+//! connection (the wire learns as Linux's `cm_destroy_id` tells it), takes the QP to ERR
+//! and gives the local endpoint back.
 #![deny(unsafe_code)]
 
-use super::error::{NdkError, NdkResult};
-use super::object::{Lifetime, NdkObject};
-use crate::ndkpi::NDK_CONNECTOR;
+use alloc::sync::Arc;
+use core::net::{IpAddr, SocketAddr};
 
-/// Placeholder state (never instantiated; see the module docs).
+use super::adapter::Adapter;
+use super::cm_engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
+use super::dispatch;
+use super::error::HwError;
+use super::hw::{QpModify, QpPath, QpState};
+use super::listener::Listener;
+use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use super::qp::Qp;
+use super::qp1::{MAD_LEN, resolve_status};
+use super::shared_endpoint::SharedEndpoint;
+use crate::cm::addr::{gid_from_ip, ip_from_gid};
+use crate::cm::limits::ReadLimits;
+use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+use crate::cm::{AcceptParams, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::ndkpi::*;
+use crate::os::SpinLock;
+use crate::os::net::{Mac, ResolveError, resolve_done};
+
+/// NDK_ADAPTER_INFO.MaxCallerData.
+pub const MAX_CALLER_DATA: usize = MAX_CONNECT_PRIVATE_DATA;
+/// NDK_ADAPTER_INFO.MaxCalleeData (REP and REJ alike, cm.md §1.3).
+pub const MAX_CALLEE_DATA: usize = MAX_REJECT_PRIVATE_DATA;
+/// The largest private data a peer's message carries (the REP's 196 bytes).
+pub const MAX_PEER_DATA: usize = crate::cm::msg::REP_PRIVATE_DATA;
+/// Actions one connector holds back behind a MODIFY_QP in flight: an accept queues RTS,
+/// REP and a possible MRA behind its RTR; a connect RTS and `Accepted` behind its RTR.
+const WIRE_SLOTS: usize = 8;
+
+/// A consumer's disconnect-event callback (NdkCompleteConnect(Ex), NdkAccept(Ex)).
+#[derive(Clone, Copy)]
+pub enum DisconnectCallback {
+    /// NDK_FN_DISCONNECT_EVENT_CALLBACK.
+    Plain(NDK_FN_DISCONNECT_EVENT_CALLBACK, usize),
+    /// NDK_FN_DISCONNECT_EVENT_CALLBACK_EX (NDKPI 2.1).
+    Ex(NDK_FN_DISCONNECT_EVENT_CALLBACK_EX, usize),
+}
+
+/// Where the connection is, as the NDK calls see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Fresh (active), or a connect that failed before the REQ (it may be retried).
+    Idle,
+    /// NdkConnect: the destination's MAC is being resolved.
+    Resolving,
+    /// NdkConnect: REQ sent.
+    Connecting,
+    /// NdkConnect completed (REP received): NdkCompleteConnect or NdkReject next.
+    Replied,
+    /// Passive: delivered to the listener's consumer; NdkAccept or NdkReject next.
+    Incoming,
+    /// NdkAccept: REP sent, waiting for the RTU.
+    Accepting,
+    /// Connected.
+    Established,
+    /// The peer disconnected or aborted; NdkDisconnect next.
+    PeerClosed,
+    /// NdkDisconnect in progress.
+    Disconnecting,
+    /// Over (disconnected, rejected, failed or closing): never used again.
+    Done,
+}
+
+#[allow(clippy::large_enum_variant)]
+enum Deferred {
+    Send(Path, [u8; MAD_LEN]),
+    Modify(QpTransition),
+    Deliver(Event),
+}
+
+/// The connector's serial executor of CM actions (see the module docs).
+struct Wire {
+    /// An action is being performed or a MODIFY_QP is in flight: later ones queue.
+    busy: bool,
+    queue: [Option<Deferred>; WIRE_SLOTS],
+    head: usize,
+    len: usize,
+    /// Actions dropped for a full queue (a `Send` only: the CM retransmits).
+    dropped: u32,
+}
+
+impl Wire {
+    fn push(&mut self, d: Deferred) {
+        if self.len >= WIRE_SLOTS {
+            self.dropped = self.dropped.wrapping_add(1);
+            return;
+        }
+        let at = (self.head + self.len) % WIRE_SLOTS;
+        if let Some(slot) = self.queue.get_mut(at) {
+            *slot = Some(d);
+            self.len += 1;
+        }
+    }
+
+    fn pop(&mut self) -> Option<Deferred> {
+        if self.len == 0 {
+            return None;
+        }
+        let d = self.queue.get_mut(self.head).and_then(Option::take);
+        self.head = (self.head + 1) % WIRE_SLOTS;
+        self.len -= 1;
+        d
+    }
+
+    fn clear(&mut self) {
+        while self.pop().is_some() {}
+    }
+}
+
+struct Link {
+    phase: Phase,
+    conn: Option<ConnId>,
+    qp: Option<ObjRef<Qp>>,
+    request: Option<Arc<RequestHandoff>>,
+    disconnect: Option<DisconnectCallback>,
+    /// The disconnect event was delivered, or the consumer disconnected first.
+    notified: bool,
+    /// The peer rejected or abandoned the connection (NdkAccept, NdkReject and
+    /// NdkCompleteConnect then answer STATUS_CONNECTION_ABORTED).
+    aborted: bool,
+    /// The local endpoint this connector reserved (NdkConnect with its own address).
+    endpoint: Option<(IpAddr, u16)>,
+    /// The shared endpoint it connected through (a successor count on it).
+    shared: Option<ObjRef<SharedEndpoint>>,
+}
+
+/// Who the connector is a successor of.
+enum Antecedent {
+    Adapter,
+    Listener(ObjRef<Listener>),
+}
+
+/// A connector.
 pub struct Connector {
     life: Lifetime,
+    adapter: ObjRef<Adapter>,
+    engine: Arc<CmEngine>,
+    antecedent: Antecedent,
+    link: SpinLock<Link>,
+    wire: SpinLock<Wire>,
 }
 
 impl NdkObject for Connector {
@@ -19,14 +165,840 @@ impl NdkObject for Connector {
     fn lifetime(&self) -> &Lifetime {
         &self.life
     }
+    fn teardown(&self) {
+        let (conn, qp, request, endpoint) = {
+            let mut l = self.link.lock();
+            l.phase = Phase::Done;
+            (
+                l.conn.take(),
+                l.qp.take(),
+                l.request.take(),
+                l.endpoint.take(),
+            )
+        };
+        if let Some(r) = request {
+            r.complete(STATUS_CANCELLED);
+        }
+        if let Some(conn) = conn {
+            let _ = self.engine.input(|cm, now| cm.release(now, conn));
+            self.engine.unregister_conn(conn);
+        }
+        if let Some(qp) = qp {
+            qp.set_connected(false);
+            if qp.is_live() {
+                // ERR flushes its requests (STATUS_CANCELLED); reserved, so it cannot fail.
+                self.engine.hw().flush_qp(qp.handle());
+            }
+        }
+        if let Some((ip, port)) = endpoint {
+            self.engine.release_endpoint(ip, port);
+        }
+        self.wire.lock().clear();
+    }
+    fn release_antecedents(&self) {
+        let shared = self.link.lock().shared.take();
+        if let Some(s) = shared {
+            s.put();
+        }
+        match &self.antecedent {
+            Antecedent::Adapter => self.adapter.put(),
+            Antecedent::Listener(l) => l.put(),
+        }
+    }
+}
+
+/// NdkConnect's parameters past the checks of the dispatch thunk.
+#[derive(Clone, Copy)]
+pub struct ConnectRequest<'a> {
+    /// Local address (port 0: ephemeral; an unspecified IP: the interface's first address of
+    /// the destination's family).
+    pub src: SocketAddr,
+    /// The peer.
+    pub dst: SocketAddr,
+    /// InboundReadLimit.
+    pub ird: u32,
+    /// OutboundReadLimit.
+    pub ord: u32,
+    /// Private data (≤ MaxCallerData).
+    pub private_data: &'a [u8],
+}
+
+/// What the resolution hands on to the CM connect.
+struct Pending {
+    src: SocketAddr,
+    dst: SocketAddr,
+    limits: ReadLimits,
+    data: [u8; MAX_CALLER_DATA],
+    data_len: usize,
+}
+
+/// NdkGetConnectionData's answer.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionData {
+    /// Effective InboundReadLimit.
+    pub ird: u32,
+    /// Effective OutboundReadLimit.
+    pub ord: u32,
+    /// The peer's private data, zero-padded.
+    pub data: [u8; MAX_PEER_DATA],
+    /// The required private-data size (RDS): what the peer's message carries.
+    pub rds: usize,
+}
+
+fn limit(v: u32) -> u8 {
+    u8::try_from(v).unwrap_or(u8::MAX)
 }
 
 impl Connector {
+    fn new_object(
+        adapter: &ObjRef<Adapter>,
+        engine: Arc<CmEngine>,
+        antecedent: Antecedent,
+        phase: Phase,
+        conn: Option<ConnId>,
+    ) -> Option<ObjRef<Connector>> {
+        let ndk = NDK_CONNECTOR {
+            Header: header(adapter.version(), NdkObjectTypeConnector),
+            Dispatch: &dispatch::CONNECTOR_DISPATCH,
+        };
+        ObjRef::try_new(
+            ndk,
+            Connector {
+                life: Lifetime::new(),
+                adapter: adapter.clone(),
+                engine,
+                antecedent,
+                link: SpinLock::new(Link {
+                    phase,
+                    conn,
+                    qp: None,
+                    request: None,
+                    disconnect: None,
+                    notified: false,
+                    aborted: false,
+                    endpoint: None,
+                    shared: None,
+                }),
+                wire: SpinLock::new(Wire {
+                    busy: false,
+                    queue: Default::default(),
+                    head: 0,
+                    len: 0,
+                    dropped: 0,
+                }),
+            },
+        )
+        .ok()
+    }
+
     /// NdkCreateConnector.
     ///
     /// # Errors
-    /// Always STATUS_NOT_IMPLEMENTED (connection management is not written yet).
-    pub fn create() -> NdkResult<()> {
-        Err(NdkError::NotImplemented)
+    /// STATUS_NOT_IMPLEMENTED when the device runs without a connection engine (no address
+    /// resolver was given at start); STATUS_INVALID_DEVICE_REQUEST for a closing adapter;
+    /// STATUS_INSUFFICIENT_RESOURCES.
+    pub fn create(adapter: &ObjRef<Adapter>) -> Result<ObjRef<Connector>, NTSTATUS> {
+        let engine = adapter
+            .device()
+            .connections()
+            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        if !adapter.lifetime().try_get() {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        }
+        Self::new_object(adapter, engine, Antecedent::Adapter, Phase::Idle, None).ok_or_else(|| {
+            adapter.put();
+            STATUS_INSUFFICIENT_RESOURCES
+        })
+    }
+
+    /// The passive connector of `conn` for `listener` (registered with the engine), or
+    /// `None` when the listener is closing or memory is short.
+    pub(crate) fn incoming(
+        engine: &CmEngine,
+        listener: &ObjRef<Listener>,
+        conn: ConnId,
+    ) -> Option<ObjRef<Connector>> {
+        let handle = engine.handle()?;
+        if !listener.lifetime().try_get() {
+            return None;
+        }
+        let made = Self::new_object(
+            listener.adapter(),
+            handle,
+            Antecedent::Listener(listener.clone()),
+            Phase::Incoming,
+            Some(conn),
+        );
+        let Some(c) = made else {
+            listener.put();
+            return None;
+        };
+        if !engine.register_conn(conn, &c) {
+            // Dropped unpublished: its close count and the listener's are released here.
+            c.link.lock().conn = None;
+            c.close_unpublished();
+            return None;
+        }
+        Some(c)
+    }
+
+    /// Where the connection is.
+    pub fn phase(&self) -> Phase {
+        self.link.lock().phase
+    }
+
+    /// The connection's communication ID, once the CM has one.
+    pub fn conn_id(&self) -> Option<ConnId> {
+        self.link.lock().conn
+    }
+
+    fn check_qp(&self, qp: &ObjRef<Qp>) -> Result<(), NTSTATUS> {
+        if !core::ptr::eq(&**qp.adapter().device(), &**self.adapter.device()) {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        Ok(())
+    }
+}
+
+impl ObjRef<Connector> {
+    /// Closes a connector the consumer never received, with the teardown a consumer's close
+    /// would run (the close reclaims the published count; this handle keeps its own).
+    pub(crate) fn close_unpublished(self) {
+        let keep = self.clone();
+        let _ = self.publish();
+        let _ = keep.close(None);
+    }
+
+    // ----- consumer requests -----
+
+    /// NdkConnect / NdkConnectWithSharedEndpoint: resolves the destination's MAC, then sends
+    /// the REQ; `request` completes on REP (STATUS_SUCCESS), REJ (STATUS_CONNECTION_REFUSED),
+    /// retries exhausted (STATUS_IO_TIMEOUT) or a failed resolution (its status).
+    ///
+    /// # Errors
+    /// Inline: STATUS_INVALID_BUFFER_SIZE (private data above MaxCallerData),
+    /// STATUS_CONNECTION_ACTIVE (the connector is connecting or connected),
+    /// STATUS_INVALID_ADDRESS (families differ), STATUS_NETWORK_UNREACHABLE (no local
+    /// address of the destination's family), the endpoint's statuses, STATUS_INVALID_PARAMETER.
+    pub fn connect(
+        &self,
+        qp: &ObjRef<Qp>,
+        shared: Option<&ObjRef<SharedEndpoint>>,
+        p: &ConnectRequest<'_>,
+        request: Arc<RequestHandoff>,
+    ) -> Result<(), NTSTATUS> {
+        if p.private_data.len() > MAX_CALLER_DATA {
+            return Err(STATUS_INVALID_BUFFER_SIZE);
+        }
+        self.check_qp(qp)?;
+        if p.src.is_ipv4() != p.dst.is_ipv4() {
+            return Err(STATUS_INVALID_ADDRESS);
+        }
+        let engine = &self.engine;
+        let src_ip = if p.src.ip().is_unspecified() {
+            engine
+                .local_address_like(p.dst.ip())
+                .ok_or(STATUS_NETWORK_UNREACHABLE)?
+        } else {
+            p.src.ip()
+        };
+        {
+            let mut l = self.link.lock();
+            if l.phase != Phase::Idle || l.qp.is_some() {
+                return Err(STATUS_CONNECTION_ACTIVE);
+            }
+            // Claimed before anything can fail later, so a second connect sees it.
+            l.phase = Phase::Resolving;
+        }
+        let undo = |this: &Self| {
+            let mut l = this.link.lock();
+            l.phase = Phase::Idle;
+        };
+        let (port, endpoint) = match shared {
+            Some(se) => {
+                if !se.lifetime().try_get() {
+                    undo(self);
+                    return Err(STATUS_INVALID_PARAMETER);
+                }
+                (se.port(), None)
+            }
+            None => match engine.reserve_endpoint(src_ip, p.src.port()) {
+                Ok(port) => (port, Some((src_ip, port))),
+                Err(e) => {
+                    undo(self);
+                    return Err(e);
+                }
+            },
+        };
+        let mut pending = Pending {
+            src: SocketAddr::new(src_ip, port),
+            dst: p.dst,
+            limits: ReadLimits::new(limit(p.ird), limit(p.ord)),
+            data: [0; MAX_CALLER_DATA],
+            data_len: p.private_data.len(),
+        };
+        if let Some(d) = pending.data.get_mut(..p.private_data.len()) {
+            d.copy_from_slice(p.private_data);
+        }
+        {
+            let mut l = self.link.lock();
+            l.qp = Some(qp.clone());
+            l.request = Some(request);
+            l.endpoint = endpoint;
+            l.shared = shared.cloned();
+        }
+        let this = self.clone();
+        let done = resolve_done(move |r| this.resolved(r, &pending));
+        match done {
+            Ok(d) => {
+                engine.resolver().resolve(src_ip, p.dst.ip(), d);
+                Ok(())
+            }
+            Err(_) => {
+                let (endpoint, shared) = {
+                    let mut l = self.link.lock();
+                    l.phase = Phase::Idle;
+                    l.qp = None;
+                    l.request = None;
+                    (l.endpoint.take(), l.shared.take())
+                };
+                if let Some((ip, port)) = endpoint {
+                    engine.release_endpoint(ip, port);
+                }
+                if let Some(s) = shared {
+                    s.put();
+                }
+                Err(STATUS_INSUFFICIENT_RESOURCES)
+            }
+        }
+    }
+
+    /// The resolution of NdkConnect's destination finished: the REQ goes out, or the
+    /// request fails with the resolution's status.
+    fn resolved(&self, r: Result<Mac, ResolveError>, p: &Pending) {
+        let engine = &self.engine;
+        let mac = match r {
+            Ok(mac) => mac,
+            Err(e) => return self.connect_failed(resolve_status(e)),
+        };
+        engine.learn(p.dst.ip(), mac);
+        let qp = {
+            let l = self.link.lock();
+            if l.phase != Phase::Resolving {
+                // Closed meanwhile: the close completed the request.
+                return;
+            }
+            l.qp.clone()
+        };
+        let Some(qp) = qp else { return };
+        let params = ConnectParams {
+            src: p.src,
+            dst: p.dst,
+            path: Path {
+                local_gid: gid_from_ip(p.src.ip()),
+                remote_gid: gid_from_ip(p.dst.ip()),
+                hop_limit: 64,
+                traffic_class: 0,
+            },
+            local_qpn: qp.qpn(),
+            starting_psn: engine.next_psn(),
+            limits: p.limits,
+            path_mtu: engine.config().path_mtu,
+            retry_count: RETRY_COUNT,
+            rnr_retry_count: RNR_RETRY_COUNT,
+            private_data: p.data.get(..p.data_len).unwrap_or(&[]),
+        };
+        // Registered under the CM's lock, before any answer to the REQ can be performed.
+        {
+            let mut l = self.link.lock();
+            l.phase = Phase::Connecting;
+        }
+        let started = engine.input(|cm, now| {
+            let id = cm.connect(now, &params)?;
+            if !engine.register_conn(id, self) {
+                let _ = cm.release(now, id);
+                return Err(crate::cm::CmError::TableFull);
+            }
+            Ok(id)
+        });
+        match started {
+            Ok(id) => self.link.lock().conn = Some(id),
+            Err(e) => self.connect_failed(cm_status(e)),
+        }
+    }
+
+    fn connect_failed(&self, status: NTSTATUS) {
+        let (request, endpoint, shared) = {
+            let mut l = self.link.lock();
+            if !matches!(l.phase, Phase::Resolving | Phase::Connecting) {
+                return;
+            }
+            l.phase = Phase::Idle;
+            l.qp = None;
+            (l.request.take(), l.endpoint.take(), l.shared.take())
+        };
+        if let Some((ip, port)) = endpoint {
+            self.engine.release_endpoint(ip, port);
+        }
+        if let Some(s) = shared {
+            s.put();
+        }
+        if let Some(r) = request {
+            r.complete(status);
+        }
+    }
+
+    /// NdkCompleteConnect(Ex): sends the RTU; the connection is established.
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_ABORTED (the peer gave up after its REP), STATUS_CONNECTION_INVALID
+    /// (no connect completed).
+    pub fn complete_connect(&self, disconnect: Option<DisconnectCallback>) -> Result<(), NTSTATUS> {
+        let conn = {
+            let mut l = self.link.lock();
+            if l.aborted {
+                return Err(STATUS_CONNECTION_ABORTED);
+            }
+            if l.phase != Phase::Replied {
+                return Err(STATUS_CONNECTION_INVALID);
+            }
+            l.phase = Phase::Established;
+            l.disconnect = disconnect;
+            l.conn
+        };
+        let Some(conn) = conn else {
+            return Err(STATUS_CONNECTION_INVALID);
+        };
+        match self.engine.input(|cm, _| cm.complete_connect(conn)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut l = self.link.lock();
+                let aborted = l.aborted;
+                l.phase = if aborted { Phase::Done } else { Phase::Replied };
+                l.disconnect = None;
+                Err(if aborted {
+                    STATUS_CONNECTION_ABORTED
+                } else {
+                    cm_status(e)
+                })
+            }
+        }
+    }
+
+    /// NdkAccept(Ex): the QP goes to RTR and RTS and the REP out; `request` completes on the
+    /// RTU (STATUS_SUCCESS), REJ (STATUS_CONNECTION_ABORTED) or REP retries exhausted
+    /// (STATUS_IO_TIMEOUT).
+    ///
+    /// # Errors
+    /// Inline: STATUS_INVALID_BUFFER_SIZE (private data above MaxCalleeData),
+    /// STATUS_CONNECTION_ABORTED (the peer gave up), STATUS_CONNECTION_INVALID (not an
+    /// incoming connection, or accepted already), STATUS_INVALID_PARAMETER.
+    pub fn accept(
+        &self,
+        qp: &ObjRef<Qp>,
+        ird: u32,
+        ord: u32,
+        private_data: &[u8],
+        disconnect: Option<DisconnectCallback>,
+        request: Arc<RequestHandoff>,
+    ) -> Result<(), NTSTATUS> {
+        if private_data.len() > MAX_CALLEE_DATA {
+            return Err(STATUS_INVALID_BUFFER_SIZE);
+        }
+        self.check_qp(qp)?;
+        let conn = {
+            let mut l = self.link.lock();
+            if l.aborted {
+                return Err(STATUS_CONNECTION_ABORTED);
+            }
+            if l.phase != Phase::Incoming {
+                return Err(STATUS_CONNECTION_INVALID);
+            }
+            let Some(conn) = l.conn else {
+                return Err(STATUS_CONNECTION_INVALID);
+            };
+            l.phase = Phase::Accepting;
+            l.qp = Some(qp.clone());
+            l.request = Some(request);
+            l.disconnect = disconnect;
+            conn
+        };
+        let params = AcceptParams {
+            local_qpn: qp.qpn(),
+            starting_psn: self.engine.next_psn(),
+            limits: ReadLimits::new(limit(ird), limit(ord)),
+            rnr_retry_count: RNR_RETRY_COUNT,
+            private_data,
+        };
+        match self.engine.input(|cm, now| cm.accept(now, conn, &params)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut l = self.link.lock();
+                let aborted = l.aborted;
+                l.phase = if aborted {
+                    Phase::Done
+                } else {
+                    Phase::Incoming
+                };
+                l.qp = None;
+                l.request = None;
+                l.disconnect = None;
+                Err(if aborted {
+                    STATUS_CONNECTION_ABORTED
+                } else {
+                    cm_status(e)
+                })
+            }
+        }
+    }
+
+    /// NdkReject: refuses an incoming connection, or a connect that completed (REJ 28 with
+    /// `private_data`).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_BUFFER_SIZE, STATUS_CONNECTION_ABORTED (the peer gave up),
+    /// STATUS_CONNECTION_INVALID.
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), NTSTATUS> {
+        if private_data.len() > MAX_CALLEE_DATA {
+            return Err(STATUS_INVALID_BUFFER_SIZE);
+        }
+        let (conn, before) = {
+            let mut l = self.link.lock();
+            if l.aborted {
+                return Err(STATUS_CONNECTION_ABORTED);
+            }
+            let before = l.phase;
+            if !matches!(before, Phase::Incoming | Phase::Replied) {
+                return Err(STATUS_CONNECTION_INVALID);
+            }
+            let Some(conn) = l.conn else {
+                return Err(STATUS_CONNECTION_INVALID);
+            };
+            l.phase = Phase::Done;
+            (conn, before)
+        };
+        match self.engine.input(|cm, _| cm.reject(conn, private_data)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut l = self.link.lock();
+                if l.aborted {
+                    return Err(STATUS_CONNECTION_ABORTED);
+                }
+                l.phase = before;
+                Err(cm_status(e))
+            }
+        }
+    }
+
+    /// NdkDisconnect: graceful (DREQ, or DREP after the peer's DREQ); `request` completes
+    /// once the QP is in ERR (its requests flushed) and the peer answered (STATUS_SUCCESS)
+    /// or DREQ retries ran out (STATUS_IO_TIMEOUT).
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already).
+    pub fn disconnect(&self, request: Arc<RequestHandoff>) -> Result<(), NTSTATUS> {
+        let (conn, before) = {
+            let mut l = self.link.lock();
+            let before = l.phase;
+            if !matches!(before, Phase::Established | Phase::PeerClosed) {
+                return Err(STATUS_CONNECTION_INVALID);
+            }
+            let Some(conn) = l.conn else {
+                return Err(STATUS_CONNECTION_INVALID);
+            };
+            l.phase = Phase::Disconnecting;
+            l.request = Some(request);
+            l.notified = true;
+            (conn, before)
+        };
+        match self.engine.input(|cm, now| cm.disconnect(now, conn)) {
+            Ok(()) => Ok(()),
+            Err(_) if before == Phase::PeerClosed => {
+                // The CM is done with the connection already (the peer aborted it): only
+                // the QP's flush is left, then the request completes.
+                self.in_order(Deferred::Modify(QpTransition::Error));
+                self.in_order(Deferred::Deliver(Event::Disconnected { timed_out: false }));
+                Ok(())
+            }
+            Err(e) => {
+                let mut l = self.link.lock();
+                l.phase = before;
+                l.request = None;
+                Err(cm_status(e))
+            }
+        }
+    }
+
+    // ----- queries -----
+
+    /// NdkGetConnectionData: effective IRD/ORD and the peer's private data.
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID before a connection exists.
+    pub fn connection_data(&self) -> Result<ConnectionData, NTSTATUS> {
+        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+        self.engine.query(|cm| {
+            let limits = cm.read_limits(conn).unwrap_or_default();
+            let peer = cm.peer_private_data(conn).unwrap_or(&[]);
+            let mut data = [0u8; MAX_PEER_DATA];
+            let rds = peer.len().min(MAX_PEER_DATA);
+            if let (Some(d), Some(s)) = (data.get_mut(..rds), peer.get(..rds)) {
+                d.copy_from_slice(s);
+            }
+            Ok(ConnectionData {
+                ird: u32::from(limits.inbound),
+                ord: u32::from(limits.outbound),
+                data,
+                rds,
+            })
+        })
+    }
+
+    /// (local, peer) addresses of the connection.
+    ///
+    /// # Errors
+    /// STATUS_CONNECTION_INVALID before a connection exists.
+    pub fn addresses(&self) -> Result<(SocketAddr, SocketAddr), NTSTATUS> {
+        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+        self.engine
+            .query(|cm| cm.addresses(conn))
+            .ok_or(STATUS_CONNECTION_INVALID)
+    }
+
+    /// The CM state of the connection (tests and diagnostics).
+    pub fn cm_state(&self) -> Option<State> {
+        let conn = self.link.lock().conn?;
+        self.engine.query(|cm| cm.state(conn))
+    }
+
+    // ----- the CM's actions, in order -----
+
+    pub(crate) fn send_in_order(&self, path: Path, mad: [u8; MAD_LEN]) {
+        self.in_order(Deferred::Send(path, mad));
+    }
+
+    pub(crate) fn modify_in_order(&self, t: QpTransition) {
+        self.in_order(Deferred::Modify(t));
+    }
+
+    pub(crate) fn deliver_in_order(&self, e: Event) {
+        self.in_order(Deferred::Deliver(e));
+    }
+
+    fn in_order(&self, d: Deferred) {
+        {
+            let mut w = self.wire.lock();
+            if w.busy {
+                w.push(d);
+                return;
+            }
+            w.busy = true;
+        }
+        self.run_from(Some(d));
+    }
+
+    /// Performs `first`, then what queued behind it, until the queue is empty or a
+    /// MODIFY_QP is in flight (whose completion goes on from here).
+    fn run_from(&self, mut first: Option<Deferred>) {
+        loop {
+            let d = match first.take() {
+                Some(d) => d,
+                None => {
+                    let mut w = self.wire.lock();
+                    match w.pop() {
+                        Some(d) => d,
+                        None => {
+                            w.busy = false;
+                            return;
+                        }
+                    }
+                }
+            };
+            match d {
+                Deferred::Send(path, mad) => self.engine.send_mad(&path, &mad),
+                Deferred::Deliver(e) => self.on_event(e),
+                Deferred::Modify(t) => {
+                    if self.issue_modify(t) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Issues the MODIFY_QP of `t`; true if it is in flight (its completion resumes the
+    /// queue).
+    fn issue_modify(&self, t: QpTransition) -> bool {
+        let qp = self.link.lock().qp.clone();
+        let Some(qp) = qp.filter(|q| q.is_live()) else {
+            return false;
+        };
+        let m = match self.qp_modify(&t) {
+            Some(m) => m,
+            None => {
+                self.fail(STATUS_HOST_UNREACHABLE);
+                return false;
+            }
+        };
+        if matches!(t, QpTransition::Error) {
+            qp.set_connected(false);
+        }
+        let this = self.clone();
+        let q2 = qp.clone();
+        let done = hw_done(move |r: Result<(), HwError>| {
+            this.modified(&q2, &t, r);
+            this.run_from(None);
+        });
+        match done {
+            Some(d) => {
+                self.engine.hw().modify_qp_async(qp.handle(), &m, d);
+                true
+            }
+            None => {
+                self.fail(STATUS_INSUFFICIENT_RESOURCES);
+                false
+            }
+        }
+    }
+
+    fn qp_modify(&self, t: &QpTransition) -> Option<QpModify> {
+        Some(match t {
+            QpTransition::Rtr(p) => {
+                let peer = ip_from_gid(p.path.remote_gid);
+                QpModify {
+                    state: Some(QpState::Rtr),
+                    path_mtu: Some(p.path_mtu),
+                    dest_qpn: Some(p.remote_qpn),
+                    rq_psn: Some(p.rq_psn),
+                    max_dest_rd_atomic: Some(p.max_dest_rd_atomic),
+                    min_rnr_timer: Some(MIN_RNR_TIMER),
+                    path: Some(QpPath {
+                        dgid: p.path.remote_gid,
+                        dmac: self.engine.neighbour(peer)?,
+                        sgid_index: self.engine.gid_index(&p.path.local_gid)?,
+                        hop_limit: p.path.hop_limit,
+                        traffic_class: p.path.traffic_class,
+                        flow_label: 0,
+                    }),
+                    ..QpModify::default()
+                }
+            }
+            QpTransition::Rts(p) => QpModify {
+                state: Some(QpState::Rts),
+                sq_psn: Some(p.sq_psn),
+                max_rd_atomic: Some(p.max_rd_atomic),
+                timeout: Some(p.timeout),
+                retry_cnt: Some(p.retry_count),
+                rnr_retry: Some(p.rnr_retry),
+                ..QpModify::default()
+            },
+            QpTransition::Error => QpModify {
+                state: Some(QpState::Err),
+                ..QpModify::default()
+            },
+        })
+    }
+
+    fn modified(&self, qp: &ObjRef<Qp>, t: &QpTransition, r: Result<(), HwError>) {
+        match (t, r) {
+            (QpTransition::Rts(_), Ok(())) => qp.set_connected(true),
+            (QpTransition::Error, _) => qp.set_connected(false),
+            (_, Ok(())) => {}
+            (_, Err(_)) => self.fail(STATUS_INTERNAL_ERROR),
+        }
+    }
+
+    /// The QP could not be taken where the CM needs it: the connection ends here (its
+    /// queued actions are dropped, the CM connection released) and the pending request, if
+    /// any, fails with `status`.
+    fn fail(&self, status: NTSTATUS) {
+        self.wire.lock().clear();
+        let (conn, request) = {
+            let mut l = self.link.lock();
+            l.phase = Phase::Done;
+            (l.conn, l.request.take())
+        };
+        if let Some(conn) = conn {
+            let _ = self.engine.input(|cm, now| cm.release(now, conn));
+        }
+        if let Some(r) = request {
+            r.complete(status);
+        }
+    }
+
+    /// A CM event for this connection (with no lock held).
+    fn on_event(&self, e: Event) {
+        let mut complete: Option<(Arc<RequestHandoff>, NTSTATUS)> = None;
+        let mut notify = None;
+        {
+            let mut l = self.link.lock();
+            let take = |l: &mut Link, st: NTSTATUS| l.request.take().map(|r| (r, st));
+            match (l.phase, e) {
+                (Phase::Connecting, Event::Accepted) => {
+                    l.phase = Phase::Replied;
+                    complete = take(&mut l, STATUS_SUCCESS);
+                }
+                (Phase::Connecting, Event::Rejected { .. }) => {
+                    l.phase = Phase::Done;
+                    complete = take(&mut l, STATUS_CONNECTION_REFUSED);
+                }
+                (Phase::Connecting, Event::TimedOut) => {
+                    l.phase = Phase::Done;
+                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                }
+                (Phase::Replied | Phase::Incoming, Event::Rejected { .. }) => l.aborted = true,
+                (Phase::Accepting, Event::Established) => {
+                    l.phase = Phase::Established;
+                    complete = take(&mut l, STATUS_SUCCESS);
+                }
+                (Phase::Accepting, Event::Rejected { .. }) => {
+                    l.phase = Phase::Done;
+                    l.aborted = true;
+                    complete = take(&mut l, STATUS_CONNECTION_ABORTED);
+                }
+                (Phase::Accepting, Event::TimedOut) => {
+                    l.phase = Phase::Done;
+                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                }
+                (
+                    Phase::Established,
+                    Event::DisconnectRequested | Event::Rejected { .. } | Event::TimedOut,
+                ) => {
+                    l.phase = Phase::PeerClosed;
+                    if !l.notified {
+                        l.notified = true;
+                        notify = l.disconnect;
+                    }
+                }
+                (Phase::Disconnecting, Event::Disconnected { timed_out }) => {
+                    l.phase = Phase::Done;
+                    let st = if timed_out {
+                        STATUS_IO_TIMEOUT
+                    } else {
+                        STATUS_SUCCESS
+                    };
+                    complete = take(&mut l, st);
+                }
+                (Phase::Disconnecting, Event::Rejected { .. } | Event::DisconnectRequested) => {
+                    // A crossing DREQ or an abort also ends our disconnect (the CM then
+                    // reports `Disconnected` for the DREQ; an abort has nothing more).
+                    if matches!(e, Event::Rejected { .. }) {
+                        l.phase = Phase::Done;
+                        complete = take(&mut l, STATUS_SUCCESS);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((r, st)) = complete {
+            r.complete(st);
+        }
+        if let Some(cb) = notify {
+            // A count for the callback: the consumer may close the connector from it.
+            if self.life.try_get() {
+                dispatch::call_disconnect_event(cb);
+                self.put();
+            }
+        }
     }
 }

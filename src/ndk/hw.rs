@@ -364,6 +364,14 @@ pub trait Hardware: Send + Sync {
         done(Err(HwError::Invalid));
     }
 
+    /// The wire QP number of QP `qp` (CREATE_QP's `qpn`: from VERSION 20 it differs from the
+    /// handle, pvrdma.md §8 pitfall 9), which the connection manager puts in its REQ and REP.
+    /// `None` for a QP this hardware does not know.
+    fn qp_number(&self, qp: u32) -> Option<u32> {
+        let _ = qp;
+        None
+    }
+
     /// CREATE_BIND: GID table entry `index` holds the RoCEv2 GID `gid` (an IP address of the
     /// interface, [`crate::cm::addr::gid_from_ip`]); packets sent from `sgid_index = index`
     /// carry it as their source address, and the device accepts packets addressed to it

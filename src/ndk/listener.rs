@@ -1,17 +1,33 @@
-//! NDK_LISTENER: connection management is a later issue (cm.md; ndkpi.md §5.10–5.12).
+//! NDK_LISTENER over the connection engine (ndkpi.md §5.10, §5.11).
 //!
-//! NdkCreateListener returns STATUS_NOT_IMPLEMENTED, so no object of this type exists yet; its dispatch
-//! table is complete (§5.0) and every slot returns STATUS_NOT_IMPLEMENTED (QueryExtension:
-//! STATUS_NOT_SUPPORTED, close: STATUS_SUCCESS).
+//! NdkListen reserves the local address:port (port 0: ephemeral) and starts a CM listener
+//! on it. Each REQ the CM accepts for it becomes a passive connector, a successor of the
+//! listener, handed to NdkConnectEventCallback; from then on the consumer owns it. Once
+//! the listener's close is issued, new requests are refused (REJ 28: the peer sees
+//! STATUS_CONNECTION_REFUSED); the close stays pending until the connectors it delivered
+//! have closed, and only then are the CM listener and the address:port released.
 #![deny(unsafe_code)]
 
-use super::error::{NdkError, NdkResult};
-use super::object::{Lifetime, NdkObject};
-use crate::ndkpi::NDK_LISTENER;
+use alloc::sync::Arc;
+use core::net::{IpAddr, SocketAddr};
 
-/// Placeholder state (never instantiated; see the module docs).
+use super::adapter::Adapter;
+use super::cm_engine::{CmEngine, cm_status};
+use super::connector::Connector;
+use super::dispatch;
+use super::object::{Lifetime, NdkObject, ObjRef, header};
+use crate::cm::ListenerId;
+use crate::ndkpi::*;
+use crate::os::SpinLock;
+
+/// A listener.
 pub struct Listener {
     life: Lifetime,
+    adapter: ObjRef<Adapter>,
+    engine: Arc<CmEngine>,
+    callback: NDK_FN_CONNECT_EVENT_CALLBACK,
+    context: usize,
+    bound: SpinLock<Option<(ListenerId, IpAddr, u16)>>,
 }
 
 impl NdkObject for Listener {
@@ -19,14 +35,122 @@ impl NdkObject for Listener {
     fn lifetime(&self) -> &Lifetime {
         &self.life
     }
+    fn teardown(&self) {
+        let bound = self.bound.lock().take();
+        if let Some((id, ip, port)) = bound {
+            let _ = self.engine.input(|cm, _| cm.unlisten(id));
+            self.engine.unregister_listener(id);
+            self.engine.release_endpoint(ip, port);
+        }
+    }
+    fn release_antecedents(&self) {
+        self.adapter.put();
+    }
 }
 
 impl Listener {
     /// NdkCreateListener.
     ///
     /// # Errors
-    /// Always STATUS_NOT_IMPLEMENTED (connection management is not written yet).
-    pub fn create() -> NdkResult<()> {
-        Err(NdkError::NotImplemented)
+    /// As [`Connector::create`].
+    pub fn create(
+        adapter: &ObjRef<Adapter>,
+        callback: NDK_FN_CONNECT_EVENT_CALLBACK,
+        context: usize,
+    ) -> Result<ObjRef<Listener>, NTSTATUS> {
+        let engine = adapter
+            .device()
+            .connections()
+            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        if !adapter.lifetime().try_get() {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        }
+        let ndk = NDK_LISTENER {
+            Header: header(adapter.version(), NdkObjectTypeListener),
+            Dispatch: &dispatch::LISTENER_DISPATCH,
+        };
+        ObjRef::try_new(
+            ndk,
+            Listener {
+                life: Lifetime::new(),
+                adapter: adapter.clone(),
+                engine,
+                callback,
+                context,
+                bound: SpinLock::new(None),
+            },
+        )
+        .map_err(|_| {
+            adapter.put();
+            STATUS_INSUFFICIENT_RESOURCES
+        })
+    }
+
+    /// The adapter.
+    pub fn adapter(&self) -> &ObjRef<Adapter> {
+        &self.adapter
+    }
+
+    /// The address listened on, once listening.
+    pub fn local_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .map(|(_, ip, port)| SocketAddr::new(ip, port))
+    }
+
+    /// NdkControlConnectEvents: a paused listener is treated as absent (REJ 8: the peer
+    /// sees STATUS_CONNECTION_REFUSED).
+    pub fn pause(&self, paused: bool) {
+        let bound = *self.bound.lock();
+        if let Some((id, _, _)) = bound {
+            let _ = self.engine.input(|cm, _| cm.pause(id, paused));
+        }
+    }
+}
+
+impl ObjRef<Listener> {
+    /// NdkListen on `addr` (an unspecified IP: every address of the family; IPv6 covers
+    /// IPv4 too).
+    ///
+    /// # Errors
+    /// STATUS_INVALID_DEVICE_STATE (listening already), STATUS_INVALID_ADDRESS (not an
+    /// address of the interface), STATUS_SHARING_VIOLATION (address:port in use),
+    /// STATUS_TOO_MANY_ADDRESSES (no ephemeral port), STATUS_INSUFFICIENT_RESOURCES.
+    pub fn listen(&self, addr: SocketAddr) -> Result<(), NTSTATUS> {
+        let engine = &self.engine;
+        if self.bound.lock().is_some() {
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
+        let ip = addr.ip();
+        if !ip.is_unspecified() && !engine.is_local(ip) {
+            return Err(STATUS_INVALID_ADDRESS);
+        }
+        let port = engine.reserve_endpoint(ip, addr.port())?;
+        let id = match engine.input(|cm, _| cm.listen(port, ip)) {
+            Ok(id) => id,
+            Err(e) => {
+                engine.release_endpoint(ip, port);
+                return Err(cm_status(e));
+            }
+        };
+        if !engine.register_listener(id, self) {
+            let _ = engine.input(|cm, _| cm.unlisten(id));
+            engine.release_endpoint(ip, port);
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        *self.bound.lock() = Some((id, ip, port));
+        Ok(())
+    }
+
+    /// Hands an incoming connection to the consumer (no lock held). A listener closing
+    /// meanwhile gets no callback: the connector is closed here, which refuses the request.
+    pub(crate) fn deliver_connect(&self, c: ObjRef<Connector>) {
+        if !self.life.try_get() {
+            c.close_unpublished();
+            return;
+        }
+        let ptr = c.publish();
+        dispatch::call_connect_event(self.callback, self.context, ptr);
+        self.put();
     }
 }

@@ -23,6 +23,7 @@
 //! the connection manager will call on RTS.
 
 pub mod adapter;
+pub mod cm_engine;
 pub mod completion;
 pub mod connector;
 pub mod consumer_array;

@@ -211,6 +211,8 @@ pub struct Qp {
     recv_cq: ObjRef<Cq>,
     srq: Option<ObjRef<Srq>>,
     handle: u32,
+    /// The wire QP number (CREATE_QP's `qpn`), which the connection manager sends.
+    qpn: u32,
     context: usize,
     /// The send queue: its bookkeeping, which owns its ring.
     sq: OrderedQueue<SendWriter<SlotCell>>,
@@ -372,6 +374,8 @@ impl PendingQp {
                 recv_cq: p.receive_cq.clone(),
                 srq: p.srq.clone(),
                 handle,
+                // Before VERSION 20 the handle is the QPN (M10).
+                qpn: hw.qp_number(handle).unwrap_or(handle),
                 context: p.context,
                 sq,
                 rq,
@@ -503,6 +507,22 @@ impl Qp {
         self.handle
     }
 
+    /// The wire QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The adapter the QP was created on.
+    pub fn adapter(&self) -> &ObjRef<super::adapter::Adapter> {
+        self.pd.adapter()
+    }
+
+    /// Whether the QP's device object still exists (its close has not torn it down), so a
+    /// MODIFY_QP of its handle cannot reach a QP the device made later under that handle.
+    pub(crate) fn is_live(&self) -> bool {
+        self.live_handle.load(Ordering::Acquire) != u64::MAX
+    }
+
     /// The consumer's QPContext.
     pub fn context(&self) -> usize {
         self.context
@@ -524,7 +544,7 @@ impl Qp {
     }
 
     /// The connection reached RTS: initiator requests are accepted from now on. Called by the
-    /// connection manager (a later issue) after its MODIFY_QP to RTS.
+    /// connection engine after its MODIFY_QP to RTS (and with `false` after ERR).
     pub fn set_connected(&self, connected: bool) {
         let admit = |max: u32| if connected { u64::from(max) + 1 } else { 0 };
         self.connected.store(connected, Ordering::Release);

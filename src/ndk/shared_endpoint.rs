@@ -1,17 +1,25 @@
-//! NDK_SHARED_ENDPOINT: connection management is a later issue (cm.md; ndkpi.md §5.10–5.12).
-//!
-//! NdkCreateSharedEndpoint returns STATUS_NOT_IMPLEMENTED, so no object of this type exists yet; its dispatch
-//! table is complete (§5.0) and every slot returns STATUS_NOT_IMPLEMENTED (QueryExtension:
-//! STATUS_NOT_SUPPORTED, close: STATUS_SUCCESS).
+//! NDK_SHARED_ENDPOINT (ndkpi.md §5.10, §5.11): a local address:port reserved for many
+//! outgoing connections. Each connector connected through it holds a successor count on it,
+//! so the address:port is released only when the shared endpoint and all those connectors
+//! have closed (its close stays pending until then).
 #![deny(unsafe_code)]
 
-use super::error::{NdkError, NdkResult};
-use super::object::{Lifetime, NdkObject};
-use crate::ndkpi::NDK_SHARED_ENDPOINT;
+use alloc::sync::Arc;
+use core::net::{IpAddr, SocketAddr};
 
-/// Placeholder state (never instantiated; see the module docs).
+use super::adapter::Adapter;
+use super::cm_engine::CmEngine;
+use super::dispatch;
+use super::object::{Lifetime, NdkObject, ObjRef, header};
+use crate::ndkpi::*;
+
+/// A shared endpoint.
 pub struct SharedEndpoint {
     life: Lifetime,
+    adapter: ObjRef<Adapter>,
+    engine: Arc<CmEngine>,
+    ip: IpAddr,
+    port: u16,
 }
 
 impl NdkObject for SharedEndpoint {
@@ -19,14 +27,76 @@ impl NdkObject for SharedEndpoint {
     fn lifetime(&self) -> &Lifetime {
         &self.life
     }
+    fn teardown(&self) {
+        self.engine.release_endpoint(self.ip, self.port);
+    }
+    fn release_antecedents(&self) {
+        self.adapter.put();
+    }
 }
 
 impl SharedEndpoint {
-    /// NdkCreateSharedEndpoint.
+    /// NdkCreateSharedEndpoint on `addr` (port 0: ephemeral).
     ///
     /// # Errors
-    /// Always STATUS_NOT_IMPLEMENTED (connection management is not written yet).
-    pub fn create() -> NdkResult<()> {
-        Err(NdkError::NotImplemented)
+    /// STATUS_NOT_IMPLEMENTED without a connection engine; STATUS_INVALID_ADDRESS (not an
+    /// address of the interface), STATUS_SHARING_VIOLATION, STATUS_TOO_MANY_ADDRESSES,
+    /// STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_REQUEST (adapter closing).
+    pub fn create(
+        adapter: &ObjRef<Adapter>,
+        addr: SocketAddr,
+    ) -> Result<ObjRef<SharedEndpoint>, NTSTATUS> {
+        let engine = adapter
+            .device()
+            .connections()
+            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        let ip = addr.ip();
+        if ip.is_unspecified() || !engine.is_local(ip) {
+            return Err(STATUS_INVALID_ADDRESS);
+        }
+        if !adapter.lifetime().try_get() {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        }
+        let port = match engine.reserve_endpoint(ip, addr.port()) {
+            Ok(p) => p,
+            Err(e) => {
+                adapter.put();
+                return Err(e);
+            }
+        };
+        let ndk = NDK_SHARED_ENDPOINT {
+            Header: header(adapter.version(), NdkObjectTypeSharedEndpoint),
+            Dispatch: &dispatch::SHARED_ENDPOINT_DISPATCH,
+        };
+        ObjRef::try_new(
+            ndk,
+            SharedEndpoint {
+                life: Lifetime::new(),
+                adapter: adapter.clone(),
+                engine: engine.clone(),
+                ip,
+                port,
+            },
+        )
+        .map_err(|_| {
+            engine.release_endpoint(ip, port);
+            adapter.put();
+            STATUS_INSUFFICIENT_RESOURCES
+        })
+    }
+
+    /// The local address.
+    pub fn local_address(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
+    }
+
+    /// The local port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The adapter.
+    pub fn adapter(&self) -> &ObjRef<Adapter> {
+        &self.adapter
     }
 }

@@ -529,6 +529,12 @@ pub struct ClusterConfig {
     /// Hosts read the world's virtual time (`Platform::now_ns`) and their timers fire in it
     /// ([`Pump::step_virtual`]); Mode::Deterministic only. Default false: the wall clock.
     pub virtual_time: bool,
+    /// Connection management: every host gets a `Neighbours` resolver holding every host's
+    /// IP and MAC and its own IP as the interface's address, and its NDK device starts its
+    /// connection engine (which binds the GIDs; the probe binds none then).
+    pub cm: bool,
+    /// How long the resolvers take to give up on an unknown destination.
+    pub resolve_bound_ns: u64,
 }
 
 impl ClusterConfig {
@@ -544,6 +550,8 @@ impl ClusterConfig {
             tweak: None,
             lazy: super::lazy_from_env(),
             virtual_time: false,
+            cm: false,
+            resolve_bound_ns: 50_000_000,
         }
     }
 
@@ -551,6 +559,14 @@ impl ClusterConfig {
     pub fn virtual_time(mode: Mode, hosts: u8) -> Self {
         ClusterConfig {
             virtual_time: true,
+            ..Self::new(mode, hosts)
+        }
+    }
+
+    /// As [`ClusterConfig::new`], with connection management ([`ClusterConfig::cm`]).
+    pub fn cm(mode: Mode, hosts: u8) -> Self {
+        ClusterConfig {
+            cm: true,
             ..Self::new(mode, hosts)
         }
     }
@@ -582,6 +598,10 @@ pub struct Host {
     pub gid: [u8; 16],
     /// Port MAC.
     pub mac: [u8; 6],
+    /// The host's IP address (its GID's).
+    pub ip: std::net::IpAddr,
+    /// The address resolver of a connection-managed cluster.
+    pub resolver: Option<Arc<pvrdma_ndk::os::net::Neighbours>>,
 }
 
 impl Host {
@@ -661,11 +681,13 @@ impl Cluster {
             let gid = node.gid();
             let p: Arc<dyn Platform> = platform.clone();
             let gids = [gid];
+            // With connection management the engine binds the GIDs.
+            let probe_gids: &[[u8; 16]] = if cfg.cm { &[] } else { &gids };
             let dev = Arc::new(
                 DrvDevice::probe(
                     p,
                     &DrvConfig {
-                        gids: &gids,
+                        gids: probe_gids,
                         ..DrvConfig::default()
                     },
                 )
@@ -692,7 +714,12 @@ impl Cluster {
                 },
                 gid,
                 mac: node.mac(),
+                ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
+                resolver: None,
             });
+        }
+        if cfg.cm {
+            cm::start_engines(&mut hosts, &cfg);
         }
         Cluster {
             world,
@@ -751,6 +778,7 @@ impl Cluster {
             // SAFETY: opened by `Cluster::with`, closed once here.
             unsafe { close_adapter(h.adapter.ptr) };
         }
+        cm::stop_engines(&hosts);
         pump.wait_for("the models to hold no object", || {
             hosts
                 .iter()
@@ -813,6 +841,10 @@ impl Drop for Cluster {
         }
     }
 }
+
+pub mod cm;
+#[allow(unused_imports)]
+pub use cm::*;
 
 // ------------------------------------------------------------------------------- adapter
 

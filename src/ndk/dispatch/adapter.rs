@@ -1,12 +1,13 @@
 //! `NDK_ADAPTER_DISPATCH` and CloseNDKAdapterHandler's core. Every thunk follows the shared
 //! `# Safety` contract of [`super`] ("the module contract").
 
-use super::{create_async, dispatch_table, optional, status};
+use super::connector::read_sockaddr;
+use super::{create_async, dispatch_table, optional};
 use crate::ndk::adapter::{Adapter, adapter_info_bytes};
 use crate::ndk::connector::Connector;
 use crate::ndk::cq::{Cq, CqParams};
 use crate::ndk::listener::Listener;
-use crate::ndk::object::ObjRef;
+use crate::ndk::object::{NdkObject, ObjRef};
 use crate::ndk::pd::Pd;
 use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
@@ -103,41 +104,90 @@ unsafe extern "system" fn create_pd(
     }
 }
 
+/// Writes an object created inline (the connection objects need no device command) to the
+/// consumer's out pointer, which the caller checked for null.
+///
 /// # Safety
-/// See the module contract (nothing is dereferenced).
+/// `pp` is valid for a pointer write.
+unsafe fn created<T: NdkObject>(r: Result<ObjRef<T>, NTSTATUS>, pp: *mut *mut T::Ndk) -> NTSTATUS {
+    match r {
+        Ok(obj) => {
+            // SAFETY: valid by the caller's contract.
+            unsafe { pp.write(obj.publish()) };
+            STATUS_SUCCESS
+        }
+        Err(st) => st,
+    }
+}
+
+/// # Safety
+/// See the module contract.
 unsafe extern "system" fn create_shared_endpoint(
-    _pNdkAdapter: *mut NDK_ADAPTER,
-    _pAddress: *const SOCKADDR,
-    _AddressLength: ULONG,
+    pNdkAdapter: *mut NDK_ADAPTER,
+    pAddress: *const SOCKADDR,
+    AddressLength: ULONG,
     _CreateCompletion: NDK_FN_CREATE_COMPLETION,
     _RequestContext: PVOID,
-    _pp: *mut *mut NDK_SHARED_ENDPOINT,
+    ppNdkSharedEndpoint: *mut *mut NDK_SHARED_ENDPOINT,
 ) -> NTSTATUS {
-    status(SharedEndpoint::create())
+    // SAFETY: module contract.
+    let Some(a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    if ppNdkSharedEndpoint.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    if a.device().connections().is_none() {
+        return STATUS_NOT_IMPLEMENTED;
+    }
+    // SAFETY: module contract: the address is valid for `AddressLength` bytes.
+    let addr = match unsafe { read_sockaddr(pAddress, AddressLength) } {
+        Ok(addr) => addr,
+        Err(st) => return st,
+    };
+    // SAFETY: checked non-null; valid by contract.
+    unsafe { created(SharedEndpoint::create(&a, addr), ppNdkSharedEndpoint) }
 }
 
 /// # Safety
-/// See the module contract (nothing is dereferenced).
+/// See the module contract.
 unsafe extern "system" fn create_connector(
-    _pNdkAdapter: *mut NDK_ADAPTER,
+    pNdkAdapter: *mut NDK_ADAPTER,
     _CreateCompletion: NDK_FN_CREATE_COMPLETION,
     _RequestContext: PVOID,
-    _pp: *mut *mut NDK_CONNECTOR,
+    ppNdkConnector: *mut *mut NDK_CONNECTOR,
 ) -> NTSTATUS {
-    status(Connector::create())
+    // SAFETY: module contract.
+    let Some(a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    if ppNdkConnector.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    // SAFETY: checked non-null; valid by contract.
+    unsafe { created(Connector::create(&a), ppNdkConnector) }
 }
 
 /// # Safety
-/// See the module contract (nothing is dereferenced).
+/// See the module contract.
 unsafe extern "system" fn create_listener(
-    _pNdkAdapter: *mut NDK_ADAPTER,
-    _ConnectEvent: NDK_FN_CONNECT_EVENT_CALLBACK,
-    _ConnectEventContext: PVOID,
+    pNdkAdapter: *mut NDK_ADAPTER,
+    ConnectEvent: NDK_FN_CONNECT_EVENT_CALLBACK,
+    ConnectEventContext: PVOID,
     _CreateCompletion: NDK_FN_CREATE_COMPLETION,
     _RequestContext: PVOID,
-    _pp: *mut *mut NDK_LISTENER,
+    ppNdkListener: *mut *mut NDK_LISTENER,
 ) -> NTSTATUS {
-    status(Listener::create())
+    // SAFETY: module contract.
+    let Some(a) = (unsafe { ObjRef::<Adapter>::borrow(pNdkAdapter) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    if ppNdkListener.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    let made = Listener::create(&a, ConnectEvent, ConnectEventContext as usize);
+    // SAFETY: checked non-null; valid by contract.
+    unsafe { created(made, ppNdkListener) }
 }
 
 /// NdkBuildLam (§5.7): [`Adapter::plan_lam`] checks the MDL chain and sizes the mapping,

@@ -1,19 +1,67 @@
-//! `NDK_LISTENER_DISPATCH`. No listener can be created yet (connection management is a later
-//! issue); the slots exist and answer STATUS_NOT_IMPLEMENTED.
+//! `NDK_LISTENER_DISPATCH`. Every thunk follows the shared `# Safety` contract of [`super`]
+//! ("the module contract").
 
-use super::{dispatch_table, not_implemented};
+use super::connector::{read_sockaddr, write_sockaddr};
+use super::{dispatch_table, request};
 use crate::ndk::listener::Listener;
+use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
 
-not_implemented! {
-    fn listen(_l: *mut NDK_LISTENER, _a: *const SOCKADDR, _len: ULONG,
-        _rc: NDK_FN_REQUEST_COMPLETION, _ctx: PVOID);
-    fn listener_address(_l: *mut NDK_LISTENER, _a: *mut SOCKADDR, _len: *mut ULONG);
+/// NdkListen: completes inline (no device command).
+///
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn listen(
+    pNdkListener: *mut NDK_LISTENER,
+    pAddress: *const SOCKADDR,
+    AddressLength: ULONG,
+    RequestCompletion: NDK_FN_REQUEST_COMPLETION,
+    RequestContext: PVOID,
+) -> NTSTATUS {
+    // SAFETY: module contract.
+    let Some(l) = (unsafe { ObjRef::<Listener>::borrow(pNdkListener) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: module contract: the address is valid for its length.
+    let addr = match unsafe { read_sockaddr(pAddress, AddressLength) } {
+        Ok(a) => a,
+        Err(st) => return st,
+    };
+    request(RequestCompletion, RequestContext, |h| {
+        h.complete(match l.listen(addr) {
+            Ok(()) => STATUS_SUCCESS,
+            Err(st) => st,
+        });
+        Ok(())
+    })
 }
 
 /// # Safety
-/// Nothing is dereferenced.
-unsafe extern "system" fn control_connect_events(_l: *mut NDK_LISTENER, _pause: BOOLEAN) {}
+/// See the module contract.
+unsafe extern "system" fn listener_address(
+    pNdkListener: *mut NDK_LISTENER,
+    pAddress: *mut SOCKADDR,
+    pAddressLength: *mut ULONG,
+) -> NTSTATUS {
+    // SAFETY: module contract.
+    let Some(l) = (unsafe { ObjRef::<Listener>::borrow(pNdkListener) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    match l.local_address() {
+        // SAFETY: module contract.
+        Some(a) => unsafe { write_sockaddr(a, pAddress, pAddressLength) },
+        None => STATUS_INVALID_DEVICE_STATE,
+    }
+}
+
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn control_connect_events(pNdkListener: *mut NDK_LISTENER, Pause: BOOLEAN) {
+    // SAFETY: module contract.
+    if let Some(l) = unsafe { ObjRef::<Listener>::borrow(pNdkListener) } {
+        l.pause(Pause != 0);
+    }
+}
 
 dispatch_table!(LISTENER_DISPATCH: NDK_LISTENER_DISPATCH, NdkCloseListener: Listener {
     NdkListen: listen,

@@ -168,22 +168,6 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<ConsumerArray<'a, Sg
     unsafe { ConsumerArray::new(p.cast::<Sge>(), n as usize) }.ok_or(NdkError::InvalidParameter)
 }
 
-/// Declares slots of objects that cannot exist yet (connection management is a later issue):
-/// each answers STATUS_NOT_IMPLEMENTED and dereferences nothing. Parameters are listed in
-/// the order and types of their `NDK_FN_*` (the table's field type checks them).
-macro_rules! not_implemented {
-    ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)+) => {$(
-        /// Not implemented yet (STATUS_NOT_IMPLEMENTED).
-        ///
-        /// # Safety
-        /// Nothing is dereferenced.
-        unsafe extern "system" fn $name($($arg: $ty),*) -> NTSTATUS {
-            STATUS_NOT_IMPLEMENTED
-        }
-    )+};
-}
-use not_implemented;
-
 /// Declares `pub static $name: $table`, an NDK dispatch table: the slots listed (in ABI order)
 /// after the ones every table fills alike, `$close` with [`close_object`] for `$object` (the
 /// adapter's table has no close slot: adapters close through CLOSE_NDK_ADAPTER_HANDLER) and
@@ -281,4 +265,29 @@ pub(crate) fn call_srq_notification(
 ) {
     // SAFETY: as for `call_cq_notification`, from NdkCreateSrq.
     unsafe { cb(ctx as PVOID, st) }
+}
+
+/// Calls a listener's NdkConnectEventCallback with the connector made for the request.
+pub(crate) fn call_connect_event(
+    cb: NDK_FN_CONNECT_EVENT_CALLBACK,
+    ctx: usize,
+    connector: *mut NDK_CONNECTOR,
+) {
+    // SAFETY: the consumer's callback from NdkCreateListener, callable at ≤ DISPATCH_LEVEL
+    // with its context while the listener is open (the caller holds a close count); the
+    // connector was just published and is the consumer's from now on.
+    unsafe { cb(ctx as PVOID, connector) }
+}
+
+/// Calls a connector's disconnect-event callback (plain or Ex; reason 0, none given).
+pub(crate) fn call_disconnect_event(cb: crate::ndk::connector::DisconnectCallback) {
+    use crate::ndk::connector::DisconnectCallback;
+    match cb {
+        // SAFETY: the consumer's callback from NdkCompleteConnect / NdkAccept, callable at ≤
+        // DISPATCH_LEVEL with its context while the connector is open (the caller holds a
+        // close count); called once per connection.
+        DisconnectCallback::Plain(f, ctx) => unsafe { f(ctx as PVOID) },
+        // SAFETY: as above (NdkCompleteConnectEx / NdkAcceptEx).
+        DisconnectCallback::Ex(f, ctx) => unsafe { f(ctx as PVOID, 0) },
+    }
 }

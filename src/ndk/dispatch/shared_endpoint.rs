@@ -1,12 +1,25 @@
-//! `NDK_SHARED_ENDPOINT_DISPATCH`. No shared endpoint can be created yet (connection
-//! management is a later issue); the slots exist and answer STATUS_NOT_IMPLEMENTED.
+//! `NDK_SHARED_ENDPOINT_DISPATCH`. Every thunk follows the shared `# Safety` contract of
+//! [`super`] ("the module contract").
 
-use super::{dispatch_table, not_implemented};
+use super::connector::write_sockaddr;
+use super::dispatch_table;
+use crate::ndk::object::ObjRef;
 use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
 
-not_implemented! {
-    fn shared_endpoint_address(_s: *mut NDK_SHARED_ENDPOINT, _a: *mut SOCKADDR, _len: *mut ULONG);
+/// # Safety
+/// See the module contract.
+unsafe extern "system" fn shared_endpoint_address(
+    pNdkSharedEndpoint: *mut NDK_SHARED_ENDPOINT,
+    pAddress: *mut SOCKADDR,
+    pAddressLength: *mut ULONG,
+) -> NTSTATUS {
+    // SAFETY: module contract.
+    let Some(s) = (unsafe { ObjRef::<SharedEndpoint>::borrow(pNdkSharedEndpoint) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: module contract.
+    unsafe { write_sockaddr(s.local_address(), pAddress, pAddressLength) }
 }
 
 dispatch_table!(

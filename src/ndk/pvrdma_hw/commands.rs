@@ -211,6 +211,7 @@ pub(super) fn prepare_qp(
     let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
     let destroy = reserve_destroy(ch, q, queues.clone())?;
     let record = QpRecord {
+        qpn: 0,
         queues,
         destroy,
         flush: Some(flush),

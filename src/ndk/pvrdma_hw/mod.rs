@@ -285,8 +285,9 @@ impl Hardware for PvrdmaHardware {
 
     fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
         let prepared = prepare_qp(self.dev(), self.seam.tables.quarantine(), spec);
-        self.create(prepared, done, |s, resp, rec, done| {
+        self.create(prepared, done, |s, resp, mut rec, done| {
             let h = resp.qp_handle;
+            rec.qpn = resp.qpn;
             if let Err(e) = s.file(h, rec) {
                 return done(Err(e));
             }
@@ -393,6 +394,10 @@ impl Hardware for PvrdmaHardware {
     // MODIFY_QP, GID binding and the QP1 plumbing: `modify.rs`.
     fn modify_qp_async(&self, qp: u32, m: &super::hw::QpModify, done: HwDone<()>) {
         self.modify_qp(qp, m, done);
+    }
+
+    fn qp_number(&self, qp: u32) -> Option<u32> {
+        self.seam.tables.qp_number(qp)
     }
 
     fn bind_gid_async(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {

@@ -75,6 +75,8 @@ pub(super) struct CqRecord {
 /// is about to be, in ERR, where the device flushes every WQE posted later at its doorbell
 /// (pvrdma.md M17), and this seam never moves a QP out of ERR.
 pub(super) struct QpRecord {
+    /// CREATE_QP's `qpn` (the number on the wire).
+    pub(super) qpn: u32,
     pub(super) queues: Locked<QpQueues>,
     pub(super) destroy: Reserved<DestroyQp>,
     pub(super) flush: Option<Reserved<ModifyQp>>,
@@ -305,6 +307,11 @@ impl Tables {
             Some(MrRecord::Paged { dir, .. }) => write(dir),
             _ => Err(HwError::Invalid),
         }
+    }
+
+    /// QP `h`'s wire number.
+    pub(super) fn qp_number(&self, h: u32) -> Option<u32> {
+        self.qps.lock().get(h).map(|r| r.qpn)
     }
 
     /// QP `h`'s flush, if no flush took it yet.

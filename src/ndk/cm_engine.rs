@@ -1,0 +1,839 @@
+//! The per-adapter connection engine: the sans-IO connection manager ([`crate::cm::Cm`]) joined
+//! to QP1, the GID table, the address resolver, a timer and the NDK connector and listener
+//! objects (the "how the NDK layer drives it" contract of the `cm` module docs).
+//!
+//! One [`CmEngine`] per [`super::NdkDevice`], started at PASSIVE_LEVEL once the device runs
+//! ([`super::NdkDevice::start_connections`]) and stopped before it goes
+//! ([`super::NdkDevice::stop_connections`]):
+//! - **GIDs**: one RoCEv2 GID per unicast address of the interface (IPv4 v4-mapped, IPv6 as
+//!   is) in the device's GID table, kept current by the resolver's address events.
+//! - **Inputs** (consumer calls, QP1 receives, the timer DPC) all run
+//!   `lock; cm.<input>(now, ..); unlock; pump`. The pump drains the CM's action queue into a
+//!   stack batch and performs it with no lock held; one thread pumps at a time (a second
+//!   input leaves its actions to the thread already pumping), so the actions of one
+//!   connection are performed in the order the CM queued them.
+//! - **Actions**: `Send` goes out on QP1 from the GID of the path's local address to the
+//!   MAC the neighbour cache holds for the peer (filled by resolutions and by received
+//!   MADs' source MACs); `ModifyQp` and `Deliver` go to the connection's connector, which
+//!   serializes them behind its MODIFY_QPs in flight ([`super::connector`]); `Deliver` of a
+//!   `ConnectRequest` makes the passive connector and hands it to its listener.
+//! - **Timer**: an [`crate::os::Timer`] DPC set to [`Cm::next_timer`] after every input. The
+//!   CM counts time in nanoseconds of [`Platform::now_ns`].
+//! - **Endpoints**: every local address:port in use (connectors, listeners, shared
+//!   endpoints), with ephemeral ports 49152–65535 handed out cyclically and returned when
+//!   their last user closes (ndkpi.md §5.10, §5.11).
+#![deny(unsafe_code)]
+
+use alloc::boxed::Box;
+use alloc::sync::{Arc, Weak};
+use core::net::IpAddr;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use super::connector::Connector;
+use super::error::HwError;
+use super::hw::{Hardware, HwDone};
+use super::listener::Listener;
+use super::object::{ObjRef, try_vec};
+use super::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
+use crate::cm::addr::{Gid, gid_from_ip, ip_from_gid};
+use crate::cm::limits::ReadLimits;
+use crate::cm::{Action, Cm, CmConfig, CmError, ConnId, Event, ListenerId};
+use crate::ndkpi::*;
+use crate::os::net::{AddressEvents, AddressResolver, Mac};
+use crate::os::{DpcHandler, Platform, SpinLock, Timer};
+
+/// GID table entries the engine uses (the model's and the device's default table holds 16).
+pub const MAX_GIDS: usize = 16;
+/// Neighbours remembered (IP → MAC); the oldest entry makes room.
+const NEIGHBOURS: usize = 64;
+/// Local endpoints in use at once (connectors, listeners, shared endpoints).
+const ENDPOINTS: usize = 1024;
+/// The IANA dynamic range NdkConnect and NdkListen take port 0 from (ndkpi.md §5.10).
+const EPHEMERAL_FIRST: u16 = 49152;
+const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
+/// Actions performed per lock hold.
+const BATCH: usize = crate::cm::MAX_ACTIONS_PER_INPUT;
+/// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
+const COMMAND_WAIT_NS: u64 = 10_000_000_000;
+
+/// The engine's fixed parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Connection slots (every state, TIMEWAIT included).
+    pub capacity: usize,
+    /// The adapter's node GUID (REQ/REP Local CA GUID).
+    pub ca_guid: u64,
+    /// Random at each start: communication IDs, transaction IDs and PSNs derive from it.
+    pub seed: u32,
+    /// QP1's queues.
+    pub qp1: Qp1Config,
+    /// Path MTU code of every connection (3 = 1024, the GID's MTU).
+    pub path_mtu: u8,
+}
+
+impl EngineConfig {
+    /// 256 connections, QP1 of 64 + 64 MADs, path MTU 1024.
+    pub const fn new(ca_guid: u64, seed: u32) -> Self {
+        EngineConfig {
+            capacity: 256,
+            ca_guid,
+            seed,
+            qp1: Qp1Config {
+                recv_depth: 64,
+                send_depth: 64,
+            },
+            path_mtu: 3,
+        }
+    }
+}
+
+/// Transport retries of every connection (the IB maximum).
+pub const RETRY_COUNT: u8 = 7;
+/// RNR retries (6: 7 would retry forever, and a send with no receive posted must fail).
+pub const RNR_RETRY_COUNT: u8 = 6;
+/// Minimum RNR NAK timer (code 12: 0.64 ms, Linux's default).
+pub const MIN_RNR_TIMER: u8 = 12;
+
+/// What the engine counted (diagnostics and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// MADs received and handed to the CM.
+    pub mads_in: u64,
+    /// MADs the CM dropped.
+    pub mads_dropped: u64,
+    /// MADs sent on QP1.
+    pub mads_out: u64,
+    /// MADs not sent: no MAC or GID for the path, or QP1 full.
+    pub mads_unsent: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    mads_in: AtomicU64,
+    mads_dropped: AtomicU64,
+    mads_out: AtomicU64,
+    mads_unsent: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Clone, Copy)]
+struct Endpoint {
+    ip: IpAddr,
+    port: u16,
+}
+
+struct Endpoints {
+    slots: Box<[Option<Endpoint>]>,
+    /// Next ephemeral port tried (offset from [`EPHEMERAL_FIRST`]).
+    cursor: u32,
+}
+
+impl Endpoints {
+    fn overlaps(&self, ip: IpAddr, port: u16) -> bool {
+        // An unspecified IPv6 address stands for both families (as a dual-stack bind).
+        let covers =
+            |a: IpAddr, b: IpAddr| a == b || (a.is_unspecified() && (a.is_ipv6() || b.is_ipv4()));
+        self.slots
+            .iter()
+            .flatten()
+            .any(|e| e.port == port && (covers(e.ip, ip) || covers(ip, e.ip)))
+    }
+
+    fn reserve(&mut self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+        let free = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        let port = if port != 0 {
+            if self.overlaps(ip, port) {
+                return Err(STATUS_SHARING_VIOLATION);
+            }
+            port
+        } else {
+            let mut found = None;
+            for i in 0..EPHEMERAL_COUNT {
+                let off = self.cursor.wrapping_add(i) % EPHEMERAL_COUNT;
+                // CAST: off < 16384, so the sum stays below 65536.
+                let candidate = EPHEMERAL_FIRST + off as u16;
+                if !self.overlaps(ip, candidate) {
+                    self.cursor = off.wrapping_add(1) % EPHEMERAL_COUNT;
+                    found = Some(candidate);
+                    break;
+                }
+            }
+            found.ok_or(STATUS_TOO_MANY_ADDRESSES)?
+        };
+        if let Some(slot) = self.slots.get_mut(free) {
+            *slot = Some(Endpoint { ip, port });
+        }
+        Ok(port)
+    }
+
+    fn release(&mut self, ip: IpAddr, port: u16) {
+        if let Some(slot) = self
+            .slots
+            .iter_mut()
+            .find(|s| s.is_some_and(|e| e.ip == ip && e.port == port))
+        {
+            *slot = None;
+        }
+    }
+
+    fn in_use(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+}
+
+struct Neighbours {
+    entries: [Option<(IpAddr, Mac)>; NEIGHBOURS],
+    next: usize,
+}
+
+impl Neighbours {
+    fn learn(&mut self, ip: IpAddr, mac: Mac) {
+        if let Some(e) = self.entries.iter_mut().flatten().find(|(i, _)| *i == ip) {
+            e.1 = mac;
+            return;
+        }
+        let at = self.next % NEIGHBOURS;
+        if let Some(slot) = self.entries.get_mut(at) {
+            *slot = Some((ip, mac));
+        }
+        self.next = at.wrapping_add(1);
+    }
+
+    fn lookup(&self, ip: IpAddr) -> Option<Mac> {
+        self.entries
+            .iter()
+            .flatten()
+            .find(|(i, _)| *i == ip)
+            .map(|(_, m)| *m)
+    }
+}
+
+/// Objects by key, in slots allocated at start.
+type Table<K, T> = Box<[Option<(K, ObjRef<T>)>]>;
+
+/// Pump states (as QP1's poller): nobody pumps; one pumps; one pumps and more came.
+const IDLE: u8 = 0;
+const BUSY: u8 = 1;
+const AGAIN: u8 = 2;
+
+/// The connection engine of one device (see the module docs).
+pub struct CmEngine {
+    me: SpinLock<Weak<CmEngine>>,
+    platform: Arc<dyn Platform>,
+    hw: Arc<dyn Hardware>,
+    resolver: Arc<dyn AddressResolver>,
+    cfg: EngineConfig,
+    cm: SpinLock<Cm>,
+    qp1: SpinLock<Option<Qp1>>,
+    gids: SpinLock<[Option<IpAddr>; MAX_GIDS]>,
+    neighbours: SpinLock<Neighbours>,
+    /// The connector of each live connection, by communication ID.
+    conns: SpinLock<Table<ConnId, Connector>>,
+    listeners: SpinLock<Table<ListenerId, Listener>>,
+    endpoints: SpinLock<Endpoints>,
+    timer: SpinLock<Option<Timer>>,
+    pump_state: AtomicU8,
+    psn: AtomicU32,
+    stopped: AtomicBool,
+    counters: Counters,
+}
+
+struct Sink(Weak<CmEngine>);
+
+impl MadSink for Sink {
+    fn mad(&self, from: &MadSource, mad: &[u8; MAD_LEN]) {
+        if let Some(e) = self.0.upgrade() {
+            e.on_mad(from, mad);
+        }
+    }
+}
+
+struct Tick(Weak<CmEngine>);
+
+impl DpcHandler for Tick {
+    fn run(&self) {
+        if let Some(e) = self.0.upgrade() {
+            e.on_timer();
+        }
+    }
+}
+
+struct Addresses(Weak<CmEngine>);
+
+impl AddressEvents for Addresses {
+    fn added(&self, ip: IpAddr) {
+        if let Some(e) = self.0.upgrade() {
+            e.bind_address(ip, None);
+        }
+    }
+    fn removed(&self, ip: IpAddr) {
+        if let Some(e) = self.0.upgrade() {
+            e.unbind_address(ip, None);
+        }
+    }
+}
+
+/// Runs one asynchronous seam command and waits for it (PASSIVE_LEVEL).
+fn wait_for(platform: &dyn Platform, issue: impl FnOnce(HwDone<()>)) -> Result<(), HwError> {
+    let cell: Arc<SpinLock<Option<Result<(), HwError>>>> =
+        crate::os::alloc::try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?;
+    let c2 = cell.clone();
+    let done = crate::os::alloc::try_box(move |r: Result<(), HwError>| *c2.lock() = Some(r))
+        .map_err(|_| HwError::NoResources)?
+        .map_box(|b| b as HwDone<()>)
+        .into_inner();
+    issue(done);
+    platform.wait_until(&|| cell.lock().is_some(), COMMAND_WAIT_NS);
+    let r = cell.lock().take();
+    r.unwrap_or(Err(HwError::Failed))
+}
+
+/// A boxed seam completion (IRQL ≤ DISPATCH_LEVEL: non-paged pool).
+pub(crate) fn hw_done<T: 'static>(
+    f: impl FnOnce(Result<T, HwError>) + Send + 'static,
+) -> Option<HwDone<T>> {
+    crate::os::alloc::try_box(f)
+        .ok()
+        .map(|b| b.map_box(|b| b as HwDone<T>).into_inner())
+}
+
+/// The NTSTATUS of a consumer request the CM refused (the `cm` module docs' table).
+pub const fn cm_status(e: CmError) -> NTSTATUS {
+    match e {
+        CmError::PrivateDataTooLong => STATUS_INVALID_BUFFER_SIZE,
+        CmError::InvalidState | CmError::UnknownConnection => STATUS_CONNECTION_INVALID,
+        CmError::AddressInUse => STATUS_SHARING_VIOLATION,
+        CmError::AddressFamily => STATUS_INVALID_ADDRESS,
+        CmError::TableFull | CmError::NoMemory => STATUS_INSUFFICIENT_RESOURCES,
+        CmError::QueueFull => STATUS_DEVICE_BUSY,
+        CmError::UnknownListener | CmError::InvalidParameter => STATUS_INVALID_PARAMETER,
+    }
+}
+
+/// The local communication ID every CM message carries first in its body.
+fn local_comm_id(mad: &[u8; MAD_LEN]) -> u32 {
+    let mut b = [0u8; 4];
+    if let Some(s) = mad.get(24..28) {
+        b.copy_from_slice(s);
+    }
+    u32::from_be_bytes(b)
+}
+
+impl CmEngine {
+    /// Opens QP1, binds a GID for each unicast address of the interface and starts watching
+    /// the addresses (PASSIVE_LEVEL: allocates and waits for the device).
+    ///
+    /// # Errors
+    /// What QP1, the CM or an allocation reported; what was made is undone.
+    pub fn start(
+        platform: Arc<dyn Platform>,
+        hw: Arc<dyn Hardware>,
+        resolver: Arc<dyn AddressResolver>,
+        cfg: EngineConfig,
+    ) -> Result<Arc<CmEngine>, HwError> {
+        let caps = *hw.caps();
+        let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
+        let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
+        cm_cfg.adapter_max =
+            ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
+        let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
+        let nr = |_| HwError::NoResources;
+        let conns = try_vec(cfg.capacity, || None).map_err(|_| HwError::NoResources)?;
+        let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
+        let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
+        let engine = crate::os::alloc::try_arc(CmEngine {
+            me: SpinLock::new(Weak::new()),
+            platform: platform.clone(),
+            hw: hw.clone(),
+            resolver: resolver.clone(),
+            cfg,
+            cm: SpinLock::new(cm),
+            qp1: SpinLock::new(None),
+            gids: SpinLock::new([None; MAX_GIDS]),
+            neighbours: SpinLock::new(Neighbours {
+                entries: [None; NEIGHBOURS],
+                next: 0,
+            }),
+            conns: SpinLock::new(conns),
+            listeners: SpinLock::new(listeners),
+            endpoints: SpinLock::new(Endpoints {
+                slots: endpoints,
+                cursor: cfg.seed % EPHEMERAL_COUNT,
+            }),
+            timer: SpinLock::new(None),
+            pump_state: AtomicU8::new(IDLE),
+            psn: AtomicU32::new(cfg.seed.rotate_left(11)),
+            stopped: AtomicBool::new(false),
+            counters: Counters::default(),
+        })
+        .map_err(nr)?;
+        *engine.me.lock() = Arc::downgrade(&engine);
+        let tick: Arc<dyn DpcHandler> =
+            crate::os::alloc::try_arc(Tick(Arc::downgrade(&engine))).map_err(nr)?;
+        let timer = Timer::new(platform.scheduler(), tick).map_err(nr)?;
+        *engine.timer.lock() = Some(timer);
+        let sink: Arc<dyn MadSink> =
+            crate::os::alloc::try_arc(Sink(Arc::downgrade(&engine))).map_err(nr)?;
+        let qp1 = Qp1::open(hw.clone(), cfg.qp1, sink)?;
+        *engine.qp1.lock() = Some(qp1);
+        let mut addrs = [IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED); MAX_GIDS];
+        let n = resolver.unicast_addresses(&mut addrs).min(MAX_GIDS);
+        for ip in addrs.iter().take(n) {
+            engine.bind_address(*ip, Some(&*platform));
+        }
+        let watcher: Arc<dyn AddressEvents> =
+            crate::os::alloc::try_arc(Addresses(Arc::downgrade(&engine))).map_err(nr)?;
+        resolver.watch_addresses(Some(watcher));
+        Ok(engine)
+    }
+
+    /// Stops the engine (PASSIVE_LEVEL; every connector and listener is closed): address
+    /// events stop, QP1 is flushed and destroyed, every GID is unbound.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.resolver.watch_addresses(None);
+        if let Some(t) = self.timer.lock().take() {
+            t.cancel();
+        }
+        let qp1 = self.qp1.lock().take();
+        if let Some(q) = qp1 {
+            let _ = q.close();
+        }
+        let mut bound = [None; MAX_GIDS];
+        bound.copy_from_slice(&*self.gids.lock());
+        for ip in bound.iter().flatten() {
+            self.unbind_address(*ip, Some(&*self.platform));
+        }
+    }
+
+    /// The platform (time, DPCs).
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    /// The hardware.
+    pub fn hw(&self) -> &Arc<dyn Hardware> {
+        &self.hw
+    }
+
+    /// The resolver.
+    pub fn resolver(&self) -> &Arc<dyn AddressResolver> {
+        &self.resolver
+    }
+
+    /// The fixed parameters.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// A counted handle to this engine (for completions that outlive a call).
+    pub(crate) fn handle(&self) -> Option<Arc<CmEngine>> {
+        self.weak().upgrade()
+    }
+
+    fn weak(&self) -> Weak<CmEngine> {
+        self.me.lock().clone()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> EngineStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        EngineStats {
+            mads_in: l(&c.mads_in),
+            mads_dropped: l(&c.mads_dropped),
+            mads_out: l(&c.mads_out),
+            mads_unsent: l(&c.mads_unsent),
+        }
+    }
+
+    /// Connections the CM holds (TIMEWAIT included), connectors registered, listeners and
+    /// local endpoints in use (leak checks).
+    pub fn live(&self) -> (usize, usize, usize, usize) {
+        let held = self.cm.lock().live_connections();
+        let conns = self.conns.lock().iter().flatten().count();
+        let listeners = self.listeners.lock().iter().flatten().count();
+        let endpoints = self.endpoints.lock().in_use();
+        (held, conns, listeners, endpoints)
+    }
+
+    /// The GIDs bound now, by table index.
+    pub fn bound_gids(&self) -> [Option<IpAddr>; MAX_GIDS] {
+        *self.gids.lock()
+    }
+
+    // ----- addresses -----
+
+    /// Binds `ip`'s GID at the first free index. With `wait` (PASSIVE_LEVEL) the command is
+    /// waited for; otherwise the index is taken at once and given back if the device refuses.
+    fn bind_address(&self, ip: IpAddr, wait: Option<&dyn Platform>) {
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let index = {
+            let mut g = self.gids.lock();
+            if g.iter().flatten().any(|a| *a == ip) {
+                return;
+            }
+            let Some(i) = g.iter().position(Option::is_none) else {
+                return;
+            };
+            if let Some(slot) = g.get_mut(i) {
+                *slot = Some(ip);
+            }
+            i
+        };
+        // CAST: index < MAX_GIDS.
+        let idx = index as u32;
+        let gid = gid_from_ip(ip);
+        let me = self.weak();
+        let undo = move |r: Result<(), HwError>| {
+            if r.is_err()
+                && let Some(e) = me.upgrade()
+                && let Some(slot) = e.gids.lock().get_mut(index)
+                && *slot == Some(ip)
+            {
+                *slot = None;
+            }
+        };
+        match wait {
+            Some(p) => {
+                let r = wait_for(p, |d| self.hw.bind_gid_async(idx, gid, d));
+                undo(r);
+            }
+            None => match hw_done(undo) {
+                Some(d) => self.hw.bind_gid_async(idx, gid, d),
+                None => {
+                    if let Some(slot) = self.gids.lock().get_mut(index) {
+                        *slot = None;
+                    }
+                }
+            },
+        }
+    }
+
+    fn unbind_address(&self, ip: IpAddr, wait: Option<&dyn Platform>) {
+        let index = {
+            let mut g = self.gids.lock();
+            let Some(i) = g.iter().position(|a| *a == Some(ip)) else {
+                return;
+            };
+            if let Some(slot) = g.get_mut(i) {
+                *slot = None;
+            }
+            i
+        };
+        // CAST: index < MAX_GIDS.
+        let idx = index as u32;
+        let gid = gid_from_ip(ip);
+        match wait {
+            Some(p) => {
+                let _ = wait_for(p, |d| self.hw.unbind_gid_async(idx, gid, d));
+            }
+            None => {
+                if let Some(d) = hw_done(|_| {}) {
+                    self.hw.unbind_gid_async(idx, gid, d);
+                }
+            }
+        }
+    }
+
+    /// The GID index of `gid`, if bound.
+    pub fn gid_index(&self, gid: &Gid) -> Option<u8> {
+        let ip = ip_from_gid(*gid);
+        let g = self.gids.lock();
+        // CAST: below MAX_GIDS.
+        g.iter().position(|a| *a == Some(ip)).map(|i| i as u8)
+    }
+
+    /// The first bound address of `ip`'s family (for an unspecified source address).
+    pub fn local_address_like(&self, ip: IpAddr) -> Option<IpAddr> {
+        let g = self.gids.lock();
+        g.iter()
+            .flatten()
+            .find(|a| a.is_ipv4() == ip.is_ipv4())
+            .copied()
+    }
+
+    /// Whether `ip` is one of the interface's bound addresses.
+    pub fn is_local(&self, ip: IpAddr) -> bool {
+        self.gids.lock().iter().flatten().any(|a| *a == ip)
+    }
+
+    /// Remembers `ip`'s MAC.
+    pub fn learn(&self, ip: IpAddr, mac: Mac) {
+        self.neighbours.lock().learn(ip, mac);
+    }
+
+    /// The MAC remembered for `ip`.
+    pub fn neighbour(&self, ip: IpAddr) -> Option<Mac> {
+        self.neighbours.lock().lookup(ip)
+    }
+
+    // ----- endpoints -----
+
+    /// Reserves `ip:port` (`port` 0: an ephemeral port); returns the port.
+    ///
+    /// # Errors
+    /// STATUS_SHARING_VIOLATION (in use), STATUS_TOO_MANY_ADDRESSES (no ephemeral port
+    /// left), STATUS_INSUFFICIENT_RESOURCES (the endpoint table is full).
+    pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+        self.endpoints.lock().reserve(ip, port)
+    }
+
+    /// Gives `ip:port` back.
+    pub fn release_endpoint(&self, ip: IpAddr, port: u16) {
+        self.endpoints.lock().release(ip, port);
+    }
+
+    /// A fresh starting PSN (24 bits).
+    pub fn next_psn(&self) -> u32 {
+        let n = self.psn.fetch_add(0x9E37_79B9, Ordering::Relaxed);
+        (n ^ (n >> 13)).wrapping_mul(0x85EB_CA6B) & 0x00FF_FFFF
+    }
+
+    // ----- the connector and listener tables -----
+
+    pub(crate) fn register_conn(&self, conn: ConnId, c: &ObjRef<Connector>) -> bool {
+        let mut t = self.conns.lock();
+        match t.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some((conn, c.clone()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn unregister_conn(&self, conn: ConnId) {
+        let gone = {
+            let mut t = self.conns.lock();
+            t.iter_mut()
+                .find(|s| s.as_ref().is_some_and(|(id, _)| *id == conn))
+                .and_then(Option::take)
+        };
+        // The count is dropped with no lock held.
+        drop(gone);
+    }
+
+    fn connector(&self, conn: ConnId) -> Option<ObjRef<Connector>> {
+        let t = self.conns.lock();
+        t.iter()
+            .flatten()
+            .find(|(id, _)| *id == conn)
+            .map(|(_, c)| c.clone())
+    }
+
+    pub(crate) fn register_listener(&self, id: ListenerId, l: &ObjRef<Listener>) -> bool {
+        let mut t = self.listeners.lock();
+        match t.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some((id, l.clone()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn unregister_listener(&self, id: ListenerId) {
+        let gone = {
+            let mut t = self.listeners.lock();
+            t.iter_mut()
+                .find(|s| s.as_ref().is_some_and(|(l, _)| *l == id))
+                .and_then(Option::take)
+        };
+        drop(gone);
+    }
+
+    fn listener(&self, id: ListenerId) -> Option<ObjRef<Listener>> {
+        let t = self.listeners.lock();
+        t.iter()
+            .flatten()
+            .find(|(l, _)| *l == id)
+            .map(|(_, l)| l.clone())
+    }
+
+    // ----- inputs -----
+
+    /// Runs `f` on the CM under its lock, then performs what it queued (no lock held).
+    pub fn input<R>(&self, f: impl FnOnce(&mut Cm, u64) -> R) -> R {
+        let now = self.platform.now_ns();
+        let r = f(&mut self.cm.lock(), now);
+        self.pump();
+        r
+    }
+
+    /// Reads the CM under its lock (queries queue nothing).
+    pub fn query<R>(&self, f: impl FnOnce(&Cm) -> R) -> R {
+        f(&self.cm.lock())
+    }
+
+    fn on_mad(&self, from: &MadSource, mad: &[u8; MAD_LEN]) {
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        bump(&self.counters.mads_in);
+        let peer = ip_from_gid(from.grh.sgid);
+        self.learn(peer, from.smac);
+        let path = crate::cm::Path {
+            local_gid: from.grh.dgid,
+            remote_gid: from.grh.sgid,
+            hop_limit: 64,
+            traffic_class: from.grh.traffic_class,
+        };
+        let r = self.input(|cm, now| cm.on_mad(now, &path, mad));
+        if r.is_err() {
+            bump(&self.counters.mads_dropped);
+        }
+    }
+
+    fn on_timer(&self) {
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        self.input(|cm, now| cm.on_timer(now));
+    }
+
+    /// Performs every queued action, one thread at a time (see the module docs), then
+    /// re-arms the timer.
+    fn pump(&self) {
+        loop {
+            match self
+                .pump_state
+                .compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(AGAIN) => return,
+                Err(_) => {
+                    if self
+                        .pump_state
+                        .compare_exchange(BUSY, AGAIN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        loop {
+            loop {
+                let mut batch: [Option<Action>; BATCH] = Default::default();
+                let mut n = 0;
+                {
+                    let mut cm = self.cm.lock();
+                    for slot in batch.iter_mut() {
+                        match cm.poll_action() {
+                            Some(a) => {
+                                *slot = Some(a);
+                                n += 1;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+                for a in batch.into_iter().flatten() {
+                    self.perform(a);
+                }
+            }
+            self.rearm();
+            if self
+                .pump_state
+                .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+            self.pump_state.store(BUSY, Ordering::Release);
+        }
+    }
+
+    fn rearm(&self) {
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let next = self.cm.lock().next_timer();
+        let timer = self.timer.lock().clone();
+        if let (Some(at), Some(t)) = (next, timer) {
+            t.schedule_in(at.saturating_sub(self.platform.now_ns()));
+        }
+    }
+
+    fn perform(&self, a: Action) {
+        match a {
+            Action::Send { path, mad } => {
+                let conn = ConnId(local_comm_id(&mad));
+                match self.connector(conn) {
+                    Some(c) => c.send_in_order(path, mad),
+                    None => self.send_mad(&path, &mad),
+                }
+            }
+            Action::ModifyQp {
+                conn, transition, ..
+            } => {
+                // A connection with no connector was released: its close took the QP to
+                // ERR itself.
+                if let Some(c) = self.connector(conn) {
+                    c.modify_in_order(transition);
+                }
+            }
+            Action::Deliver { conn, event } => match event {
+                Event::ConnectRequest { listener } => self.connect_request(conn, listener),
+                e => {
+                    if let Some(c) = self.connector(conn) {
+                        c.deliver_in_order(e);
+                    }
+                }
+            },
+        }
+    }
+
+    /// Sends `mad` on QP1 along `path` (a lost packet to the CM if it cannot).
+    pub(crate) fn send_mad(&self, path: &crate::cm::Path, mad: &[u8; MAD_LEN]) {
+        let dmac = self.neighbour(ip_from_gid(path.remote_gid));
+        let sgid = self.gid_index(&path.local_gid);
+        let (Some(dmac), Some(sgid_index)) = (dmac, sgid) else {
+            return bump(&self.counters.mads_unsent);
+        };
+        let mp = MadPath {
+            dgid: path.remote_gid,
+            dmac,
+            sgid_index,
+            hop_limit: path.hop_limit,
+            traffic_class: path.traffic_class,
+        };
+        let sent = match &*self.qp1.lock() {
+            Some(q) => q.send(&mp, mad).is_ok(),
+            None => false,
+        };
+        if sent {
+            bump(&self.counters.mads_out);
+        } else {
+            bump(&self.counters.mads_unsent);
+        }
+    }
+
+    /// A REQ passed the CM's checks for `listener`: a new connector for it goes to the
+    /// listener's consumer; without one (the listener closing, no memory) the request is
+    /// refused on the wire.
+    fn connect_request(&self, conn: ConnId, listener: ListenerId) {
+        let made = self
+            .listener(listener)
+            .and_then(|l| Connector::incoming(self, &l, conn).map(|c| (l, c)));
+        match made {
+            Some((l, c)) => l.deliver_connect(c),
+            None => {
+                let _ = self.input(|cm, now| cm.release(now, conn));
+            }
+        }
+    }
+}
