@@ -113,6 +113,8 @@ def caps_block():
 
 failures = []
 log_lines = []
+# False: only failed checks are printed (tools/emu/instr.py).
+verbose = True
 
 
 def asm_call(fn, args):
@@ -126,7 +128,8 @@ def asm_call(fn, args):
 
 def check(ok, what):
     line = ("ok   " if ok else "FAIL ") + what
-    print(line)
+    if verbose or not ok:
+        print(line)
     if not ok:
         failures.append(what)
     return ok
@@ -774,6 +777,32 @@ class Harness:
         return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
 
 
+def init_params(hz):
+    """NDIS_MINIPORT_INIT_PARAMETERS for MiniportInitializeEx: BAR0 (MSI-X table), BAR1
+    (registers), BAR2 (UAR), three MSI-X messages (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4):
+    descriptors of 0x14 bytes at 8), IfIndex and NetLuid."""
+    bars = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
+    descs = b""
+    for phys, length in bars:
+        descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
+    for vector in range(3):
+        # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
+        # {Level, Vector, Affinity}.
+        descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
+    count = len(bars) + 3
+    rlist = hz.alloc(8 + len(descs), "resources")
+    hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
+    params = hz.alloc(0x40, "init_params")
+    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
+                    + b"\0" * 0x10)
+    return params
+
+
+def miniport_handlers(chars):
+    """The handler pointers of the characteristics DriverEntry registered, by name."""
+    return {n: struct.unpack_from("<Q", chars, HANDLERS_OFFSET + 8 * i)[0] for i, n in enumerate(MINIPORT_HANDLERS)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
@@ -794,7 +823,7 @@ def main():
     check(header(c) == (0x8A, 2, CHARACTERISTICS_REVISION_2_SIZE),
           f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_2, 0x98)")
     check(c[4:6] == bytes([6, 30]), f"NDIS version {c[4]}.{c[5]} = 6.30")
-    handlers = {n: struct.unpack_from("<Q", c, HANDLERS_OFFSET + 8 * i)[0] for i, n in enumerate(MINIPORT_HANDLERS)}
+    handlers = miniport_handlers(c)
     for n, va in handlers.items():
         if n in MINIPORT_NULL_HANDLERS:
             check(va == 0, f"{n} is NULL")
@@ -812,22 +841,7 @@ def main():
         open_ndk, close_ndk = struct.unpack_from("<QQ", n, 8)
         check(hz.is_cfg_target(open_ndk) and hz.is_cfg_target(close_ndk), "open/close NDK adapter handlers are CFG targets")
 
-    # MiniportInitializeEx: BAR0 (MSI-X table), BAR1 (registers), BAR2 (UAR), three MSI-X
-    # messages (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4): descriptors of 0x14 bytes at 8).
-    bars = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
-    descs = b""
-    for phys, length in bars:
-        descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
-    for vector in range(3):
-        # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
-        # {Level, Vector, Affinity}.
-        descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
-    count = len(bars) + 3
-    rlist = hz.alloc(8 + len(descs), "resources")
-    hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
-    params = hz.alloc(0x40, "init_params")
-    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
-                    + b"\0" * 0x10)
+    params = init_params(hz)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
