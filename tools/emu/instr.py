@@ -113,26 +113,6 @@ def print_trace(hz, shape, trace):
             break
 
 
-def bring_up(hz):
-    """DriverEntry, SetOptions, InitializeEx on the model, OpenNDKAdapter(2.1): the adapter."""
-    hz.se.run_module(hz.module, all_entrypoints=False)
-    check(hz.chars is not None and not hz.se.emu.runs[0].error, "DriverEntry registered the miniport")
-    handlers = run.miniport_handlers(hz.chars)
-    st = hz.call(handlers["SetOptionsHandler"], [run.DRIVER_HANDLE, 0], "MiniportSetOptions")
-    check(st == run.NDIS_STATUS_SUCCESS, f"MiniportSetOptions: SUCCESS ({st:#x})")
-    st = hz.call(handlers["InitializeHandlerEx"], [run.ADAPTER_HANDLE, 0, run.init_params(hz)], "MiniportInitializeEx")
-    check(st == run.NDIS_STATUS_SUCCESS, f"MiniportInitializeEx: SUCCESS ({st:#x})")
-    hz.pump()
-    registration = next(a[4] for a in hz.attributes if a[1] == 0x9E)
-    ctx = struct.unpack_from("<Q", registration, 8)[0]
-    open_ndk, close_ndk = struct.unpack_from("<QQ", hz.ndk_chars, 8)
-    params, out = hz.alloc(12, "open_params"), hz.alloc(8, "adapter_out")
-    hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
-    st = hz.call(open_ndk, [ctx, params, out], "OpenNDKAdapter(2.1)")
-    check(st == run.NDIS_STATUS_SUCCESS, f"OpenNDKAdapter(2.1): SUCCESS ({st:#x})")
-    return handlers, ctx, close_ndk, hz.q(out)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
@@ -148,7 +128,7 @@ def main():
     hz = Harness(args.image, device="model")
     hz.guard_cfg()
     counter = Counter(hz)
-    handlers, ctx, close_ndk, a = bring_up(hz)
+    handlers, ctx, close_ndk, a = run.bring_up(hz)
     c = NdkConsumer(hz)
     pd = c.create(c.slot(a, run.AD_CREATE_PD), [a], "NdkCreatePd")
     mr = c.create(c.slot(pd, run.PD_CREATE_MR), [pd, 0], "NdkCreateMr")
@@ -199,13 +179,7 @@ def main():
     c.close(cq, "NdkCloseCq")
     c.close(pd, "NdkClosePd")
     hz.device.free_consumer_buffer(buf)
-    hz.call(close_ndk, [ctx, a], "CloseNDKAdapter")
-    hz.pump()
-    hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
-    hz.call(handlers["UnloadHandler"], [0], "MiniportDriverUnload")
-    leaks = hz.device.leaks()
-    check(not hz.pool and not hz.shared and not leaks, f"nothing left: pool {len(hz.pool)}, shared {len(hz.shared)}, {leaks}")
-    check(not hz.cfg_violations, f"every indirect call a CFG target ({hz.cfg_violations})")
+    run.shut_down(hz, handlers, ctx, close_ndk, a)
 
     linux = linux_figures(args.expected)
     cost = args.cfg_check_cost

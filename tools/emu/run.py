@@ -273,7 +273,12 @@ class ModelDevice:
 
 
 class Harness:
-    def __init__(self, image, device="model", world=None, node=0):
+    def __init__(self, image, device="model", world=None, node=0, unicast_rows=None, neighbours=None):
+        """`device`: "model" (node `node` of `world`, a fresh one-node World if None) or
+        "scripted". `unicast_rows` / `neighbours`: this host's IP stack (UNICAST_ROWS and
+        NEIGHBOURS by default), so two hosts on one World can have their own addresses."""
+        self.unicast_rows = UNICAST_ROWS if unicast_rows is None else unicast_rows
+        self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
         self.se = speakeasy.Speakeasy()
@@ -515,9 +520,9 @@ class Harness:
     def unicast_table(self, a):
         family, ptable = a
         check(family == AF_UNSPEC, f"GetUnicastIpAddressTable(AF_UNSPEC) ({family})")
-        rows = b"".join(self.unicast_row(luid, ip) for luid, ip in UNICAST_ROWS)
+        rows = b"".join(self.unicast_row(luid, ip) for luid, ip in self.unicast_rows)
         table = self.alloc(8 + len(rows), "mib_table")
-        self.se.mem_write(table, struct.pack("<II", len(UNICAST_ROWS), 0) + rows)
+        self.se.mem_write(table, struct.pack("<II", len(self.unicast_rows), 0) + rows)
         self.mib_tables.add(table)
         self.address_listings += 1
         self.se.mem_write(ptable, struct.pack("<Q", table))
@@ -534,7 +539,7 @@ class Harness:
         row = self.read(a[0], 88)
         family = struct.unpack_from("<H", row)[0]
         ip = str(ipaddress.ip_address(row[4:8] if family == AF_INET else row[8:24]))
-        mac = NEIGHBOURS.get(ip)
+        mac = self.neighbours.get(ip)
         if mac is None:
             return 0xC0000225  # STATUS_NOT_FOUND
         self.se.mem_write(a[0] + 40, mac.ljust(32, b"\0") + struct.pack("<Ii", 6, 5))  # NlnsReachable
@@ -801,6 +806,41 @@ def init_params(hz):
 def miniport_handlers(chars):
     """The handler pointers of the characteristics DriverEntry registered, by name."""
     return {n: struct.unpack_from("<Q", chars, HANDLERS_OFFSET + 8 * i)[0] for i, n in enumerate(MINIPORT_HANDLERS)}
+
+
+def bring_up(hz):
+    """DriverEntry, SetOptions, InitializeEx, OpenNDKAdapter(2.1), checking only that each
+    succeeds (main() checks the details): returns (handlers, MiniportAdapterContext,
+    CloseNDKAdapter handler, NDK_ADAPTER)."""
+    hz.se.run_module(hz.module, all_entrypoints=False)
+    check(hz.chars is not None and not hz.se.emu.runs[0].error, "DriverEntry registered the miniport")
+    handlers = miniport_handlers(hz.chars)
+    st = hz.call(handlers["SetOptionsHandler"], [DRIVER_HANDLE, 0], "MiniportSetOptions")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportSetOptions: SUCCESS ({st:#x})")
+    st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, init_params(hz)], "MiniportInitializeEx")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportInitializeEx: SUCCESS ({st:#x})")
+    hz.pump()
+    registration = next(a[4] for a in hz.attributes if a[1] == 0x9E)
+    ctx = struct.unpack_from("<Q", registration, 8)[0]
+    open_ndk, close_ndk = struct.unpack_from("<QQ", hz.ndk_chars, 8)
+    params, out = hz.alloc(12, "open_params"), hz.alloc(8, "adapter_out")
+    hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
+    st = hz.call(open_ndk, [ctx, params, out], "OpenNDKAdapter(2.1)")
+    check(st == NDIS_STATUS_SUCCESS, f"OpenNDKAdapter(2.1): SUCCESS ({st:#x})")
+    return handlers, ctx, close_ndk, hz.q(out)
+
+
+def shut_down(hz, handlers, ctx, close_ndk, adapter):
+    """CloseNDKAdapter, Halt, Unload, and the leak checks: no pool or shared-memory block,
+    nothing left on the device side, every indirect call a CFG target."""
+    hz.call(close_ndk, [ctx, adapter], "CloseNDKAdapter")
+    hz.pump()
+    hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
+    hz.call(handlers["UnloadHandler"], [0], "MiniportDriverUnload")
+    leaks = hz.device.leaks()
+    check(not hz.pool and not hz.shared and not leaks,
+          f"nothing left: pool {len(hz.pool)}, shared {len(hz.shared)}, {leaks}")
+    check(not hz.cfg_violations, f"{hz.indirect_calls} indirect calls, all to CFG targets ({hz.cfg_violations})")
 
 
 def main():
