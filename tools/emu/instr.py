@@ -31,15 +31,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
 from run import check, Harness, NdkConsumer  # noqa: E402
 
-# The x64 CFG dispatch check Windows installs (ntdll's LdrpDispatchUserCallTarget, and the
-# kernel's guard_dispatch_icall of the same shape) on its fast path, a 16-byte-aligned valid
-# target: load the bitmap base; copy the target; shift it right 9 (the bitmap qword index);
-# load that qword; copy the target again; shift it right 3 (the bit index); test the low 4
-# bits (alignment); a branch not taken; bt the bit; a branch not taken; jmp to the target:
-# 11 instructions (lucasg, "How Control Flow Integrity is implemented in Windows 10",
-# https://lucasg.github.io/2017/02/05/Control-Flow-Guard/, for the bitmap check; the
-# dispatch form adds the final jmp). The jmp is the only instruction the harness's stub has,
-# so each dispatch costs 10 more than counted. A kernel with retpoline enabled reaches the
+# The x64 CFG dispatch check Windows installs in __guard_dispatch_icall_fptr (the kernel's
+# _guard_dispatch_icall for drivers, KernelSight "kCFG / kCET",
+# https://splintersfury.github.io/KernelSight/mitigations/kcfg-kcet; ntdll's
+# LdrpDispatchUserCallTarget for user mode, lucasg, "How Control Flow Integrity is implemented
+# in Windows 10", https://lucasg.github.io/2017/02/05/Control-Flow-Guard/) looks the target up
+# in the CFG bitmap and jumps to it. Its fast path, for a valid 16-byte-aligned target, as
+# this figure reads it: load the bitmap base; copy the target; shift the copy right 9 (the
+# bitmap qword); load that qword; copy the target again; shift right 3 (the bit); test the
+# low 4 bits (alignment); a branch not taken; bt; a branch not taken; jmp to the target: 11
+# instructions. It is a reading of that shape, not a count taken from a Windows binary here
+# (none can be had): --cfg-check-cost overrides it. The harness's stub is that final jmp
+# alone, so each dispatch costs 10 more than counted. A kernel running retpoline reaches the
 # target through a retpoline thunk instead of the jmp: more than 11 there.
 CFG_CHECK_COST = 11
 
