@@ -19,6 +19,7 @@ harness runs them (work items only between top-level calls, never inside an OID 
 """
 import argparse
 import ipaddress
+import random
 import struct
 import sys
 
@@ -1321,7 +1322,7 @@ def model_objects_run(hz, a):
     mr = c.create(c.slot(pd, PD_CREATE_MR), [pd, 0], "NdkCreateMr")
     buf, bus = hz.device.consumer_buffer(0x2000)
     mdl = c.mdl(buf, bus, 0x2000)
-    lkey = 0
+    lkey = rkey = 0
     if check(mr is not None, "NdkCreateMr gave an MR"):
         c.request(c.slot(mr, MR_REGISTER), [mr, mdl, 0x2000, NDK_MR_FLAG_ALLOW_LOCAL_WRITE | NDK_MR_FLAG_ALLOW_REMOTE_READ],
                   "NdkRegisterMr(2 pages)")
@@ -1337,6 +1338,23 @@ def model_objects_run(hz, a):
     if not check(cq is not None and qp is not None, "NdkCreateCq and NdkCreateQp gave a CQ and a QP"):
         return
     check(objects() == (1, 2, 1, 1, 0), f"the model holds PD, 2 MRs, CQ, QP {objects()}")
+
+    # The registration as the device sees it: a peer's READ through this QP's PD under the
+    # remote token reads the bytes the consumer wrote, across the page boundary (the page
+    # directory maps the MDL's two bus pages); past the end, or a WRITE the registration did
+    # not allow, the model refuses.
+    qp_handles = w.qp_handles(node)
+    if check(len(qp_handles) == 1, f"one QP in the model ({qp_handles})"):
+        qph = qp_handles[0]
+        # No period: a page mapped twice or swapped reads other bytes.
+        pattern = random.Random(15).randbytes(0x2000)
+        hz.se.mem_write(buf, pattern)
+        got = w.remote_read(node, qph, rkey, buf + 0xFF0, 0x20)
+        check(got == pattern[0xFF0:0x1010], f"the model reads the MR across its page boundary "
+              f"({got.hex() if got else got})")
+        check(w.remote_read(node, qph, rkey, buf + 0x1FF0, 0x20) is None, "a READ past the MR's end is refused")
+        check(not w.remote_write(node, qph, rkey, buf, b"\xAA"), "a WRITE the registration did not allow is refused")
+        check(hz.read(buf, 1) == pattern[:1], "the refused WRITE left the buffer alone")
 
     for ctx in (0x51, 0x52):
         st = hz.call(c.slot(qp, QP_RECEIVE), [qp, ctx, c.sge(buf, 0x40, lkey), 1], f"NdkReceive({ctx:#x})")

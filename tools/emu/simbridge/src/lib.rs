@@ -279,6 +279,44 @@ impl World {
         Ok((o.pds, o.mrs, o.cqs, o.qps, o.srqs))
     }
 
+    /// The node's live QP handles (the device's own numbering).
+    fn qp_handles(&self, node: usize) -> PyResult<Vec<u32>> {
+        Ok(self.device(node)?.with_core(|c| c.qp_handles()))
+    }
+
+    /// What a peer's RDMA READ of `len` bytes at `va` under `rkey` would read through QP `qp`
+    /// (the MR's key, PD, REMOTE_READ right, range and page translation): None if refused.
+    fn remote_read<'py>(
+        &self,
+        py: Python<'py>,
+        node: usize,
+        qp: u32,
+        rkey: u32,
+        va: u64,
+        len: usize,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let mut out = vec![0; len];
+        let ok = self
+            .device(node)?
+            .with_core(|c| c.remote_read(qp, rkey, va, &mut out));
+        Ok(ok.then(|| PyBytes::new(py, &out)))
+    }
+
+    /// What a peer's RDMA WRITE of `data` at `va` under `rkey` would do through QP `qp`;
+    /// false if refused (key, PD, REMOTE_WRITE right, range).
+    fn remote_write(
+        &self,
+        node: usize,
+        qp: u32,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> PyResult<bool> {
+        Ok(self
+            .device(node)?
+            .with_core(|c| c.remote_write(qp, rkey, va, data)))
+    }
+
     /// Whether the node's device is active (CTL ACTIVATE seen, no RESET since).
     fn is_active(&self, node: usize) -> PyResult<bool> {
         Ok(self.device(node)?.with_core(|c| c.is_active()))
