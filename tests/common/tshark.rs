@@ -47,6 +47,10 @@ pub mod attr {
 }
 /// The order of a connection's lifetime on the wire.
 pub const LIFETIME: [u16; 5] = [attr::REQ, attr::REP, attr::RTU, attr::DREQ, attr::DREP];
+/// BTH opcode of a UD SEND Only (IBTA Table 38).
+pub const UD_SEND_ONLY: u64 = 0x64;
+/// The GSI's well-known Q_Key (IBTA 13.5.1).
+pub const QP1_QKEY: u64 = 0x8001_0000;
 /// RDMA CM's TCP port space (cm.md §5.1): prefix 0x0000000001, protocol 0x06, then the port.
 pub const TCP_SERVICE_ID_BASE: u64 = 0x0000_0000_0106_0000;
 /// REQ private data after the 36-byte cma_hdr (cm.md §5.2).
@@ -248,7 +252,11 @@ const FIELDS: [&str; 36] = [
     "infiniband.cm.drsp.localcommid",
 ];
 /// Fields appended after [`FIELDS`] (kept apart so the array above stays readable).
-const MORE_FIELDS: [&str; 5] = [
+const MORE_FIELDS: [&str; 9] = [
+    "infiniband.bth.opcode",
+    "infiniband.bth.p_key",
+    "infiniband.deth.q_key",
+    "infiniband.deth.srcqp",
     "infiniband.cm.drsp.remotecommid",
     "ip.checksum.status",
     "udp.checksum.status",
@@ -383,7 +391,8 @@ fn comm_id(row: &Row, f: &str) -> u32 {
 /// offending frame's full decode where there is one, on:
 /// - any frame tshark calls malformed, or any warning/error expert info on a CM MAD (IP and
 ///   UDP checksum verification on: a bad IPv4 header checksum or a bad UDP checksum fails);
-/// - a MAD to QP1 that is not BaseVersion 1, class CM, ClassVersion 2, Method SEND, or whose
+/// - a MAD to QP1 that is not a UD SEND Only from QP1 with P_Key 0xFFFF and Q_Key
+///   0x80010000, or not BaseVersion 1, class CM, ClassVersion 2, Method SEND, or whose
 ///   attribute is not one of REQ/MRA/REJ/REP/RTU/DREQ/DREP;
 /// - a REJ at all (the caller expects connections to succeed);
 /// - per connection (one side disconnects; a DREQ crossing a DREQ is not an expected
@@ -446,6 +455,18 @@ pub fn check_cm_capture(pcap: &Path, expect: &[CmExpect<'_>]) -> Option<CmCaptur
         assert!(
             udp == CHECKSUM_GOOD || udp == CHECKSUM_NOT_PRESENT,
             "frame {number}: UDP checksum status {udp}"
+        );
+        // cm.md §2.2: a UD SEND Only from QP1 to QP1, default P_Key, Q_Key 0x80010000.
+        let transport = (
+            row.need("infiniband.bth.opcode"),
+            row.need("infiniband.bth.p_key"),
+            row.need("infiniband.deth.q_key"),
+            row.need("infiniband.deth.srcqp"),
+        );
+        assert_eq!(
+            transport,
+            (UD_SEND_ONLY, 0xFFFF, QP1_QKEY, 1),
+            "frame {number}: (BTH opcode, P_Key, DETH Q_Key, source QP) of a CM MAD"
         );
         let header = (
             row.need("infiniband.mad.baseversion"),
