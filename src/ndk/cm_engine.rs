@@ -61,6 +61,8 @@ const COMMAND_WAIT_NS: u64 = 10_000_000_000;
 pub struct EngineConfig {
     /// Connection slots (every state, TIMEWAIT included).
     pub capacity: usize,
+    /// Listeners at once.
+    pub listeners: usize,
     /// The adapter's node GUID (REQ/REP Local CA GUID).
     pub ca_guid: u64,
     /// Random at each start: communication IDs, transaction IDs and PSNs derive from it.
@@ -72,10 +74,11 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 256 connections, QP1 of 64 + 64 MADs, path MTU 1024.
+    /// 256 connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
     pub const fn new(ca_guid: u64, seed: u32) -> Self {
         EngineConfig {
             capacity: 256,
+            listeners: 64,
             ca_guid,
             seed,
             qp1: Qp1Config {
@@ -341,6 +344,7 @@ impl CmEngine {
         let caps = *hw.caps();
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
+        cm_cfg.listeners = cfg.listeners;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
         let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;

@@ -238,7 +238,7 @@ pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
 }
 
 #[derive(Default)]
-struct CloseCtx(AtomicU32);
+struct CloseCtx(pub(crate) AtomicU32);
 
 unsafe extern "system" fn on_close(ctx: PVOID) {
     // SAFETY: the context is an `Arc<CloseCtx>` `close_object` keeps alive until it returns.
