@@ -25,7 +25,7 @@
 #![deny(unsafe_code)]
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -313,13 +313,43 @@ impl Hasher for TimerIdHasher {
 
 type TimerIds = BuildHasherDefault<TimerIdHasher>;
 
+/// A value per ordered pair of port ids, indexed directly: the counters are touched twice per
+/// frame, where a B-tree keyed by the pair cost a search each time. Rows and columns grow on
+/// first use, so any id works (faults may be set before a port is attached).
+struct PairTable<T> {
+    rows: Vec<Vec<T>>,
+}
+
+impl<T> Default for PairTable<T> {
+    fn default() -> Self {
+        Self { rows: Vec::new() }
+    }
+}
+
+impl<T: Default> PairTable<T> {
+    fn get(&self, from: PortId, to: PortId) -> Option<&T> {
+        self.rows.get(from.idx())?.get(to.idx())
+    }
+
+    fn entry(&mut self, from: PortId, to: PortId) -> &mut T {
+        if self.rows.len() <= from.idx() {
+            self.rows.resize_with(from.idx() + 1, Vec::new);
+        }
+        let row = &mut self.rows[from.idx()];
+        if row.len() <= to.idx() {
+            row.resize_with(to.idx() + 1, T::default);
+        }
+        &mut row[to.idx()]
+    }
+}
+
 struct State {
     now: u64,
     seq: u64,
     queue: BinaryHeap<Event>,
     ports: Vec<PortEntry>,
-    pair_faults: BTreeMap<(PortId, PortId), FaultConfig>,
-    pairs: BTreeMap<(PortId, PortId), PairCounters>,
+    pair_faults: PairTable<Option<FaultConfig>>,
+    pairs: PairTable<PairCounters>,
     rng: Rng,
     latency_ns: u64,
     pending_timers: HashSet<u64, TimerIds>,
@@ -435,7 +465,7 @@ impl State {
     }
 
     fn pair(&mut self, from: PortId, to: PortId) -> &mut PairCounters {
-        self.pairs.entry((from, to)).or_default()
+        self.pairs.entry(from, to)
     }
 
     fn count_drop(&mut self, from: PortId, to: Option<PortId>, f: fn(&mut DropCounts)) {
@@ -499,8 +529,9 @@ impl State {
         }
         let pair = self
             .pair_faults
-            .get(&(from, to))
+            .get(from, to)
             .copied()
+            .flatten()
             .unwrap_or_default();
         let cfg = s.egress.then(&pair).then(&d.ingress);
         // Rolls only for configured faults, in a fixed order, so an unfaulted run draws nothing.
@@ -792,8 +823,8 @@ impl Fabric {
             seq: 0,
             queue: BinaryHeap::new(),
             ports: Vec::new(),
-            pair_faults: BTreeMap::new(),
-            pairs: BTreeMap::new(),
+            pair_faults: PairTable::default(),
+            pairs: PairTable::default(),
             rng: Rng::new(seed),
             latency_ns: DEFAULT_LATENCY_NS,
             pending_timers: HashSet::default(),
@@ -970,7 +1001,7 @@ impl Fabric {
 
     /// Faults for frames from `from` to `to` (not the reverse direction).
     pub fn set_pair_faults(&self, from: PortId, to: PortId, cfg: FaultConfig) {
-        self.lock().pair_faults.insert((from, to), cfg);
+        *self.lock().pair_faults.entry(from, to) = Some(cfg);
     }
 
     /// Faults for every frame `port` sends.
@@ -990,7 +1021,7 @@ impl Fabric {
     /// Removes every fault configuration.
     pub fn clear_faults(&self) {
         let mut s = self.lock();
-        s.pair_faults.clear();
+        s.pair_faults = PairTable::default();
         for e in &mut s.ports {
             e.egress = FaultConfig::none();
             e.ingress = FaultConfig::none();
@@ -1007,11 +1038,7 @@ impl Fabric {
 
     /// Counters of the ordered pair `from → to`.
     pub fn pair_counters(&self, from: PortId, to: PortId) -> PairCounters {
-        self.lock()
-            .pairs
-            .get(&(from, to))
-            .copied()
-            .unwrap_or_default()
+        self.lock().pairs.get(from, to).copied().unwrap_or_default()
     }
 
     /// Starts capturing delivered frames; returns the previous writer.
