@@ -746,6 +746,16 @@ impl FabricHandle {
         self.with(|s| s.transmit(from, frame));
     }
 
+    /// [`transmit`](Self::transmit)s each of `frames` in order under one lock (a READ's
+    /// responses: one lock round trip per READ instead of per packet).
+    pub fn transmit_all(&self, from: PortId, frames: impl Iterator<Item = Vec<u8>>) {
+        self.with(|s| {
+            for f in frames {
+                s.transmit(from, f);
+            }
+        });
+    }
+
     /// Current virtual time (0 if the fabric is gone).
     pub fn now_ns(&self) -> u64 {
         self.with(State::sync_clock).unwrap_or(0)

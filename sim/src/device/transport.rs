@@ -24,11 +24,29 @@ use crate::qp::{QpAttr, QpState, QpType, RecvEntry};
 use crate::srq;
 use crate::wqe::{Cqe, RecvWqe, SqWqe, event, status, wc};
 
+/// What the fabric hands to a device's transport ([`crate::Device::transport_input`]).
+#[derive(Debug)]
+pub enum TransportInput {
+    /// A frame delivered to the device's port.
+    Frame(Vec<u8>),
+    /// A timer the transport scheduled fired; its token.
+    Timer(u64),
+    /// The port's link went up (true) or down.
+    Link(bool),
+}
+
 /// The network side of a device. All methods run with the device locked.
 pub trait Transport: Send {
     /// Does pending transport work (timers, fabric frames). Returns true if it made progress;
     /// `Device::process` calls it until it returns false and no doorbell work is left.
     fn poll(&mut self, core: &mut Core) -> bool;
+    /// Queues an input for the next [`poll`](Self::poll), which handles inputs in arrival order.
+    fn input(&mut self, input: TransportInput) {
+        let _ = input;
+    }
+    /// Makes the transport's statistics visible to their readers (it may keep them privately
+    /// while it runs; [`crate::Device::publish_transport`] calls this before a read).
+    fn publish(&self) {}
     /// SQ doorbell for a QP in RTS, after local WQEs at the head of the SQ have run.
     fn sq_kick(&mut self, core: &mut Core, qp: u32) {
         let _ = (core, qp);
