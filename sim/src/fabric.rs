@@ -25,7 +25,7 @@
 #![deny(unsafe_code)]
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -313,6 +313,24 @@ impl Hasher for TimerIdHasher {
 
 type TimerIds = BuildHasherDefault<TimerIdHasher>;
 
+/// A pending timer's queue entry: its own, or, once re-armed, that of the timer it replaced.
+#[derive(Clone, Copy)]
+struct Live {
+    /// Id (= sequence number) of the entry.
+    entry: u64,
+    /// The entry's due time.
+    entry_at: u64,
+}
+
+/// A re-armed timer riding on an earlier timer's queue entry (see `State::rearm_timer`).
+#[derive(Clone, Copy)]
+struct Carried {
+    at: u64,
+    id: u64,
+    port: PortId,
+    token: u64,
+}
+
 /// A value per ordered pair of port ids, indexed directly: the counters are touched twice per
 /// frame, where a B-tree keyed by the pair cost a search each time. Rows and columns grow on
 /// first use, so any id works (faults may be set before a port is attached).
@@ -352,8 +370,13 @@ struct State {
     pairs: PairTable<PairCounters>,
     rng: Rng,
     latency_ns: u64,
-    pending_timers: HashSet<u64, TimerIds>,
+    /// Timers scheduled and not yet fired or cancelled, by id, with the queue entry that
+    /// stands for each (see [`Carried`]).
+    pending_timers: HashMap<u64, Live, TimerIds>,
+    /// Queue entries of cancelled timers, discarded when they come out.
     cancelled_timers: HashSet<u64, TimerIds>,
+    /// Queue entries whose timer was re-armed: by entry id, the timer that takes its place.
+    carried: HashMap<u64, Carried, TimerIds>,
     capture: Option<PcapWriter<Box<dyn Write + Send>>>,
     capture_errors: u64,
     clock: Option<RealClock>,
@@ -585,10 +608,10 @@ impl State {
             }
             let ev = self.queue.pop()?;
             if let EventKind::Timer { id, .. } = ev.kind {
-                self.pending_timers.remove(&id);
-                if self.cancelled_timers.remove(&id) {
+                if self.release_carried(id) || self.cancelled_timers.remove(&id) {
                     continue;
                 }
+                self.pending_timers.remove(&id);
             }
             self.now = self.now.max(ev.at);
             return Some(self.handle(ev.kind));
@@ -639,19 +662,94 @@ impl State {
     fn schedule_timer(&mut self, port: PortId, at_ns: u64, token: u64) -> TimerId {
         let now = self.sync_clock();
         let id = self.seq;
-        self.pending_timers.insert(id);
-        self.push(at_ns.max(now), EventKind::Timer { port, token, id });
+        let at = at_ns.max(now);
+        self.pending_timers.insert(
+            id,
+            Live {
+                entry: id,
+                entry_at: at,
+            },
+        );
+        self.push(at, EventKind::Timer { port, token, id });
         TimerId(id)
     }
 
     fn cancel_timer(&mut self, id: TimerId) -> bool {
-        if self.pending_timers.remove(&id.0) {
-            self.cancelled_timers.insert(id.0);
-            self.compact_cancelled();
-            true
-        } else {
-            false
+        let Some(live) = self.pending_timers.remove(&id.0) else {
+            return false;
+        };
+        if live.entry != id.0 {
+            self.carried.remove(&live.entry);
         }
+        self.cancelled_timers.insert(live.entry);
+        self.compact_cancelled();
+        true
+    }
+
+    /// Cancels `old` and schedules `port`'s timer `token` at `at_ns`, with the same outcome
+    /// as [`cancel_timer`](Self::cancel_timer) then [`schedule_timer`](Self::schedule_timer):
+    /// the new timer gets the next sequence number and fires at `(at_ns, id)` in the queue's
+    /// order. A requester re-arms on every response packet, so when `old`'s queue entry is due
+    /// no later than the new time, the new timer rides on that entry instead of entering the
+    /// queue (and the cancelled entry staying there): when the entry comes out, the timer is
+    /// queued under its own `(time, id)`. Nothing can come out between the entry and that key
+    /// that would not have come out first anyway (the entry's key is the smaller: its time is
+    /// not later and its id is older), so every event is handled in the same order.
+    fn rearm_timer(
+        &mut self,
+        old: Option<TimerId>,
+        port: PortId,
+        at_ns: u64,
+        token: u64,
+    ) -> TimerId {
+        let now = self.sync_clock();
+        let at = at_ns.max(now);
+        let live = old.and_then(|o| Some((o, *self.pending_timers.get(&o.0)?)));
+        let Some((old, live)) = live.filter(|(_, l)| l.entry_at <= at) else {
+            if let Some(old) = old {
+                self.cancel_timer(old);
+            }
+            return self.schedule_timer(port, at, token);
+        };
+        self.pending_timers.remove(&old.0);
+        let id = self.seq;
+        self.seq += 1;
+        self.pending_timers.insert(id, live);
+        self.carried.insert(
+            live.entry,
+            Carried {
+                at,
+                id,
+                port,
+                token,
+            },
+        );
+        TimerId(id)
+    }
+
+    /// If queue entry `entry` carries a re-armed timer, queues that timer under its own key
+    /// and returns true (the entry itself is spent).
+    fn release_carried(&mut self, entry: u64) -> bool {
+        let Some(c) = self.carried.remove(&entry) else {
+            return false;
+        };
+        if let Some(live) = self.pending_timers.get_mut(&c.id) {
+            *live = Live {
+                entry: c.id,
+                entry_at: c.at,
+            };
+        }
+        // Not `push`: the sequence number was taken when the timer was re-armed.
+        self.queue.push(Event {
+            at: c.at,
+            seq: c.id,
+            kind: EventKind::Timer {
+                port: c.port,
+                token: c.token,
+                id: c.id,
+            },
+        });
+        true
     }
 
     /// Drops cancelled timers from the queue once they are most of it. A requester re-arms
@@ -681,6 +779,10 @@ impl State {
                 EventKind::Timer { id, .. } if self.cancelled_timers.contains(&id) => {
                     self.queue.pop();
                     self.cancelled_timers.remove(&id);
+                }
+                EventKind::Timer { id, .. } if self.carried.contains_key(&id) => {
+                    self.queue.pop();
+                    self.release_carried(id);
                 }
                 _ => return Some(top.at),
             }
@@ -790,11 +892,8 @@ impl FabricHandle {
         token: u64,
     ) -> TimerId {
         self.with(|s| {
-            if let Some(old) = old {
-                s.cancel_timer(old);
-            }
             let at = s.sync_clock().saturating_add(delay_ns);
-            s.schedule_timer(port, at, token)
+            s.rearm_timer(old, port, at, token)
         })
         .unwrap_or(TimerId(u64::MAX))
     }
@@ -837,8 +936,9 @@ impl Fabric {
             pairs: PairTable::default(),
             rng: Rng::new(seed),
             latency_ns: DEFAULT_LATENCY_NS,
-            pending_timers: HashSet::default(),
+            pending_timers: HashMap::default(),
             cancelled_timers: HashSet::default(),
+            carried: HashMap::default(),
             capture: None,
             capture_errors: 0,
             clock: None,
