@@ -450,14 +450,11 @@ enum Action {
 }
 
 impl Action {
-    fn run(self, shared: &Arc<Shared>) {
+    /// `handle` is the caller's, made once: a fresh one per frame cost two reference-count
+    /// updates.
+    fn run(self, handle: &FabricHandle) {
         match self {
-            Self::Receive(p, f, now) => {
-                let pool = FabricHandle {
-                    shared: Arc::downgrade(shared),
-                };
-                p.receive_owned(f, now, &pool);
-            }
+            Self::Receive(p, f, now) => p.receive_owned(f, now, handle),
             Self::Timer(p, token, now) => p.on_timer(token, now),
             Self::Link(p, up) => p.link_changed(up),
             Self::Nothing => {}
@@ -913,6 +910,8 @@ impl FabricHandle {
 /// The fabric. See the module documentation.
 pub struct Fabric {
     shared: Arc<Shared>,
+    /// Handed to the callbacks `step` and `advance_to` run.
+    handle: FabricHandle,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -946,11 +945,15 @@ impl Fabric {
             in_callback: 0,
             sleepers: 0,
         };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+        });
         Self {
-            shared: Arc::new(Shared {
-                state: Mutex::new(state),
-                cv: Condvar::new(),
-            }),
+            handle: FabricHandle {
+                shared: Arc::downgrade(&shared),
+            },
+            shared,
             thread: Mutex::new(None),
         }
     }
@@ -1033,7 +1036,7 @@ impl Fabric {
         let action = self.lock().pop_ready(None);
         match action {
             Some(a) => {
-                a.run(&self.shared);
+                a.run(&self.handle);
                 true
             }
             None => false,
@@ -1058,7 +1061,7 @@ impl Fabric {
             let action = self.lock().pop_ready(Some(t_ns));
             match action {
                 Some(a) => {
-                    a.run(&self.shared);
+                    a.run(&self.handle);
                     n += 1;
                 }
                 None => break,
@@ -1230,6 +1233,9 @@ impl Drop for Fabric {
 const MAX_WAIT: Duration = Duration::from_millis(50);
 
 fn delivery_thread(shared: &Arc<Shared>) {
+    let handle = FabricHandle {
+        shared: Arc::downgrade(shared),
+    };
     let mut s = shared.lock();
     loop {
         if s.stop {
@@ -1240,7 +1246,7 @@ fn delivery_thread(shared: &Arc<Shared>) {
         if let Some(action) = s.pop_ready(limit) {
             s.in_callback += 1;
             drop(s);
-            action.run(shared);
+            action.run(&handle);
             s = shared.lock();
             s.in_callback -= 1;
             continue;

@@ -86,7 +86,7 @@ pub struct PortLink {
     port: PortId,
     /// The transport's counts as last published ([`PortLink::counters`] asks for them).
     published: Mutex<TransportCounters>,
-    /// Set once by [`attach`]; read per frame, so no lock.
+    /// Set once by [`attach`]; [`PortLink::counters`] asks the device to publish through it.
     device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
 }
@@ -140,14 +140,6 @@ impl PortLink {
         self.read_delay_ns.load(Ordering::Relaxed)
     }
 
-    fn push(&self, i: TransportInput) {
-        let dev = self.device.get().and_then(Weak::upgrade);
-        if let Some(d) = dev {
-            d.transport_input(i);
-            d.wake();
-        }
-    }
-
     fn transmit(&self, frame: Vec<u8>) {
         self.fabric.transmit(self.port, frame);
     }
@@ -173,6 +165,17 @@ impl PortLink {
 #[derive(Debug)]
 pub struct DevicePort {
     link: Arc<PortLink>,
+    /// Held strongly, not through the link's `Weak`: upgrading one per input cost two atomic
+    /// read-modify-writes. No cycle: the device reaches the fabric only through a `Weak`
+    /// handle, so dropping the fabric (or detaching the port) releases the device.
+    dev: Arc<Device>,
+}
+
+impl DevicePort {
+    fn push(&self, i: TransportInput) {
+        self.dev.transport_input(i);
+        self.dev.wake();
+    }
 }
 
 impl FabricPort for DevicePort {
@@ -183,17 +186,17 @@ impl FabricPort for DevicePort {
         let mut copy = self.link.fabric.frame_buffer();
         copy.clear();
         copy.extend_from_slice(frame);
-        self.link.push(TransportInput::Frame(copy));
+        self.push(TransportInput::Frame(copy));
     }
     fn receive_owned(&self, frame: Vec<u8>, _now_ns: u64, _pool: &FabricHandle) {
         // The transport recycles it after handling (`RoceTransport::poll`).
-        self.link.push(TransportInput::Frame(frame));
+        self.push(TransportInput::Frame(frame));
     }
     fn on_timer(&self, token: u64, _now_ns: u64) {
-        self.link.push(TransportInput::Timer(token));
+        self.push(TransportInput::Timer(token));
     }
     fn link_changed(&self, up: bool) {
-        self.link.push(TransportInput::Link(up));
+        self.push(TransportInput::Link(up));
     }
 }
 
@@ -204,6 +207,7 @@ pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink
     let (_, port) = fabric.attach_with(|id, handle| {
         Arc::new(DevicePort {
             link: PortLink::new(mac, id, handle),
+            dev: dev.clone(),
         })
     });
     let link = port.link.clone();
