@@ -712,3 +712,54 @@ fn reconnect_from_a_reused_qpn_meets_timewait() {
     .close();
     c.finish();
 }
+
+/// The address and connection-data queries before there is anything to report, and with a
+/// buffer too small for the address (STATUS_BUFFER_TOO_SMALL with the size needed).
+#[test]
+fn queries_before_a_connection_and_short_address_buffers() {
+    let c = cm_cluster(true);
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(client.local_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(client.peer_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(
+        client.connection_data(Some(56)).status,
+        STATUS_CONNECTION_INVALID
+    );
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.local_address(), Err(STATUS_INVALID_DEVICE_STATE));
+    assert_eq!(l.listen(sa(c.host(1).ip, 0)), STATUS_SUCCESS);
+    let mut buf = [0u8; 28];
+    // SAFETY: a live listener of this provider.
+    let table = unsafe { (*l.ptr).Dispatch };
+    // SAFETY: its dispatch table is a static of the provider.
+    let get = unsafe { (*table).NdkGetLocalAddress };
+    let mut len: ULONG = 27;
+    // SAFETY: a live listener; the buffer holds `len` bytes.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_BUFFER_TOO_SMALL, 28), "an IPv6 address");
+    assert_eq!(buf, [0; 28], "nothing written");
+    let mut len: ULONG = 28;
+    // SAFETY: as above.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_SUCCESS, 28));
+    assert_eq!(u16::from_ne_bytes([buf[0], buf[1]]), AF_INET6);
+    assert_eq!(buf[8..24], c.host(1).gid);
+    let se = c
+        .adapter(0)
+        .create_shared_endpoint(sa(c.host(0).ip, 0))
+        .unwrap();
+    let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(sa(any, 0)).err(),
+        Some(STATUS_INVALID_ADDRESS)
+    );
+    let taken = se.local_address().unwrap();
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(taken).err(),
+        Some(STATUS_SHARING_VIOLATION)
+    );
+    assert_eq!(se.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    c.finish();
+}
