@@ -658,11 +658,11 @@ fn sequential_cycles_leave_nothing_behind() {
 }
 
 /// A QP closed and made again gets the same QPN from the device; connecting from it while
-/// the peer still holds the previous connection in TIMEWAIT is refused as stale (REJ 10:
-/// STATUS_CONNECTION_REFUSED), as cm.md §4.1 has Linux do. Recorded here because it limits
-/// churn with immediate QP reuse (see the report of issue 11's core).
+/// the peer still holds the previous connection in TIMEWAIT succeeds, as with Linux, whose
+/// CM forgets a connection's remote QPN when it enters TIMEWAIT (only a live connection
+/// naming the QPN makes a REQ stale).
 #[test]
-fn reconnect_from_a_reused_qpn_meets_timewait() {
+fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
     let c = cm_cluster(false);
     let p = pair(&c);
     let (ia, ib) = (c.host(0).ip, c.host(1).ip);
@@ -694,13 +694,19 @@ fn reconnect_from_a_reused_qpn_meets_timewait() {
     let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
     assert_eq!(qpn(&qa), old, "the device reuses the QPN");
     let client = c.adapter(0).create_connector().unwrap();
-    assert_eq!(
-        client.connect(&qa, sa(ia, 0), at2, 1, 1, &[]),
-        STATUS_CONNECTION_REFUSED
-    );
-    assert_eq!(l.incoming.calls(), 0);
-    assert_eq!(client.close(), STATUS_SUCCESS);
-    assert_eq!(l.close(), STATUS_SUCCESS);
+    let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS, "NdkConnect from the reused QPN");
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 1);
+    common::ndk::CmPair {
+        client,
+        server,
+        listener: l,
+    }
+    .disconnect_and_close();
     Pair {
         pd_a,
         pd_b,
