@@ -11,8 +11,9 @@ mod ndk_cm_mesh;
 use std::collections::HashSet;
 
 use common::Mode;
-use common::ndk::{Cluster, ClusterConfig, engine_live};
+use common::ndk::{Cluster, ClusterConfig, QpSpec, engine_live, sa};
 use ndk_cm_mesh::Mesh;
+use pvrdma_ndk::ndkpi::*;
 
 fn cluster() -> Cluster {
     Cluster::with(ClusterConfig {
@@ -102,6 +103,76 @@ fn sixty_four_simultaneous_connections_both_ways() {
     mesh.establish(&c);
     let clients: HashSet<_> = mesh.links.iter().map(|l| l.client_at.unwrap()).collect();
     assert_eq!(clients.len(), 64, "64 distinct client endpoints");
+    mesh.transfer(&c);
+    mesh.disconnect(&c);
+    mesh.close_links(&c);
+    mesh.close(&c);
+    c.finish();
+}
+
+/// Churn at the consumer's pace: cycle after cycle with no pause, so virtual time never
+/// runs through TIMEWAIT (≈ 2 s; every wait is for a fact, none settles). Each cycle leaves
+/// one connection in TIMEWAIT on each host, holding one of the engine's slots
+/// (`EngineConfig::capacity`, 256): the cycle after the table filled, NdkConnect fails
+/// inline with STATUS_INSUFFICIENT_RESOURCES, leaving nothing reserved; once TIMEWAIT has
+/// run out, connections succeed again. So an adapter sustains at most capacity / TIMEWAIT
+/// ≈ 128 new connections a second. QPs stay open to the end: a pended close would settle
+/// the cluster.
+#[test]
+fn churn_faster_than_timewait_fills_the_table_until_timewait_ends() {
+    let c = cluster();
+    let capacity = c.host(0).ndk.connections().unwrap().config().capacity;
+    let mut mesh = Mesh::new(&c, 2);
+    mesh.sides[1].listen(&c, 1);
+    let mut qps = Vec::new();
+    let start = c.pump().now_ns();
+    for cycle in 0..capacity {
+        mesh.connect(&c, 0, 1);
+        mesh.establish(&c);
+        let l = mesh.links.pop().unwrap();
+        let server = l.server.unwrap();
+        let r = l.client.disconnect_raw();
+        c.wait_for("the DisconnectEvent", || server.disconnects.count() == 1);
+        assert_eq!(server.disconnect(), STATUS_SUCCESS, "cycle {cycle}");
+        assert_eq!(r.wait(), STATUS_SUCCESS, "cycle {cycle}");
+        assert_eq!(l.client.close(), STATUS_SUCCESS);
+        assert_eq!(server.close(), STATUS_SUCCESS);
+        qps.push(l.client_qp);
+        qps.push(l.server_qp);
+        let held = (engine_live(c.host(0)).0, engine_live(c.host(1)).0);
+        assert_eq!(held, (cycle + 1, cycle + 1), "cycle {cycle}: in TIMEWAIT");
+    }
+    let took = c.pump().now_ns() - start;
+    assert!(took < 2_000_000_000, "faster than one TIMEWAIT: {took} ns");
+    // The table is full of TIMEWAIT: the next connect is refused at once.
+    let side = &mesh.sides[0];
+    let qp = side
+        .pd
+        .create_qp(&side.cq, &side.cq, QpSpec::new(0xF0))
+        .unwrap();
+    let connector = c.host(0).adapter.create_connector().unwrap();
+    let at = mesh.sides[1].at.unwrap();
+    let r = connector.connect_raw(&qp, sa(c.host(0).ip, 0), at, 8, 8, &[]);
+    assert_eq!(
+        r.inline, STATUS_INSUFFICIENT_RESOURCES,
+        "NdkConnect, table full"
+    );
+    assert_eq!(
+        engine_live(c.host(0)),
+        (capacity, 0, 0, 0),
+        "nothing reserved"
+    );
+    assert_eq!(connector.close(), STATUS_SUCCESS);
+    assert_eq!(qp.close(), STATUS_SUCCESS);
+    // Virtual time runs through every armed timer: TIMEWAIT ends.
+    c.settle();
+    assert_eq!(engine_live(c.host(0)).0, 0);
+    assert_eq!(engine_live(c.host(1)).0, 0);
+    for q in qps {
+        assert_eq!(q.close(), STATUS_SUCCESS);
+    }
+    mesh.connect(&c, 0, 1);
+    mesh.establish(&c);
     mesh.transfer(&c);
     mesh.disconnect(&c);
     mesh.close_links(&c);
