@@ -693,6 +693,9 @@ fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
     qa.close();
     let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
     assert_eq!(qpn(&qa), old, "the device reuses the QPN");
+    // The passive QP is new too: a QP connects once (the old one is in ERR).
+    qb.close();
+    let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
     let client = c.adapter(0).create_connector().unwrap();
     let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
     let server = l.next_incoming();

@@ -1368,7 +1368,9 @@ impl Cm {
                 self.push(Action::Send { path, mad });
                 self.push_event(slot, Event::Disconnected { timed_out: false });
             }
-            State::Timewait => {
+            // IDLE: TIMEWAIT (≈ 2 s on the passive side) ended before the peer's DREQ came
+            // again (6.144 s), with the consumer's connector still open; our DREP was lost.
+            State::Timewait | State::Idle => {
                 let mad = conn_drep(c, tid);
                 let path = c.path;
                 self.push(Action::Send { path, mad });
