@@ -434,11 +434,17 @@ impl<T: SlotTable> OrderedQueue<T> {
 
 /// The poll's fast path, on a QP queue (whose slot records are beside its WQEs).
 impl<K> OrderedQueue<WqWriter<K, SlotCell>> {
-    /// Retires the oldest outstanding request if `wr_id` names it exactly and it is
-    /// signalled, and returns its record (without the posted length); `None` changes
-    /// nothing, and the caller falls back to [`Self::retire`].
+    /// Retires the oldest outstanding request if `wr_id` names it exactly (tag and index)
+    /// and `take` accepts its record, returning what `take` read of it (before the slot is
+    /// published for reuse); `None` changes nothing, and the caller falls back to
+    /// [`Self::retire`].
     #[inline(always)]
-    pub fn retire_oldest_signaled(&self, tag: u32, wr_id: u64) -> Option<SlotRecord> {
+    pub fn retire_oldest<T>(
+        &self,
+        tag: u32,
+        wr_id: u64,
+        take: impl FnOnce(&SlotCell) -> Option<T>,
+    ) -> Option<T> {
         let retired = self.retired.load(Ordering::Relaxed);
         if wr_id != u64::from(tag) << 32 | u64::from(retired) {
             return None;
@@ -446,13 +452,10 @@ impl<K> OrderedQueue<WqWriter<K, SlotCell>> {
         if retired == self.posted.load(Ordering::Acquire) {
             return None;
         }
-        let rec = self.slots.record(retired).get();
-        if !rec.signaled {
-            return None;
-        }
+        let taken = take(self.slots.record(retired))?;
         self.retired
             .store(retired.wrapping_add(1), Ordering::Release);
-        Some(rec)
+        Some(taken)
     }
 
     /// Starts a run of retirements for `wr_id`s tagged `tag` ([`RetireWindow`]): the

@@ -618,7 +618,7 @@ impl Cq {
         };
         // More than one result to take: the loop, whose setup pays for itself.
         if ready != 1 && out.len() != 1 {
-            return self.fill_run(out, 0, head);
+            return self.fill_many(out, head, ready as usize);
         }
         let Some(first) = out.first_mut() else {
             return 0;
@@ -633,10 +633,50 @@ impl Cq {
         let Some(qp) = (unsafe { self.find_local(u64::from(c.handle())) }) else {
             return self.fill_run(out, 0, head);
         };
-        let Some(rec) = qp.send_book().retire_oldest_signaled(tag::SQ, c.wr_id()) else {
+        let wr_id = c.wr_id();
+        let send = qp.send_book().retire_oldest(tag::SQ, wr_id, |rec| {
+            let meta = rec.meta();
+            meta.signaled().then(|| (rec.request_context(), meta.op()))
+        });
+        let Some((request_context, op)) = send else {
+            return self.fill_receive(out, head, qp, wr_id);
+        };
+        first.success(qp.context(), request_context, op);
+        let head = reader.next(head);
+        if out.len() == 1 {
+            reader.consume(head);
+            return 1;
+        }
+        self.fill_run(out, 1, head)
+    }
+
+    /// The peel for a CQE that is not a send's, out of line (the send's peel keeps its
+    /// registers): CQE `head` (successful, naming `qp`, with `wr_id`) if it is the oldest
+    /// outstanding receive of `qp`'s receive queue, which completes on this CQ, with a
+    /// length its buffers hold, no immediate data and no invalidation (as
+    /// [`Self::run_receives`] takes them); anything else goes to [`Self::fill_run`].
+    #[inline(never)]
+    fn fill_receive<R: CqResult>(&self, out: &mut [R], head: u32, qp: &Qp, wr_id: u64) -> usize {
+        let reader = &self.reader;
+        let (Some(book), Some(slot)) = (qp.recv_book(), out.first_mut()) else {
             return self.fill_run(out, 0, head);
         };
-        first.success(qp.context(), rec.request_context, rec.op);
+        if qp.cq_handles().1 != self.handle {
+            return self.fill_run(out, 0, head);
+        }
+        let c = reader.at(head);
+        let len = c.byte_len();
+        let max = self.max_byte_len;
+        let received = book.retire_oldest(tag::RQ, wr_id, |rec| {
+            let sane = len <= core::cmp::min(rec.posted_len(), max)
+                && c.wc_flags() & (WITH_IMM | WITH_INVALIDATE) == 0;
+            sane.then(|| rec.request_context())
+        });
+        let Some(request_context) = received else {
+            return self.fill_run(out, 0, head);
+        };
+        slot.received(qp.context(), request_context, len);
+        qp.traffic().received(u64::from(len));
         let head = reader.next(head);
         if out.len() == 1 {
             reader.consume(head);
@@ -651,8 +691,8 @@ impl Cq {
     /// [`Self::fill_general`], as does a ring that runs dry with results still wanted. The
     /// ring's table and each run's queue state are read once, not per CQE.
     #[inline(never)]
-    fn fill_run<R: CqResult>(&self, out: &mut [R], mut n: usize, head: u32) -> usize {
-        let mut left = match self.reader.ready(head) {
+    fn fill_run<R: CqResult>(&self, out: &mut [R], n: usize, head: u32) -> usize {
+        let left = match self.reader.ready(head) {
             CqState::Ready(k) => k as usize,
             // Dry with results still wanted: POLL and one more look, out of line.
             CqState::Empty => return self.fill_general(out, n, head, 0),
@@ -663,6 +703,25 @@ impl Cq {
                 return n;
             }
         };
+        self.run_from(out, n, head, left)
+    }
+
+    /// [`Self::fill_run`] from the thunk's peel, which validated the ring and found `left`
+    /// CQEs ready (more than one result to take).
+    #[inline(never)]
+    fn fill_many<R: CqResult>(&self, out: &mut [R], head: u32, left: usize) -> usize {
+        self.run_from(out, 0, head, left)
+    }
+
+    /// The loop of [`Self::fill_run`] over the `left` CQEs ready from `head`.
+    #[inline(always)]
+    fn run_from<R: CqResult>(
+        &self,
+        out: &mut [R],
+        mut n: usize,
+        head: u32,
+        mut left: usize,
+    ) -> usize {
         let ring = self.reader.ring();
         // Free-running from `head`: only its residue locates a CQE.
         let mut at = head;
@@ -744,11 +803,11 @@ impl Cq {
             let Some(rec) = w.oldest(c.wr_id()) else {
                 break;
             };
-            let meta = rec.meta();
+            let (request_context, meta) = (rec.request_context(), rec.meta());
             if !meta.signaled() {
                 break;
             }
-            slot.success(ctx, rec.request_context(), meta.op());
+            slot.success(ctx, request_context, meta.op());
             w.advance();
             at = at.wrapping_add(1);
         }
@@ -788,12 +847,12 @@ impl Cq {
                 break;
             };
             let len = c.byte_len();
-            if len > core::cmp::min(rec.posted_len(), max)
-                || c.wc_flags() & (WITH_IMM | WITH_INVALIDATE) != 0
+            let (request_context, posted) = (rec.request_context(), rec.posted_len());
+            if len > core::cmp::min(posted, max) || c.wc_flags() & (WITH_IMM | WITH_INVALIDATE) != 0
             {
                 break;
             }
-            slot.received(ctx, rec.request_context(), len);
+            slot.received(ctx, request_context, len);
             bytes += u64::from(len);
             w.advance();
             at = at.wrapping_add(1);
