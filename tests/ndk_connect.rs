@@ -700,7 +700,11 @@ fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
     let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
     let server = l.next_incoming();
     let accept = server.accept_raw(&qb, 1, 1, &[]);
-    assert_eq!(connect.wait(), STATUS_SUCCESS, "NdkConnect from the reused QPN");
+    assert_eq!(
+        connect.wait(),
+        STATUS_SUCCESS,
+        "NdkConnect from the reused QPN"
+    );
     assert_eq!(client.complete_connect(), STATUS_SUCCESS);
     assert_eq!(accept.wait(), STATUS_SUCCESS);
     assert_eq!(l.incoming.calls(), 1);
