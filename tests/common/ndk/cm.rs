@@ -657,7 +657,9 @@ impl CmPair {
     /// Graceful disconnect from the client (the server sees its DisconnectEvent and
     /// disconnects too), then every connection object closes.
     pub fn disconnect_and_close(self) {
-        assert_eq!(self.client.disconnect_raw().inline, STATUS_PENDING);
+        // Kept until it completes: its context is the completion's.
+        let client_done = self.client.disconnect_raw();
+        assert_eq!(client_done.inline, STATUS_PENDING);
         let server = &self.server;
         self.server
             .pump
@@ -665,6 +667,7 @@ impl CmPair {
                 server.disconnects.count() == 1
             });
         assert_eq!(self.server.disconnect(), STATUS_SUCCESS);
+        assert_eq!(client_done.wait(), STATUS_SUCCESS);
         self.server.pump.settle();
         assert_eq!(self.client.close(), STATUS_SUCCESS);
         assert_eq!(self.server.close(), STATUS_SUCCESS);
