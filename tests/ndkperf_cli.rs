@@ -100,7 +100,7 @@ fn a_tiny_run_prints_perftest_tables() {
         " Number of qps   : 1",
         " TX depth        : 4",
         " Mtu             : 1024[B]",
-        " Outstand reads  : 4",
+        " Outstand reads  : 16",
         "payloads verified: OK",
         "RDMA_Read Latency Test (one READ round trip, as ib_read_lat)",
         "RDMA_Write Latency Test (half a WRITE ping-pong, as ib_write_lat)",
