@@ -530,6 +530,11 @@ unsafe fn initialize_adapter(
         Ok(r) => ctx.resolver = Some(r),
         Err(_) => return NDIS_STATUS_RESOURCES,
     }
+    if let Some(r) = ctx.resolver.clone()
+        && let Err(s) = miniport.start_connections(r)
+    {
+        return s;
+    }
 
     let mut general = general_attributes(&miniport.general_attributes());
     // SAFETY: a general-attributes structure, valid for the call.

@@ -212,6 +212,30 @@ impl Miniport {
             })
     }
 
+    /// Starts connection management over the interface's address `resolver` (PASSIVE_LEVEL,
+    /// once InitializeEx's bring-up is done): QP1, a GID per interface address, the CM. The
+    /// node GUID is the port MAC's EUI-64.
+    ///
+    /// # Errors
+    /// NDIS_STATUS_ADAPTER_NOT_READY after Halt; NDIS_STATUS_RESOURCES or
+    /// NDIS_STATUS_FAILURE when the engine cannot start.
+    pub fn start_connections(
+        &self,
+        resolver: Arc<dyn crate::os::net::AddressResolver>,
+    ) -> Result<(), NDIS_STATUS> {
+        let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
+        let m = self.mac;
+        let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
+        // CAST: the low bits of the clock are the randomness wanted.
+        let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
+        let cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
+        ndk.start_connections(self.platform.clone(), resolver, cfg)
+            .map_err(|e| match e {
+                crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
+                _ => NDIS_STATUS_FAILURE,
+            })
+    }
+
     /// The NDK device (None after Halt).
     pub fn ndk_device(&self) -> Option<Arc<NdkDevice>> {
         self.stack.lock().as_ref().map(|s| s.ndk.clone())
@@ -237,6 +261,9 @@ impl Miniport {
             let open = &self.open;
             self.platform
                 .wait_until(&|| open.lock().is_empty(), self.halt_grace_ns);
+        }
+        if let Some(ndk) = self.ndk_device() {
+            ndk.stop_connections();
         }
         let stack = self.stack.lock().take();
         if let Some(Stack { ndk, hw, dev }) = stack {

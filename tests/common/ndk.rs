@@ -14,7 +14,8 @@
 //! - Clusters are connection-managed by default ([`ClusterConfig::cm`]), and
 //!   [`Cluster::connect`] connects two QPs through NdkListen / NdkConnect / NdkAccept /
 //!   NdkCompleteConnect; [`Qp::close`] and [`Cluster::finish`] part the connection with
-//!   NdkDisconnect and close its connectors before the QP closes ([`links`]). [`wire`] is
+//!   NdkDisconnect and close its connectors before the QP closes ([`links`]). [`cm_connect`]
+//!   is the same exchange with the connectors and listener handed to the test. [`wire`] is
 //!   the raw wiring (MODIFY_QP RTR/RTS with the peer's QPN, GID and MAC through the hardware
 //!   layer, then `set_qp_connected`) for clusters built [`ClusterConfig::without_cm`].
 //! - [`Cluster::finish`] closes the adapters and checks the leak invariants.
@@ -414,7 +415,7 @@ pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
 }
 
 #[derive(Default)]
-struct CloseCtx(AtomicU32);
+struct CloseCtx(pub(crate) AtomicU32);
 
 unsafe extern "system" fn on_close(ctx: PVOID) {
     // SAFETY: the context is an `Arc<CloseCtx>` `close_object` keeps alive until it returns.

@@ -2,7 +2,13 @@
 """Runs the linked driver image under speakeasy-emulator 1.5.11, with this script playing
 NDIS and the kernel (docs/BUILD.md, "Emulated run").
 
-Usage: run.py IMAGE.sys
+Usage: run.py IMAGE.sys [--device scripted|model]
+
+--device scripted (the default) answers BAR1 with the harness's own hand-written command
+responses (no doorbells, no data path); --device model puts the device model (pvrdma-sim,
+through the extension built from tools/emu/simbridge) behind the BARs, the shared memory and
+the interrupts, and adds the MR, QP, receive, arm and flush scenario only a real device
+answers.
 
 The harness records what DriverEntry registers, calls the handlers the way NDIS does and
 asserts every status, header and count. Structure layouts come from the NDIS documentation
@@ -13,6 +19,7 @@ harness runs them (work items only between top-level calls, never inside an OID 
 """
 import argparse
 import ipaddress
+import random
 import struct
 import sys
 
@@ -107,6 +114,8 @@ def caps_block():
 
 failures = []
 log_lines = []
+# False: only failed checks are printed (tools/emu/instr.py).
+verbose = True
 
 
 def asm_call(fn, args):
@@ -120,7 +129,8 @@ def asm_call(fn, args):
 
 def check(ok, what):
     line = ("ok   " if ok else "FAIL ") + what
-    print(line)
+    if verbose or not ok:
+        print(line)
     if not ok:
         failures.append(what)
     return ok
@@ -130,8 +140,146 @@ def header(data, off=0):
     return struct.unpack_from("<BBH", data, off)
 
 
+class ScriptedDevice:
+    """The harness's own BAR1: VERSION, the caps, every command answered with its response
+    code and a fresh handle, then vector 0. No UAR, no DMA of its own: shared memory is plain
+    emulator memory at identity bus addresses."""
+
+    def __init__(self, hz):
+        self.hz = hz
+
+    def map_bar(self, phys, va, length):
+        hz = self.hz
+        if phys == BAR1_PHYS:
+            hz.bar1 = va
+            hz.se.mem_write(va + REG_VERSION, struct.pack("<I", DEVICE_VERSION))
+            hz.se.add_mem_write_hook(hz.bar1_write, begin=va, end=va + length - 1)
+
+    def alloc_shared(self, length):
+        va = self.hz.alloc((length + 0xFFF) & ~0xFFF, "shared")
+        return va, va
+
+    def free_shared(self, va):
+        pass
+
+    def consumer_buffer(self, size):
+        va = self.hz.alloc(size, "consumer_buffer")
+        return va, va
+
+    def free_consumer_buffer(self, va):
+        pass
+
+    def run(self):
+        pass
+
+    def leaks(self):
+        return []
+
+
+class ModelDevice:
+    """Node `node` of a pvrdma_simbridge.World behind the BARs: BAR1 reads and writes and UAR
+    stores go to the model's register file and doorbells (memory hooks on the mapped ranges),
+    shared memory is the extension's host memory mapped into the emulator with mem_map_ptr
+    (the model DMAs into the very pages the driver uses), and the vectors the model raises
+    are queued for the harness's ISR delivery."""
+
+    def __init__(self, hz, world, node=0):
+        import unicorn
+        self.hz, self.world, self.node = hz, world, node
+        self.uc = hz.se.emu.emu_eng.emu
+        self.prot = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE
+        self.blocks = {}  # guest VA -> (bus, size), the driver's shared memory
+        self.consumer = {}  # the same for the consumer's buffers
+        self.bar2 = None
+
+    def map_bar(self, phys, va, length):
+        hz = self.hz
+        if phys == BAR1_PHYS:
+            hz.bar1 = va
+            hz.se.add_mem_read_hook(self.bar1_read, begin=va, end=va + length - 1)
+            hz.se.add_mem_write_hook(self.bar1_write, begin=va, end=va + length - 1)
+        elif phys == BAR2_PHYS:
+            self.bar2 = va
+            hz.se.add_mem_write_hook(self.uar_write, begin=va, end=va + length - 1)
+
+    def bar1_read(self, emu, access, addr, size, value, ctx):
+        # The hook runs before the load: the register's value is put where the load reads it
+        # (ICR is read-to-clear, so each load is one model read).
+        off = addr - self.hz.bar1
+        word = off & ~3
+        v = self.world.bar1_read(self.node, word)
+        self.hz.se.mem_write(self.hz.bar1 + word, struct.pack("<I", v))
+        if size != 4 or off & 3:
+            self.hz.bad_accesses.append(("BAR1 read", off, size))
+        return True
+
+    def bar1_write(self, emu, access, addr, size, value, ctx):
+        hz = self.hz
+        off = addr - hz.bar1
+        value &= 0xFFFF_FFFF
+        if off == REG_DSRLOW:
+            hz.dsr_low = value
+        elif off == REG_DSRHIGH:
+            hz.dsr = (value << 32) | hz.dsr_low
+        elif off == REG_REQUEST and hz.dsr:
+            slot = self.world.dma_read(self.node, hz.dsr + DSR_CMD_SLOT, 8)
+            req = slot and self.world.dma_read(self.node, struct.unpack("<Q", slot)[0] + 8, 4)
+            if req:
+                hz.requests.append(struct.unpack("<I", req)[0])
+        self.world.bar1_write(self.node, off, value, size)
+        return True
+
+    def uar_write(self, emu, access, addr, size, value, ctx):
+        self.hz.doorbells.append((addr - self.bar2, value & 0xFFFF_FFFF))
+        self.world.uar_write(self.node, addr - self.bar2, value & 0xFFFF_FFFF, size)
+        return True
+
+    def alloc_shared(self, length):
+        host, bus = self.world.alloc_dma(self.node, length)
+        size = (max(length, 1) + 0xFFF) & ~0xFFF
+        va, _ = self.hz.se.emu.get_valid_ranges(size)
+        self.uc.mem_map_ptr(va, size, self.prot, host)
+        self.blocks[va] = (bus, size)
+        return va, bus
+
+    def free_shared(self, va):
+        bus, size = self.blocks.pop(va)
+        self.uc.mem_unmap(va, size)
+        self.world.free_dma(self.node, bus)
+
+    def consumer_buffer(self, size):
+        """A consumer's locked buffer the device can reach: (guest VA, bus address of its
+        first page; the pages are bus-contiguous)."""
+        va, bus = self.alloc_shared(size)
+        self.consumer[va] = self.blocks.pop(va)
+        return va, bus
+
+    def free_consumer_buffer(self, va):
+        self.blocks[va] = self.consumer.pop(va)
+        self.free_shared(va)
+
+    def run(self):
+        """The model's doorbell work and interrupts until idle; the vectors it raised join
+        the harness's pending ones."""
+        self.world.run_devices()
+        self.hz.pending_vectors += self.world.take_vectors(self.node)
+
+    def leaks(self):
+        blocks, regions = self.world.dma_blocks(self.node)
+        return [what for what, bad in [
+            (f"{len(self.blocks)} mapped DMA blocks", self.blocks),
+            (f"{len(self.consumer)} consumer buffers", self.consumer),
+            (f"{blocks} DMA blocks, {regions} DMA regions in the model", blocks or regions),
+            (f"model objects {self.world.object_counts(self.node)}", any(self.world.object_counts(self.node)))] if bad]
+
+
 class Harness:
-    def __init__(self, image):
+    def __init__(self, image, device="model", world=None, node=0, unicast_rows=None, neighbours=None):
+        """`device`: "model" (node `node` of `world`, a fresh one-node World if None) or
+        "scripted". `unicast_rows` / `neighbours`: this host's IP stack (UNICAST_ROWS and
+        NEIGHBOURS by default), so two hosts on one World can have their own addresses."""
+        self.unicast_rows = UNICAST_ROWS if unicast_rows is None else unicast_rows
+        self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
         self.se = speakeasy.Speakeasy()
@@ -170,6 +318,18 @@ class Harness:
         self.address_listings = 0
         self.delay_slot = self._iat_slot("KeDelayExecutionThread")
         self.scratch = self.alloc(0x1000, "harness_scratch")
+        self.doorbells = []
+        self.bad_accesses = []
+        self.isr_log = []
+        if device == "model":
+            if world is None:
+                import pvrdma_simbridge
+                world = pvrdma_simbridge.World(1)
+            self.world = world
+            self.device = ModelDevice(self, world, node)
+        else:
+            self.world = None
+            self.device = ScriptedDevice(self)
         self._hooks()
 
     # ---- image facts ----
@@ -361,9 +521,9 @@ class Harness:
     def unicast_table(self, a):
         family, ptable = a
         check(family == AF_UNSPEC, f"GetUnicastIpAddressTable(AF_UNSPEC) ({family})")
-        rows = b"".join(self.unicast_row(luid, ip) for luid, ip in UNICAST_ROWS)
+        rows = b"".join(self.unicast_row(luid, ip) for luid, ip in self.unicast_rows)
         table = self.alloc(8 + len(rows), "mib_table")
-        self.se.mem_write(table, struct.pack("<II", len(UNICAST_ROWS), 0) + rows)
+        self.se.mem_write(table, struct.pack("<II", len(self.unicast_rows), 0) + rows)
         self.mib_tables.add(table)
         self.address_listings += 1
         self.se.mem_write(ptable, struct.pack("<Q", table))
@@ -380,7 +540,7 @@ class Harness:
         row = self.read(a[0], 88)
         family = struct.unpack_from("<H", row)[0]
         ip = str(ipaddress.ip_address(row[4:8] if family == AF_INET else row[8:24]))
-        mac = NEIGHBOURS.get(ip)
+        mac = self.neighbours.get(ip)
         if mac is None:
             return 0xC0000225  # STATUS_NOT_FOUND
         self.se.mem_write(a[0] + 40, mac.ljust(32, b"\0") + struct.pack("<Ii", 6, 5))  # NlnsReachable
@@ -406,10 +566,7 @@ class Harness:
         pva, handle, phys, length = a
         va = self.alloc(length, "bar_%x" % phys)
         self.maps[va] = (phys, length)
-        if phys == BAR1_PHYS:
-            self.bar1 = va
-            self.se.mem_write(va + REG_VERSION, struct.pack("<I", DEVICE_VERSION))
-            self.se.add_mem_write_hook(self.bar1_write, begin=va, end=va + length - 1)
+        self.device.map_bar(phys, va, length)
         self.se.mem_write(pva, struct.pack("<Q", va))
         return NDIS_STATUS_SUCCESS
 
@@ -427,16 +584,16 @@ class Harness:
 
     def alloc_shared(self, a):
         handle, length, cached, pva, ppa = a
-        va = self.alloc((length + 0xFFF) & ~0xFFF, "shared")
+        va, bus = self.device.alloc_shared(length)
         self.shared[va] = length
         self.se.mem_write(pva, struct.pack("<Q", va))
-        # Identity bus addresses: the harness's device reads DMA memory at its CPU address.
-        self.se.mem_write(ppa, struct.pack("<Q", va))
+        self.se.mem_write(ppa, struct.pack("<Q", bus))
         return 0
 
     def free_shared(self, a):
         _h, length, _c, va, _pa = a
-        check(self.shared.pop(va, None) == length, f"NdisMFreeSharedMemory(0x{va:x}, {length}) frees a live block")
+        if check(self.shared.pop(va, None) == length, f"NdisMFreeSharedMemory(0x{va:x}, {length}) frees a live block"):
+            self.device.free_shared(va)
         return 0
 
     def pool_alloc(self, a):
@@ -485,6 +642,7 @@ class Harness:
     def delay(self, a):
         interval = struct.unpack("<q", self.read(a[2], 8))[0]
         self.clock += -interval if interval < 0 else 10
+        self.device.run()
         self.deliver()
         return 0
 
@@ -575,13 +733,18 @@ class Harness:
 
     # ---- running ----
     def pump(self):
-        """Delivers pending device interrupts and queued DPCs between top-level calls."""
-        while self.pending_vectors or self.pending_dpcs:
+        """Delivers pending device interrupts and queued DPCs between top-level calls, running
+        the device model in between until nothing is left on either side."""
+        while True:
+            self.device.run()
+            if not (self.pending_vectors or self.pending_dpcs):
+                break
             if self.pending_vectors and self.interrupt_chars is not None:
                 isr = struct.unpack_from("<Q", self.interrupt_chars, 0x30)[0]
                 vectors, self.pending_vectors = self.pending_vectors, []
                 for v in vectors:
-                    self.call(isr, [self.interrupt_context, v, self.scratch + 0x100, self.scratch + 0x108], f"MSI-X ISR {v}")
+                    ours = self.call(isr, [self.interrupt_context, v, self.scratch + 0x100, self.scratch + 0x108], f"MSI-X ISR {v}")
+                    self.isr_log.append((v, None if ours is None else ours & 0xFF))
             elif self.pending_dpcs:
                 kdpc = self.pending_dpcs.pop(0)
                 routine, ctx = self.dpcs[kdpc]
@@ -620,11 +783,73 @@ class Harness:
         return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
 
 
+def init_params(hz):
+    """NDIS_MINIPORT_INIT_PARAMETERS for MiniportInitializeEx: BAR0 (MSI-X table), BAR1
+    (registers), BAR2 (UAR), three MSI-X messages (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4):
+    descriptors of 0x14 bytes at 8), IfIndex and NetLuid."""
+    bars = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
+    descs = b""
+    for phys, length in bars:
+        descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
+    for vector in range(3):
+        # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
+        # {Level, Vector, Affinity}.
+        descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
+    count = len(bars) + 3
+    rlist = hz.alloc(8 + len(descs), "resources")
+    hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
+    params = hz.alloc(0x40, "init_params")
+    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
+                    + b"\0" * 0x10)
+    return params
+
+
+def miniport_handlers(chars):
+    """The handler pointers of the characteristics DriverEntry registered, by name."""
+    return {n: struct.unpack_from("<Q", chars, HANDLERS_OFFSET + 8 * i)[0] for i, n in enumerate(MINIPORT_HANDLERS)}
+
+
+def bring_up(hz):
+    """DriverEntry, SetOptions, InitializeEx, OpenNDKAdapter(2.1), checking only that each
+    succeeds (main() checks the details): returns (handlers, MiniportAdapterContext,
+    CloseNDKAdapter handler, NDK_ADAPTER)."""
+    hz.se.run_module(hz.module, all_entrypoints=False)
+    check(hz.chars is not None and not hz.se.emu.runs[0].error, "DriverEntry registered the miniport")
+    handlers = miniport_handlers(hz.chars)
+    st = hz.call(handlers["SetOptionsHandler"], [DRIVER_HANDLE, 0], "MiniportSetOptions")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportSetOptions: SUCCESS ({st:#x})")
+    st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, init_params(hz)], "MiniportInitializeEx")
+    check(st == NDIS_STATUS_SUCCESS, f"MiniportInitializeEx: SUCCESS ({st:#x})")
+    hz.pump()
+    registration = next(a[4] for a in hz.attributes if a[1] == 0x9E)
+    ctx = struct.unpack_from("<Q", registration, 8)[0]
+    open_ndk, close_ndk = struct.unpack_from("<QQ", hz.ndk_chars, 8)
+    params, out = hz.alloc(12, "open_params"), hz.alloc(8, "adapter_out")
+    hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
+    st = hz.call(open_ndk, [ctx, params, out], "OpenNDKAdapter(2.1)")
+    check(st == NDIS_STATUS_SUCCESS, f"OpenNDKAdapter(2.1): SUCCESS ({st:#x})")
+    return handlers, ctx, close_ndk, hz.q(out)
+
+
+def shut_down(hz, handlers, ctx, close_ndk, adapter):
+    """CloseNDKAdapter, Halt, Unload, and the leak checks: no pool or shared-memory block,
+    nothing left on the device side, every indirect call a CFG target."""
+    hz.call(close_ndk, [ctx, adapter], "CloseNDKAdapter")
+    hz.pump()
+    hz.call(handlers["HaltHandlerEx"], [ctx, 0], "MiniportHaltEx")
+    hz.call(handlers["UnloadHandler"], [0], "MiniportDriverUnload")
+    leaks = hz.device.leaks()
+    check(not hz.pool and not hz.shared and not leaks,
+          f"nothing left: pool {len(hz.pool)}, shared {len(hz.shared)}, {leaks}")
+    check(not hz.cfg_violations, f"{hz.indirect_calls} indirect calls, all to CFG targets ({hz.cfg_violations})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
+    ap.add_argument("--device", choices=["model", "scripted"], default="scripted")
     args = ap.parse_args()
-    hz = Harness(args.image)
+    hz = Harness(args.image, device=args.device)
     hz.guard_cfg()
 
     # DriverEntry
@@ -639,7 +864,7 @@ def main():
     check(header(c) == (0x8A, 2, CHARACTERISTICS_REVISION_2_SIZE),
           f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_2, 0x98)")
     check(c[4:6] == bytes([6, 30]), f"NDIS version {c[4]}.{c[5]} = 6.30")
-    handlers = {n: struct.unpack_from("<Q", c, HANDLERS_OFFSET + 8 * i)[0] for i, n in enumerate(MINIPORT_HANDLERS)}
+    handlers = miniport_handlers(c)
     for n, va in handlers.items():
         if n in MINIPORT_NULL_HANDLERS:
             check(va == 0, f"{n} is NULL")
@@ -657,22 +882,7 @@ def main():
         open_ndk, close_ndk = struct.unpack_from("<QQ", n, 8)
         check(hz.is_cfg_target(open_ndk) and hz.is_cfg_target(close_ndk), "open/close NDK adapter handlers are CFG targets")
 
-    # MiniportInitializeEx: BAR0 (MSI-X table), BAR1 (registers), BAR2 (UAR), three MSI-X
-    # messages (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4): descriptors of 0x14 bytes at 8).
-    bars = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
-    descs = b""
-    for phys, length in bars:
-        descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
-    for vector in range(3):
-        # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
-        # {Level, Vector, Affinity}.
-        descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
-    count = len(bars) + 3
-    rlist = hz.alloc(8 + len(descs), "resources")
-    hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
-    params = hz.alloc(0x40, "init_params")
-    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
-                    + b"\0" * 0x10)
+    params = init_params(hz)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
@@ -931,6 +1141,9 @@ def full_run(hz, handlers, registration, general):
             expect = (1, 0xC1C1) if st == STATUS_PENDING else (0, 0)
             check((ccalls, ccontext) == expect, f"the CQ's close completion ran {expect[0]} time(s) ({ccalls})")
 
+    if hz.world is not None and adapters:
+        model_objects_run(hz, adapters[-1])
+
     for a in adapters:
         hz.call(close_ndk, [ctx, a], "CloseNDKAdapter")
     hz.pump()
@@ -979,6 +1192,215 @@ def full_run(hz, handlers, registration, general):
     check(hz.indirect_calls > 0, f"the guard dispatch hook saw the indirect calls ({hz.indirect_calls})")
 
 
+# NDK constants (ndkpi.md §3.4, §4.2, §4.4, the status table).
+STATUS_CANCELLED = 0xC0000120
+NDK_CQ_NOTIFY_ANY = 1
+NDK_MR_FLAG_ALLOW_LOCAL_WRITE, NDK_MR_FLAG_ALLOW_REMOTE_READ = 0x1, 0x2
+NdkOperationTypeReceive = 1
+WR_FLUSH_ERR = 5  # pvrdma.md, CQE status
+# Dispatch slots (ndkpi.md §2): adapter, PD, CQ, MR, QP.
+AD_CREATE_CQ, AD_CREATE_PD = 2, 3
+PD_CREATE_MR, PD_CREATE_QP, PD_PRIVILEGED_TOKEN = 2, 5, 7
+CQ_ARM, CQ_GET_RESULTS, CQ_GET_RESULTS_EX = 3, 4, 6
+MR_REGISTER, MR_DEREGISTER, MR_REMOTE_TOKEN, MR_LOCAL_TOKEN = 2, 3, 5, 6
+QP_FLUSH, QP_SEND, QP_RECEIVE = 2, 3, 4
+NDK_RESULT_SIZE, NDK_RESULT_EX_SIZE = 0x18, 0x28
+MDL_PAGES_LOCKED, MDL_SOURCE_IS_NONPAGED_POOL = 0x2, 0x4
+
+
+class NdkConsumer:
+    """A kernel NDK consumer over one emulated provider: creates and closes objects through
+    the dispatch tables with its own completion callbacks (harness code, outside the image),
+    and builds the structures it passes (SGEs, MDLs). Generic over the harness and the
+    adapter, so a two-node run can hold one per side."""
+
+    def __init__(self, hz):
+        self.hz = hz
+
+    def recorder(self, what):
+        """A callback stub recording its first three arguments and its calls:
+        (rcx @0, rdx @8, r8 @0x10, calls @0x18). Returns (stub, record)."""
+        hz = self.hz
+        rec = hz.alloc(0x20, what + "_record")
+        hz.se.mem_write(rec, b"\0" * 0x20)
+        stub = hz.alloc(0x40, what)
+        hz.se.mem_write(stub, b"\x48\xB8" + struct.pack("<Q", rec)
+                        + b"\x48\x89\x08\x48\x89\x50\x08\x4C\x89\x40\x10\x48\xFF\x40\x18\xC3")
+        return stub, rec
+
+    def record(self, rec):
+        return struct.unpack("<QQQQ", self.hz.read(rec, 0x20))
+
+    def slot(self, obj, index):
+        return self.hz.q(self.hz.q(obj + 0x28) + 8 * index)
+
+    def invoke(self, fn, args, what):
+        if len(args) > 4:
+            return self.hz.call_stack_args(fn, args, what)
+        return self.hz.call(fn, args, what)
+
+    def create(self, fn, leading, what, context=0xC7EA7E):
+        """NDK_FN_CREATE_*: `leading` arguments, then CreateCompletion, RequestContext and
+        the out pointer. Returns the object (None if the create failed), with the checks
+        that the completion ran once with SUCCESS (pending) or not at all (inline)."""
+        hz = self.hz
+        cb, rec = self.recorder("create_completion")
+        out = hz.alloc(8, "create_out")
+        hz.se.mem_write(out, b"\0" * 8)
+        st = self.invoke(fn, list(leading) + [cb, context, out], what)
+        hz.pump()
+        ctx, status, obj, calls = self.record(rec)
+        if st == STATUS_PENDING:
+            check((calls, ctx, status & 0xFFFF_FFFF) == (1, context, 0) and obj != 0,
+                  f"{what}: PENDING, the completion ran once with SUCCESS ({calls}, {status:#x})")
+            return obj or None
+        check(st == STATUS_SUCCESS and calls == 0, f"{what}: SUCCESS inline, no completion ({st:#x}, {calls})")
+        return hz.q(out) if st == STATUS_SUCCESS else None
+
+    def request(self, fn, leading, what, context=0x4E0):
+        """A call taking (RequestCompletion, RequestContext) last: PENDING and one completion
+        with SUCCESS, or SUCCESS inline and none."""
+        cb, rec = self.recorder("request_completion")
+        st = self.invoke(fn, list(leading) + [cb, context], what)
+        self.hz.pump()
+        ctx, status, _, calls = self.record(rec)
+        if st == STATUS_PENDING:
+            return check((calls, ctx, status & 0xFFFF_FFFF) == (1, context, 0),
+                         f"{what}: PENDING, the completion ran once with SUCCESS ({calls}, {status:#x})")
+        return check(st == STATUS_SUCCESS and calls == 0, f"{what}: SUCCESS inline, no completion ({st:#x}, {calls})")
+
+    def close(self, obj, what, context=0xC105E):
+        """NDK_FN_CLOSE_OBJECT (slot 0 of every table but the adapter's)."""
+        cb, rec = self.recorder("close_completion")
+        st = self.hz.call(self.slot(obj, 0), [obj, cb, context], what)
+        self.hz.pump()
+        ctx, _, _, calls = self.record(rec)
+        expect = (1, context) if st == STATUS_PENDING else (0, 0)
+        return check(st in (STATUS_PENDING, STATUS_SUCCESS) and (calls, ctx) == expect,
+                     f"{what}: {'PENDING' if st == STATUS_PENDING else 'SUCCESS'}, "
+                     f"the close completion ran {expect[0]} time(s) ({st:#x}, {calls})")
+
+    def sge(self, address, length, token):
+        """NDK_SGE (ndkpi.md §3.1), one entry, in emulator memory."""
+        p = self.hz.alloc(0x10, "sge")
+        self.hz.se.mem_write(p, struct.pack("<QII", address, length, token))
+        return p
+
+    def mdl(self, va, bus, length):
+        """One MDL (windows-build.md, x64 _MDL) for `length` bytes of a buffer whose first
+        page is at bus address `bus`: its PFN array names the bus pages the device uses."""
+        pages = ((va & 0xFFF) + length + 0xFFF) >> 12
+        m = self.hz.alloc(0x30 + 8 * pages, "mdl")
+        head = struct.pack("<QhhHHQQQII", 0, 0x30 + 8 * pages, MDL_PAGES_LOCKED | MDL_SOURCE_IS_NONPAGED_POOL,
+                           0, 0, 0, va, va & ~0xFFF, length, va & 0xFFF)
+        self.hz.se.mem_write(m, head + b"".join(struct.pack("<Q", (bus >> 12) + i) for i in range(pages)))
+        return m
+
+
+def model_objects_run(hz, a):
+    """What only a real device answers, without a connection: a PD with its privileged token,
+    an MR registered over two pages of consumer memory, a CQ and a QP; two receives posted
+    before any connection (ndkpi.md §5.3), the CQ armed, NdkFlush (MODIFY_QP to ERR): the
+    model flushes both receives, writes their CQEs and a CQ notification and raises vector 2,
+    the emulated ISR queues the DPC, the DPC calls the consumer's notification once;
+    NdkGetCqResultsEx reaps both as STATUS_CANCELLED; everything closes with nothing left in
+    the model."""
+    w, node = hz.world, hz.device.node
+    c = NdkConsumer(hz)
+    objects = lambda: w.object_counts(node)  # noqa: E731 (pds, mrs, cqs, qps, srqs)
+    before = w.counters(node)
+    pd = c.create(c.slot(a, AD_CREATE_PD), [a], "NdkCreatePd")
+    if not check(pd is not None, "NdkCreatePd gave a PD"):
+        return
+    check(objects() == (1, 1, 0, 0, 0), f"the model holds the PD and its DMA MR {objects()}")
+    token_out = hz.alloc(8, "token")
+    hz.se.mem_write(token_out, b"\0" * 8)
+    hz.call(c.slot(pd, PD_PRIVILEGED_TOKEN), [pd, token_out], "NdkGetPrivilegedMemoryRegionToken")
+    token = u32(hz, token_out)
+    check(token != 0, f"the privileged token is not 0 ({token:#x})")
+
+    mr = c.create(c.slot(pd, PD_CREATE_MR), [pd, 0], "NdkCreateMr")
+    buf, bus = hz.device.consumer_buffer(0x2000)
+    mdl = c.mdl(buf, bus, 0x2000)
+    lkey = rkey = 0
+    if check(mr is not None, "NdkCreateMr gave an MR"):
+        c.request(c.slot(mr, MR_REGISTER), [mr, mdl, 0x2000, NDK_MR_FLAG_ALLOW_LOCAL_WRITE | NDK_MR_FLAG_ALLOW_REMOTE_READ],
+                  "NdkRegisterMr(2 pages)")
+        check(objects() == (1, 2, 0, 0, 0), f"the model holds the registered MR {objects()}")
+        lkey = hz.call(c.slot(mr, MR_LOCAL_TOKEN), [mr], "NdkGetLocalTokenFromMr")
+        rkey = hz.call(c.slot(mr, MR_REMOTE_TOKEN), [mr], "NdkGetRemoteTokenFromMr")
+        check(lkey not in (0, token) and rkey not in (0, token),
+              f"the MR's local and remote tokens are its own ({lkey:#x}, {rkey:#x})")
+
+    notify, notify_rec = c.recorder("cq_notification")
+    cq = c.create(c.slot(a, AD_CREATE_CQ), [a, 16, notify, 0xC9, 0], "NdkCreateCq(16)")
+    qp = cq and c.create(c.slot(pd, PD_CREATE_QP), [pd, cq, cq, 0xABC, 4, 4, 1, 1, 0], "NdkCreateQp(4, 4, 1, 1, 0)")
+    if not check(cq is not None and qp is not None, "NdkCreateCq and NdkCreateQp gave a CQ and a QP"):
+        return
+    check(objects() == (1, 2, 1, 1, 0), f"the model holds PD, 2 MRs, CQ, QP {objects()}")
+
+    # The registration as the device sees it: a peer's READ through this QP's PD under the
+    # remote token reads the bytes the consumer wrote, across the page boundary (the page
+    # directory maps the MDL's two bus pages); past the end, or a WRITE the registration did
+    # not allow, the model refuses.
+    qp_handles = w.qp_handles(node)
+    if check(len(qp_handles) == 1, f"one QP in the model ({qp_handles})"):
+        qph = qp_handles[0]
+        # No period: a page mapped twice or swapped reads other bytes.
+        pattern = random.Random(15).randbytes(0x2000)
+        hz.se.mem_write(buf, pattern)
+        got = w.remote_read(node, qph, rkey, buf + 0xFF0, 0x20)
+        check(got == pattern[0xFF0:0x1010], f"the model reads the MR across its page boundary "
+              f"({got.hex() if got else got})")
+        check(w.remote_read(node, qph, rkey, buf + 0x1FF0, 0x20) is None, "a READ past the MR's end is refused")
+        check(not w.remote_write(node, qph, rkey, buf, b"\xAA"), "a WRITE the registration did not allow is refused")
+        check(hz.read(buf, 1) == pattern[:1], "the refused WRITE left the buffer alone")
+
+    for ctx in (0x51, 0x52):
+        st = hz.call(c.slot(qp, QP_RECEIVE), [qp, ctx, c.sge(buf, 0x40, lkey), 1], f"NdkReceive({ctx:#x})")
+        check(st == STATUS_SUCCESS, f"NdkReceive({ctx:#x}) before any connection: SUCCESS ({st:#x})")
+    hz.pump()
+    results = hz.alloc(4 * NDK_RESULT_EX_SIZE, "results")
+    st = hz.call(c.slot(cq, CQ_GET_RESULTS), [cq, results, 4], "NdkGetCqResults(empty)")
+    check(st == 0, f"NdkGetCqResults on the empty CQ: 0 ({st})")
+    hz.call(c.slot(cq, CQ_ARM), [cq, NDK_CQ_NOTIFY_ANY], "NdkArmCq(ANY)")
+    hz.pump()
+    check(c.record(notify_rec)[3] == 0, "the arm of an empty CQ waits")
+    vectors_before = w.counters(node)["interrupts"]
+    isr_before = len(hz.isr_log)
+    hz.call(c.slot(qp, QP_FLUSH), [qp], "NdkFlush")
+    hz.pump()
+    ctx, status, _, calls = c.record(notify_rec)
+    check((calls, ctx, status & 0xFFFF_FFFF) == (1, 0xC9, 0),
+          f"the notification ran once, with its context and SUCCESS ({calls}, {ctx:#x}, {status:#x})")
+    vectors = w.counters(node)["interrupts"]
+    check(vectors[2] - vectors_before[2] == 1, f"the model raised the CQ vector once ({vectors_before} -> {vectors})")
+    check((2, 1) in hz.isr_log[isr_before:], f"the emulated ISR took vector 2 as its own {hz.isr_log[isr_before:]}")
+    n = hz.call(c.slot(cq, CQ_GET_RESULTS_EX), [cq, results, 4], "NdkGetCqResultsEx")
+    got = []
+    for i in range(min(n or 0, 4)):
+        st, _bytes, qpc, req, ty, err = struct.unpack_from("<IIQQiI", hz.read(results + i * NDK_RESULT_EX_SIZE, 0x20))
+        got.append((st, qpc, req, ty, err))
+    want = [(STATUS_CANCELLED, 0xABC, r, NdkOperationTypeReceive, WR_FLUSH_ERR) for r in (0x51, 0x52)]
+    check((n, got) == (2, want), f"two flushed receives reaped in order: CANCELLED, the QP's context, "
+          f"Receive, WR_FLUSH_ERR ({n}, {got})")
+    after = w.counters(node)
+    check((after["db_qp_recv"] - before["db_qp_recv"], after["db_cq_arm"] - before["db_cq_arm"]) == (2, 1),
+          f"the model saw two receive doorbells and one arm ({after['db_qp_recv'] - before['db_qp_recv']}, "
+          f"{after['db_cq_arm'] - before['db_cq_arm']})")
+    check(after["cqes"] - before["cqes"] == 2 and after["dma_faults"] == 0 and after["bad_mmio"] == 0,
+          f"two CQEs, no DMA fault, no bad MMIO ({after['cqes'] - before['cqes']}, {after['dma_faults']}, {after['bad_mmio']})")
+
+    c.close(qp, "NdkCloseQp")
+    if mr is not None:
+        c.request(c.slot(mr, MR_DEREGISTER), [mr], "NdkDeregisterMr")
+        c.close(mr, "NdkCloseMr")
+    c.close(cq, "NdkCloseCq")
+    c.close(pd, "NdkClosePd")
+    check(objects() == (0, 0, 0, 0, 0), f"nothing left in the model {objects()}")
+    hz.device.free_consumer_buffer(buf)
+
+
 def consumer_callbacks(hz, rec):
     """NDK_FN_CREATE_COMPLETION and NDK_FN_CLOSE_COMPLETION stubs recording into `rec`:
     create (context, status, object, calls) at 0..0x20, close (context, calls) at 0x20."""
@@ -994,6 +1416,9 @@ def finish(hz):
     check(not hz.work_items, f"no I/O work item left ({len(hz.work_items)})")
     check(not hz.pool, f"no pool block left ({len(hz.pool)})")
     check(not hz.shared, f"no shared-memory block left ({len(hz.shared)})")
+    leaks = hz.device.leaks()
+    check(not leaks, f"nothing left on the device side {leaks}")
+    check(not hz.bad_accesses, f"every BAR access an aligned 32-bit one {hz.bad_accesses}")
     check(not hz.cfg_violations, f"{hz.indirect_calls} indirect calls, all to CFG targets"
           + (f" (violations {[hex(v) for v in hz.cfg_violations]})" if hz.cfg_violations else ""))
     unsupported = [r.error for r in hz.se.emu.runs if r.error and r.error.get("type") == "unsupported_api"]

@@ -18,9 +18,49 @@ use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_ndk::os::net::Neighbours;
 
 use super::{
-    Adapter, Cluster, ClusterConfig, Host, Pump, Qp, Request, RequestCtx, close_object, on_request,
-    ptr_of, table,
+    Adapter, CloseCtx, Cluster, ClusterConfig, Host, Pump, Qp, Request, RequestCtx, close_object,
+    on_close, on_request, ptr_of, table,
 };
+
+/// A close whose completion the test waits for itself (to do things while it pends).
+pub struct PendingClose {
+    /// The close's inline status.
+    pub inline: NTSTATUS,
+    ctx: Arc<CloseCtx>,
+    pump: Arc<Pump>,
+}
+
+impl PendingClose {
+    /// CloseCompletions so far.
+    pub fn completions(&self) -> u32 {
+        self.ctx.0.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the one CloseCompletion of a pended close.
+    pub fn wait(self) {
+        assert_eq!(self.inline, STATUS_PENDING);
+        self.pump
+            .wait_for("CloseCompletion", || self.completions() != 0);
+        self.pump.settle();
+        assert_eq!(self.completions(), 1, "one CloseCompletion");
+    }
+}
+
+fn close_raw(
+    pump: &Arc<Pump>,
+    obj: *mut NDK_OBJECT_HEADER,
+    slot: NDK_FN_CLOSE_OBJECT,
+) -> PendingClose {
+    let ctx = Arc::new(CloseCtx::default());
+    // SAFETY: a live object of the provider, closed once; the context outlives the
+    // completion (kept by the returned value, which the test waits on).
+    let inline = unsafe { slot(obj, on_close, ptr_of(&ctx)) };
+    PendingClose {
+        inline,
+        ctx,
+        pump: pump.clone(),
+    }
+}
 
 /// EUI-64 node GUID from a MAC (as Linux derives RoCE node GUIDs).
 pub fn guid_from_mac(m: [u8; 6]) -> u64 {
@@ -612,6 +652,11 @@ impl Listener {
     pub fn close(self) -> NTSTATUS {
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseListener)
     }
+
+    /// NdkCloseListener, not waited for.
+    pub fn close_raw(self) -> PendingClose {
+        close_raw(&self.pump, self.ptr.cast(), self.d().NdkCloseListener)
+    }
 }
 
 // ------------------------------------------------------------------------------- shared endpoint
@@ -639,6 +684,11 @@ impl SharedEndpoint {
     pub fn close(self) -> NTSTATUS {
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseSharedEndpoint)
     }
+
+    /// NdkCloseSharedEndpoint, not waited for.
+    pub fn close_raw(self) -> PendingClose {
+        close_raw(&self.pump, self.ptr.cast(), self.d().NdkCloseSharedEndpoint)
+    }
 }
 
 // ------------------------------------------------------------------------------- cm_connect
@@ -657,9 +707,8 @@ impl CmPair {
     /// Graceful disconnect from the client (the server sees its DisconnectEvent and
     /// disconnects too), then every connection object closes.
     pub fn disconnect_and_close(self) {
-        // Kept until it completes: its context is the completion's.
-        let client_done = self.client.disconnect_raw();
-        assert_eq!(client_done.inline, STATUS_PENDING);
+        let d = self.client.disconnect_raw();
+        assert_eq!(d.inline, STATUS_PENDING);
         let server = &self.server;
         self.server
             .pump
@@ -667,8 +716,8 @@ impl CmPair {
                 server.disconnects.count() == 1
             });
         assert_eq!(self.server.disconnect(), STATUS_SUCCESS);
-        assert_eq!(client_done.wait(), STATUS_SUCCESS);
-        self.server.pump.settle();
+        assert_eq!(d.wait(), STATUS_SUCCESS, "the client's NdkDisconnect");
+        assert_eq!(self.client.disconnects.count(), 0);
         assert_eq!(self.client.close(), STATUS_SUCCESS);
         assert_eq!(self.server.close(), STATUS_SUCCESS);
         assert_eq!(self.listener.close(), STATUS_SUCCESS);
