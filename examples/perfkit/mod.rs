@@ -203,6 +203,8 @@ pub struct Cluster {
 const CM_CAPACITY: usize = 2048;
 /// InboundReadLimit and OutboundReadLimit every connection asks for (the adapter caps them).
 pub const READ_LIMIT: u32 = 16;
+/// The port every host listens on (perftest's default), so a capture's REQs name it.
+pub const LISTEN_PORT: u16 = 18515;
 
 /// A listener and the connectors its NdkConnectEventCallback delivered.
 struct Listening {
@@ -889,7 +891,7 @@ unsafe extern "system" fn on_close(ctx: PVOID) {
     d.status.store(STATUS_SUCCESS as u32, Ordering::SeqCst);
 }
 
-/// NdkCreateListener and NdkListen on the node's address, an ephemeral port.
+/// NdkCreateListener and NdkListen on the node's address, [`LISTEN_PORT`].
 fn listen(n: &Node) -> Listening {
     let incoming: Box<Mutex<VecDeque<usize>>> = Box::default();
     let mut l = null_mut();
@@ -908,7 +910,7 @@ fn listen(n: &Node) -> Listening {
         )
     };
     let l = created(&n.platform, st, l, &done, "NdkCreateListener");
-    let (at, len) = SockBuf::from(SocketAddr::new(n.ip, 0));
+    let (at, len) = SockBuf::from(SocketAddr::new(n.ip, LISTEN_PORT));
     let done = Done::new();
     let ld = disp(unsafe_dispatch_listener(l));
     // SAFETY: a live listener; the address outlives the call, `done` the wait.
