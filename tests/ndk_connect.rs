@@ -600,3 +600,179 @@ fn ephemeral_ports_come_back() {
     p.close();
     c.finish();
 }
+
+/// Sequential connect / SEND / disconnect / close cycles, each on fresh QPs (a disconnected QP
+/// is not reused, ndkpi.md §5.12): nothing accumulates but the CM's TIMEWAIT slots.
+///
+/// The QPs stay open until the end: the device hands a closed QP's number to the next QP at
+/// once, and a REQ from a QPN whose last connection is still in TIMEWAIT at the peer is
+/// refused as stale (REJ 10, cm.md §4.1) for ≈ 2–4 s (`reconnect_from_a_reused_qpn_*`).
+#[test]
+fn sequential_cycles_leave_nothing_behind() {
+    let c = cm_cluster(false);
+    let pd_a = c.adapter(0).create_pd().unwrap();
+    let pd_b = c.adapter(1).create_pd().unwrap();
+    let cq_a = c.adapter(0).create_cq(64, None).unwrap();
+    let cq_b = c.adapter(1).create_cq(64, None).unwrap();
+    let ma = Registered::new(c.host(0), &pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &pd_b, 1, 0x2000_0000, LOCAL);
+    let (ea, eb) = (
+        c.host(0).ndk.connections().unwrap(),
+        c.host(1).ndk.connections().unwrap(),
+    );
+    let mut qps = Vec::new();
+    for i in 0..30u8 {
+        let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
+        let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
+        let pair = cm_connect(&c, &qa, &qb);
+        let sent = fill(&ma.mem, 0, i, 64);
+        assert_eq!(qb.receive(1, &[mb.sge(0, 64)]), STATUS_SUCCESS);
+        assert_eq!(qa.send(2, &[ma.sge(0, 64)], 0), STATUS_SUCCESS);
+        assert_eq!(
+            res(&cq_b.wait_results(1)[0]),
+            (STATUS_SUCCESS, 64, QPC_B, 1)
+        );
+        assert_eq!(res(&cq_a.wait_results(1)[0]), (STATUS_SUCCESS, 0, QPC_A, 2));
+        verify(&mb.mem, 0, &sent);
+        pair.disconnect_and_close();
+        qps.push((qa, qb));
+        for e in [&ea, &eb] {
+            let (_held, conns, listeners, endpoints) = e.live();
+            assert_eq!((conns, listeners, endpoints), (0, 0, 0), "cycle {i}");
+        }
+    }
+    let stats = ea.stats();
+    assert_eq!((stats.mads_unsent, stats.release_failures), (0, 0));
+    for (qa, qb) in qps {
+        qa.close();
+        qb.close();
+    }
+    drop((ea, eb));
+    ma.close();
+    mb.close();
+    cq_a.close();
+    cq_b.close();
+    pd_a.close();
+    pd_b.close();
+    c.finish();
+}
+
+/// A QP closed and made again gets the same QPN from the device; connecting from it while
+/// the peer still holds the previous connection in TIMEWAIT succeeds, as with Linux, whose
+/// CM forgets a connection's remote QPN when it enters TIMEWAIT (only a live connection
+/// naming the QPN makes a REQ stale).
+#[test]
+fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let pair1 = cm_connect(&c, &p.qa, &p.qb);
+    let at = pair1.listener.local_address().unwrap();
+    let qpn = |q: &Qp| {
+        let h = q.handle();
+        c.host(q.host())
+            .model
+            .with_core(|core| core.qp_info(h))
+            .unwrap()
+            .qpn
+    };
+    let old = qpn(&p.qa);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+    let at2 = l.local_address().unwrap();
+    assert_ne!(at, at2);
+    pair1.disconnect_and_close();
+    let Pair {
+        pd_a,
+        pd_b,
+        cq_a,
+        cq_b,
+        qa,
+        qb,
+    } = p;
+    qa.close();
+    let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
+    assert_eq!(qpn(&qa), old, "the device reuses the QPN");
+    // The passive QP is new too: a QP connects once (the old one is in ERR).
+    qb.close();
+    let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb, 1, 1, &[]);
+    assert_eq!(
+        connect.wait(),
+        STATUS_SUCCESS,
+        "NdkConnect from the reused QPN"
+    );
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 1);
+    common::ndk::CmPair {
+        client,
+        server,
+        listener: l,
+    }
+    .disconnect_and_close();
+    Pair {
+        pd_a,
+        pd_b,
+        cq_a,
+        cq_b,
+        qa,
+        qb,
+    }
+    .close();
+    c.finish();
+}
+
+/// The address and connection-data queries before there is anything to report, and with a
+/// buffer too small for the address (STATUS_BUFFER_TOO_SMALL with the size needed).
+#[test]
+fn queries_before_a_connection_and_short_address_buffers() {
+    let c = cm_cluster(true);
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(client.local_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(client.peer_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(
+        client.connection_data(Some(56)).status,
+        STATUS_CONNECTION_INVALID
+    );
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.local_address(), Err(STATUS_INVALID_DEVICE_STATE));
+    assert_eq!(l.listen(sa(c.host(1).ip, 0)), STATUS_SUCCESS);
+    let mut buf = [0u8; 28];
+    // SAFETY: a live listener of this provider.
+    let table = unsafe { (*l.ptr).Dispatch };
+    // SAFETY: its dispatch table is a static of the provider.
+    let get = unsafe { (*table).NdkGetLocalAddress };
+    let mut len: ULONG = 27;
+    // SAFETY: a live listener; the buffer holds `len` bytes.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_BUFFER_TOO_SMALL, 28), "an IPv6 address");
+    assert_eq!(buf, [0; 28], "nothing written");
+    let mut len: ULONG = 28;
+    // SAFETY: as above.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_SUCCESS, 28));
+    assert_eq!(u16::from_ne_bytes([buf[0], buf[1]]), AF_INET6);
+    assert_eq!(buf[8..24], c.host(1).gid);
+    let se = c
+        .adapter(0)
+        .create_shared_endpoint(sa(c.host(0).ip, 0))
+        .unwrap();
+    let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(sa(any, 0)).err(),
+        Some(STATUS_INVALID_ADDRESS)
+    );
+    let taken = se.local_address().unwrap();
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(taken).err(),
+        Some(STATUS_SHARING_VIOLATION)
+    );
+    assert_eq!(se.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    c.finish();
+}

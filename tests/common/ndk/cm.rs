@@ -749,3 +749,29 @@ pub fn cm_connect(c: &Cluster, a: &Qp, b: &Qp) -> CmPair {
         listener,
     }
 }
+
+// ------------------------------------------------------------------------------- event loops
+
+impl Listener {
+    /// The next connector the connect-event callback delivered, if one came (for consumers
+    /// that serve many connections from one loop).
+    pub fn try_incoming(&self) -> Option<Connector> {
+        let got = self.incoming.0.lock().unwrap().pop_front()?;
+        Some(Connector::wrap(
+            got as *mut NDK_CONNECTOR,
+            self.pump.clone(),
+            self.host,
+        ))
+    }
+}
+
+/// Host `h`'s connection engine's live counts: (CM connections, TIMEWAIT included;
+/// connectors registered; listeners; local endpoints).
+pub fn engine_live(h: &Host) -> (usize, usize, usize, usize) {
+    h.ndk.connections().expect("a connection engine").live()
+}
+
+/// Host `h`'s connection engine's MAD counters.
+pub fn engine_stats(h: &Host) -> pvrdma_ndk::ndk::cm_engine::EngineStats {
+    h.ndk.connections().expect("a connection engine").stats()
+}
