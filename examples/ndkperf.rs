@@ -1,10 +1,11 @@
 //! ndkperf: perftest-style tests of the NDK provider on the simulated fabric.
 //!
 //! Brings up simulated hosts (device model, the driver's hardware layer, the NDK layer, an
-//! open NDK_ADAPTER each) on one `pvrdma_sim` world, connects QPs with the test wiring
-//! (MODIFY_QP INIT→RTR→RTS with the peer's QPN until connection management lands), and runs
-//! rping, then latency and bandwidth of RDMA READ, RDMA WRITE and SEND/RECEIVE per message
-//! size, every call through the provider's dispatch tables.
+//! open NDK_ADAPTER and a connection engine each) on one `pvrdma_sim` world, connects QPs
+//! through the CM (NdkListen / NdkConnect / NdkAccept / NdkCompleteConnect), runs rping,
+//! then latency and bandwidth of RDMA READ, RDMA WRITE and SEND/RECEIVE per message size,
+//! and parts every connection with NdkDisconnect; every call goes through the provider's
+//! dispatch tables. `--pcap` captures all of it, from the first REQ to the last DREP.
 //!
 //! perftest's conventions: MB = 2^20 bytes; latency as ib_read_lat (one READ round trip) and
 //! ib_write_lat / ib_send_lat (half a ping-pong round trip); bandwidth as ib_*_bw with the
@@ -42,8 +43,9 @@ const MAX_DEPTH: u32 = 2048;
 /// Every QP's requests complete on host 0's one CQ (and, for SEND, its receives on the
 /// peer's): queue pairs × depth must fit in it with room to spare.
 const MAX_IN_FLIGHT: u32 = 16384;
-/// READs a QP keeps outstanding (`rts_attrs`' max_rd_atomic).
-const OUTSTANDING_READS: u8 = 4;
+/// READs a QP keeps outstanding: the OutboundReadLimit every connection asks for, which the
+/// model's adapter (MaxOutboundReadLimit 16) grants; checked once connected.
+const OUTSTANDING_READS: u32 = READ_LIMIT;
 /// RequestContext tag of receives (the rest is the connection index).
 const RECV_TAG: usize = 1 << 40;
 
@@ -548,7 +550,8 @@ fn validate(a: &Args) {
 }
 
 fn config_lines(a: &Args, t: Option<&str>) -> Vec<(&'static str, String)> {
-    let mtu = 256u32 << (common::objects::rts_attrs(0).path_mtu.clamp(1, 5) - 1);
+    let path_mtu = pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0).path_mtu;
+    let mtu = 256u32 << (path_mtu.clamp(1, 5) - 1);
     let mut v = vec![
         (
             "Device",
@@ -640,6 +643,11 @@ fn main() {
             lbuf,
         });
     }
+    assert_eq!(
+        c.outbound_read_limit(),
+        Some(OUTSTANDING_READS),
+        "the OutboundReadLimit the CM negotiated"
+    );
     let mut b = Bench {
         c,
         args,
@@ -758,6 +766,8 @@ fn main() {
             }
         }
     }
+    // Inside the capture: it ends after the last DREP.
+    b.c.disconnect_all();
     if let Some(path) = &b.args.pcap {
         if let Some(mut w) = b.c.world.set_capture(None) {
             let _ = w.flush();

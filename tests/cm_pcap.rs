@@ -88,7 +88,8 @@ fn pcap_path(name: &str) -> PathBuf {
 
 impl Exchange {
     fn new(ipv6: bool, name: &str) -> Exchange {
-        let mut cfg = ClusterConfig::new(Mode::Deterministic, 2);
+        // No connection engine: the test opens each host's QP1 itself.
+        let mut cfg = ClusterConfig::without_cm(Mode::Deterministic, 2);
         cfg.ipv6 = ipv6;
         let c = Cluster::with(cfg);
         let pcap = pcap_path(name);

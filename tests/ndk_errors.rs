@@ -502,12 +502,17 @@ fn receive_too_small_overflows_at_the_receiver_and_fails_the_sender() {
 
 #[test]
 fn send_with_no_receive_times_out_after_rnr_retries() {
-    // The kit's connect sets rnr_retry 6 (7 would retry forever) and min_rnr_timer 12; the
-    // model's virtual time runs the retries out at once in deterministic mode.
+    // The connection engine sets rnr_retry 6 (7 would retry forever) and min_rnr_timer 12;
+    // the model's virtual time runs the retries out at once in deterministic mode.
     let p = pair();
     let a = Registered::new(p.c.host(0), &p.pd_a, 1, VA_A, LOCAL);
     let b = Registered::new(p.c.host(1), &p.pd_b, 1, VA_B, LOCAL);
     fill(&a.mem, 0, 0x21, 100);
+    // The connection's MADs are packets too: count from here.
+    let (ta0, tb0) = (
+        p.c.world.counters(0).transport,
+        p.c.world.counters(1).transport,
+    );
     assert_eq!(p.qa.send(0xA1, &[a.sge(0, 100)], 0), STATUS_SUCCESS);
     let ra = p.cq_a.wait_results_ex(1);
     assert_eq!(
@@ -529,10 +534,14 @@ fn send_with_no_receive_times_out_after_rnr_retries() {
     let ta = p.c.world.counters(0).transport;
     let tb = p.c.world.counters(1).transport;
     assert_eq!(
-        (ta.tx_packets, ta.rnr_naks_received, ta.rnr_retries),
+        (
+            ta.tx_packets - ta0.tx_packets,
+            ta.rnr_naks_received - ta0.rnr_naks_received,
+            ta.rnr_retries - ta0.rnr_retries
+        ),
         (7, 7, 6)
     );
-    assert_eq!(tb.rnr_naks_sent, 7);
+    assert_eq!(tb.rnr_naks_sent - tb0.rnr_naks_sent, 7);
     p.assert_broken(&p.qa, &p.cq_a, &a, 0xA10);
     // b's QP is still RTS; a receive posted now stays posted (nothing arrives from a).
     assert_eq!(p.qb.receive(0xB1, &[b.sge(0, 128)]), STATUS_SUCCESS);

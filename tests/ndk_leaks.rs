@@ -175,7 +175,7 @@ fn closes_allocate_nothing() {
     inject_failure_at(0);
     assert!(f.is_empty());
     assert!(untouched, "a close allocated");
-    assert_eq!(c.host(0).model_objects(), Default::default());
+    assert_eq!(c.host(0).consumer_objects(), Default::default());
     c.finish();
 }
 
@@ -199,10 +199,10 @@ fn allocation_failure_at_every_step_reports_insufficient_resources_and_leaks_not
         inject_failure_at(0);
         c.settle();
         if std::env::var_os("NDK_LEAKS_TRACE").is_some() {
-            eprintln!("allocation {n}: {f:?} {:?}", c.host(0).model_objects());
+            eprintln!("allocation {n}: {f:?} {:?}", c.host(0).consumer_objects());
         }
         assert_eq!(
-            c.host(0).model_objects(),
+            c.host(0).consumer_objects(),
             Default::default(),
             "allocation {n}: device objects left after the closes ({f:?})"
         );
@@ -359,7 +359,7 @@ fn cq_closed_before_its_qp_pends_until_the_qp_is_closed() {
         "no CloseCompletion while the QP is open"
     );
     assert_ne!(
-        c.host(0).model_objects().cqs,
+        c.host(0).consumer_objects().cqs,
         0,
         "the device CQ is still there"
     );
@@ -369,7 +369,7 @@ fn cq_closed_before_its_qp_pends_until_the_qp_is_closed() {
     });
     c.settle();
     assert_eq!(closed.load(Ordering::SeqCst), 1, "one CloseCompletion");
-    assert_eq!(c.host(0).model_objects().cqs, 0);
+    assert_eq!(c.host(0).consumer_objects().cqs, 0);
     pd.close();
     c.finish();
 }
@@ -438,7 +438,7 @@ fn flush_allocates_nothing_and_cancels_every_request() {
     });
     assert!(untouched, "NdkFlush allocated");
     c.settle();
-    assert_eq!(c.host(0).model_objects(), Default::default());
+    assert_eq!(c.host(0).consumer_objects(), Default::default());
     c.finish();
 }
 
@@ -466,6 +466,6 @@ fn repeated_flushes_cancel_each_request_exactly_once() {
     });
     assert!(untouched, "NdkFlush allocated");
     c.settle();
-    assert_eq!(c.host(0).model_objects(), Default::default());
+    assert_eq!(c.host(0).consumer_objects(), Default::default());
     c.finish();
 }

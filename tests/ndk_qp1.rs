@@ -14,6 +14,11 @@ use pvrdma_ndk::ndk::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config,
 use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_sim::fabric::FaultConfig;
 
+/// Hosts without a connection engine: each test opens QP1 itself (one per device).
+fn qp1_cluster(mode: Mode, hosts: u8) -> Cluster {
+    Cluster::with(ClusterConfig::without_cm(mode, hosts))
+}
+
 #[derive(Default)]
 struct Recorder(Mutex<Vec<(MadSource, Vec<u8>)>>);
 
@@ -90,7 +95,7 @@ fn exchange(c: &Cluster, sides: &[Side; 2], count: u32, window: u32) {
 
 #[test]
 fn a_thousand_mads_each_way_arrive_intact_and_in_order() {
-    let c = Cluster::new(Mode::Deterministic, 2);
+    let c = qp1_cluster(Mode::Deterministic, 2);
     let sides = [
         open(&c, 0, Qp1Config::default()),
         open(&c, 1, Qp1Config::default()),
@@ -147,7 +152,7 @@ fn a_thousand_mads_each_way_arrive_intact_and_in_order() {
 /// CQ-notification DPC polls QP1 while the test thread sends.
 #[test]
 fn threaded_exchange_loses_nothing() {
-    let c = Cluster::new(Mode::Threaded, 2);
+    let c = qp1_cluster(Mode::Threaded, 2);
     let sides = [
         open(&c, 0, Qp1Config::default()),
         open(&c, 1, Qp1Config::default()),
@@ -170,7 +175,7 @@ fn threaded_exchange_loses_nothing() {
 
 #[test]
 fn ipv6_hosts_exchange_mads_with_ipv6_grhs() {
-    let mut cfg = ClusterConfig::new(Mode::Deterministic, 2);
+    let mut cfg = ClusterConfig::without_cm(Mode::Deterministic, 2);
     cfg.ipv6 = true;
     let c = Cluster::with(cfg);
     let sides = [
@@ -196,7 +201,7 @@ fn ipv6_hosts_exchange_mads_with_ipv6_grhs() {
 
 #[test]
 fn loss_and_duplication_on_the_fabric_keep_the_counts_consistent() {
-    let c = Cluster::new(Mode::Deterministic, 2);
+    let c = qp1_cluster(Mode::Deterministic, 2);
     let sides = [
         open(&c, 0, Qp1Config::default()),
         open(&c, 1, Qp1Config::default()),
@@ -247,7 +252,7 @@ fn loss_and_duplication_on_the_fabric_keep_the_counts_consistent() {
 
 #[test]
 fn a_full_send_queue_refuses_and_a_closed_qp1_sends_nothing() {
-    let c = Cluster::new(Mode::Deterministic, 2);
+    let c = qp1_cluster(Mode::Deterministic, 2);
     let cfg = Qp1Config {
         recv_depth: 8,
         send_depth: 4,
@@ -304,7 +309,7 @@ fn short_and_oversized_datagrams_are_dropped_and_counted() {
     use pvrdma_ndk::pvrdma::ud::UdAddress;
     use pvrdma_ndk::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
 
-    let c = Cluster::new(Mode::Deterministic, 2);
+    let c = qp1_cluster(Mode::Deterministic, 2);
     let b = open(&c, 1, Qp1Config::default());
     let dev = &c.host(0).dev;
     let pd = objects::create_pd(dev);
@@ -435,7 +440,7 @@ mod resolution {
 
     #[test]
     fn a_known_neighbour_resolves_at_once_and_its_mac_carries_a_mad() {
-        let c = Cluster::new(Mode::Deterministic, 3);
+        let c = qp1_cluster(Mode::Deterministic, 3);
         let n = resolver(&c, Duration::from_millis(50));
         let local = ip_from_gid(c.host(0).gid);
         let o = resolve(&n, local, ip_from_gid(c.host(2).gid));
@@ -463,7 +468,7 @@ mod resolution {
 
     #[test]
     fn an_unknown_neighbour_fails_within_the_bound_and_maps_to_host_unreachable() {
-        let c = Cluster::new(Mode::Deterministic, 2);
+        let c = qp1_cluster(Mode::Deterministic, 2);
         let bound = Duration::from_millis(50);
         let n = resolver(&c, bound);
         let local = ip_from_gid(c.host(0).gid);
@@ -500,7 +505,7 @@ mod resolution {
 
     #[test]
     fn a_pending_resolution_completes_when_the_neighbour_appears_and_slots_are_bounded() {
-        let c = Cluster::new(Mode::Deterministic, 2);
+        let c = qp1_cluster(Mode::Deterministic, 2);
         let n = resolver(&c, Duration::from_secs(60));
         let local = ip_from_gid(c.host(0).gid);
         let late: IpAddr = "10.0.0.50".parse().unwrap();
@@ -538,7 +543,7 @@ mod resolution {
 
     #[test]
     fn address_changes_reach_the_watcher() {
-        let c = Cluster::new(Mode::Deterministic, 1);
+        let c = qp1_cluster(Mode::Deterministic, 1);
         let n = resolver(&c, Duration::from_secs(1));
         let w = Arc::new(Watcher::default());
         n.watch_addresses(Some(w.clone()));
@@ -566,7 +571,7 @@ mod resolution {
 /// reply addressed to it reaches the sender (the fabric routes by bound GIDs).
 #[test]
 fn a_mad_from_a_second_gid_carries_it_and_a_reply_to_it_arrives() {
-    let c = Cluster::new(Mode::Deterministic, 2);
+    let c = qp1_cluster(Mode::Deterministic, 2);
     let a = open(&c, 0, Qp1Config::default());
     let b = open(&c, 1, Qp1Config::default());
     let second = pvrdma_ndk::cm::addr::gid_from_ip("10.0.0.77".parse().unwrap());

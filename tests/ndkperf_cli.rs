@@ -1,9 +1,16 @@
 //! ndkperf's command line (issue 14 item 4): bad arguments are clap errors (one line, exit
-//! status 2, no panic), and a tiny valid run prints perftest's tables, CSV, JSON and a plot.
+//! status 2, no panic), and a tiny valid run prints perftest's tables, CSV, JSON and a plot;
+//! `--pcap` captures every connection's CM exchange, which tshark decodes (issue 11 item 5).
 //! Runs the example binary cargo builds next to this test (building it if it is missing).
 
+#[path = "common/tshark.rs"]
+mod tshark;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use tshark::{CmExpect, LIFETIME, check_cm_capture};
 
 fn ndkperf() -> PathBuf {
     // target/<profile>/deps/ndkperf_cli-<hash> -> target/<profile>/examples/ndkperf
@@ -100,7 +107,7 @@ fn a_tiny_run_prints_perftest_tables() {
         " Number of qps   : 1",
         " TX depth        : 4",
         " Mtu             : 1024[B]",
-        " Outstand reads  : 4",
+        " Outstand reads  : 16",
         "payloads verified: OK",
         "RDMA_Read Latency Test (one READ round trip, as ib_read_lat)",
         "RDMA_Write Latency Test (half a WRITE ping-pong, as ib_write_lat)",
@@ -182,5 +189,67 @@ fn csv_json_and_plot_outputs() {
     assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(200)]);
     assert!(plot.contains("Bandwidth vs message size"));
     assert!(plot.contains("Latency distribution"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// ndkperf's listening port (perftest's default, examples/perfkit).
+const LISTEN_PORT: u16 = 18515;
+
+/// Host `i`'s address (`NodeConfig::ipv4`).
+fn host_ip(i: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, i + 1))
+}
+
+/// Two connections from host 0, one to each peer: the capture holds both whole exchanges
+/// (REQ, REP, RTU before any data; DREQ, DREP after the last), each REQ naming host 0 with
+/// an ephemeral port and its peer's listener in the service ID and the IP CM header.
+#[test]
+fn pcap_holds_every_connections_cm_exchange() {
+    let dir = std::env::temp_dir().join(format!("ndkperf_pcap_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("cm.pcap");
+    let out = run(&[
+        "-t",
+        "rping,read",
+        "-s",
+        "64",
+        "-n",
+        "10",
+        "--lat-iters",
+        "3",
+        "--qps",
+        "2",
+        "--hosts",
+        "3",
+        "--pcap",
+        pcap.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let active = SocketAddr::new(host_ip(0), 0);
+    let expect: Vec<CmExpect<'_>> = (1..=2)
+        .map(|peer| CmExpect::new(active, SocketAddr::new(host_ip(peer), LISTEN_PORT)))
+        .collect();
+    if let Some(capture) = check_cm_capture(&pcap, &expect) {
+        assert_eq!(capture.connections.len(), 2);
+        for c in &capture.connections {
+            assert_eq!(c.attributes(), LIFETIME, "one clean exchange each");
+            assert_eq!(c.req.src_ip, host_ip(0));
+            assert_ne!(c.req.src_port, 0, "an ephemeral source port");
+            assert_eq!(c.req.sid_dport, LISTEN_PORT);
+        }
+        assert_eq!(
+            capture.cm_mads, 10,
+            "five MADs per connection, nothing else"
+        );
+        assert!(
+            capture.frames > capture.cm_mads,
+            "the data path is captured too"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,10 +5,13 @@
 //! call below goes through the dispatch tables, as a kernel consumer's. Creates that answer
 //! STATUS_PENDING are waited for through their CreateCompletion/RequestCompletion.
 //!
-//! Connections use the ndk tests' wiring ([`Cluster::connect`]: the QP is in INIT after
-//! NdkCreateQp; MODIFY_QP RTR→RTS with the peer's QPN (M10), GID and MAC through
-//! `tests/common/objects.rs`, then `ndk::set_qp_connected`) until connection management
-//! lands.
+//! Connections ([`Cluster::connect`]): with `hooked`, every host runs its connection engine
+//! (a `Neighbours` resolver knowing every host) and QPs connect through NdkListen /
+//! NdkConnect / NdkAccept / NdkCompleteConnect, one listener per host; they part with
+//! NdkDisconnect ([`Cluster::disconnect_all`]). Unhooked clusters wire QPs raw (MODIFY_QP
+//! RTR→RTS with the peer's QPN (M10), GID and MAC through `tests/common/objects.rs`, then
+//! `ndk::set_qp_connected`): QP1's MADs need the model to see every doorbell, and an unhooked
+//! harness hands it only the last word stored at an offset.
 //!
 //! Doorbells: with `hooked`, every UAR store is also forwarded to the model and counted (the
 //! host hook of `os::Uar`). Without it (instruction counting) a doorbell is the bare volatile
@@ -16,19 +19,24 @@
 //! ([`Cluster::kick`]), outside the measured calls.
 #![allow(dead_code, clippy::missing_safety_doc)]
 
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::ptr::null_mut;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use pvrdma_ndk::ndk::cm_engine::EngineConfig;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, Qp, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_ndk::os::net::Neighbours;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::world::World;
 
+use crate::common::ndk::{SockBuf, guid_from_mac};
 use crate::common::objects::{rc_rtr_rts, rts_attrs};
 use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma};
 
@@ -65,6 +73,8 @@ pub struct Node {
     pub mac: [u8; 6],
     /// The bound GID.
     pub gid: [u8; 16],
+    /// The GID's IP address.
+    pub ip: IpAddr,
 }
 
 impl Node {
@@ -181,8 +191,36 @@ pub struct Cluster {
     pub world: Arc<World>,
     /// The hosts.
     pub nodes: Vec<Node>,
-    /// Whether doorbells reach the model through the hook.
+    /// Whether doorbells reach the model through the hook (and connections go through the
+    /// CM).
     pub hooked: bool,
+    /// One listener per host (index = host), made on the first connection to it.
+    listeners: Mutex<Vec<Option<Listening>>>,
+    /// The CM connections, in the order they were made.
+    links: Mutex<Vec<Link>>,
+    /// The OutboundReadLimit the last CM connection negotiated (0: none made).
+    outbound_reads: AtomicU32,
+}
+
+/// Connection slots of every host's engine: 1024 connections and as many in TIMEWAIT.
+const CM_CAPACITY: usize = 2048;
+/// InboundReadLimit and OutboundReadLimit every connection asks for (the adapter caps them).
+pub const READ_LIMIT: u32 = 16;
+/// The port every host listens on (perftest's default), so a capture's REQs name it.
+pub const LISTEN_PORT: u16 = 18515;
+
+/// A listener and the connectors its NdkConnectEventCallback delivered.
+struct Listening {
+    ptr: *mut NDK_LISTENER,
+    incoming: Box<Mutex<VecDeque<usize>>>,
+    addr: SocketAddr,
+}
+
+/// Both connectors of a connection, each with its disconnect-event count.
+struct Link {
+    host: [usize; 2],
+    connector: [*mut NDK_CONNECTOR; 2],
+    disconnects: [Box<AtomicU32>; 2],
 }
 
 unsafe extern "system" fn no_notify(_: PVOID, _: NTSTATUS) {}
@@ -351,11 +389,14 @@ impl Cluster {
             world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
             let gid = node.gid();
             let p: Arc<dyn Platform> = platform.clone();
+            // With connection management the engine binds the GID.
+            let gids = [gid];
+            let probe_gids: &[[u8; 16]] = if hooked { &[] } else { &gids };
             let dev = Arc::new(
                 DrvDevice::probe(
                     p,
                     &DrvConfig {
-                        gids: &[gid],
+                        gids: probe_gids,
                         ..DrvConfig::default()
                     },
                 )
@@ -392,12 +433,19 @@ impl Cluster {
                 poll_doorbells,
                 mac: node.mac(),
                 gid,
+                ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
             });
+        }
+        if hooked {
+            start_engines(&nodes);
         }
         Cluster {
             world,
             nodes,
             hooked,
+            listeners: Mutex::new(Vec::new()),
+            links: Mutex::new(Vec::new()),
+            outbound_reads: AtomicU32::new(0),
         }
     }
 
@@ -470,9 +518,159 @@ impl Cluster {
         self.created(i, st, qp, &done, "NdkCreateQp")
     }
 
+    /// Connects `qa` on host `a` and `qb` on host `b`: through the CM when hooked, else
+    /// [`Cluster::wire`].
+    pub fn connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
+        if self.hooked {
+            self.cm_connect(a, qa, b, qb);
+        } else {
+            self.wire(a, qa, b, qb);
+        }
+    }
+
+    /// NdkConnect from `a` to the listener on `b`, NdkAccept of `qb` from the connect event,
+    /// NdkCompleteConnect.
+    fn cm_connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
+        let (na, nb) = (&self.nodes[a], &self.nodes[b]);
+        let mut listeners = self.listeners.lock().unwrap();
+        if listeners.len() <= b {
+            listeners.resize_with(b + 1, || None);
+        }
+        let l = listeners[b].get_or_insert_with(|| listen(nb));
+        let client = create_connector(na);
+        let disconnects = [Box::new(AtomicU32::new(0)), Box::new(AtomicU32::new(0))];
+        let (src, src_len) = SockBuf::from(SocketAddr::new(na.ip, 0));
+        let (dst, dst_len) = SockBuf::from(l.addr);
+        let connect_done = Done::new();
+        let d = disp(unsafe_dispatch_connector(client));
+        // SAFETY: live connector and QP of host `a`; the addresses outlive the call and
+        // `connect_done` outlives the wait for its completion below.
+        let st = unsafe {
+            (d.NdkConnect)(
+                client,
+                qa,
+                src.0.as_ptr().cast(),
+                src_len,
+                dst.0.as_ptr().cast(),
+                dst_len,
+                READ_LIMIT,
+                READ_LIMIT,
+                null_mut(),
+                0,
+                on_request,
+                connect_done.ctx(),
+            )
+        };
+        assert_eq!(st, STATUS_PENDING, "NdkConnect");
+        let incoming = &l.incoming;
+        let got = nb
+            .platform
+            .wait_until(&|| !incoming.lock().unwrap().is_empty(), WAIT_NS);
+        assert!(got, "no NdkConnectEventCallback");
+        let server = incoming.lock().unwrap().pop_front().unwrap() as *mut NDK_CONNECTOR;
+        let accept_done = Done::new();
+        let d = disp(unsafe_dispatch_connector(server));
+        // SAFETY: the connector the connect event delivered and a live QP of host `b`;
+        // the counter and `accept_done` outlive the connector and the wait below.
+        let st = unsafe {
+            (d.NdkAccept)(
+                server,
+                qb,
+                READ_LIMIT,
+                READ_LIMIT,
+                null_mut(),
+                0,
+                Some(on_disconnect),
+                &*disconnects[1] as *const AtomicU32 as PVOID,
+                on_request,
+                accept_done.ctx(),
+            )
+        };
+        let accept_st = st;
+        assert_eq!(
+            finish_request(na, STATUS_PENDING, &connect_done, "NdkConnect"),
+            STATUS_SUCCESS
+        );
+        let (mut ird, mut ord, mut len) = (0, 0, 0);
+        let d = disp(unsafe_dispatch_connector(client));
+        // SAFETY: a connector whose connect completed; no private data buffer (length 0).
+        let st =
+            unsafe { (d.NdkGetConnectionData)(client, &mut ird, &mut ord, null_mut(), &mut len) };
+        assert!(
+            st == STATUS_SUCCESS || st == STATUS_BUFFER_TOO_SMALL,
+            "NdkGetConnectionData {st:#x}"
+        );
+        self.outbound_reads.store(ord, Ordering::SeqCst);
+        let complete_done = Done::new();
+        // SAFETY: a connector whose connect completed; as above.
+        let st = unsafe {
+            (d.NdkCompleteConnect)(
+                client,
+                Some(on_disconnect),
+                &*disconnects[0] as *const AtomicU32 as PVOID,
+                on_request,
+                complete_done.ctx(),
+            )
+        };
+        let st = finish_request(na, st, &complete_done, "NdkCompleteConnect");
+        assert_eq!(st, STATUS_SUCCESS);
+        // The RTU the completion sent ends the accept.
+        let st = finish_request(nb, accept_st, &accept_done, "NdkAccept");
+        assert_eq!(st, STATUS_SUCCESS);
+        self.links.lock().unwrap().push(Link {
+            host: [a, b],
+            connector: [client, server],
+            disconnects,
+        });
+    }
+
+    /// The OutboundReadLimit the CM negotiated for the last connection (`None`: wired raw).
+    pub fn outbound_read_limit(&self) -> Option<u32> {
+        Some(self.outbound_reads.load(Ordering::SeqCst)).filter(|&n| n != 0)
+    }
+
+    /// Parts every CM connection (NdkDisconnect from the connecting side; the peer
+    /// disconnects on its DisconnectEvent), closes the connectors and the listeners.
+    pub fn disconnect_all(&self) {
+        let links = std::mem::take(&mut *self.links.lock().unwrap());
+        for l in &links {
+            let [na, nb] = [&self.nodes[l.host[0]], &self.nodes[l.host[1]]];
+            let [client, server] = l.connector;
+            let client_done = Done::new();
+            let d = disp(unsafe_dispatch_connector(client));
+            // SAFETY: a live, connected connector; `client_done` outlives the wait below.
+            let st = unsafe { (d.NdkDisconnect)(client, on_request, client_done.ctx()) };
+            let peer = &l.disconnects[1];
+            let heard = nb
+                .platform
+                .wait_until(&|| peer.load(Ordering::SeqCst) != 0, WAIT_NS);
+            assert!(heard, "the peer's DisconnectEvent");
+            let server_done = Done::new();
+            let d = disp(unsafe_dispatch_connector(server));
+            // SAFETY: as above.
+            let sst = unsafe { (d.NdkDisconnect)(server, on_request, server_done.ctx()) };
+            let sst = finish_request(nb, sst, &server_done, "NdkDisconnect");
+            assert_eq!(sst, STATUS_SUCCESS, "the peer's NdkDisconnect");
+            let st = finish_request(na, st, &client_done, "NdkDisconnect");
+            assert_eq!(st, STATUS_SUCCESS, "NdkDisconnect");
+            close(na, client.cast(), d.NdkCloseConnector);
+            close(nb, server.cast(), d.NdkCloseConnector);
+        }
+        let listeners = std::mem::take(&mut *self.listeners.lock().unwrap());
+        for (i, l) in listeners.into_iter().enumerate() {
+            if let Some(l) = l {
+                let d = disp(unsafe_dispatch_listener(l.ptr));
+                close(&self.nodes[i], l.ptr.cast(), d.NdkCloseListener);
+                // The listener is closed: no connect event can use the queue any more.
+                drop(l.incoming);
+            }
+        }
+        self.run();
+    }
+
     /// Test wiring (as tests/ndk_model.rs): `qa` on host `a` and `qb` on host `b` to RTS
     /// towards each other, then both marked connected.
-    pub fn connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
+    pub fn wire(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
         let (na, nb) = (&self.nodes[a], &self.nodes[b]);
         let (ha, hb) = (qp_handle(qa), qp_handle(qb));
         let (qpn_a, qpn_b) = (qpn(&na.dev, ha), qpn(&nb.dev, hb));
@@ -662,6 +860,116 @@ impl Pair {
     }
 }
 
+/// Bound on a wait for a completion or an event (a hang, not a timing).
+const WAIT_NS: u64 = 20_000_000_000;
+
+/// Gives every node a resolver knowing every node and starts its connection engine.
+fn start_engines(nodes: &[Node]) {
+    for n in nodes {
+        let p: Arc<dyn Platform> = n.platform.clone();
+        let r = Neighbours::new(p.clone(), 64, 50_000_000).expect("resolver");
+        for m in nodes.iter().filter(|m| m.index != n.index) {
+            r.set_neighbour(m.ip, m.mac).expect("neighbour");
+        }
+        r.add_address(n.ip).expect("address");
+        let cfg = EngineConfig {
+            capacity: CM_CAPACITY,
+            ..EngineConfig::new(guid_from_mac(n.mac), 0x5EED ^ n.index as u32)
+        };
+        n.ndk
+            .start_connections(p, r, cfg)
+            .expect("connection engine starts");
+    }
+}
+
+unsafe extern "system" fn on_connect_event(ctx: PVOID, c: *mut NDK_CONNECTOR) {
+    // SAFETY: the context is a listener's queue, which outlives the listener.
+    let q = unsafe { &*(ctx as *const Mutex<VecDeque<usize>>) };
+    q.lock().unwrap().push_back(c as usize);
+}
+
+unsafe extern "system" fn on_disconnect(ctx: PVOID) {
+    // SAFETY: the context is a connection's counter, which outlives its connector.
+    let n = unsafe { &*(ctx as *const AtomicU32) };
+    n.fetch_add(1, Ordering::SeqCst);
+}
+
+unsafe extern "system" fn on_close(ctx: PVOID) {
+    // SAFETY: the context is a `Done` the closing caller keeps alive until it has run.
+    let d = unsafe { &*(ctx as *const Done) };
+    d.status.store(STATUS_SUCCESS as u32, Ordering::SeqCst);
+}
+
+/// NdkCreateListener and NdkListen on the node's address, [`LISTEN_PORT`].
+fn listen(n: &Node) -> Listening {
+    let incoming: Box<Mutex<VecDeque<usize>>> = Box::default();
+    let mut l = null_mut();
+    let done = Done::new();
+    let d = disp(unsafe_dispatch_adapter(n.adapter));
+    // SAFETY: a live adapter; the queue outlives the listener (closed before it is dropped);
+    // `l` is an out pointer; `done` outlives the wait.
+    let st = unsafe {
+        (d.NdkCreateListener)(
+            n.adapter,
+            on_connect_event,
+            &*incoming as *const Mutex<VecDeque<usize>> as PVOID,
+            on_create,
+            done.ctx(),
+            &mut l,
+        )
+    };
+    let l = created(&n.platform, st, l, &done, "NdkCreateListener");
+    let (at, len) = SockBuf::from(SocketAddr::new(n.ip, LISTEN_PORT));
+    let done = Done::new();
+    let ld = disp(unsafe_dispatch_listener(l));
+    // SAFETY: a live listener; the address outlives the call, `done` the wait.
+    let st = unsafe { (ld.NdkListen)(l, at.0.as_ptr().cast(), len, on_request, done.ctx()) };
+    assert_eq!(
+        finish_request(n, st, &done, "NdkListen"),
+        STATUS_SUCCESS,
+        "NdkListen"
+    );
+    let mut b = SockBuf([0; 28]);
+    let mut len: ULONG = 28;
+    // SAFETY: a live listener; the buffer holds `len` bytes.
+    let st = unsafe { (ld.NdkGetLocalAddress)(l, b.0.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(st, STATUS_SUCCESS, "NdkGetListenerLocalAddress");
+    Listening {
+        ptr: l,
+        incoming,
+        addr: b.addr().expect("the listener's address"),
+    }
+}
+
+/// NdkCreateConnector.
+fn create_connector(n: &Node) -> *mut NDK_CONNECTOR {
+    let mut c = null_mut();
+    let done = Done::new();
+    let d = disp(unsafe_dispatch_adapter(n.adapter));
+    // SAFETY: a live adapter; `c` is an out pointer; `done` outlives the wait.
+    let st = unsafe { (d.NdkCreateConnector)(n.adapter, on_create, done.ctx(), &mut c) };
+    created(&n.platform, st, c, &done, "NdkCreateConnector")
+}
+
+/// The final status of a request the provider answered `st` to (inline, or the
+/// RequestCompletion's once it ran).
+fn finish_request(n: &Node, st: NTSTATUS, done: &Done, what: &str) -> NTSTATUS {
+    if st != STATUS_PENDING {
+        return st;
+    }
+    let finished = heap::uncounted(|| n.platform.wait_until(&|| done.finished(), WAIT_NS));
+    assert!(finished, "{what}: no completion");
+    done.status.load(Ordering::SeqCst) as NTSTATUS
+}
+
+/// Closes `obj` through `slot`, waiting for its CloseCompletion if it pends.
+fn close(n: &Node, obj: *mut NDK_OBJECT_HEADER, slot: NDK_FN_CLOSE_OBJECT) {
+    let done = Done::new();
+    // SAFETY: a live object of this provider, closed once; `done` outlives the wait.
+    let st = unsafe { slot(obj, on_close, done.ctx()) };
+    assert!(finish_request(n, st, &done, "close") == STATUS_SUCCESS);
+}
+
 /// Waits for a create or request the provider answered `st` to: `out` when it completed
 /// inline, the object from `done` once its completion ran when it answered STATUS_PENDING.
 /// The wait pumps the world (the platform's pump); completions run in the command DPC.
@@ -723,6 +1031,16 @@ pub fn unsafe_dispatch_cq(p: *mut NDK_CQ) -> *const NDK_CQ_DISPATCH {
 /// Dispatch pointer of a QP.
 pub fn unsafe_dispatch_qp(p: *mut NDK_QP) -> *const NDK_QP_DISPATCH {
     // SAFETY: a live QP.
+    unsafe { (*p).Dispatch }
+}
+/// Dispatch pointer of a connector.
+pub fn unsafe_dispatch_connector(p: *mut NDK_CONNECTOR) -> *const NDK_CONNECTOR_DISPATCH {
+    // SAFETY: a live connector.
+    unsafe { (*p).Dispatch }
+}
+/// Dispatch pointer of a listener.
+pub fn unsafe_dispatch_listener(p: *mut NDK_LISTENER) -> *const NDK_LISTENER_DISPATCH {
+    // SAFETY: a live listener.
     unsafe { (*p).Dispatch }
 }
 /// Dispatch pointer of an MR.

@@ -51,10 +51,13 @@ pub use hw::{Hardware, HwCaps};
 pub use qp::Qp;
 
 /// Marks a QP connected (initiator requests accepted) or not, as a connector does at RTS;
-/// for tests that wire QPs without the connection manager.
+/// for tests that wire QPs without the connection manager: below the NDK layer (mock
+/// hardware, the MODIFY_QP and miniport tests, the fuzzing consumer) or where the model
+/// cannot carry QP1's MADs (the unhooked instruction-count harness). Not for consumers.
 ///
 /// # Safety
 /// `qp` was returned by this provider's NdkCreateQp(WithSrq) and is not closed.
+#[doc(hidden)]
 pub unsafe fn set_qp_connected(qp: *mut crate::ndkpi::NDK_QP, connected: bool) {
     // SAFETY: caller contract.
     if let Some(q) = unsafe { object::ObjRef::<Qp>::borrow(qp) } {

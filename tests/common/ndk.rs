@@ -11,10 +11,13 @@
 //! - Closes are explicit (`close(self)`, no `Drop`), so tests control ordering; a close that
 //!   pends waits for CloseCompletion and asserts it came exactly once; an inline close
 //!   asserts none came.
-//! - [`connect`] is test wiring (MODIFY_QP RTR/RTS with the peer's QPN, GID and MAC through
-//!   the hardware layer, then `set_qp_connected`); [`cm_connect`] connects through the
-//!   connection manager instead (NdkListen / NdkConnect / NdkAccept / NdkCompleteConnect) in
-//!   a cluster built with [`ClusterConfig::cm`].
+//! - Clusters are connection-managed by default ([`ClusterConfig::cm`]), and
+//!   [`Cluster::connect`] connects two QPs through NdkListen / NdkConnect / NdkAccept /
+//!   NdkCompleteConnect; [`Qp::close`] and [`Cluster::finish`] part the connection with
+//!   NdkDisconnect and close its connectors before the QP closes ([`links`]). [`cm_connect`]
+//!   is the same exchange with the connectors and listener handed to the test. [`wire`] is
+//!   the raw wiring (MODIFY_QP RTR/RTS with the peer's QPN, GID and MAC through the hardware
+//!   layer, then `set_qp_connected`) for clusters built [`ClusterConfig::without_cm`].
 //! - [`Cluster::finish`] closes the adapters and checks the leak invariants.
 #![allow(dead_code, clippy::too_many_arguments)]
 
@@ -61,6 +64,8 @@ pub struct Pump {
     /// One thread moves virtual time at a time (provider waits on several threads pump).
     stepping: Mutex<()>,
     me: Weak<Pump>,
+    /// The kit's connections ([`Cluster::connect`]), parted when one of their QPs closes.
+    links: Mutex<Vec<links::Link>>,
 }
 
 /// The world's virtual time as a host platform clock. Weak: the world must not outlive the
@@ -104,6 +109,7 @@ impl Pump {
             virtual_time,
             stepping: Mutex::new(()),
             me: me.clone(),
+            links: Mutex::new(Vec::new()),
         })
     }
 
@@ -531,16 +537,17 @@ pub struct ClusterConfig {
     /// Hosts read the world's virtual time (`Platform::now_ns`) and their timers fire in it
     /// ([`Pump::step_virtual`]); Mode::Deterministic only. Default false: the wall clock.
     pub virtual_time: bool,
-    /// Connection management: every host gets a `Neighbours` resolver holding every host's
-    /// IP and MAC and its own IP as the interface's address, and its NDK device starts its
-    /// connection engine (which binds the GIDs; the probe binds none then).
+    /// Connection management (the default): every host gets a `Neighbours` resolver holding
+    /// every host's IP and MAC and its own IP as the interface's address, and its NDK device
+    /// starts its connection engine (which binds the GIDs; the probe binds none then).
+    /// Without it the probe binds each host's GID and [`Cluster::connect`] wires QPs raw.
     pub cm: bool,
     /// How long the resolvers take to give up on an unknown destination.
     pub resolve_bound_ns: u64,
 }
 
 impl ClusterConfig {
-    /// IPv4, NDKPI 2.1, 2 processors.
+    /// IPv4, NDKPI 2.1, 2 processors, connection management.
     pub fn new(mode: Mode, hosts: u8) -> Self {
         ClusterConfig {
             mode,
@@ -552,7 +559,7 @@ impl ClusterConfig {
             tweak: None,
             lazy: super::lazy_from_env(),
             virtual_time: false,
-            cm: false,
+            cm: true,
             resolve_bound_ns: 50_000_000,
         }
     }
@@ -569,6 +576,16 @@ impl ClusterConfig {
     pub fn cm(mode: Mode, hosts: u8) -> Self {
         ClusterConfig {
             cm: true,
+            ..Self::new(mode, hosts)
+        }
+    }
+
+    /// As [`ClusterConfig::new`] without connection management: no engine, no QP1, the
+    /// probe binds the GIDs and [`Cluster::connect`] is [`wire`]. For tests that need the
+    /// device to themselves (their own QP1, every QP handle) or QPs the CM must not touch.
+    pub fn without_cm(mode: Mode, hosts: u8) -> Self {
+        ClusterConfig {
+            cm: false,
             ..Self::new(mode, hosts)
         }
     }
@@ -604,6 +621,8 @@ pub struct Host {
     pub ip: std::net::IpAddr,
     /// The address resolver of a connection-managed cluster.
     pub resolver: Option<Arc<pvrdma_ndk::os::net::Neighbours>>,
+    /// The model's objects once the connection engine started (its QP1's PD, MR, CQ and QP).
+    pub engine_objects: ObjectCounts,
 }
 
 impl Host {
@@ -616,6 +635,18 @@ impl Host {
     pub fn model_objects(&self) -> ObjectCounts {
         self.model.with_core(|c| c.object_counts())
     }
+
+    /// The model's live objects but the connection engine's own.
+    pub fn consumer_objects(&self) -> ObjectCounts {
+        let (m, e) = (self.model_objects(), self.engine_objects);
+        ObjectCounts {
+            pds: m.pds - e.pds,
+            mrs: m.mrs - e.mrs,
+            cqs: m.cqs - e.cqs,
+            qps: m.qps - e.qps,
+            srqs: m.srqs - e.srqs,
+        }
+    }
 }
 
 /// Hosts on one fabric (see the module docs).
@@ -627,6 +658,9 @@ pub struct Cluster {
     /// Mode.
     pub mode: Mode,
     pump: Arc<Pump>,
+    /// Whether the hosts run connection engines ([`ClusterConfig::cm`]).
+    cm: bool,
+    links: links::Links,
     baseline: AllocStats,
     _serial: MutexGuard<'static, ()>,
 }
@@ -718,16 +752,22 @@ impl Cluster {
                 mac: node.mac(),
                 ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
                 resolver: None,
+                engine_objects: ObjectCounts::default(),
             });
         }
         if cfg.cm {
             cm::start_engines(&mut hosts, &cfg);
+            for h in &mut hosts {
+                h.engine_objects = h.model_objects();
+            }
         }
         Cluster {
             world,
             hosts,
             mode: cfg.mode,
             pump,
+            cm: cfg.cm,
+            links: links::Links::default(),
             baseline,
             _serial: guard,
         }
@@ -758,10 +798,19 @@ impl Cluster {
         self.pump.wait_for(what, cond);
     }
 
-    /// Test wiring: RTR/RTS on both QPs with each other's QPN, GID and MAC, then marks both
-    /// connected. See [`connect`].
+    /// Connects `a` and `b`: through the CM on a connection-managed cluster (parted when
+    /// either QP closes, see [`links`]), else [`wire`].
     pub fn connect(&self, a: &Qp, b: &Qp) {
-        connect(self, a, b);
+        if self.cm {
+            links::connect(self, a, b);
+        } else {
+            wire(self, a, b);
+        }
+    }
+
+    /// Whether the hosts run connection engines.
+    pub fn has_cm(&self) -> bool {
+        self.cm
     }
 
     /// Closes every adapter (the test closed its objects), waits for the model to hold no
@@ -771,6 +820,8 @@ impl Cluster {
     pub fn finish(mut self) {
         let hosts = std::mem::take(&mut self.hosts);
         let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
+        pump.part_all_links();
+        self.links.close_listeners();
         pump.settle();
         for h in &hosts {
             // A test that closed an adapter itself nulls its pointer.
@@ -837,6 +888,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // The kit's connectors hold the pump: let the cycle go.
+        self.pump.forget_links();
+        self.links.forget();
         // Also on a failing test: stop the DPC threads (the world stops its own on drop).
         for h in &self.hosts {
             h.platform.executor().shutdown();
@@ -847,6 +901,9 @@ impl Drop for Cluster {
 pub mod cm;
 #[allow(unused_imports)]
 pub use cm::*;
+pub mod links;
+#[allow(unused_imports)]
+pub use links::KIT_READ_LIMIT;
 
 // ------------------------------------------------------------------------------- adapter
 
@@ -1732,8 +1789,10 @@ impl Qp {
         unsafe { (self.d().NdkFlush)(self.ptr) };
     }
 
-    /// NdkCloseQp; see the module docs.
+    /// NdkCloseQp, after parting the kit connection of this QP if it has one; see the
+    /// module docs.
     pub fn close(self) -> NTSTATUS {
+        self.pump.part_link_of(self.ptr);
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseQp)
     }
 }
@@ -1743,11 +1802,15 @@ pub const PSN_AB: u32 = 0x0010_0000;
 /// PSN of the direction b → a.
 pub const PSN_BA: u32 = 0x0020_0000;
 
-/// Test-only connection (until connection management lands): both QPs are INIT since
+/// Raw wiring, for clusters without connection management: both QPs are INIT since
 /// creation (the provider moves them there, §5.3); RTR and RTS through the hardware layer's
 /// MODIFY_QP with the peer's QPN (from the peer model), GID and MAC, then both are marked
 /// connected so the NDK layer accepts initiator requests.
-pub fn connect(c: &Cluster, a: &Qp, b: &Qp) {
+pub fn wire(c: &Cluster, a: &Qp, b: &Qp) {
+    assert!(
+        !c.cm,
+        "a connection-managed cluster connects through the CM"
+    );
     let qpn = |q: &Qp| {
         let h = q.handle();
         c.hosts[q.host]
