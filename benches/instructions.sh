@@ -106,56 +106,45 @@ measure() {
 # workload is `instr rr`, a consumer round-robining its QPs with 16 reads in flight: the
 # model runs once per 16 requests, not between every two provider calls as in the shapes
 # above, where its run (every QP's state in the device model, the fabric) evicted the
-# provider's lines as no device does to the CPU's cache. One run measures both thunks
-# (each pattern toggles its own thunk; a thunk's figure is its inclusive cost). The
-# simulated L1D is pinned (32 KiB, 8-way, 64-byte lines; most x86 cores since 2011 have
+# provider's lines as no device does to the CPU's cache. The simulated L1D is pinned (32 KiB, 8-way, 64-byte lines; most x86 cores since 2011 have
 # this or 48 KiB), so the figures do not depend on the host that runs them.
 CACHE_SIM="--cache-sim=yes --D1=32768,8,64 --I1=32768,8,64 --LL=8388608,16,64"
 
-# misses <name> <args...>: prints "<post> <poll>", each "total (reads r + writes w)" L1D
-# misses per request for the read and get_cq_results thunks.
+# misses <name> <thunk> <args...>: prints "total (reads r + writes w)", the L1D misses per
+# request inside <thunk> (callgrind 3.19 honours one --toggle-collect pattern per run, so
+# each thunk takes a run of its own).
 misses() {
-  local name=$1; shift
+  local name=$1 thunk=$2; shift 2
   local f="$OUT/$name.out" log="$OUT/$name.log"
   valgrind --tool=callgrind $CACHE_SIM --callgrind-out-file="$f" \
-    --toggle-collect='pvrdma_ndk::ndk::dispatch*::read' \
-    --toggle-collect='pvrdma_ndk::ndk::dispatch*::get_cq_results' \
+    --toggle-collect="pvrdma_ndk::ndk::dispatch*::$thunk" \
     "$BIN" "$@" 2>"$log" >/dev/null || { echo "instr $* failed under callgrind: $log" >&2; exit 1; }
   local reqs
   reqs=$(sed -n 's/^requests=//p' "$log")
   [ -n "$reqs" ] && [ "$reqs" != 0 ] || { echo "$name: no requests: $log" >&2; exit 1; }
-  # Inclusive cost per function: every cost line of a function's blocks, its calls' lines
-  # included (a `calls=` line's next line is the callee's inclusive cost at that call).
+  # The totals line leaves out trailing zero events.
   awk -v r="$reqs" -v name="$name" '
-    /^events:/ { for (i = 2; i <= NF; i++) ev[$i] = i - 1; next }
-    /^fn=/ {
-      id = $1; sub(/^fn=/, "", id)
-      if (NF > 1) { n = $0; sub(/^fn=\([0-9]+\) /, "", n); names[id] = n }
-      fn = names[id]; next
-    }
-    /^(0x[0-9a-f]+|[+-][0-9]+|\*|[0-9]+) / {
-      if (fn ~ /::read$/) k = "post"; else if (fn ~ /::get_cq_results$/) k = "poll"; else next
-      rd[k] += $(1 + ev["D1mr"]); wr[k] += $(1 + ev["D1mw"]); seen[k] = 1
-    }
-    END {
-      for (j = 1; j <= 2; j++) {
-        k = j == 1 ? "post" : "poll"
-        if (!seen[k]) { print name ": nothing collected for " k > "/dev/stderr"; exit 1 }
-        printf "%.2f (%.2f r + %.2f w)%s", (rd[k] + wr[k]) / r, rd[k] / r, wr[k] / r, j == 1 ? "|" : "\n"
-      }
+    /^events:/ { for (i = 2; i <= NF; i++) ev[$i] = i; next }
+    /^totals:/ {
+      if ($2 == 0) { print name ": nothing collected" > "/dev/stderr"; exit 1 }
+      rd = $(ev["D1mr"]) + 0; wr = $(ev["D1mw"]) + 0
+      printf "%.2f (%.2f r + %.2f w)\n", (rd + wr) / r, rd / r, wr / r
     }' "$f"
 }
 
 cache_table() {
   local n=$((N > 4096 ? N : 4096)) one shared own
-  one=$(misses c_1 rr $n 1 shared 64)
-  shared=$(misses c_1024s rr $n 1024 shared 64)
-  own=$(misses c_1024p rr $n 1024 separate 64)
   echo
   echo "cache (L1D misses per request, reads + writes; round robin, 16 in flight, CQ depth 64):"
   printf '%-28s %-24s %-24s %-24s\n' "" "1 QP" "1024 QPs, shared CQ" "1024 QPs, own CQs"
-  printf '%-28s %-24s %-24s %-24s\n' "post (NdkRead, 1 SGE)" "${one%|*}" "${shared%|*}" "${own%|*}"
-  printf '%-28s %-24s %-24s %-24s\n' "poll (NdkGetCqResults, 1)" "${one#*|}" "${shared#*|}" "${own#*|}"
+  local row thunk label
+  for row in "read|post (NdkRead, 1 SGE)" "get_cq_results|poll (NdkGetCqResults, 1)"; do
+    thunk=${row%%|*} label=${row#*|}
+    one=$(misses "c_${thunk}_1" "$thunk" rr $n 1 shared 64)
+    shared=$(misses "c_${thunk}_1024s" "$thunk" rr $n 1024 shared 64)
+    own=$(misses "c_${thunk}_1024p" "$thunk" rr $n 1024 separate 64)
+    printf '%-28s %-24s %-24s %-24s\n' "$label" "$one" "$shared" "$own"
+  done
 }
 
 # The per-request shapes: instr shape, thunk, iterations, label, reference, target.
