@@ -26,8 +26,10 @@ pub enum Direction {
     In,
 }
 
-/// One QP's counters.
+/// One QP's counters. `#[repr(C)]`: the post's four first, in the QP's post run
+/// (`super::qp::Qp`), the receive poller's two after them.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct QpTraffic {
     out_octets: AtomicU64,
     out_frames: AtomicU64,
