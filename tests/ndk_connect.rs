@@ -700,7 +700,11 @@ fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
     let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
     let server = l.next_incoming();
     let accept = server.accept_raw(&qb, 1, 1, &[]);
-    assert_eq!(connect.wait(), STATUS_SUCCESS, "NdkConnect from the reused QPN");
+    assert_eq!(
+        connect.wait(),
+        STATUS_SUCCESS,
+        "NdkConnect from the reused QPN"
+    );
     assert_eq!(client.complete_connect(), STATUS_SUCCESS);
     assert_eq!(accept.wait(), STATUS_SUCCESS);
     assert_eq!(l.incoming.calls(), 1);
@@ -770,5 +774,194 @@ fn queries_before_a_connection_and_short_address_buffers() {
     assert_eq!(se.close(), STATUS_SUCCESS);
     assert_eq!(l.close(), STATUS_SUCCESS);
     assert_eq!(client.close(), STATUS_SUCCESS);
+    c.finish();
+}
+
+/// The MADs host `h` sent so far.
+fn mads_out(c: &Cluster, h: usize) -> u64 {
+    common::ndk::engine_stats(c.host(h)).mads_out
+}
+
+/// One QP serves one connector: NdkConnect and NdkAccept naming a QP another open
+/// connector holds fail inline with STATUS_INVALID_DEVICE_STATE, with no MAD sent and the
+/// first connection going on untouched (connector module docs).
+#[test]
+fn a_qp_held_by_another_connector_is_refused_inline() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    let intruder = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        intruder
+            .connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(
+        mads_out(&c, 0),
+        sent,
+        "nothing sent for the refused connect"
+    );
+    let server = l.next_incoming();
+    assert_eq!(server.accept_raw(&p.qb, 1, 1, &[]).inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    // A second incoming connection may not take the QP the first one was accepted on.
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let client2 = c.adapter(0).create_connector().unwrap();
+    let connect2 = client2.connect_raw(&qa2, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server2 = l.next_incoming();
+    let sent = mads_out(&c, 1);
+    assert_eq!(
+        server2.accept_raw(&p.qb, 1, 1, &[]).inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 1), sent, "nothing sent for the refused accept");
+    assert_eq!(server2.reject(&[]), STATUS_SUCCESS, "still incoming");
+    assert_eq!(connect2.wait(), STATUS_CONNECTION_REFUSED);
+    // The first connection carries data both ways and parts as usual.
+    send_both_ways(&c, &p);
+    part(&c, &client, &server);
+    for x in [client, server, client2, server2, intruder] {
+        assert_eq!(x.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    qa2.close();
+    p.close();
+    c.finish();
+}
+
+/// A QP connects once (ndkpi.md §5.12): after a disconnect its QP is in ERR, and NdkConnect
+/// or NdkAccept naming it fail inline with STATUS_INVALID_DEVICE_STATE before any MAD goes
+/// out, instead of a REQ whose NdkCompleteConnect would fail. A connect that failed before
+/// its REQ leaves its QP usable.
+#[test]
+fn a_qp_that_connected_once_is_refused_before_any_mad() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    cm_connect(&c, &p.qa, &p.qb).disconnect_and_close();
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        client
+            .connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 0), sent, "no REQ for a used QP");
+    assert_eq!(l.incoming.calls(), 0);
+    // A fresh QP connects; the passive side's used QP is refused, a fresh one accepted.
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1))
+        .unwrap();
+    // An unreachable destination fails before the REQ: the QP is left as it was.
+    let stranger = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99));
+    assert_eq!(
+        client.connect(&qa2, sa(ia, 0), sa(stranger, 445), 1, 1, &[]),
+        STATUS_HOST_UNREACHABLE
+    );
+    let connect = client.connect_raw(&qa2, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server = l.next_incoming();
+    let sent = mads_out(&c, 1);
+    assert_eq!(
+        server.accept_raw(&p.qb, 1, 1, &[]).inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 1), sent, "no REP for a used QP");
+    let accept = server.accept_raw(&qb2, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    part(&c, &client, &server);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    qa2.close();
+    qb2.close();
+    p.close();
+    c.finish();
+}
+
+/// Two connects through one shared endpoint to the same destination would be one 4-tuple:
+/// the second fails inline with STATUS_ADDRESS_ALREADY_EXISTS (ndkpi.md §4.5, §5.10) and
+/// sends nothing; the same connector and QP connect once the first connector closed.
+#[test]
+fn shared_endpoint_refuses_a_duplicate_four_tuple() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let ib = c.host(1).ip;
+    let se = c
+        .adapter(0)
+        .create_shared_endpoint(sa(c.host(0).ip, 0))
+        .unwrap();
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 9001)), STATUS_SUCCESS);
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1))
+        .unwrap();
+    let first = c.adapter(0).create_connector().unwrap();
+    let connect = first.connect_shared_raw(&p.qa, &se, sa(ib, 9001), 1, 1, &[]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    let second = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        second
+            .connect_shared_raw(&qa2, &se, sa(ib, 9001), 1, 1, &[])
+            .inline,
+        STATUS_ADDRESS_ALREADY_EXISTS
+    );
+    assert_eq!(mads_out(&c, 0), sent, "nothing sent for the duplicate");
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&p.qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(first.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 1);
+    let engine = c.host(0).ndk.connections().unwrap();
+    assert_eq!(engine.tuples_in_use(), 1);
+    part(&c, &first, &server);
+    assert_eq!(first.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(engine.tuples_in_use(), 0, "given back with its connector");
+    // The refused connector and its QP connect to the same destination now.
+    let connect = second.connect_shared_raw(&qa2, &se, sa(ib, 9001), 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb2, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(second.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    part(&c, &second, &server);
+    assert_eq!(second.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(se.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    assert_eq!(engine.tuples_in_use(), 0);
+    // The engine holds the driver device: let go before the leak checks.
+    drop(engine);
+    qa2.close();
+    qb2.close();
+    p.close();
     c.finish();
 }
