@@ -965,3 +965,167 @@ fn shared_endpoint_refuses_a_duplicate_four_tuple() {
     p.close();
     c.finish();
 }
+
+/// What the victim's DisconnectEvent callback does: closes `others` (each close queues a
+/// DREQ and an ERR on the CM, which no one performs while the callback runs on the thread
+/// pumping), then answers the peer's DREQ with NdkDisconnect.
+struct AnswerFromTheCallback {
+    victim: *mut NDK_CONNECTOR,
+    others: Vec<*mut NDK_CONNECTOR>,
+    /// CloseCompletions of the closes that pended.
+    closes: std::sync::atomic::AtomicU32,
+    close_inline: Vec<NTSTATUS>,
+    disconnect: std::sync::Arc<common::ndk::RequestCtx>,
+    disconnect_inline: Option<NTSTATUS>,
+}
+
+fn connector_dispatch(c: *mut NDK_CONNECTOR) -> &'static NDK_CONNECTOR_DISPATCH {
+    // SAFETY: a live connector (the caller's).
+    let table = unsafe { (*c).Dispatch };
+    // SAFETY: a connector's dispatch table is static.
+    unsafe { &*table }
+}
+
+unsafe extern "system" fn count_close(ctx: PVOID) {
+    // SAFETY: the context is the counter of a live `AnswerFromTheCallback`.
+    let n = unsafe { &*ctx.cast::<std::sync::atomic::AtomicU32>() };
+    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+unsafe extern "system" fn answer_from_the_callback(ctx: PVOID) {
+    // SAFETY: the context is the test's `AnswerFromTheCallback`, which outlives the
+    // connector, and nothing else touches it while the callback runs.
+    let a = unsafe { &mut *ctx.cast::<AnswerFromTheCallback>() };
+    let counter = std::ptr::from_ref(&a.closes) as PVOID;
+    for &o in &a.others {
+        // SAFETY: a live connector the test handed over to this callback, closed once.
+        let st =
+            unsafe { (connector_dispatch(o).NdkCloseConnector)(o.cast(), count_close, counter) };
+        a.close_inline.push(st);
+    }
+    let rctx = std::sync::Arc::as_ptr(&a.disconnect) as PVOID;
+    // SAFETY: the victim connector is live (its callback runs).
+    let st = unsafe {
+        (connector_dispatch(a.victim).NdkDisconnect)(a.victim, common::ndk::on_request, rctx)
+    };
+    a.disconnect_inline = Some(st);
+}
+
+/// NdkDisconnect answering a peer's DREQ while the CM's action queue is full (here: from
+/// the DisconnectEvent callback, after closing 31 connections from it) fails inline with
+/// STATUS_DEVICE_BUSY and changes nothing, rather than counting the connection as done
+/// without its DREP; retried, it sends the DREP and the peer's NdkDisconnect succeeds.
+#[test]
+fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
+    const OTHERS: usize = 31;
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let mut qps = Vec::new();
+    let mut ends = Vec::new();
+    for i in 0..OTHERS {
+        let qa = p
+            .pd_a
+            .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1 + i))
+            .unwrap();
+        let qb = p
+            .pd_b
+            .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1 + i))
+            .unwrap();
+        let client = c.adapter(0).create_connector().unwrap();
+        let connect = client.connect_raw(&qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+        let server = l.next_incoming();
+        let accept = server.accept_raw(&qb, 1, 1, &[]);
+        assert_eq!(connect.wait(), STATUS_SUCCESS);
+        assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+        assert_eq!(accept.wait(), STATUS_SUCCESS);
+        qps.push((qa, qb));
+        ends.push((client, server));
+    }
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let victim = l.next_incoming();
+    let mut answer = Box::new(AnswerFromTheCallback {
+        victim: victim.ptr,
+        others: ends.iter().map(|(_, s)| s.ptr).collect(),
+        closes: std::sync::atomic::AtomicU32::new(0),
+        close_inline: Vec::new(),
+        disconnect: std::sync::Arc::new(common::ndk::RequestCtx::default()),
+        disconnect_inline: None,
+    });
+    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
+    let answer_ptr: *mut AnswerFromTheCallback = &mut *answer;
+    // SAFETY: live connector and QP; the callback context outlives the connector.
+    let inline = unsafe {
+        (connector_dispatch(victim.ptr).NdkAccept)(
+            victim.ptr,
+            p.qb.ptr,
+            1,
+            1,
+            std::ptr::null(),
+            0,
+            Some(answer_from_the_callback),
+            answer_ptr.cast(),
+            common::ndk::on_request,
+            std::sync::Arc::as_ptr(&accepted) as PVOID,
+        )
+    };
+    assert_eq!(inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("NdkAccept", || accepted.calls() == 1);
+    assert_eq!(accepted.status(), Some(STATUS_SUCCESS));
+    let d = client.disconnect_raw();
+    assert_eq!(d.inline, STATUS_PENDING);
+    c.wait_for("the victim's DisconnectEvent", || {
+        // SAFETY: read after the callback returned (it sets this last).
+        unsafe { (*answer_ptr).disconnect_inline.is_some() }
+    });
+    c.settle();
+    // SAFETY: the callback ran once and returned.
+    let a = unsafe { &*answer_ptr };
+    assert_eq!(a.close_inline.len(), OTHERS);
+    assert_eq!(
+        common::ndk::engine_stats(c.host(1)).release_failures,
+        0,
+        "every close found room"
+    );
+    assert_eq!(a.disconnect_inline, Some(STATUS_DEVICE_BUSY));
+    assert_eq!(a.disconnect.calls(), 0, "refused inline, no completion");
+    // Retried with the queue drained: the DREP goes out and both sides are done.
+    assert_eq!(victim.disconnect(), STATUS_SUCCESS);
+    assert_eq!(d.wait(), STATUS_SUCCESS, "the peer got its DREP");
+    let pended = a
+        .close_inline
+        .iter()
+        .filter(|&&s| s == STATUS_PENDING)
+        .count() as u32;
+    let inline_ok = a
+        .close_inline
+        .iter()
+        .filter(|&&s| s == STATUS_SUCCESS)
+        .count() as u32;
+    assert_eq!(pended + inline_ok, OTHERS as u32);
+    c.wait_for("the closes that pended", || {
+        a.closes.load(std::sync::atomic::Ordering::SeqCst) == pended
+    });
+    // The servers were closed from the callback; only their wrappers are left.
+    for (client, _server) in ends {
+        c.wait_for("the client's DisconnectEvent", || {
+            client.disconnects.count() == 1
+        });
+        assert_eq!(client.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(victim.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    drop(answer);
+    for (qa, qb) in qps {
+        qa.close();
+        qb.close();
+    }
+    p.close();
+    c.finish();
+}

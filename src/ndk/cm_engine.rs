@@ -722,13 +722,26 @@ impl CmEngine {
     /// empties it, so the release is retried until it fits (bounded, as a last resort the
     /// slot stays owned and is counted as leaked).
     pub fn release(&self, conn: ConnId) {
-        for _ in 0..RELEASE_TRIES {
-            match self.input(|cm, now| cm.release(now, conn)) {
+        if let Err(CmError::QueueFull) = self.input_when_room(|cm, now| cm.release(now, conn)) {
+            bump(&self.counters.release_failures);
+        }
+    }
+
+    /// [`Self::input`] of an input the CM refuses with [`CmError::QueueFull`] while its
+    /// action queue is full, retried while the thread pumping empties it (bounded: a full
+    /// queue the caller's own thread is pumping, from a consumer callback, never empties;
+    /// then `QueueFull` is returned).
+    pub fn input_when_room<R>(
+        &self,
+        mut f: impl FnMut(&mut Cm, u64) -> Result<R, CmError>,
+    ) -> Result<R, CmError> {
+        for _ in 1..RELEASE_TRIES {
+            match self.input(&mut f) {
                 Err(CmError::QueueFull) => core::hint::spin_loop(),
-                _ => return,
+                r => return r,
             }
         }
-        bump(&self.counters.release_failures);
+        self.input(f)
     }
 
     /// Reads the CM under its lock (queries queue nothing).

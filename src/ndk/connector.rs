@@ -43,7 +43,7 @@ use super::shared_endpoint::SharedEndpoint;
 use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
-use crate::cm::{AcceptParams, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::net::{Mac, ResolveError, resolve_done};
@@ -562,7 +562,7 @@ impl ObjRef<Connector> {
             let id = cm.connect(now, &params)?;
             if !engine.register_conn(id, self) {
                 let _ = cm.release(now, id);
-                return Err(crate::cm::CmError::TableFull);
+                return Err(CmError::TableFull);
             }
             Ok(id)
         });
@@ -779,9 +779,11 @@ impl ObjRef<Connector> {
     /// or DREQ retries ran out (STATUS_IO_TIMEOUT).
     ///
     /// # Errors
-    /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already).
+    /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already);
+    /// STATUS_DEVICE_BUSY when the CM's action queue stays full (the DREQ or DREP could not
+    /// be queued; nothing changed, the consumer may retry).
     pub fn disconnect(&self, request: Arc<RequestHandoff>) -> Result<(), NTSTATUS> {
-        let (conn, before) = {
+        let (conn, before, notified) = {
             let mut l = self.link.lock();
             let before = l.phase;
             if !matches!(before, Phase::Established | Phase::PeerClosed) {
@@ -792,11 +794,23 @@ impl ObjRef<Connector> {
             };
             l.phase = Phase::Disconnecting;
             l.request = Some(request);
+            let notified = l.notified;
             l.notified = true;
-            (conn, before)
+            (conn, before, notified)
         };
-        match self.engine.input(|cm, now| cm.disconnect(now, conn)) {
+        match self
+            .engine
+            .input_when_room(|cm, now| cm.disconnect(now, conn))
+        {
             Ok(()) => Ok(()),
+            Err(CmError::QueueFull) => {
+                // Not "the CM is done": the peer's DREQ still waits for its DREP.
+                let mut l = self.link.lock();
+                l.phase = before;
+                l.request = None;
+                l.notified = notified;
+                Err(STATUS_DEVICE_BUSY)
+            }
             Err(_) if before == Phase::PeerClosed => {
                 // The CM is done with the connection already (the peer aborted it): only
                 // the QP's flush is left, then the request completes.
