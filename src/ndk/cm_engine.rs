@@ -26,7 +26,7 @@
 
 use alloc::boxed::Box;
 use alloc::sync::{Arc, Weak};
-use core::net::IpAddr;
+use core::net::{IpAddr, SocketAddr};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::connector::Connector;
@@ -223,6 +223,9 @@ impl Neighbours {
     }
 }
 
+/// (local, remote) of one connection.
+type FourTuple = (SocketAddr, SocketAddr);
+
 /// Objects by key, in slots allocated at start.
 type Table<K, T> = Box<[Option<(K, ObjRef<T>)>]>;
 
@@ -246,6 +249,9 @@ pub struct CmEngine {
     conns: SpinLock<Table<ConnId, Connector>>,
     listeners: SpinLock<Table<ListenerId, Listener>>,
     endpoints: SpinLock<Endpoints>,
+    /// (local, remote) of every connect through a shared endpoint (ndkpi.md §5.10's
+    /// 4-tuple rule; a connector's own endpoint is unique by itself).
+    tuples: SpinLock<Box<[Option<FourTuple>]>>,
     timer: SpinLock<Option<Timer>>,
     pump_state: AtomicU8,
     psn: AtomicU32,
@@ -357,6 +363,7 @@ impl CmEngine {
         let conns = try_vec(cfg.capacity, || None).map_err(|_| HwError::NoResources)?;
         let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
         let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
+        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
         let engine = crate::os::alloc::try_arc(CmEngine {
             me: SpinLock::new(Weak::new()),
             platform: platform.clone(),
@@ -376,6 +383,7 @@ impl CmEngine {
                 slots: endpoints,
                 cursor: cfg.seed % EPHEMERAL_COUNT,
             }),
+            tuples: SpinLock::new(tuples),
             timer: SpinLock::new(None),
             pump_state: AtomicU8::new(IDLE),
             psn: AtomicU32::new(cfg.seed.rotate_left(11)),
@@ -603,6 +611,36 @@ impl CmEngine {
         self.endpoints.lock().release(ip, port);
     }
 
+    /// Claims the 4-tuple of a connect through a shared endpoint.
+    ///
+    /// # Errors
+    /// STATUS_ADDRESS_ALREADY_EXISTS (claimed already), STATUS_INSUFFICIENT_RESOURCES.
+    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> Result<(), NTSTATUS> {
+        let mut t = self.tuples.lock();
+        if t.iter().flatten().any(|&(l, r)| l == local && r == remote) {
+            return Err(STATUS_ADDRESS_ALREADY_EXISTS);
+        }
+        let slot = t
+            .iter_mut()
+            .find(|s| s.is_none())
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        *slot = Some((local, remote));
+        Ok(())
+    }
+
+    /// Gives a 4-tuple back.
+    pub fn release_tuple(&self, local: SocketAddr, remote: SocketAddr) {
+        let mut t = self.tuples.lock();
+        if let Some(slot) = t.iter_mut().find(|s| **s == Some((local, remote))) {
+            *slot = None;
+        }
+    }
+
+    /// 4-tuples claimed through shared endpoints (leak checks).
+    pub fn tuples_in_use(&self) -> usize {
+        self.tuples.lock().iter().flatten().count()
+    }
+
     /// A fresh starting PSN (24 bits).
     pub fn next_psn(&self) -> u32 {
         let n = self.psn.fetch_add(0x9E37_79B9, Ordering::Relaxed);
@@ -684,13 +722,26 @@ impl CmEngine {
     /// empties it, so the release is retried until it fits (bounded, as a last resort the
     /// slot stays owned and is counted as leaked).
     pub fn release(&self, conn: ConnId) {
-        for _ in 0..RELEASE_TRIES {
-            match self.input(|cm, now| cm.release(now, conn)) {
+        if let Err(CmError::QueueFull) = self.input_when_room(|cm, now| cm.release(now, conn)) {
+            bump(&self.counters.release_failures);
+        }
+    }
+
+    /// [`Self::input`] of an input the CM refuses with [`CmError::QueueFull`] while its
+    /// action queue is full, retried while the thread pumping empties it (bounded: a full
+    /// queue the caller's own thread is pumping, from a consumer callback, never empties;
+    /// then `QueueFull` is returned).
+    pub fn input_when_room<R>(
+        &self,
+        mut f: impl FnMut(&mut Cm, u64) -> Result<R, CmError>,
+    ) -> Result<R, CmError> {
+        for _ in 1..RELEASE_TRIES {
+            match self.input(&mut f) {
                 Err(CmError::QueueFull) => core::hint::spin_loop(),
-                _ => return,
+                r => return r,
             }
         }
-        bump(&self.counters.release_failures);
+        self.input(f)
     }
 
     /// Reads the CM under its lock (queries queue nothing).

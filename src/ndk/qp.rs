@@ -10,7 +10,7 @@
 //! serializes each queue, §5.3) and never allocate.
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::consumer_array::ConsumerArray;
@@ -246,6 +246,8 @@ pub struct Qp {
     max_read_sge: u32,
     connected: AtomicBool,
     bad_cqes: AtomicU32,
+    /// Which connector holds it and whether it left INIT (`connector`'s QP rule).
+    cm_binding: AtomicU8,
 }
 
 impl NdkObject for Qp {
@@ -398,6 +400,7 @@ impl PendingQp {
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
                 traffic: QpTraffic::default(),
+                cm_binding: AtomicU8::new(0),
             },
         ) {
             Ok(q) => q,
@@ -560,6 +563,11 @@ impl Qp {
             .store(admit(self.max_send_sge), Ordering::Release);
         self.admit_read
             .store(admit(self.max_read_sge), Ordering::Release);
+    }
+
+    /// The connection engine's claim on the QP (see [`super::connector`]).
+    pub(crate) fn cm_binding(&self) -> &AtomicU8 {
+        &self.cm_binding
     }
 
     /// The device handle while the QP lives, `u64::MAX` once torn down.
@@ -994,6 +1002,7 @@ impl Qp {
     /// first so they are flushed too.
     pub fn flush(&self) {
         self.ring_deferred();
+        super::connector::mark_qp_used(self);
         self.pd.adapter().hw().flush_qp(self.handle);
     }
 
