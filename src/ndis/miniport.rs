@@ -23,11 +23,13 @@ use super::caps::{CAPS_VERSION, ndk_capabilities};
 use super::counters::CounterSource;
 use super::state::{Lifecycle, NdkState};
 use crate::ndk::adapter::{Adapter, adapter_info};
+use crate::ndk::cm_engine::EngineConfig;
 use crate::ndk::object::ObjRef;
 use crate::ndk::pvrdma_hw::PvrdmaHardware;
 use crate::ndk::{Hardware, HwCaps, NdkDevice};
 use crate::ndkpi::{NDK_ADAPTER, NDK_ADAPTER_INFO, NDK_VERSION};
 use crate::os::alloc::try_arc;
+use crate::os::net::AddressResolver;
 use crate::os::{Platform, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS};
@@ -88,6 +90,11 @@ pub struct Miniport {
     packet_filter: AtomicU32,
     lookahead: AtomicU32,
     halt_grace_ns: u64,
+}
+
+/// The EUI-64 node GUID of `mac` (the universal/local bit flipped, FF:FE in the middle).
+fn node_guid(m: [u8; 6]) -> u64 {
+    u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]])
 }
 
 /// A bring-up failure as InitializeEx returns it.
@@ -222,6 +229,32 @@ impl Miniport {
         self.stack.lock().as_ref().map(|s| s.dev.clone())
     }
 
+    /// Starts the connection engine over the interface's resolver (PASSIVE_LEVEL, at
+    /// InitializeEx once the resolver runs; NdkConnect, NdkListen and shared endpoints
+    /// answer STATUS_NOT_IMPLEMENTED until then). The node GUID is the MAC's EUI-64, as
+    /// Linux derives a RoCE node GUID; the seed is the clock, so a restarted adapter does not
+    /// reuse its last run's communication IDs and PSNs.
+    ///
+    /// # Errors
+    /// NDIS_STATUS_ADAPTER_NOT_READY after Halt; NDIS_STATUS_RESOURCES when QP1 or a GID
+    /// binding cannot be made.
+    pub fn start_connections(&self, resolver: Arc<dyn AddressResolver>) -> Result<(), NDIS_STATUS> {
+        let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
+        let now = self.platform.now_ns();
+        let seed = (now ^ (now >> 32)) as u32;
+        let cfg = EngineConfig::new(node_guid(self.mac), seed);
+        ndk.start_connections(self.platform.clone(), resolver, cfg)
+            .map_err(|_| NDIS_STATUS_RESOURCES)
+    }
+
+    /// Stops the connection engine (PASSIVE_LEVEL, at Halt before the resolver stops):
+    /// QP1 destroyed, every GID unbound. Idempotent.
+    pub fn stop_connections(&self) {
+        if let Some(ndk) = self.ndk_device() {
+            ndk.stop_connections();
+        }
+    }
+
     /// NDK_ADAPTERs open now.
     pub fn open_adapters(&self) -> usize {
         self.open.lock().len()
@@ -238,6 +271,7 @@ impl Miniport {
             self.platform
                 .wait_until(&|| open.lock().is_empty(), self.halt_grace_ns);
         }
+        self.stop_connections();
         let stack = self.stack.lock().take();
         if let Some(Stack { ndk, hw, dev }) = stack {
             drop(ndk);
