@@ -22,6 +22,7 @@ no pool, shared-memory, work-item or model object left on either node, every ind
 a CFG target.
 """
 import argparse
+import ipaddress
 import os
 import random
 import struct
@@ -42,32 +43,41 @@ QP_READ, QP_WRITE = 8, 9
 NDK_OP_FLAG_DEFER = 0x200
 NDK_MR_FLAG_ALLOW_REMOTE_WRITE = 0x5
 NdkOperationTypeSend, NdkOperationTypeRead, NdkOperationTypeWrite = 2, 0x20, 0x40
-AF_INET = 2
+AF_INET, AF_INET6 = 2, 23
 EPHEMERAL_FIRST = 49152
 IPS = ("10.0.0.1", "10.0.0.2")
+# Each node's IPv6 address, listed and resolvable beside the IPv4 one (a second GID each).
+IPS6 = ("fd00::1", "fd00::2")
 BUF = 0x4000  # per side: SEND source @0, RECEIVE sink @0x1000, RDMA target/source @0x2000, READ sink @0x3000
 QP_CONTEXT = (0xA0, 0xA1)
 CQ_CONTEXT = (0xC0, 0xC1)
 
 
 def sockaddr(ip, port):
-    """SOCKADDR_IN (16 bytes): family, port in network order, the address."""
-    return struct.pack("<H", AF_INET) + struct.pack(">H", port) + bytes(int(x) for x in ip.split(".")) + b"\0" * 8
+    """SOCKADDR_IN (16 bytes) or SOCKADDR_IN6 (28): family, port in network order, the
+    address (ws2def.h; AF_INET6 is 23 on Windows)."""
+    a = ipaddress.ip_address(ip)
+    if a.version == 4:
+        return struct.pack("<H", AF_INET) + struct.pack(">H", port) + a.packed + b"\0" * 8
+    return struct.pack("<H", AF_INET6) + struct.pack(">H", port) + b"\0" * 4 + a.packed + b"\0" * 4
 
 
 def parse_sockaddr(b):
     family = struct.unpack_from("<H", b)[0]
-    if family != AF_INET:
-        return None
-    return ".".join(str(x) for x in b[4:8]), struct.unpack_from(">H", b, 2)[0]
+    port = struct.unpack_from(">H", b, 2)[0]
+    if family == AF_INET:
+        return str(ipaddress.ip_address(b[4:8])), port
+    if family == AF_INET6:
+        return str(ipaddress.ip_address(b[8:24])), port
+    return None
 
 
 class Side:
     """One host: an emulated driver on node `node` and a consumer of its adapter."""
 
-    def __init__(self, image, world, node, ip, neighbours):
-        self.hz = Harness(image, device="model", world=world, node=node,
-                          unicast_rows=[(run.NET_LUID, ip)], neighbours=neighbours)
+    def __init__(self, image, world, node, ip, neighbours, ip6=None):
+        rows = [(run.NET_LUID, ip)] + ([(run.NET_LUID, ip6)] if ip6 else [])
+        self.hz = Harness(image, device="model", world=world, node=node, unicast_rows=rows, neighbours=neighbours)
         self.hz.guard_cfg()
         self.node, self.ip, self.world = node, ip, world
         self.handlers, self.ctx, self.close_ndk, self.adapter = run.bring_up(self.hz)
@@ -130,8 +140,9 @@ class Side:
         hz.se.mem_write(length, struct.pack("<I", 28))
         st = hz.call(fn, [obj, out, length], what)
         n = struct.unpack("<I", hz.read(length, 4))[0]
-        check((st, n) == (run.STATUS_SUCCESS, 16), f"{what}: SUCCESS, 16 bytes ({st:#x}, {n})")
-        return parse_sockaddr(hz.read(out, 16))
+        want = len(sockaddr(self.ip, 0))
+        check((st, n) == (run.STATUS_SUCCESS, want), f"{what}: SUCCESS, {want} bytes ({st:#x}, {n})")
+        return parse_sockaddr(hz.read(out, want))
 
     def reap(self, n, what):
         """NdkGetCqResults until `n` results or nothing more: [(status, bytes, qp ctx, request ctx)]."""
@@ -187,7 +198,7 @@ def connect(world, server, client):
                          f"{server.tag}: NdkCreateListener")
     if not check(listener is not None, f"{server.tag}: NdkCreateListener gave a listener"):
         return None
-    cs.request(cs.slot(listener, LISTENER_LISTEN), [listener, put(server.hz, sockaddr(server.ip, 0)), 16],
+    cs.request(cs.slot(listener, LISTENER_LISTEN), [listener, put(server.hz, sockaddr(server.ip, 0)), len(sockaddr(server.ip, 0))],
                f"{server.tag}: NdkListen({server.ip}:0)")
     at = server.address(cs.slot(listener, LISTENER_LOCAL_ADDRESS), listener, f"{server.tag}: listener NdkGetLocalAddress")
     check(at is not None and at[0] == server.ip and at[1] >= EPHEMERAL_FIRST,
@@ -198,8 +209,8 @@ def connect(world, server, client):
     if not check(conn is not None, f"{client.tag}: NdkCreateConnector gave a connector"):
         return None
     st, connect_done = client.start(cc.slot(conn, CONN_CONNECT),
-                                    [conn, client.qp, put(client.hz, sockaddr(client.ip, 0)), 16,
-                                     put(client.hz, sockaddr(*at)), 16, 8, 8, 0, 0],
+                                    [conn, client.qp, put(client.hz, sockaddr(client.ip, 0)), len(sockaddr(client.ip, 0)),
+                                     put(client.hz, sockaddr(*at)), len(sockaddr(*at)), 8, 8, 0, 0],
                                     f"{client.tag}: NdkConnect", 0xC0C0)
     check(st == run.STATUS_PENDING, f"{client.tag}: NdkConnect: PENDING ({st:#x})")
     settle(world, sides)
@@ -344,14 +355,18 @@ def finish_checks(s):
     check(not unsupported, f"{s.tag}: no unsupported API reached {unsupported}")
 
 
-def direction(image, image2, listener_node):
+def direction(image, image2, listener_node, ipv6=False):
     world = pvrdma_simbridge.World(2)
     macs = [bytes(world.identity(i)[0]) for i in (0, 1)]
-    sides = [Side(image if i == 0 else (image2 or image), world, i, IPS[i], {IPS[1 - i]: macs[1 - i]}) for i in (0, 1)]
+    sides = [Side(image if i == 0 else (image2 or image), world, i, IPS[i],
+                  {IPS[1 - i]: macs[1 - i], IPS6[1 - i]: macs[1 - i]}, IPS6[i]) for i in (0, 1)]
+    if ipv6:
+        for s in sides:
+            s.ip = IPS6[s.node]
     server, client = sides[listener_node], sides[1 - listener_node]
-    print(f"-- node {server.node} listens, node {client.node} connects")
+    print(f"-- node {server.node} listens, node {client.node} connects, over IPv{6 if ipv6 else 4}")
     binds = [s.hz.requests.count(15) for s in sides]
-    check(binds == [1, 1], f"InitializeEx bound one GID per node, its address ({binds})")
+    check(binds == [2, 2], f"InitializeEx bound two GIDs per node, its IPv4 and IPv6 addresses ({binds})")
     for s in sides:
         s.enable_ndk()
         s.objects()
@@ -390,7 +405,7 @@ def direction(image, image2, listener_node):
         s.close()
     for s in sides:
         binds, unbinds = s.hz.requests.count(15), s.hz.requests.count(16)
-        check(binds == unbinds == 1, f"{s.tag}: Halt unbound the GID InitializeEx bound ({binds}, {unbinds})")
+        check(binds == unbinds == 2, f"{s.tag}: Halt unbound the GIDs InitializeEx bound ({binds}, {unbinds})")
         qps = s.hz.requests.count(run.CMD_CREATE_QP), s.hz.requests.count(run.CMD_DESTROY_QP)
         check(qps == (2, 2), f"{s.tag}: two QPs created and destroyed, the consumer's and QP1 ({qps})")
         finish_checks(s)
@@ -410,6 +425,7 @@ def main():
     ap.add_argument("image")
     ap.add_argument("image2", nargs="?")
     ap.add_argument("--listener", choices=["0", "1", "both"], default="both")
+    ap.add_argument("--ipv6", action="store_true", help="connect over the nodes' IPv6 addresses")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--stack-report", action="store_true",
                     help="measure each top-level call's stack high-water mark (run.py's)")
@@ -418,14 +434,15 @@ def main():
     run.measure_stack = args.stack_report
     harnesses = []
     for listener in ((0, 1) if args.listener == "both" else (int(args.listener),)):
-        harnesses += direction(args.image, args.image2, listener)
+        harnesses += direction(args.image, args.image2, listener, args.ipv6)
     if args.stack_report:
         run.stack_report(harnesses)
     if run.failures:
         print(f"{len(run.failures)} check(s) failed", file=sys.stderr)
         return 1
     print(f"two nodes end to end: {run.passed} checks passed, "
-          f"{'both directions' if args.listener == 'both' else 'node ' + args.listener + ' listening'}")
+          f"{'both directions' if args.listener == 'both' else 'node ' + args.listener + ' listening'}, "
+          f"over IPv{6 if args.ipv6 else 4}")
     return 0
 
 
