@@ -104,6 +104,8 @@ SHAPES=(
   "poll1      get_cq_results $N            (b) NdkGetCqResults reaping 1 completion|95|47"
   "chain16    read           $((N / 16 + 1)) (c) 16-NdkRead DEFER chain, per request|76.6|38"
   "poll16     get_cq_results $((N / 16 + 1)) (d) NdkGetCqResults reaping 16, per CQE|58.4|29"
+  "recv1      get_cq_results $N            (e) NdkGetCqResults reaping 1 receive|-|60"
+  "recv16     get_cq_results $((N / 16 + 1)) (f) NdkGetCqResults reaping 16 receives, per CQE|-|35"
   "poll_empty get_cq_results $N            NdkGetCqResults, empty CQ|64 (39)|-"
   "arm        arm_cq         $N            NdkArmCq (ANY)|-|-"
   "fastreg1   fast_register  $N            NdkFastRegister, 1 page|-|-"

@@ -154,10 +154,20 @@ impl ProviderClock {
         }
     }
 
-    fn time<R>(&self, f: impl FnOnce() -> R) -> (R, f64) {
+    /// Times `f`, leaving out what the doorbell hook of host `node` spent inside it (the
+    /// model's work, with the hook's own clock reads): the provider's cost alone.
+    fn time<R>(&self, node: &Node, f: impl FnOnce() -> R) -> (R, f64) {
+        let hook_calls =
+            || node.doorbells.load(Ordering::Relaxed) + node.poll_doorbells.load(Ordering::Relaxed);
+        let (hook_ns0, calls0) = (node.hook_ns.load(Ordering::Relaxed), hook_calls());
         let t = Instant::now();
         let r = f();
-        let ns = (t.elapsed().as_nanos() as f64 - self.overhead_ns).max(0.0);
+        let total = t.elapsed().as_nanos() as f64;
+        let hook = (node.hook_ns.load(Ordering::Relaxed) - hook_ns0) as f64;
+        let calls = (hook_calls() - calls0) as f64;
+        // A hook call costs what it measured plus one clock read outside its window (half a
+        // `now()`/`elapsed()` pair).
+        let ns = (total - self.overhead_ns - hook - calls * self.overhead_ns / 2.0).max(0.0);
         (r, ns)
     }
 
@@ -250,7 +260,7 @@ impl Bench {
     fn post(&self, t: Test, k: usize, size: u32, flags: u32) {
         let conn = &self.conns[k];
         let sg = self.local_sge(size);
-        let (st, ns) = self.clock.time(|| match t {
+        let (st, ns) = self.clock.time(&self.c.nodes[0], || match t {
             Test::Read | Test::Write => post_rdma(conn, k, t == Test::Read, &sg, flags),
             _ => post_send(conn.qa, k, &sg, flags),
         });
@@ -266,7 +276,9 @@ impl Bench {
 
     /// Polls host 0's CQ once (timed when it returns completions); checks every status.
     fn poll(&self, out: &mut [NDK_RESULT]) -> usize {
-        let (k, ns) = self.clock.time(|| get_results(self.cqa, out));
+        let (k, ns) = self
+            .clock
+            .time(&self.c.nodes[0], || get_results(self.cqa, out));
         if k > 0 {
             self.clock.polls.borrow_mut().push(ns);
         }

@@ -755,10 +755,12 @@ fn paused_closed_and_mismatched_listeners_refuse_as_rdma_cm_does() {
         f6.nodes[1].cm.addresses(p).unwrap(),
         (SocketAddr::new(v6.dst, PORT), v6.src)
     );
-    // A malformed cma_hdr behind a live listener: REJ 28, no state.
+    // A malformed cma_hdr behind a live listener: REJ 28, no state. (From another QP: the
+    // first REQ's connection is live and names its QPN, which would make this one stale.)
     let mut bad = req;
     Req::new_unchecked(&mut bad[..]).private_data_mut()[0] = 1;
     Req::new_unchecked(&mut bad[..]).set_local_comm_id(0x8888);
+    Req::new_unchecked(&mut bad[..]).set_local_qpn(0x4242);
     f6.inject(1, &bad).unwrap();
     let rej = f6.nodes[1].last_sent(attr::REJ);
     assert_eq!(
@@ -992,20 +994,29 @@ fn duplicates_get_the_answers_linux_gives() {
         ),
         (10, 2, active.0, passive.0)
     );
-    // A new REQ (new comm ID) from the QPN still in TIMEWAIT: REJ 10 too, no state.
+    // A new REQ (new comm ID) from the QPN whose connection is in TIMEWAIT is not stale:
+    // Linux forgets the remote QPN on entering TIMEWAIT (cm_enter_timewait), so a peer that
+    // got the QPN again from its device connects at once: a new connection, no REJ.
+    let rejs = f.nodes[1].count_sent(attr::REJ);
     let mut fresh = req;
     Req::new_unchecked(&mut fresh[..]).set_local_comm_id(0x5151);
     assert_eq!(f.inject(1, &fresh), Ok(()));
+    assert_eq!(f.nodes[1].count_sent(attr::REJ), rejs);
+    assert_eq!(f.nodes[1].cm.live_connections(), 2);
+    assert_eq!(f.nodes[1].events_of(passive).len(), 4);
+    // The same QPN while that new connection is live: stale, REJ 10, no state.
+    let mut again = req;
+    Req::new_unchecked(&mut again[..]).set_local_comm_id(0x6161);
+    assert_eq!(f.inject(1, &again), Ok(()));
     let rej = f.nodes[1].last_sent(attr::REJ);
     assert_eq!(
         (
             Rej::new_unchecked(&rej[..]).reason(),
             Rej::new_unchecked(&rej[..]).remote_comm_id()
         ),
-        (10, 0x5151)
+        (10, 0x6161)
     );
-    assert_eq!(f.nodes[1].cm.live_connections(), 1);
-    assert_eq!(f.nodes[1].events_of(passive).len(), 4);
+    assert_eq!(f.nodes[1].cm.live_connections(), 2);
 }
 
 #[test]

@@ -45,4 +45,13 @@ cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --test ndk_objects -
     fast_register_rules_and_tokens \
     completions_become_results_in_order_with_silent_successes_skipped \
     a_cqe_past_an_outstanding_signalled_slot_retires_nothing \
-    receive_and_invalidate_type_and_token_in_ex_results
+    receive_and_invalidate_type_and_token_in_ex_results \
+    one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length
+
+# The connector, listener and shared-endpoint thunks (consumer SOCKADDRs, private data, the
+# connection-data and address output buffers, the connect-event and disconnect-event calls)
+# over the device model and its fabric: a connection made, used and parted over IPv4, and the
+# private-data limits read back (about 80 s each interpreted).
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --test ndk_connect -- \
+    ipv4_connect_accept_complete_send_disconnect \
+    private_data_limits_and_read_limit_negotiation

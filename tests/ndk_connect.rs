@@ -5,10 +5,49 @@
 mod common;
 mod ndk_dp;
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use common::Mode;
-use common::ndk::{Cluster, ClusterConfig, Registered, cm_connect, fill, sa, verify};
+use common::ndk::{
+    Cluster, ClusterConfig, Connector, Qp, QpSpec, Registered, cm_connect, fill, pattern, sa,
+    verify,
+};
 use ndk_dp::*;
 use pvrdma_ndk::ndkpi::*;
+
+/// QPs on hosts 0 and 1, not connected.
+fn pair(c: &Cluster) -> Pair {
+    Pair::with(c, QpSpec::new(QPC_A), QpSpec::new(QPC_B), false)
+}
+
+/// (IRD, ORD) = (max_dest_rd_atomic, max_rd_atomic) the model holds for `q`.
+fn model_read_limits(c: &Cluster, q: &Qp) -> (u8, u8) {
+    let h = q.handle();
+    let a = c
+        .host(q.host())
+        .model
+        .with_core(|core| core.qp_info(h))
+        .expect("QP in the model")
+        .attr;
+    (a.max_dest_rd_atomic, a.max_rd_atomic)
+}
+
+/// Graceful disconnect as consumers do it: the client's NdkDisconnect pends until the
+/// server, told by its DisconnectEvent, disconnects too (ndkpi.md §5.12).
+fn part(c: &Cluster, client: &Connector, server: &Connector) {
+    let d = client.disconnect_raw();
+    assert_eq!(d.inline, STATUS_PENDING);
+    c.wait_for("the server's DisconnectEvent", || {
+        server.disconnects.count() == 1
+    });
+    assert_eq!(server.disconnect(), STATUS_SUCCESS);
+    assert_eq!(d.wait(), STATUS_SUCCESS);
+    assert_eq!(
+        client.disconnects.count(),
+        0,
+        "no event after a local disconnect"
+    );
+}
 
 fn cm_cluster(ipv6: bool) -> Cluster {
     Cluster::with(ClusterConfig {
@@ -41,8 +80,11 @@ fn send_both_ways(c: &Cluster, p: &Pair) {
     mb.close();
 }
 
-fn connect_send_disconnect(ipv6: bool) {
-    let c = cm_cluster(ipv6);
+fn connect_send_disconnect(ipv6: bool, mode: Mode) {
+    let c = Cluster::with(ClusterConfig {
+        ipv6,
+        ..ClusterConfig::cm(mode, 2)
+    });
     let p = Pair::with(
         &c,
         common::ndk::QpSpec::new(QPC_A),
@@ -67,15 +109,670 @@ fn connect_send_disconnect(ipv6: bool) {
 
 #[test]
 fn ipv4_connect_accept_complete_send_disconnect() {
-    connect_send_disconnect(false);
+    connect_send_disconnect(false, Mode::Deterministic);
+}
+
+/// The same with the models' own threads and the DPCs racing the consumer.
+#[test]
+fn ipv4_connect_send_disconnect_threaded() {
+    connect_send_disconnect(false, Mode::Threaded);
 }
 
 #[test]
 fn ipv6_connect_accept_complete_send_disconnect() {
-    connect_send_disconnect(true);
+    connect_send_disconnect(true, Mode::Deterministic);
 }
 
+/// Private data at exactly MaxCallerData (56) and MaxCalleeData (148) goes through and is
+/// read back with NdkGetConnectionData by the RDS rules of ndkpi.md §5.10; one byte more
+/// fails inline with STATUS_INVALID_BUFFER_SIZE. IRD/ORD are negotiated as cm.md §1.4 says,
+/// and the model's QPs hold the effective values.
 #[test]
-fn listen_address_unused() {
-    let _ = sa;
+fn private_data_limits_and_read_limit_negotiation() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let info = c.adapter(0).query_info().unwrap();
+    assert_eq!((info.MaxCallerData, info.MaxCalleeData), (56, 148));
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 7000)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let caller = pattern(0x31, 57);
+    let over = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 7000), 3, 5, &caller);
+    assert_eq!(over.inline, STATUS_INVALID_BUFFER_SIZE);
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 7000), 3, 5, &caller[..56]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    let server = l.next_incoming();
+    // RDS alone, then too short a buffer, then all of it.
+    let d = server.connection_data(None);
+    assert_eq!((d.status, d.rds, d.ird, d.ord), (STATUS_SUCCESS, 56, 5, 3));
+    let d = server.connection_data(Some(10));
+    assert_eq!((d.status, d.rds), (STATUS_BUFFER_TOO_SMALL, 56));
+    assert_eq!(d.data, caller[..10]);
+    let d = server.connection_data(Some(100));
+    assert_eq!((d.status, d.rds), (STATUS_SUCCESS, 56));
+    assert_eq!(d.data, caller[..56]);
+    let callee = pattern(0x77, 149);
+    assert_eq!(
+        server.accept_raw(&p.qb, 4, 16, &callee).inline,
+        STATUS_INVALID_BUFFER_SIZE
+    );
+    assert_eq!(server.reject(&callee), STATUS_INVALID_BUFFER_SIZE);
+    let accept = server.accept_raw(&p.qb, 4, 16, &callee[..148]);
+    assert_eq!(accept.inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    // The REP carries 196 bytes: the 148 given, zero-padded.
+    let d = client.connection_data(Some(196));
+    assert_eq!((d.status, d.rds, d.ird, d.ord), (STATUS_SUCCESS, 196, 3, 4));
+    assert_eq!(d.data[..148], callee[..148]);
+    assert_eq!(d.data[148..], [0u8; 48]);
+    assert_eq!(client.complete_connect_ex(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(model_read_limits(&c, &p.qa), (3, 4));
+    assert_eq!(model_read_limits(&c, &p.qb), (4, 3));
+    // A second NdkCompleteConnect has nothing to complete.
+    assert_eq!(client.complete_connect(), STATUS_CONNECTION_INVALID);
+    part(&c, &client, &server);
+    assert_eq!(client.disconnects.reasons(), Vec::<u32>::new());
+    assert_eq!(
+        client.disconnect(),
+        STATUS_CONNECTION_INVALID,
+        "not reusable"
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    p.close();
+    c.finish();
+}
+
+/// NdConnReject: the server rejects with 148 bytes of private data; the connect fails with
+/// STATUS_CONNECTION_REFUSED and the client reads the REJ's data (RDS 148).
+#[test]
+fn reject_with_private_data_refuses_the_connect() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+    let at = l.local_address().unwrap();
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), at, 1, 1, b"hello");
+    let server = l.next_incoming();
+    let d = server.connection_data(Some(56));
+    assert_eq!(&d.data[..5], b"hello");
+    assert_eq!(d.data[5..], [0u8; 51]);
+    let why = pattern(0x5A, 148);
+    assert_eq!(server.reject(&why), STATUS_SUCCESS);
+    assert_eq!(connect.wait(), STATUS_CONNECTION_REFUSED);
+    let d = client.connection_data(Some(148));
+    assert_eq!((d.status, d.rds), (STATUS_SUCCESS, 148));
+    assert_eq!(d.data, why);
+    assert_eq!(
+        server.reject(&[]),
+        STATUS_CONNECTION_INVALID,
+        "rejected once"
+    );
+    assert_eq!(client.complete_connect(), STATUS_CONNECTION_INVALID);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    p.close();
+    c.finish();
+}
+
+/// A port nobody listens on (REJ 8), a paused listener (ControlConnectEvents) and a closed
+/// listener all refuse with STATUS_CONNECTION_REFUSED; a resumed one accepts.
+#[test]
+fn no_listener_paused_and_closed_listeners_refuse() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(
+        client.connect(&p.qa, sa(ia, 0), sa(ib, 4444), 1, 1, &[]),
+        STATUS_CONNECTION_REFUSED
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 4444)), STATUS_SUCCESS);
+    l.pause(true);
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(
+        client.connect(&p.qa, sa(ia, 0), sa(ib, 4444), 1, 1, &[]),
+        STATUS_CONNECTION_REFUSED
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 0);
+    l.pause(false);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 4444), 1, 1, &[]);
+    let server = l.next_incoming();
+    assert_eq!(server.reject(&[]), STATUS_SUCCESS);
+    assert_eq!(connect.wait(), STATUS_CONNECTION_REFUSED);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    // NdConnListenClosing: the port's listener is gone.
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(
+        client.connect(&p.qa, sa(ia, 0), sa(ib, 4444), 1, 1, &[]),
+        STATUS_CONNECTION_REFUSED
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    p.close();
+    c.finish();
+}
+
+/// NdDualConnection and NdDualListen: a second NdConnect on a connector already connecting
+/// is STATUS_CONNECTION_ACTIVE; a second listener on an address:port in use (or a connector
+/// bound to it) is STATUS_SHARING_VIOLATION; the port is free again once its users close.
+#[test]
+fn dual_connect_and_dual_listen() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let l2 = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l2.listen(sa(ib, 445)), STATUS_SHARING_VIOLATION);
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    assert_eq!(l2.listen(sa(any, 445)), STATUS_SHARING_VIOLATION);
+    assert_eq!(l2.listen(sa(ib, 446)), STATUS_SUCCESS);
+    assert_eq!(
+        l2.listen(sa(ib, 447)),
+        STATUS_INVALID_DEVICE_STATE,
+        "listening already"
+    );
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 5000), sa(ib, 445), 1, 1, &[]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    assert_eq!(
+        client
+            .connect_raw(&p.qa, sa(ia, 5001), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_CONNECTION_ACTIVE
+    );
+    // The connector holds 10.0.0.1:5000.
+    let other = c.adapter(0).create_connector().unwrap();
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    assert_eq!(
+        other
+            .connect_raw(&qa2, sa(ia, 5000), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_SHARING_VIOLATION
+    );
+    let la = c.adapter(0).create_listener().unwrap();
+    assert_eq!(la.listen(sa(ia, 5000)), STATUS_SHARING_VIOLATION);
+    let server = l.next_incoming();
+    assert_eq!(server.accept_raw(&p.qb, 1, 1, &[]).inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.local_address(), Ok(sa(ia, 5000)));
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(
+        client
+            .connect_raw(&p.qa, sa(ia, 5002), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_CONNECTION_ACTIVE
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(
+        la.listen(sa(ia, 5000)),
+        STATUS_SUCCESS,
+        "the port came back"
+    );
+    assert_eq!(la.close(), STATUS_SUCCESS);
+    c.wait_for("the server's DisconnectEvent", || {
+        server.disconnects.count() == 1
+    });
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(other.close(), STATUS_SUCCESS);
+    assert_eq!(l2.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    qa2.close();
+    p.close();
+    c.finish();
+}
+
+/// NdInvalidIP and friends: a source address that is not the interface's is
+/// STATUS_BAD_NETWORK_NAME; a destination no neighbour answers for is
+/// STATUS_HOST_UNREACHABLE after the resolver's bound; an unspecified source with no
+/// address of the destination's family is STATUS_NETWORK_UNREACHABLE; mixed families are
+/// STATUS_INVALID_ADDRESS. The connector can connect afterwards.
+#[test]
+fn invalid_and_unreachable_addresses() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let stranger = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99));
+    assert_eq!(
+        client.connect(&p.qa, sa(stranger, 0), sa(ib, 445), 1, 1, &[]),
+        STATUS_BAD_NETWORK_NAME
+    );
+    assert_eq!(
+        client.connect(&p.qa, sa(ia, 0), sa(stranger, 445), 1, 1, &[]),
+        STATUS_HOST_UNREACHABLE
+    );
+    let v6 = IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
+    let any6 = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    assert_eq!(
+        client.connect(&p.qa, sa(any6, 0), sa(v6, 445), 1, 1, &[]),
+        STATUS_NETWORK_UNREACHABLE
+    );
+    assert_eq!(
+        client.connect(&p.qa, sa(ia, 0), sa(v6, 445), 1, 1, &[]),
+        STATUS_INVALID_ADDRESS
+    );
+    let bad = c.adapter(1).create_listener().unwrap();
+    assert_eq!(bad.listen(sa(stranger, 445)), STATUS_INVALID_ADDRESS);
+    assert_eq!(bad.close(), STATUS_SUCCESS);
+    // An unspecified source takes the interface's address.
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let connect = client.connect_raw(&p.qa, sa(any, 0), sa(ib, 445), 1, 1, &[]);
+    let server = l.next_incoming();
+    assert_eq!(server.peer_address().unwrap().ip(), ia);
+    assert_eq!(server.accept_raw(&p.qb, 1, 1, &[]).inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    part(&c, &client, &server);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    p.close();
+    c.finish();
+}
+
+/// NdReceiveConnClosed: the client disconnects; the server sees its DisconnectEvent(Ex) once
+/// (reason 0) with its receive still posted, and once it disconnects the receive completes
+/// STATUS_CANCELLED; the client's own posted receive is flushed by its disconnect.
+#[test]
+fn disconnect_event_and_flushed_receives() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, LOCAL);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), l.local_address().unwrap(), 2, 2, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_ex_raw(&p.qb, 2, 2, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(p.qa.receive(11, &[ma.sge(0, 64)]), STATUS_SUCCESS);
+    assert_eq!(p.qb.receive(22, &[mb.sge(0, 64)]), STATUS_SUCCESS);
+    let d = client.disconnect_raw();
+    assert_eq!(d.inline, STATUS_PENDING);
+    let r = p.cq_a.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_CANCELLED, 0, QPC_A, 11));
+    c.wait_for("the server's DisconnectEventEx", || {
+        server.disconnects.count() == 1
+    });
+    assert_eq!(server.disconnects.reasons(), vec![0]);
+    c.settle();
+    assert!(
+        p.cq_b.results(1).is_empty(),
+        "no flush on the peer's disconnect event"
+    );
+    assert_eq!(server.disconnect(), STATUS_SUCCESS);
+    let r = p.cq_b.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_CANCELLED, 0, QPC_B, 22));
+    assert_eq!(d.wait(), STATUS_SUCCESS);
+    assert_eq!(p.qb.send(5, &[mb.sge(0, 8)], 0), STATUS_CONNECTION_INVALID);
+    c.settle();
+    assert_eq!(server.disconnects.count(), 1, "exactly once");
+    assert_eq!(client.disconnects.count(), 0);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    ma.close();
+    mb.close();
+    p.close();
+    c.finish();
+}
+
+/// Closing in every phase releases everything: a connector closed while its connect is
+/// pending completes it STATUS_CANCELLED and the server's NdkAccept then fails
+/// STATUS_CONNECTION_ABORTED; a listener with a delivered connector stays pending until that
+/// connector closes; a connected connector closed without NdkDisconnect aborts the peer,
+/// which sees its DisconnectEvent. Cluster::finish checks nothing is left (objects, model
+/// QPs, GID bindings, endpoints).
+#[test]
+fn close_in_any_phase_releases_everything() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+    let at = l.local_address().unwrap();
+    // Closed while connecting.
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), at, 1, 1, &[]);
+    let server = l.next_incoming();
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(connect.wait(), STATUS_CANCELLED);
+    c.settle();
+    assert_eq!(
+        server.accept_raw(&p.qb, 1, 1, &[]).inline,
+        STATUS_CONNECTION_ABORTED
+    );
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    // Closed connected, without a disconnect; the listener closes first and pends.
+    let qa = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A))
+        .unwrap();
+    let qb = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B))
+        .unwrap();
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&qa, sa(ia, 0), at, 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    let closing = l.close_raw();
+    assert_eq!(
+        closing.inline, STATUS_PENDING,
+        "a delivered connector is open"
+    );
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    c.wait_for("the server's DisconnectEvent", || {
+        server.disconnects.count() == 1
+    });
+    c.settle();
+    assert_eq!(closing.completions(), 0);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    closing.wait();
+    qa.close();
+    qb.close();
+    p.close();
+    c.finish();
+}
+
+/// A shared endpoint: two connectors to two listeners share its address:port, each holds
+/// it (its close pends until they close), and the address:port is refused to a listener
+/// until all are closed.
+#[test]
+fn shared_endpoint_is_shared_and_counted() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let se = c.adapter(0).create_shared_endpoint(sa(ia, 0)).unwrap();
+    let at = se.local_address().unwrap();
+    assert_eq!(at.ip(), ia);
+    assert!(at.port() >= 49152);
+    let l1 = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l1.listen(sa(ib, 9001)), STATUS_SUCCESS);
+    let l2 = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l2.listen(sa(ib, 9002)), STATUS_SUCCESS);
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1))
+        .unwrap();
+    let mut ends = Vec::new();
+    for (qa, qb, l, port) in [(&p.qa, &p.qb, &l1, 9001), (&qa2, &qb2, &l2, 9002)] {
+        let client = c.adapter(0).create_connector().unwrap();
+        let connect = client.connect_shared_raw(qa, &se, sa(ib, port), 1, 1, &[]);
+        let server = l.next_incoming();
+        assert_eq!(server.peer_address(), Ok(at));
+        let accept = server.accept_raw(qb, 1, 1, &[]);
+        assert_eq!(connect.wait(), STATUS_SUCCESS);
+        assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+        assert_eq!(accept.wait(), STATUS_SUCCESS);
+        assert_eq!(client.local_address(), Ok(at));
+        ends.push((client, server));
+    }
+    let la = c.adapter(0).create_listener().unwrap();
+    assert_eq!(la.listen(at), STATUS_SHARING_VIOLATION);
+    let closing = se.close_raw();
+    assert_eq!(closing.inline, STATUS_PENDING, "its connectors are open");
+    for (client, server) in ends.drain(..) {
+        part(&c, &client, &server);
+        assert_eq!(la.listen(at), STATUS_SHARING_VIOLATION);
+        assert_eq!(client.close(), STATUS_SUCCESS);
+        assert_eq!(server.close(), STATUS_SUCCESS);
+    }
+    closing.wait();
+    assert_eq!(
+        la.listen(at),
+        STATUS_SUCCESS,
+        "released with its last connector"
+    );
+    assert_eq!(la.close(), STATUS_SUCCESS);
+    assert_eq!(l1.close(), STATUS_SUCCESS);
+    assert_eq!(l2.close(), STATUS_SUCCESS);
+    qa2.close();
+    qb2.close();
+    p.close();
+    c.finish();
+}
+
+/// Ephemeral ports: every connect and listen with port 0 gets a distinct port of
+/// 49152–65535 while in use, and all of them come back on close.
+#[test]
+fn ephemeral_ports_come_back() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let engine = c.host(1).ndk.connections().unwrap();
+    let mut ls = Vec::new();
+    let mut ports = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let l = c.adapter(1).create_listener().unwrap();
+        assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+        let port = l.local_address().unwrap().port();
+        assert!(port >= 49152);
+        assert!(ports.insert(port), "port {port} given twice");
+        ls.push(l);
+    }
+    assert_eq!(engine.live().3, 20);
+    for l in ls {
+        assert_eq!(l.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(engine.live().3, 0);
+    let ea = c.host(0).ndk.connections().unwrap();
+    for _ in 0..5 {
+        let client = c.adapter(0).create_connector().unwrap();
+        assert_eq!(
+            client.connect(&p.qa, sa(ia, 0), sa(ib, 1), 1, 1, &[]),
+            STATUS_CONNECTION_REFUSED
+        );
+        assert_eq!(client.close(), STATUS_SUCCESS);
+        assert_eq!(ea.live().3, 0, "the connector's port came back");
+    }
+    // The engines hold the driver device: let go before the leak checks.
+    drop((engine, ea));
+    p.close();
+    c.finish();
+}
+
+/// Sequential connect / SEND / disconnect / close cycles, each on fresh QPs (a disconnected QP
+/// is not reused, ndkpi.md §5.12): nothing accumulates but the CM's TIMEWAIT slots.
+///
+/// The QPs stay open until the end: the device hands a closed QP's number to the next QP at
+/// once, and a REQ from a QPN whose last connection is still in TIMEWAIT at the peer is
+/// refused as stale (REJ 10, cm.md §4.1) for ≈ 2–4 s (`reconnect_from_a_reused_qpn_*`).
+#[test]
+fn sequential_cycles_leave_nothing_behind() {
+    let c = cm_cluster(false);
+    let pd_a = c.adapter(0).create_pd().unwrap();
+    let pd_b = c.adapter(1).create_pd().unwrap();
+    let cq_a = c.adapter(0).create_cq(64, None).unwrap();
+    let cq_b = c.adapter(1).create_cq(64, None).unwrap();
+    let ma = Registered::new(c.host(0), &pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &pd_b, 1, 0x2000_0000, LOCAL);
+    let (ea, eb) = (
+        c.host(0).ndk.connections().unwrap(),
+        c.host(1).ndk.connections().unwrap(),
+    );
+    let mut qps = Vec::new();
+    for i in 0..30u8 {
+        let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
+        let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
+        let pair = cm_connect(&c, &qa, &qb);
+        let sent = fill(&ma.mem, 0, i, 64);
+        assert_eq!(qb.receive(1, &[mb.sge(0, 64)]), STATUS_SUCCESS);
+        assert_eq!(qa.send(2, &[ma.sge(0, 64)], 0), STATUS_SUCCESS);
+        assert_eq!(
+            res(&cq_b.wait_results(1)[0]),
+            (STATUS_SUCCESS, 64, QPC_B, 1)
+        );
+        assert_eq!(res(&cq_a.wait_results(1)[0]), (STATUS_SUCCESS, 0, QPC_A, 2));
+        verify(&mb.mem, 0, &sent);
+        pair.disconnect_and_close();
+        qps.push((qa, qb));
+        for e in [&ea, &eb] {
+            let (_held, conns, listeners, endpoints) = e.live();
+            assert_eq!((conns, listeners, endpoints), (0, 0, 0), "cycle {i}");
+        }
+    }
+    let stats = ea.stats();
+    assert_eq!((stats.mads_unsent, stats.release_failures), (0, 0));
+    for (qa, qb) in qps {
+        qa.close();
+        qb.close();
+    }
+    drop((ea, eb));
+    ma.close();
+    mb.close();
+    cq_a.close();
+    cq_b.close();
+    pd_a.close();
+    pd_b.close();
+    c.finish();
+}
+
+/// A QP closed and made again gets the same QPN from the device; connecting from it while
+/// the peer still holds the previous connection in TIMEWAIT succeeds, as with Linux, whose
+/// CM forgets a connection's remote QPN when it enters TIMEWAIT (only a live connection
+/// naming the QPN makes a REQ stale).
+#[test]
+fn reconnect_from_a_reused_qpn_while_the_old_connection_is_in_timewait() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let pair1 = cm_connect(&c, &p.qa, &p.qb);
+    let at = pair1.listener.local_address().unwrap();
+    let qpn = |q: &Qp| {
+        let h = q.handle();
+        c.host(q.host())
+            .model
+            .with_core(|core| core.qp_info(h))
+            .unwrap()
+            .qpn
+    };
+    let old = qpn(&p.qa);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 0)), STATUS_SUCCESS);
+    let at2 = l.local_address().unwrap();
+    assert_ne!(at, at2);
+    pair1.disconnect_and_close();
+    let Pair {
+        pd_a,
+        pd_b,
+        cq_a,
+        cq_b,
+        qa,
+        qb,
+    } = p;
+    qa.close();
+    let qa = pd_a.create_qp(&cq_a, &cq_a, QpSpec::new(QPC_A)).unwrap();
+    assert_eq!(qpn(&qa), old, "the device reuses the QPN");
+    // The passive QP is new too: a QP connects once (the old one is in ERR).
+    qb.close();
+    let qb = pd_b.create_qp(&cq_b, &cq_b, QpSpec::new(QPC_B)).unwrap();
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&qa, sa(ia, 0), at2, 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb, 1, 1, &[]);
+    assert_eq!(
+        connect.wait(),
+        STATUS_SUCCESS,
+        "NdkConnect from the reused QPN"
+    );
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 1);
+    common::ndk::CmPair {
+        client,
+        server,
+        listener: l,
+    }
+    .disconnect_and_close();
+    Pair {
+        pd_a,
+        pd_b,
+        cq_a,
+        cq_b,
+        qa,
+        qb,
+    }
+    .close();
+    c.finish();
+}
+
+/// The address and connection-data queries before there is anything to report, and with a
+/// buffer too small for the address (STATUS_BUFFER_TOO_SMALL with the size needed).
+#[test]
+fn queries_before_a_connection_and_short_address_buffers() {
+    let c = cm_cluster(true);
+    let client = c.adapter(0).create_connector().unwrap();
+    assert_eq!(client.local_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(client.peer_address(), Err(STATUS_CONNECTION_INVALID));
+    assert_eq!(
+        client.connection_data(Some(56)).status,
+        STATUS_CONNECTION_INVALID
+    );
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.local_address(), Err(STATUS_INVALID_DEVICE_STATE));
+    assert_eq!(l.listen(sa(c.host(1).ip, 0)), STATUS_SUCCESS);
+    let mut buf = [0u8; 28];
+    // SAFETY: a live listener of this provider.
+    let table = unsafe { (*l.ptr).Dispatch };
+    // SAFETY: its dispatch table is a static of the provider.
+    let get = unsafe { (*table).NdkGetLocalAddress };
+    let mut len: ULONG = 27;
+    // SAFETY: a live listener; the buffer holds `len` bytes.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_BUFFER_TOO_SMALL, 28), "an IPv6 address");
+    assert_eq!(buf, [0; 28], "nothing written");
+    let mut len: ULONG = 28;
+    // SAFETY: as above.
+    let st = unsafe { get(l.ptr, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((st, len), (STATUS_SUCCESS, 28));
+    assert_eq!(u16::from_ne_bytes([buf[0], buf[1]]), AF_INET6);
+    assert_eq!(buf[8..24], c.host(1).gid);
+    let se = c
+        .adapter(0)
+        .create_shared_endpoint(sa(c.host(0).ip, 0))
+        .unwrap();
+    let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(sa(any, 0)).err(),
+        Some(STATUS_INVALID_ADDRESS)
+    );
+    let taken = se.local_address().unwrap();
+    assert_eq!(
+        c.adapter(0).create_shared_endpoint(taken).err(),
+        Some(STATUS_SHARING_VIOLATION)
+    );
+    assert_eq!(se.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    c.finish();
 }

@@ -3209,3 +3209,80 @@ fn a_declared_count_above_its_limit_fails_before_any_entry_is_read() {
     }
     e.close_adapter();
 }
+
+#[test]
+fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length() {
+    // The poll's fast loop takes runs of one QP's queue; a run ends at another QP, the other
+    // queue, or a CQE it does not take, which the general path then judges. Receive #11
+    // claims more bytes than it posted: it fails (GENERAL_ERR) and is counted, and the CQEs
+    // after it still complete.
+    let e = env();
+    let pd = e.pd();
+    let cq = e.cq(1);
+    let a = e.qp(pd, cq, cq);
+    let a_h = e.fake.last("qp");
+    let b = e.qp(pd, cq, cq);
+    let b_h = e.fake.last("qp");
+    let cq_h = e.fake.last("cq");
+    connect(a);
+    connect(b);
+    let s = [sge(0x1000, 8, 0x100)];
+    assert_eq!(send(a, 1, &s, 0), STATUS_SUCCESS);
+    assert_eq!(read(a, 2, &s, 0), STATUS_SUCCESS);
+    assert_eq!(send(b, 5, &s, 0), STATUS_SUCCESS);
+    for c in [10, 11, 12] {
+        assert_eq!(receive(a, c, &s), STATUS_SUCCESS);
+    }
+    let rc = |index, len| {
+        let mut c = cqe(a_h, wr_id(tag::RQ, index), wc::SUCCESS);
+        c.byte_len = len;
+        c
+    };
+    for c in [
+        cqe(a_h, wr_id(tag::SQ, 0), wc::SUCCESS),
+        cqe(a_h, wr_id(tag::SQ, 1), wc::SUCCESS),
+        cqe(b_h, wr_id(tag::SQ, 0), wc::SUCCESS),
+        rc(0, 8),
+        rc(1, 9),
+        rc(2, 7),
+    ] {
+        e.fake.push_cqe(cq_h, c);
+    }
+    assert_eq!(
+        outcome(&results_ex(cq, 16)),
+        vec![
+            (STATUS_SUCCESS, 1, NdkOperationTypeSend, 0, 0),
+            (STATUS_SUCCESS, 2, NdkOperationTypeRead, 0, 0),
+            (STATUS_SUCCESS, 5, NdkOperationTypeSend, 0, 0),
+            (STATUS_SUCCESS, 10, NdkOperationTypeReceive, 0, 8),
+            (
+                STATUS_INTERNAL_ERROR,
+                11,
+                NdkOperationTypeReceive,
+                wc::GENERAL_ERR,
+                0
+            ),
+            (STATUS_SUCCESS, 12, NdkOperationTypeReceive, 0, 7),
+        ]
+    );
+    assert_eq!(e.dev.bad_cqes(), 1);
+    // One result at a time (the peel): a receive, then a send of the other QP.
+    assert_eq!(receive(a, 13, &s), STATUS_SUCCESS);
+    assert_eq!(send(b, 6, &s, 0), STATUS_SUCCESS);
+    e.fake.push_cqe(cq_h, rc(3, 8));
+    e.fake
+        .push_cqe(cq_h, cqe(b_h, wr_id(tag::SQ, 1), wc::SUCCESS));
+    assert_eq!(
+        outcome(&results_ex(cq, 1)),
+        vec![(STATUS_SUCCESS, 13, NdkOperationTypeReceive, 0, 8)]
+    );
+    assert_eq!(
+        outcome(&results_ex(cq, 1)),
+        vec![(STATUS_SUCCESS, 6, NdkOperationTypeSend, 0, 0)]
+    );
+    assert_eq!(outcome(&results_ex(cq, 1)), vec![]);
+    for p in [hdr(a), hdr(b), hdr(cq), hdr(pd)] {
+        assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
+    }
+    e.close_adapter();
+}

@@ -58,6 +58,9 @@ pub struct Node {
     /// a poll runs the ring dry (Linux's pvrdma_poll_one), so a poller spinning on an idle CQ
     /// rings them at its polling rate, not per request.
     pub poll_doorbells: Arc<AtomicU64>,
+    /// Wall-clock ns spent inside the hook (the model's doorbell work), so a provider call's
+    /// time can leave it out.
+    pub hook_ns: Arc<AtomicU64>,
     /// The port MAC.
     pub mac: [u8; 6],
     /// The bound GID.
@@ -314,14 +317,19 @@ impl Cluster {
             let dma = SimDma::new(node.dma().clone());
             let doorbells = Arc::new(AtomicU64::new(0));
             let poll_doorbells = Arc::new(AtomicU64::new(0));
+            let hook_ns = Arc::new(AtomicU64::new(0));
             let hook: Option<pvrdma_ndk::os::mmio::DoorbellHook> = if hooked {
                 let m = model.clone();
                 let c = doorbells.clone();
                 let p = poll_doorbells.clone();
+                let spent = hook_ns.clone();
                 Some(Arc::new(move |off, val| {
                     let is_poll = off == 0x4 && val & (1 << 31) != 0;
                     if is_poll { &p } else { &c }.fetch_add(1, Ordering::Relaxed);
+                    let t = std::time::Instant::now();
                     m.uar_write32(off, val);
+                    // CAST: a single doorbell's work is far below u64::MAX ns.
+                    spent.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }))
             } else {
                 None
@@ -380,6 +388,7 @@ impl Cluster {
                 token,
                 dma,
                 doorbells,
+                hook_ns,
                 poll_doorbells,
                 mac: node.mac(),
                 gid,

@@ -68,7 +68,7 @@ pub struct BwRow {
     pub dpcs: f64,
     /// Wall-clock ns per request spent inside provider calls: the median post times posts per
     /// request plus the median poll that returned completions times those polls per request,
-    /// the timer's own cost subtracted.
+    /// the timer's own cost and the time the doorbell hook spent in the model subtracted.
     pub provider_ns: f64,
 }
 

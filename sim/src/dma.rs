@@ -9,19 +9,31 @@
 //! Any access not entirely inside one registered region is a [`DmaFault`]: a driver bug shows up
 //! as a counted fault and a device-level error, never as undefined behaviour or a panic.
 //!
-//! Driver and device share this memory concurrently (ring indices, WQEs, CQEs), so every access
-//! is atomic: 32-bit indices with acquire/release ordering, bulk copies relaxed with a fence.
-//! A bulk copy moves aligned 64-bit words (`AtomicU64`) and only the unaligned head and tail
-//! byte by byte: each word is one relaxed load or store, so a copy racing with the other side
-//! may tear at word boundaries, exactly as a byte-wise copy may tear at byte boundaries, and
-//! no access is a data race. Bytes keep their memory order (native-endian words). The copy's
-//! ordering comes from the fences, not from the width: an acquire fence after the loads of a
-//! read pairs with the writer's release index store, a release fence before the stores of a
-//! write pairs with the reader's acquire index load. This is the only module of the crate with
-//! `unsafe` code.
+//! Memory registered with [`DmaSpace::register`] is *shared*: the driver accesses it with its own
+//! atomic or volatile accesses while the device runs (ring indices, WQEs, CQEs), so every device
+//! access to it is atomic: 32-bit indices with acquire/release ordering, bulk copies relaxed with
+//! a fence. A bulk copy moves aligned 64-bit words (`AtomicU64`) and only the unaligned head and
+//! tail byte by byte: each word is one relaxed load or store, so a copy racing with the other
+//! side may tear at word boundaries, exactly as a byte-wise copy may tear at byte boundaries,
+//! and no access is a data race. Bytes keep their memory order (native-endian words). The
+//! copy's ordering comes from the fences, not from the width: an acquire fence after the loads
+//! of a read pairs with the writer's release index store, a release fence before the stores of
+//! a write pairs with the reader's acquire index load.
+//!
+//! A [`DmaBuffer`]'s memory is *owned* by the model: nothing but this space's accessors can
+//! reach it (the buffer hands out no pointer or slice), and every accessor holds the space's
+//! lock for the whole access. Two accesses to owned memory are therefore never concurrent (the
+//! lock orders them, and its release/acquire gives the ordering the fences give above), so a
+//! bulk copy there is a plain `copy_nonoverlapping`, at memcpy speed, and no access is a data
+//! race either. Tests, benches and the test-utils host use owned memory; the driver's harness
+//! registers shared memory.
+//!
+//! Regions are kept in a vector sorted by bus address (bus addresses only grow, so a new
+//! region is appended) and found by binary search: several lookups per packet, and the
+//! B-tree's range walk cost more than the rest of a small access. This is the only module of
+//! the crate with `unsafe` code.
 #![allow(unsafe_code)]
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
@@ -40,17 +52,28 @@ pub struct DmaFault {
 
 #[derive(Clone, Copy, Debug)]
 struct Region {
+    /// Bus address of byte 0.
+    bus: u64,
     /// Host address with exposed provenance (see `register`).
     host: usize,
     len: usize,
+    /// Owned memory (see the module docs): only this space's accessors reach it, under the lock.
+    owned: bool,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Keyed by bus start address.
-    regions: BTreeMap<u64, Region>,
+    /// Sorted by `bus` (see the module docs).
+    regions: Vec<Region>,
     next_page: u64,
     bytes: usize,
+}
+
+/// Where a resolved access lands.
+#[derive(Clone, Copy)]
+struct Target {
+    host: usize,
+    owned: bool,
 }
 
 /// The bus address space shared by a host and one or more device models.
@@ -70,7 +93,7 @@ impl DmaSpace {
     pub fn new() -> Self {
         Self {
             inner: Mutex::new(Inner {
-                regions: BTreeMap::new(),
+                regions: Vec::new(),
                 next_page: BUS_BASE,
                 bytes: 0,
             }),
@@ -97,6 +120,30 @@ impl DmaSpace {
     /// The memory may be accessed concurrently by other threads only through atomic or volatile
     /// accesses (the device model uses atomics).
     pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> u64 {
+        // SAFETY: the caller upholds `register`'s contract, which is `add_region`'s for shared
+        // memory.
+        unsafe { self.add_region(ptr, len, false) }
+    }
+
+    /// Registers owned memory (a [`DmaBuffer`]'s; see the module docs).
+    ///
+    /// # Safety
+    ///
+    /// As for [`register`](Self::register), and nothing may access the memory other than
+    /// through this space until it is unregistered: no pointer to it is used, no reference to
+    /// it exists.
+    unsafe fn register_owned(&self, ptr: *mut u8, len: usize) -> u64 {
+        // SAFETY: the caller upholds `register_owned`'s contract, `add_region`'s for owned memory.
+        unsafe { self.add_region(ptr, len, true) }
+    }
+
+    /// Records a region; every later access trusts it.
+    ///
+    /// # Safety
+    ///
+    /// [`register`](Self::register)'s contract, and [`register_owned`](Self::register_owned)'s
+    /// if `owned`.
+    unsafe fn add_region(&self, ptr: *mut u8, len: usize, owned: bool) -> u64 {
         let mut inner = self.lock();
         let host = ptr.expose_provenance();
         let offset = (host as u64) & (PAGE - 1);
@@ -104,7 +151,14 @@ impl DmaSpace {
         let span_pages = (offset + len as u64).div_ceil(PAGE).max(1);
         // One unmapped guard page after each region.
         inner.next_page += (span_pages + 1) * PAGE;
-        inner.regions.insert(bus, Region { host, len });
+        // `next_page` only grows, so `bus` is above every registered region: appending keeps
+        // the vector sorted.
+        inner.regions.push(Region {
+            bus,
+            host,
+            len,
+            owned,
+        });
         inner.bytes += len;
         bus
     }
@@ -112,12 +166,13 @@ impl DmaSpace {
     /// Forgets the region registered at `bus`; returns false if there is none.
     pub fn unregister(&self, bus: u64) -> bool {
         let mut inner = self.lock();
-        match inner.regions.remove(&bus) {
-            Some(r) => {
+        match inner.regions.binary_search_by_key(&bus, |r| r.bus) {
+            Ok(i) => {
+                let r = inner.regions.remove(i);
                 inner.bytes -= r.len;
                 true
             }
-            None => false,
+            Err(_) => false,
         }
     }
 
@@ -131,22 +186,40 @@ impl DmaSpace {
         self.lock().bytes
     }
 
-    /// Host address for `[bus, bus + len)` if it lies entirely in one region.
-    fn resolve(inner: &Inner, bus: u64, len: usize) -> Result<usize, DmaFault> {
+    /// Where `[bus, bus + len)` lands if it lies entirely in one region.
+    fn resolve(inner: &Inner, bus: u64, len: usize) -> Result<Target, DmaFault> {
         let fault = DmaFault { bus, len };
-        let (&start, region) = inner.regions.range(..=bus).next_back().ok_or(fault)?;
-        let off = bus - start;
+        // The last region starting at or below `bus`.
+        let below = inner.regions.partition_point(|r| r.bus <= bus);
+        let region = below
+            .checked_sub(1)
+            .and_then(|i| inner.regions.get(i))
+            .ok_or(fault)?;
+        let off = bus - region.bus;
         let end = off.checked_add(len as u64).ok_or(fault)?;
         if end > region.len as u64 {
             return Err(fault);
         }
-        Ok(region.host + off as usize)
+        Ok(Target {
+            // CAST: off < region.len, a usize.
+            host: region.host + off as usize,
+            owned: region.owned,
+        })
     }
 
     /// Copies `out.len()` bytes from bus address `bus`.
     pub fn read(&self, bus: u64, out: &mut [u8]) -> Result<(), DmaFault> {
         let inner = self.lock();
-        let host = Self::resolve(&inner, bus, out.len())?;
+        let Target { host, owned } = Self::resolve(&inner, bus, out.len())?;
+        if owned {
+            let src = std::ptr::with_exposed_provenance::<u8>(host);
+            // SAFETY: `src..src + out.len()` lies in a live registered region (checked by
+            // `resolve` with the lock held, so it cannot be unregistered meanwhile). The region
+            // is owned: every other access to it also holds the lock, so none is concurrent with
+            // this one, and no Rust reference points into it, so it cannot overlap `out`.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+            return Ok(());
+        }
         let (head, rest) = out.split_at_mut(unaligned_head(host, out.len()));
         for (i, b) in head.iter_mut().enumerate() {
             let p = std::ptr::with_exposed_provenance_mut::<u8>(host + i);
@@ -179,7 +252,14 @@ impl DmaSpace {
     /// Copies `data` to bus address `bus`.
     pub fn write(&self, bus: u64, data: &[u8]) -> Result<(), DmaFault> {
         let inner = self.lock();
-        let host = Self::resolve(&inner, bus, data.len())?;
+        let Target { host, owned } = Self::resolve(&inner, bus, data.len())?;
+        if owned {
+            let dst = std::ptr::with_exposed_provenance_mut::<u8>(host);
+            // SAFETY: as in `read`'s owned case: a live owned region, no concurrent access (all
+            // of them hold the lock), and no reference into it that `data` could be.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            return Ok(());
+        }
         fence(Ordering::Release);
         let (head, rest) = data.split_at(unaligned_head(host, data.len()));
         for (i, b) in head.iter().enumerate() {
@@ -210,7 +290,9 @@ impl DmaSpace {
     }
 
     fn atomic_u32(&self, inner: &Inner, bus: u64) -> Result<usize, DmaFault> {
-        let host = Self::resolve(inner, bus, 4)?;
+        // Owned memory too gets an atomic access here: it costs nothing more, and the plain
+        // copies above never run concurrently with it (the lock).
+        let Target { host, .. } = Self::resolve(inner, bus, 4)?;
         if !host.is_multiple_of(4) {
             return Err(DmaFault { bus, len: 4 });
         }
@@ -260,8 +342,9 @@ pub struct Page(pub [u8; 4096]);
 
 /// Page-aligned, zeroed host memory registered in a [`DmaSpace`] for its whole lifetime.
 ///
-/// This is what a test (or the driver's host harness) uses as "DMA memory": the device sees it
-/// at [`DmaBuffer::bus`]; the host reads and writes it through the same atomic accessors.
+/// This is what a test uses as "DMA memory": the device sees it at [`DmaBuffer::bus`]; the host
+/// reads and writes it through the same accessors, which serialize on the space's lock (owned
+/// memory, see the module docs).
 #[derive(Debug)]
 pub struct DmaBuffer {
     space: std::sync::Arc<DmaSpace>,
@@ -271,9 +354,9 @@ pub struct DmaBuffer {
 }
 
 // SAFETY: the raw pointer is owned exclusively by this value (from `Box::into_raw`) and all
-// accesses go through `DmaSpace`'s atomic accessors, which are thread-safe.
+// accesses go through `DmaSpace`'s accessors, which serialize on its lock.
 unsafe impl Send for DmaBuffer {}
-// SAFETY: as above; `&DmaBuffer` only allows atomic accesses through the `DmaSpace`.
+// SAFETY: as above; `&DmaBuffer` only allows accesses through the `DmaSpace`.
 unsafe impl Sync for DmaBuffer {}
 
 impl DmaBuffer {
@@ -283,8 +366,9 @@ impl DmaBuffer {
         let boxed: Box<[Page]> = vec![Page([0; 4096]); pages].into_boxed_slice();
         let host = Box::into_raw(boxed).cast::<Page>();
         // SAFETY: `host` came from `Box::into_raw` and is freed only in `Drop`, after
-        // `unregister`, so it stays valid while registered; it is accessed only atomically.
-        let bus = unsafe { space.register(host.cast::<u8>(), pages * 4096) };
+        // `unregister`, so it stays valid while registered; this buffer hands out no pointer or
+        // slice into it, so only the space's accessors reach it (owned memory).
+        let bus = unsafe { space.register_owned(host.cast::<u8>(), pages * 4096) };
         Self {
             space: space.clone(),
             host,
@@ -424,23 +508,42 @@ mod tests {
         assert!(!s.unregister(bus));
     }
 
-    #[test]
-    fn copies_of_every_alignment_and_length_move_exactly_their_bytes() {
-        let s = Arc::new(DmaSpace::new());
-        let a = DmaBuffer::new(&s, 1);
+    /// Writes and reads back every offset 0..9 and length 0..=40 at `bus` (64 bytes of memory).
+    fn check_every_alignment_and_length(s: &DmaSpace, bus: u64) {
         let pattern: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
         for off in 0..9usize {
             for len in 0..=40usize {
-                a.write(0, &[0xEE; 64]);
-                s.write(a.bus() + off as u64, &pattern[..len]).unwrap();
+                s.write(bus, &[0xEE; 64]).unwrap();
+                s.write(bus + off as u64, &pattern[..len]).unwrap();
                 let mut want = vec![0xEE; 64];
                 want[off..off + len].copy_from_slice(&pattern[..len]);
-                assert_eq!(a.read_vec(0, 64), want, "write at {off}, {len} bytes");
+                let mut whole = vec![0; 64];
+                s.read(bus, &mut whole).unwrap();
+                assert_eq!(whole, want, "write at {off}, {len} bytes");
                 let mut got = vec![0; len];
-                s.read(a.bus() + off as u64, &mut got).unwrap();
+                s.read(bus + off as u64, &mut got).unwrap();
                 assert_eq!(got, &want[off..off + len], "read at {off}, {len} bytes");
             }
         }
+    }
+
+    #[test]
+    fn copies_of_every_alignment_and_length_move_exactly_their_bytes() {
+        let s = Arc::new(DmaSpace::new());
+        // Owned memory: plain copies.
+        let a = DmaBuffer::new(&s, 1);
+        assert!(DmaSpace::resolve(&s.lock(), a.bus(), 64).unwrap().owned);
+        check_every_alignment_and_length(&s, a.bus());
+        // Shared memory, as the driver's harness registers it: word-wise atomic copies.
+        let shared: Box<[AtomicU64]> = (0..8).map(|_| AtomicU64::new(0)).collect();
+        let ptr = shared.as_ptr().cast::<u8>().cast_mut();
+        // SAFETY: `shared` outlives the registration (unregistered below) and is accessed
+        // only atomically (through the space).
+        let bus = unsafe { s.register(ptr, 64) };
+        assert!(!DmaSpace::resolve(&s.lock(), bus, 64).unwrap().owned);
+        check_every_alignment_and_length(&s, bus);
+        assert!(s.unregister(bus));
+        drop(shared);
     }
 
     #[test]

@@ -25,7 +25,7 @@
 #![deny(unsafe_code)]
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -313,17 +313,70 @@ impl Hasher for TimerIdHasher {
 
 type TimerIds = BuildHasherDefault<TimerIdHasher>;
 
+/// A pending timer's queue entry: its own, or, once re-armed, that of the timer it replaced.
+#[derive(Clone, Copy)]
+struct Live {
+    /// Id (= sequence number) of the entry.
+    entry: u64,
+    /// The entry's due time.
+    entry_at: u64,
+}
+
+/// A re-armed timer riding on an earlier timer's queue entry (see `State::rearm_timer`).
+#[derive(Clone, Copy)]
+struct Carried {
+    at: u64,
+    id: u64,
+    port: PortId,
+    token: u64,
+}
+
+/// A value per ordered pair of port ids, indexed directly: the counters are touched twice per
+/// frame, where a B-tree keyed by the pair cost a search each time. Rows and columns grow on
+/// first use, so any id works (faults may be set before a port is attached).
+struct PairTable<T> {
+    rows: Vec<Vec<T>>,
+}
+
+impl<T> Default for PairTable<T> {
+    fn default() -> Self {
+        Self { rows: Vec::new() }
+    }
+}
+
+impl<T: Default> PairTable<T> {
+    fn get(&self, from: PortId, to: PortId) -> Option<&T> {
+        self.rows.get(from.idx())?.get(to.idx())
+    }
+
+    fn entry(&mut self, from: PortId, to: PortId) -> &mut T {
+        if self.rows.len() <= from.idx() {
+            self.rows.resize_with(from.idx() + 1, Vec::new);
+        }
+        let row = &mut self.rows[from.idx()];
+        if row.len() <= to.idx() {
+            row.resize_with(to.idx() + 1, T::default);
+        }
+        &mut row[to.idx()]
+    }
+}
+
 struct State {
     now: u64,
     seq: u64,
     queue: BinaryHeap<Event>,
     ports: Vec<PortEntry>,
-    pair_faults: BTreeMap<(PortId, PortId), FaultConfig>,
-    pairs: BTreeMap<(PortId, PortId), PairCounters>,
+    pair_faults: PairTable<Option<FaultConfig>>,
+    pairs: PairTable<PairCounters>,
     rng: Rng,
     latency_ns: u64,
-    pending_timers: HashSet<u64, TimerIds>,
+    /// Timers scheduled and not yet fired or cancelled, by id, with the queue entry that
+    /// stands for each (see [`Carried`]).
+    pending_timers: HashMap<u64, Live, TimerIds>,
+    /// Queue entries of cancelled timers, discarded when they come out.
     cancelled_timers: HashSet<u64, TimerIds>,
+    /// Queue entries whose timer was re-armed: by entry id, the timer that takes its place.
+    carried: HashMap<u64, Carried, TimerIds>,
     capture: Option<PcapWriter<Box<dyn Write + Send>>>,
     capture_errors: u64,
     clock: Option<RealClock>,
@@ -397,14 +450,11 @@ enum Action {
 }
 
 impl Action {
-    fn run(self, shared: &Arc<Shared>) {
+    /// `handle` is the caller's, made once: a fresh one per frame cost two reference-count
+    /// updates.
+    fn run(self, handle: &FabricHandle) {
         match self {
-            Self::Receive(p, f, now) => {
-                let pool = FabricHandle {
-                    shared: Arc::downgrade(shared),
-                };
-                p.receive_owned(f, now, &pool);
-            }
+            Self::Receive(p, f, now) => p.receive_owned(f, now, handle),
             Self::Timer(p, token, now) => p.on_timer(token, now),
             Self::Link(p, up) => p.link_changed(up),
             Self::Nothing => {}
@@ -435,7 +485,7 @@ impl State {
     }
 
     fn pair(&mut self, from: PortId, to: PortId) -> &mut PairCounters {
-        self.pairs.entry((from, to)).or_default()
+        self.pairs.entry(from, to)
     }
 
     fn count_drop(&mut self, from: PortId, to: Option<PortId>, f: fn(&mut DropCounts)) {
@@ -499,8 +549,9 @@ impl State {
         }
         let pair = self
             .pair_faults
-            .get(&(from, to))
+            .get(from, to)
             .copied()
+            .flatten()
             .unwrap_or_default();
         let cfg = s.egress.then(&pair).then(&d.ingress);
         // Rolls only for configured faults, in a fixed order, so an unfaulted run draws nothing.
@@ -554,10 +605,10 @@ impl State {
             }
             let ev = self.queue.pop()?;
             if let EventKind::Timer { id, .. } = ev.kind {
-                self.pending_timers.remove(&id);
-                if self.cancelled_timers.remove(&id) {
+                if self.release_carried(id) || self.cancelled_timers.remove(&id) {
                     continue;
                 }
+                self.pending_timers.remove(&id);
             }
             self.now = self.now.max(ev.at);
             return Some(self.handle(ev.kind));
@@ -608,19 +659,94 @@ impl State {
     fn schedule_timer(&mut self, port: PortId, at_ns: u64, token: u64) -> TimerId {
         let now = self.sync_clock();
         let id = self.seq;
-        self.pending_timers.insert(id);
-        self.push(at_ns.max(now), EventKind::Timer { port, token, id });
+        let at = at_ns.max(now);
+        self.pending_timers.insert(
+            id,
+            Live {
+                entry: id,
+                entry_at: at,
+            },
+        );
+        self.push(at, EventKind::Timer { port, token, id });
         TimerId(id)
     }
 
     fn cancel_timer(&mut self, id: TimerId) -> bool {
-        if self.pending_timers.remove(&id.0) {
-            self.cancelled_timers.insert(id.0);
-            self.compact_cancelled();
-            true
-        } else {
-            false
+        let Some(live) = self.pending_timers.remove(&id.0) else {
+            return false;
+        };
+        if live.entry != id.0 {
+            self.carried.remove(&live.entry);
         }
+        self.cancelled_timers.insert(live.entry);
+        self.compact_cancelled();
+        true
+    }
+
+    /// Cancels `old` and schedules `port`'s timer `token` at `at_ns`, with the same outcome
+    /// as [`cancel_timer`](Self::cancel_timer) then [`schedule_timer`](Self::schedule_timer):
+    /// the new timer gets the next sequence number and fires at `(at_ns, id)` in the queue's
+    /// order. A requester re-arms on every response packet, so when `old`'s queue entry is due
+    /// no later than the new time, the new timer rides on that entry instead of entering the
+    /// queue (and the cancelled entry staying there): when the entry comes out, the timer is
+    /// queued under its own `(time, id)`. Nothing can come out between the entry and that key
+    /// that would not have come out first anyway (the entry's key is the smaller: its time is
+    /// not later and its id is older), so every event is handled in the same order.
+    fn rearm_timer(
+        &mut self,
+        old: Option<TimerId>,
+        port: PortId,
+        at_ns: u64,
+        token: u64,
+    ) -> TimerId {
+        let now = self.sync_clock();
+        let at = at_ns.max(now);
+        let live = old.and_then(|o| Some((o, *self.pending_timers.get(&o.0)?)));
+        let Some((old, live)) = live.filter(|(_, l)| l.entry_at <= at) else {
+            if let Some(old) = old {
+                self.cancel_timer(old);
+            }
+            return self.schedule_timer(port, at, token);
+        };
+        self.pending_timers.remove(&old.0);
+        let id = self.seq;
+        self.seq += 1;
+        self.pending_timers.insert(id, live);
+        self.carried.insert(
+            live.entry,
+            Carried {
+                at,
+                id,
+                port,
+                token,
+            },
+        );
+        TimerId(id)
+    }
+
+    /// If queue entry `entry` carries a re-armed timer, queues that timer under its own key
+    /// and returns true (the entry itself is spent).
+    fn release_carried(&mut self, entry: u64) -> bool {
+        let Some(c) = self.carried.remove(&entry) else {
+            return false;
+        };
+        if let Some(live) = self.pending_timers.get_mut(&c.id) {
+            *live = Live {
+                entry: c.id,
+                entry_at: c.at,
+            };
+        }
+        // Not `push`: the sequence number was taken when the timer was re-armed.
+        self.queue.push(Event {
+            at: c.at,
+            seq: c.id,
+            kind: EventKind::Timer {
+                port: c.port,
+                token: c.token,
+                id: c.id,
+            },
+        });
+        true
     }
 
     /// Drops cancelled timers from the queue once they are most of it. A requester re-arms
@@ -650,6 +776,10 @@ impl State {
                 EventKind::Timer { id, .. } if self.cancelled_timers.contains(&id) => {
                     self.queue.pop();
                     self.cancelled_timers.remove(&id);
+                }
+                EventKind::Timer { id, .. } if self.carried.contains_key(&id) => {
+                    self.queue.pop();
+                    self.release_carried(id);
                 }
                 _ => return Some(top.at),
             }
@@ -715,6 +845,16 @@ impl FabricHandle {
         self.with(|s| s.transmit(from, frame));
     }
 
+    /// [`transmit`](Self::transmit)s each of `frames` in order under one lock (a READ's
+    /// responses: one lock round trip per READ instead of per packet).
+    pub fn transmit_all(&self, from: PortId, frames: impl Iterator<Item = Vec<u8>>) {
+        self.with(|s| {
+            for f in frames {
+                s.transmit(from, f);
+            }
+        });
+    }
+
     /// Current virtual time (0 if the fabric is gone).
     pub fn now_ns(&self) -> u64 {
         self.with(State::sync_clock).unwrap_or(0)
@@ -749,11 +889,8 @@ impl FabricHandle {
         token: u64,
     ) -> TimerId {
         self.with(|s| {
-            if let Some(old) = old {
-                s.cancel_timer(old);
-            }
             let at = s.sync_clock().saturating_add(delay_ns);
-            s.schedule_timer(port, at, token)
+            s.rearm_timer(old, port, at, token)
         })
         .unwrap_or(TimerId(u64::MAX))
     }
@@ -773,6 +910,8 @@ impl FabricHandle {
 /// The fabric. See the module documentation.
 pub struct Fabric {
     shared: Arc<Shared>,
+    /// Handed to the callbacks `step` and `advance_to` run.
+    handle: FabricHandle,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -792,12 +931,13 @@ impl Fabric {
             seq: 0,
             queue: BinaryHeap::new(),
             ports: Vec::new(),
-            pair_faults: BTreeMap::new(),
-            pairs: BTreeMap::new(),
+            pair_faults: PairTable::default(),
+            pairs: PairTable::default(),
             rng: Rng::new(seed),
             latency_ns: DEFAULT_LATENCY_NS,
-            pending_timers: HashSet::default(),
+            pending_timers: HashMap::default(),
             cancelled_timers: HashSet::default(),
+            carried: HashMap::default(),
             capture: None,
             capture_errors: 0,
             clock: None,
@@ -805,11 +945,15 @@ impl Fabric {
             in_callback: 0,
             sleepers: 0,
         };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+        });
         Self {
-            shared: Arc::new(Shared {
-                state: Mutex::new(state),
-                cv: Condvar::new(),
-            }),
+            handle: FabricHandle {
+                shared: Arc::downgrade(&shared),
+            },
+            shared,
             thread: Mutex::new(None),
         }
     }
@@ -892,7 +1036,7 @@ impl Fabric {
         let action = self.lock().pop_ready(None);
         match action {
             Some(a) => {
-                a.run(&self.shared);
+                a.run(&self.handle);
                 true
             }
             None => false,
@@ -917,7 +1061,7 @@ impl Fabric {
             let action = self.lock().pop_ready(Some(t_ns));
             match action {
                 Some(a) => {
-                    a.run(&self.shared);
+                    a.run(&self.handle);
                     n += 1;
                 }
                 None => break,
@@ -970,7 +1114,7 @@ impl Fabric {
 
     /// Faults for frames from `from` to `to` (not the reverse direction).
     pub fn set_pair_faults(&self, from: PortId, to: PortId, cfg: FaultConfig) {
-        self.lock().pair_faults.insert((from, to), cfg);
+        *self.lock().pair_faults.entry(from, to) = Some(cfg);
     }
 
     /// Faults for every frame `port` sends.
@@ -990,7 +1134,7 @@ impl Fabric {
     /// Removes every fault configuration.
     pub fn clear_faults(&self) {
         let mut s = self.lock();
-        s.pair_faults.clear();
+        s.pair_faults = PairTable::default();
         for e in &mut s.ports {
             e.egress = FaultConfig::none();
             e.ingress = FaultConfig::none();
@@ -1007,11 +1151,7 @@ impl Fabric {
 
     /// Counters of the ordered pair `from → to`.
     pub fn pair_counters(&self, from: PortId, to: PortId) -> PairCounters {
-        self.lock()
-            .pairs
-            .get(&(from, to))
-            .copied()
-            .unwrap_or_default()
+        self.lock().pairs.get(from, to).copied().unwrap_or_default()
     }
 
     /// Starts capturing delivered frames; returns the previous writer.
@@ -1093,6 +1233,9 @@ impl Drop for Fabric {
 const MAX_WAIT: Duration = Duration::from_millis(50);
 
 fn delivery_thread(shared: &Arc<Shared>) {
+    let handle = FabricHandle {
+        shared: Arc::downgrade(shared),
+    };
     let mut s = shared.lock();
     loop {
         if s.stop {
@@ -1103,7 +1246,7 @@ fn delivery_thread(shared: &Arc<Shared>) {
         if let Some(action) = s.pop_ready(limit) {
             s.in_callback += 1;
             drop(s);
-            action.run(shared);
+            action.run(&handle);
             s = shared.lock();
             s.in_callback -= 1;
             continue;

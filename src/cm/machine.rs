@@ -1067,11 +1067,17 @@ impl Cm {
             self.push(Action::Send { path, mad });
             return Ok(());
         }
-        // A new REQ from a QP still in TIMEWAIT here is stale (cm_insert_remote_qpn).
+        // A new REQ from a (QPN, CA GUID) a live connection here already names is stale
+        // (cm_insert_remote_qpn). Linux takes a connection out of that table when it enters
+        // TIMEWAIT (cm_enter_timewait → cm_cleanup_timewait / cm_remove_remote), so a QP the
+        // peer's device handed out again right after a disconnect connects at once; cm.md
+        // §4's "(QPN, CA GUID) still in timewait" is stricter than the Linux source.
         let peer_qpn = req.local_qpn();
         if self
             .find(|c| {
-                c.state == State::Timewait && c.remote_qpn == peer_qpn && c.remote_guid == peer_guid
+                knows_remote_qpn(c.state, c.passive)
+                    && c.remote_qpn == peer_qpn
+                    && c.remote_guid == peer_guid
             })
             .is_some()
         {
@@ -1362,7 +1368,9 @@ impl Cm {
                 self.push(Action::Send { path, mad });
                 self.push_event(slot, Event::Disconnected { timed_out: false });
             }
-            State::Timewait => {
+            // IDLE: TIMEWAIT (≈ 2 s on the passive side) ended before the peer's DREQ came
+            // again (6.144 s), with the consumer's connector still open; our DREP was lost.
+            State::Timewait | State::Idle => {
                 let mad = conn_drep(c, tid);
                 let path = c.path;
                 self.push(Action::Send { path, mad });
@@ -1611,4 +1619,14 @@ fn conn_drep(c: &Conn, tid: u64) -> [u8; MAD_LEN] {
     drep.set_local_comm_id(c.id);
     drep.set_remote_comm_id(c.remote_id);
     mad
+}
+
+/// Whether a connection in `state` holds its peer's QPN in Linux's remote-QPN table: from
+/// the REQ (passive) or the REP (active) until it enters TIMEWAIT or goes idle.
+const fn knows_remote_qpn(state: State, passive: bool) -> bool {
+    match state {
+        State::Idle | State::Timewait => false,
+        State::ReqSent | State::MraReqRcvd => passive,
+        _ => true,
+    }
 }

@@ -9,10 +9,11 @@
 //! - [`timing`]: timeout exponents as Linux converts them (§6.3).
 //! - [`machine`]: the state machine [`Cm`] (§6).
 //!
-//! # How the NDK layer drives it (next step: connector, listener, QP1)
+//! # How the NDK layer drives it (`ndk::cm_engine`, `ndk::connector`, `ndk::listener`)
 //!
-//! One [`Cm`] per adapter, created at adapter open with the device's node GUID, a random
-//! seed and the adapter's read-limit maxima, behind one spin lock. Every entry is
+//! One [`Cm`] per device, created when the device's connection engine starts with the node
+//! GUID, a random seed and the adapter's read-limit maxima, behind one spin lock; `now` is
+//! nanoseconds of the platform clock. Every entry is
 //! `lock; cm.<input>(now, ...); drain poll_action() into a stack batch; unlock; perform`:
 //! the CM never calls out, so no consumer callback can run under the lock, and a batch is
 //! bounded ([`MAX_ACTIONS_PER_INPUT`] per input).

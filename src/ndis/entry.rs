@@ -227,7 +227,7 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
 struct AdapterContext {
     handle: NDIS_HANDLE,
     /// The address-resolution seam over netio.sys, for the interface NDIS named at
-    /// InitializeEx (NetLuid, IfIndex); the connection engine resolves through it.
+    /// InitializeEx (NetLuid, IfIndex). Nothing in the core consumes it yet.
     resolver: Option<Arc<WindowsResolver>>,
     pnp: Option<Arc<PnpWorker>>,
     dma_handle: NDIS_HANDLE,
@@ -243,10 +243,6 @@ struct AdapterContext {
 impl AdapterContext {
     /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
     fn teardown(&mut self) {
-        // The engine holds the resolver: it goes first.
-        if let Some(m) = &self.miniport {
-            m.stop_connections();
-        }
         if let Some(r) = self.resolver.take() {
             r.stop();
         }
@@ -534,10 +530,10 @@ unsafe fn initialize_adapter(
         Ok(r) => ctx.resolver = Some(r),
         Err(_) => return NDIS_STATUS_RESOURCES,
     }
-    if let Some(resolver) = ctx.resolver.clone()
-        && let Err(status) = miniport.start_connections(resolver)
+    if let Some(r) = ctx.resolver.clone()
+        && let Err(s) = miniport.start_connections(r)
     {
-        return status;
+        return s;
     }
 
     let mut general = general_attributes(&miniport.general_attributes());

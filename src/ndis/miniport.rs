@@ -23,13 +23,11 @@ use super::caps::{CAPS_VERSION, ndk_capabilities};
 use super::counters::CounterSource;
 use super::state::{Lifecycle, NdkState};
 use crate::ndk::adapter::{Adapter, adapter_info};
-use crate::ndk::cm_engine::EngineConfig;
 use crate::ndk::object::ObjRef;
 use crate::ndk::pvrdma_hw::PvrdmaHardware;
 use crate::ndk::{Hardware, HwCaps, NdkDevice};
 use crate::ndkpi::{NDK_ADAPTER, NDK_ADAPTER_INFO, NDK_VERSION};
 use crate::os::alloc::try_arc;
-use crate::os::net::AddressResolver;
 use crate::os::{Platform, SpinLock};
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS};
@@ -90,11 +88,6 @@ pub struct Miniport {
     packet_filter: AtomicU32,
     lookahead: AtomicU32,
     halt_grace_ns: u64,
-}
-
-/// The EUI-64 node GUID of `mac` (the universal/local bit flipped, FF:FE in the middle).
-fn node_guid(m: [u8; 6]) -> u64 {
-    u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]])
 }
 
 /// A bring-up failure as InitializeEx returns it.
@@ -219,6 +212,30 @@ impl Miniport {
             })
     }
 
+    /// Starts connection management over the interface's address `resolver` (PASSIVE_LEVEL,
+    /// once InitializeEx's bring-up is done): QP1, a GID per interface address, the CM. The
+    /// node GUID is the port MAC's EUI-64.
+    ///
+    /// # Errors
+    /// NDIS_STATUS_ADAPTER_NOT_READY after Halt; NDIS_STATUS_RESOURCES or
+    /// NDIS_STATUS_FAILURE when the engine cannot start.
+    pub fn start_connections(
+        &self,
+        resolver: Arc<dyn crate::os::net::AddressResolver>,
+    ) -> Result<(), NDIS_STATUS> {
+        let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
+        let m = self.mac;
+        let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
+        // CAST: the low bits of the clock are the randomness wanted.
+        let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
+        let cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
+        ndk.start_connections(self.platform.clone(), resolver, cfg)
+            .map_err(|e| match e {
+                crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
+                _ => NDIS_STATUS_FAILURE,
+            })
+    }
+
     /// The NDK device (None after Halt).
     pub fn ndk_device(&self) -> Option<Arc<NdkDevice>> {
         self.stack.lock().as_ref().map(|s| s.ndk.clone())
@@ -227,32 +244,6 @@ impl Miniport {
     /// The hardware device (None after Halt), for the connection manager's QP transitions.
     pub fn device(&self) -> Option<Arc<Device>> {
         self.stack.lock().as_ref().map(|s| s.dev.clone())
-    }
-
-    /// Starts the connection engine over the interface's resolver (PASSIVE_LEVEL, at
-    /// InitializeEx once the resolver runs; NdkConnect, NdkListen and shared endpoints
-    /// answer STATUS_NOT_IMPLEMENTED until then). The node GUID is the MAC's EUI-64, as
-    /// Linux derives a RoCE node GUID; the seed is the clock, so a restarted adapter does not
-    /// reuse its last run's communication IDs and PSNs.
-    ///
-    /// # Errors
-    /// NDIS_STATUS_ADAPTER_NOT_READY after Halt; NDIS_STATUS_RESOURCES when QP1 or a GID
-    /// binding cannot be made.
-    pub fn start_connections(&self, resolver: Arc<dyn AddressResolver>) -> Result<(), NDIS_STATUS> {
-        let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
-        let now = self.platform.now_ns();
-        let seed = (now ^ (now >> 32)) as u32;
-        let cfg = EngineConfig::new(node_guid(self.mac), seed);
-        ndk.start_connections(self.platform.clone(), resolver, cfg)
-            .map_err(|_| NDIS_STATUS_RESOURCES)
-    }
-
-    /// Stops the connection engine (PASSIVE_LEVEL, at Halt before the resolver stops):
-    /// QP1 destroyed, every GID unbound. Idempotent.
-    pub fn stop_connections(&self) {
-        if let Some(ndk) = self.ndk_device() {
-            ndk.stop_connections();
-        }
     }
 
     /// NDK_ADAPTERs open now.
@@ -271,7 +262,9 @@ impl Miniport {
             self.platform
                 .wait_until(&|| open.lock().is_empty(), self.halt_grace_ns);
         }
-        self.stop_connections();
+        if let Some(ndk) = self.ndk_device() {
+            ndk.stop_connections();
+        }
         let stack = self.stack.lock().take();
         if let Some(Stack { ndk, hw, dev }) = stack {
             drop(ndk);

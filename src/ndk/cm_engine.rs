@@ -53,6 +53,8 @@ const EPHEMERAL_FIRST: u16 = 49152;
 const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
 /// Actions performed per lock hold.
 const BATCH: usize = crate::cm::MAX_ACTIONS_PER_INPUT;
+/// Tries of a release refused for a full action queue.
+const RELEASE_TRIES: u32 = 10_000;
 /// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
 const COMMAND_WAIT_NS: u64 = 10_000_000_000;
 
@@ -61,6 +63,8 @@ const COMMAND_WAIT_NS: u64 = 10_000_000_000;
 pub struct EngineConfig {
     /// Connection slots (every state, TIMEWAIT included).
     pub capacity: usize,
+    /// Listeners at once.
+    pub listeners: usize,
     /// The adapter's node GUID (REQ/REP Local CA GUID).
     pub ca_guid: u64,
     /// Random at each start: communication IDs, transaction IDs and PSNs derive from it.
@@ -72,10 +76,11 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 256 connections, QP1 of 64 + 64 MADs, path MTU 1024.
+    /// 256 connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
     pub const fn new(ca_guid: u64, seed: u32) -> Self {
         EngineConfig {
             capacity: 256,
+            listeners: 64,
             ca_guid,
             seed,
             qp1: Qp1Config {
@@ -105,6 +110,8 @@ pub struct EngineStats {
     pub mads_out: u64,
     /// MADs not sent: no MAC or GID for the path, or QP1 full.
     pub mads_unsent: u64,
+    /// Releases that never found room in the action queue (their slots stay owned).
+    pub release_failures: u64,
 }
 
 #[derive(Default)]
@@ -113,6 +120,7 @@ struct Counters {
     mads_dropped: AtomicU64,
     mads_out: AtomicU64,
     mads_unsent: AtomicU64,
+    release_failures: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -341,6 +349,7 @@ impl CmEngine {
         let caps = *hw.caps();
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
+        cm_cfg.listeners = cfg.listeners;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
         let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
@@ -451,6 +460,7 @@ impl CmEngine {
             mads_dropped: l(&c.mads_dropped),
             mads_out: l(&c.mads_out),
             mads_unsent: l(&c.mads_unsent),
+            release_failures: l(&c.release_failures),
         }
     }
 
@@ -670,6 +680,19 @@ impl CmEngine {
         r
     }
 
+    /// [`Cm::release`], which a full action queue can only delay: the thread pumping it
+    /// empties it, so the release is retried until it fits (bounded, as a last resort the
+    /// slot stays owned and is counted as leaked).
+    pub fn release(&self, conn: ConnId) {
+        for _ in 0..RELEASE_TRIES {
+            match self.input(|cm, now| cm.release(now, conn)) {
+                Err(CmError::QueueFull) => core::hint::spin_loop(),
+                _ => return,
+            }
+        }
+        bump(&self.counters.release_failures);
+    }
+
     /// Reads the CM under its lock (queries queue nothing).
     pub fn query<R>(&self, f: impl FnOnce(&Cm) -> R) -> R {
         f(&self.cm.lock())
@@ -831,9 +854,7 @@ impl CmEngine {
             .and_then(|l| Connector::incoming(self, &l, conn).map(|c| (l, c)));
         match made {
             Some((l, c)) => l.deliver_connect(c),
-            None => {
-                let _ = self.input(|cm, now| cm.release(now, conn));
-            }
+            None => self.release(conn),
         }
     }
 }

@@ -20,7 +20,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
 use crate::pvrdma::cqe::wc_status as wc;
-use crate::pvrdma::wq::{SendWriter, WqKind, WqWriter};
+use crate::pvrdma::wq::{Records, SendWriter, WqKind, WqWriter};
 
 /// Completion status of a request from its WC status (Project decision (c) and §4.5).
 ///
@@ -242,7 +242,25 @@ impl SlotCell {
     /// Whether the request recorded here is signalled.
     #[inline(always)]
     fn signaled(&self) -> bool {
-        SlotMeta(self.meta.load(Ordering::Relaxed)).signaled()
+        self.meta().signaled()
+    }
+
+    /// The request's RequestContext.
+    #[inline(always)]
+    pub(super) fn request_context(&self) -> usize {
+        self.context.load(Ordering::Relaxed)
+    }
+
+    /// The request's operation type and signalling.
+    #[inline(always)]
+    pub(super) fn meta(&self) -> SlotMeta {
+        SlotMeta(self.meta.load(Ordering::Relaxed))
+    }
+
+    /// A receive's total posted length ([`Self::set_posted_len`]).
+    #[inline(always)]
+    pub(super) fn posted_len(&self) -> u32 {
+        self.posted_len.load(Ordering::Relaxed)
     }
 }
 
@@ -266,13 +284,49 @@ impl<K> SlotTable for WqWriter<K, SlotCell> {
     }
 }
 
-/// The state of a run of retirements ([`OrderedQueue::run`]).
-#[derive(Clone, Copy, Debug)]
-pub struct RetireRun {
+/// A run of retirements by a queue's retirer (the poll's fast path): the slot records, the
+/// `wr_id` the queue's next CQE must carry and how many requests were outstanding, read
+/// once ([`OrderedQueue::window`]); [`OrderedQueue::close`] publishes what the run retired.
+pub struct RetireWindow<'a> {
+    records: Records<'a, SlotCell>,
+    /// The queue's `retired`, which [`Self::close`] publishes.
+    retired: &'a AtomicU32,
     /// `tag << 32 | retired`.
     next: u64,
-    /// `tag << 32 | posted`.
-    end: u64,
+    /// `posted − retired` when the window was taken: the most the run may retire.
+    outstanding: u32,
+}
+
+impl<'a> RetireWindow<'a> {
+    /// How many requests the run may retire.
+    #[inline(always)]
+    pub fn outstanding(&self) -> usize {
+        self.outstanding as usize
+    }
+
+    /// The record of the oldest outstanding request if `wr_id` names it exactly (tag and
+    /// index); the caller retires it with [`Self::advance`], and takes no more than
+    /// [`Self::outstanding`] in all. A run whose indices pass 2^32 fails here (the tag half
+    /// changes), and the caller falls back to [`OrderedQueue::retire`], which works modulo
+    /// 2^32.
+    #[inline(always)]
+    pub fn oldest(&self, wr_id: u64) -> Option<&'a SlotCell> {
+        // CAST: the low half is the index.
+        (wr_id == self.next).then(|| self.records.get(self.next as u32))
+    }
+
+    /// The oldest outstanding request is retired.
+    #[inline(always)]
+    pub fn advance(&mut self) {
+        self.next = self.next.wrapping_add(1);
+    }
+
+    /// Publishes the run's retirements (the poster may reuse their slots from now on).
+    #[inline(always)]
+    pub fn close(&self) {
+        // CAST: the low half is the index.
+        self.retired.store(self.next as u32, Ordering::Release);
+    }
 }
 
 /// An in-order work queue's bookkeeping (QP SQ or RQ): one poster (the consumer serializes
@@ -376,47 +430,47 @@ impl<T: SlotTable> OrderedQueue<T> {
         }
         false
     }
+}
 
-    /// Starts a run of retirements by the queue's single retirer for `wr_id`s tagged
-    /// `tag`: the retired and committed counts as they stand (a post committing meanwhile
-    /// is simply not seen by this run).
+/// The poll's fast path, on a QP queue (whose slot records are beside its WQEs).
+impl<K> OrderedQueue<WqWriter<K, SlotCell>> {
+    /// Retires the oldest outstanding request if `wr_id` names it exactly (tag and index)
+    /// and `take` accepts its record, returning what `take` read of it (before the slot is
+    /// published for reuse); `None` changes nothing, and the caller falls back to
+    /// [`Self::retire`].
     #[inline(always)]
-    pub fn run(&self, tag: u32) -> RetireRun {
-        let t = u64::from(tag) << 32;
-        RetireRun {
-            next: t | u64::from(self.retired.load(Ordering::Relaxed)),
-            end: t | u64::from(self.posted.load(Ordering::Acquire)),
-        }
-    }
-
-    /// Retires `wr_id` within `run` if it names the oldest outstanding slot of this queue;
-    /// `None` leaves `run` as it was, and the caller falls back to [`Self::retire`], which
-    /// also takes a CQE after unsignalled slots (and refuses one after a signalled slot).
-    #[inline(always)]
-    pub fn retire_in(&self, run: &mut RetireRun, wr_id: u64) -> Option<SlotRecord> {
-        // The tag must match exactly and the index be `retired`, with a slot outstanding. A
-        // run whose indices wrap past 2^32 fails here (the tag half changes), and the caller
-        // falls back to `retire`, which works modulo 2^32.
-        if wr_id != run.next || run.next == run.end {
+    pub fn retire_oldest<T>(
+        &self,
+        tag: u32,
+        wr_id: u64,
+        take: impl FnOnce(&SlotCell) -> Option<T>,
+    ) -> Option<T> {
+        let retired = self.retired.load(Ordering::Relaxed);
+        if wr_id != u64::from(tag) << 32 | u64::from(retired) {
             return None;
         }
-        // CAST: the low half is the index.
-        let rec = self.recorded(wr_id as u32);
-        run.next = wr_id.wrapping_add(1);
-        Some(rec)
+        if retired == self.posted.load(Ordering::Acquire) {
+            return None;
+        }
+        let taken = take(self.slots.record(retired))?;
+        self.retired
+            .store(retired.wrapping_add(1), Ordering::Release);
+        Some(taken)
     }
 
-    /// Publishes a run's retirements (the poster may reuse their slots from now on).
+    /// Starts a run of retirements for `wr_id`s tagged `tag` ([`RetireWindow`]): the
+    /// retired and committed counts as they stand (a post committing meanwhile is simply not
+    /// seen by this run).
     #[inline(always)]
-    pub fn end_run(&self, run: &RetireRun) {
-        // CAST: the low half is the index.
-        self.retired.store(run.next as u32, Ordering::Release);
-    }
-
-    /// The record the poster stored for `index`.
-    #[inline(always)]
-    fn recorded(&self, index: u32) -> SlotRecord {
-        self.slots.slot(index).get()
+    pub fn window(&self, tag: u32) -> RetireWindow<'_> {
+        let retired = self.retired.load(Ordering::Relaxed);
+        let posted = self.posted.load(Ordering::Acquire);
+        RetireWindow {
+            records: self.slots.records(),
+            retired: &self.retired,
+            next: u64::from(tag) << 32 | u64::from(retired),
+            outstanding: posted.wrapping_sub(retired),
+        }
     }
 }
 

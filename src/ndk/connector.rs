@@ -180,7 +180,7 @@ impl NdkObject for Connector {
             r.complete(STATUS_CANCELLED);
         }
         if let Some(conn) = conn {
-            let _ = self.engine.input(|cm, now| cm.release(now, conn));
+            self.engine.release(conn);
             self.engine.unregister_conn(conn);
         }
         if let Some(qp) = qp {
@@ -522,7 +522,22 @@ impl ObjRef<Connector> {
             Ok(id)
         });
         match started {
-            Ok(id) => self.link.lock().conn = Some(id),
+            Ok(id) => {
+                let closed = {
+                    let mut l = self.link.lock();
+                    let closed = l.phase == Phase::Done;
+                    if !closed {
+                        l.conn = Some(id);
+                    }
+                    closed
+                };
+                // Closed while the REQ was being made: the close found no connection to
+                // release, so it is released here.
+                if closed {
+                    engine.release(id);
+                    engine.unregister_conn(id);
+                }
+            }
             Err(e) => self.connect_failed(cm_status(e)),
         }
     }
@@ -919,7 +934,7 @@ impl ObjRef<Connector> {
             (l.conn, l.request.take())
         };
         if let Some(conn) = conn {
-            let _ = self.engine.input(|cm, now| cm.release(now, conn));
+            self.engine.release(conn);
         }
         if let Some(r) = request {
             r.complete(status);

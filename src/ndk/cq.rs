@@ -12,7 +12,9 @@
 //! driver lock held.
 
 use super::adapter::Adapter;
-use super::completion::{Completion, SlotRecord, make_result, split_wr_id, tag, to_result};
+use super::completion::{
+    Completion, RetireWindow, SlotRecord, make_result, split_wr_id, tag, to_result,
+};
 use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
@@ -21,7 +23,7 @@ use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
-use crate::pvrdma::cq::{CqReader, CqState};
+use crate::pvrdma::cq::{CqReader, CqState, CqeRing};
 use crate::pvrdma::cqe::{CqeView, WcFlags, wc_status};
 use crate::pvrdma::device::CqEvents;
 use core::mem::MaybeUninit;
@@ -597,88 +599,270 @@ impl Cq {
         self.fill(out)
     }
 
-    /// The poll. The fast loop handles what a data path reaps almost always: successful
-    /// initiator completions of any QP of this CQ (found at its first residue in the CQ's
-    /// table). It makes no call; anything else (a receive, a failure, a QP at its second
-    /// residue, a CQE that does not validate) hands the rest of the poll to
-    /// [`Self::fill_general`]. The first CQE is peeled off the loop, so a run of
-    /// retirements is set up only for the QP it names.
+    /// The poll. The fast path handles what a data path reaps almost always: successful
+    /// signalled completions of a QP of this CQ (found at its first residue in the CQ's
+    /// table), each naming the oldest outstanding request of its queue. The first CQE is
+    /// peeled off here, a send only, with no call and few registers (a one-completion poll
+    /// saves none); [`Self::fill_run`] takes the rest, and [`Self::fill_general`] anything
+    /// else (a failure, a QP at its second residue, a CQE that does not validate).
     #[inline(always)]
     fn fill<R: CqResult>(&self, out: &mut [R]) -> usize {
         let reader = &self.reader;
-        let mut head = reader.head();
-        let mut left = match reader.ready(head) {
-            CqState::Ready(n) => n as usize,
+        let head = reader.head();
+        // Only whether a CQE is ready: the count stays out of the peel's registers, and
+        // `fill_run` reads the index again (validated again).
+        let ready = match reader.ready(head) {
+            CqState::Ready(k) => k,
             CqState::Empty => return self.fill_after_poll(out, head),
             CqState::Corrupt => return self.corrupt(),
         };
-        if out.is_empty() {
+        // More than one result to take: the loop, whose setup pays for itself.
+        if ready != 1 && out.len() != 1 {
+            return self.fill_many(out, head, ready as usize);
+        }
+        let Some(first) = out.first_mut() else {
             return 0;
-        }
-        let (mut wr_id, qp_raw, status) = reader.load_core(head);
-        // The handle is the low half of `qp` (Linux matches only its low bits; the upper
-        // half is not ours to trust either way), so a dead QP's `u64::MAX` never matches.
-        let mut handle = u64::from(qp_raw as u32);
-        if status != 0 {
-            return self.fill_general(out, 0, head, left);
-        }
-        // SAFETY: this is the CQ's poller (polls are serialized, §5.4), and no reference
-        // outlives the poll, which releases nothing.
-        let Some(mut qp) = (unsafe { self.find_local(handle) }) else {
-            return self.fill_general(out, 0, head, left);
         };
-        let mut book = qp.send_book();
-        let mut run = book.run(tag::SQ);
-        let mut n = 0;
-        loop {
-            // Here the CQE at `head` succeeded and names `qp`, whose run is `run`.
-            // Retires the slot: only for a CQE this loop completes.
-            let Some(rec) = book.retire_in(&mut run, wr_id) else {
-                book.end_run(&run);
-                return self.fill_general(out, n, head, left);
-            };
-            if rec.signaled {
-                // Never None (the loop ends when `n` reaches `out.len()`); checked rather than
-                // unchecked at poll1 +2.0, poll16 +1.1 instructions.
-                let Some(slot) = out.get_mut(n) else {
-                    break;
-                };
-                slot.success(qp.context(), rec.request_context, rec.op);
-                n += 1;
+        let c = reader.at(head);
+        if c.status() != 0 {
+            return self.fill_run(out, 0, head);
+        }
+        // A dead QP's `u64::MAX` never matches a 32-bit handle.
+        // SAFETY: this is the CQ's poller (polls are serialized, §5.4), and no reference
+        // outlives this peel, which releases nothing.
+        let Some(qp) = (unsafe { self.find_local(u64::from(c.handle())) }) else {
+            return self.fill_run(out, 0, head);
+        };
+        let wr_id = c.wr_id();
+        let send = qp.send_book().retire_oldest(tag::SQ, wr_id, |rec| {
+            let meta = rec.meta();
+            meta.signaled().then(|| (rec.request_context(), meta.op()))
+        });
+        let Some((request_context, op)) = send else {
+            return self.fill_receive(out, head, qp, wr_id);
+        };
+        first.success(qp.context(), request_context, op);
+        let head = reader.next(head);
+        if out.len() == 1 {
+            reader.consume(head);
+            return 1;
+        }
+        self.fill_run(out, 1, head)
+    }
+
+    /// The peel for a CQE that is not a send's, out of line (the send's peel keeps its
+    /// registers): CQE `head` (successful, naming `qp`, with `wr_id`) if it is the oldest
+    /// outstanding receive of `qp`'s receive queue, which completes on this CQ, with a
+    /// length its buffers hold, no immediate data and no invalidation (as
+    /// [`Self::run_receives`] takes them); anything else goes to [`Self::fill_run`].
+    #[inline(never)]
+    fn fill_receive<R: CqResult>(&self, out: &mut [R], head: u32, qp: &Qp, wr_id: u64) -> usize {
+        let reader = &self.reader;
+        let (Some(book), Some(slot)) = (qp.recv_book(), out.first_mut()) else {
+            return self.fill_run(out, 0, head);
+        };
+        if qp.cq_handles().1 != self.handle {
+            return self.fill_run(out, 0, head);
+        }
+        let c = reader.at(head);
+        let len = c.byte_len();
+        let max = self.max_byte_len;
+        let received = book.retire_oldest(tag::RQ, wr_id, |rec| {
+            let sane = len <= core::cmp::min(rec.posted_len(), max)
+                && c.wc_flags() & (WITH_IMM | WITH_INVALIDATE) == 0;
+            sane.then(|| rec.request_context())
+        });
+        let Some(request_context) = received else {
+            return self.fill_run(out, 0, head);
+        };
+        slot.received(qp.context(), request_context, len);
+        qp.traffic().received(u64::from(len));
+        let head = reader.next(head);
+        if out.len() == 1 {
+            reader.consume(head);
+            return 1;
+        }
+        self.fill_run(out, 1, head)
+    }
+
+    /// The fast path after the peel: from `head` on (`n` results already in `out`), runs of
+    /// CQEs of one QP's send or receive queue ([`Self::run_sends`],
+    /// [`Self::run_receives`]); the first CQE that is none hands the rest of the poll to
+    /// [`Self::fill_general`], as does a ring that runs dry with results still wanted. The
+    /// ring's table and each run's queue state are read once, not per CQE.
+    #[inline(never)]
+    fn fill_run<R: CqResult>(&self, out: &mut [R], n: usize, head: u32) -> usize {
+        let left = match self.reader.ready(head) {
+            CqState::Ready(k) => k as usize,
+            // Dry with results still wanted: POLL and one more look, out of line.
+            CqState::Empty => return self.fill_general(out, n, head, 0),
+            CqState::Corrupt => {
+                // What the peel retired is consumed; nothing more is read.
+                self.reader.consume(head);
+                self.corrupt();
+                return n;
             }
-            head = reader.next(head);
-            left -= 1;
-            if n == out.len() {
+        };
+        self.run_from(out, n, head, left)
+    }
+
+    /// [`Self::fill_run`] from the thunk's peel, which validated the ring and found `left`
+    /// CQEs ready (more than one result to take).
+    #[inline(never)]
+    fn fill_many<R: CqResult>(&self, out: &mut [R], head: u32, left: usize) -> usize {
+        self.run_from(out, 0, head, left)
+    }
+
+    /// The loop of [`Self::fill_run`] over the `left` CQEs ready from `head`.
+    #[inline(always)]
+    fn run_from<R: CqResult>(
+        &self,
+        out: &mut [R],
+        mut n: usize,
+        head: u32,
+        mut left: usize,
+    ) -> usize {
+        let ring = self.reader.ring();
+        // Free-running from `head`: only its residue locates a CQE.
+        let mut at = head;
+        while left != 0 {
+            let c = ring.at(at);
+            if c.status() != 0 {
                 break;
             }
-            if left == 0 {
-                // Dry with results still wanted: POLL and one more look, out of line.
-                book.end_run(&run);
-                return self.fill_general(out, n, head, 0);
+            let Some(dst) = out.get_mut(n..) else {
+                break;
+            };
+            let handle = c.handle();
+            // SAFETY: this CQ's poller; the reference ends with this run, and nothing here
+            // releases the buried QPs.
+            let Some(qp) = (unsafe { self.find_local(u64::from(handle)) }) else {
+                break;
+            };
+            let taken = match split_wr_id(c.wr_id()).0 {
+                tag::SQ => Self::run_sends(
+                    ring,
+                    at,
+                    handle,
+                    qp,
+                    qp.send_book().window(tag::SQ),
+                    dst,
+                    left,
+                ),
+                // A receive on this CQ only if the QP's receives complete here (its sends
+                // do, or it would not be in the table).
+                tag::RQ => match qp.recv_book() {
+                    Some(book) if qp.cq_handles().1 == self.handle => {
+                        self.run_receives(ring, at, handle, qp, book.window(tag::RQ), dst, left)
+                    }
+                    _ => 0,
+                },
+                _ => 0,
+            };
+            if taken == 0 {
+                break;
             }
-            let (w, qp_raw, status) = reader.load_core(head);
-            wr_id = w;
-            if status != 0 {
-                book.end_run(&run);
-                return self.fill_general(out, n, head, left);
-            }
-            let h = u64::from(qp_raw as u32);
-            if h != handle {
-                // Another QP of this CQ: switch to it and stay on the fast path.
-                book.end_run(&run);
-                // SAFETY: as for the first CQE; `qp` is not used again.
-                let Some(next) = (unsafe { self.find_local(h) }) else {
-                    return self.fill_general(out, n, head, left);
-                };
-                qp = next;
-                handle = h;
-                book = qp.send_book();
-                run = book.run(tag::SQ);
+            n += taken;
+            left -= taken;
+            // CAST: at most `left`, a u32 count.
+            at = at.wrapping_add(taken as u32);
+            if n == out.len() {
+                self.reader.consume(ring.wrap(at));
+                return n;
             }
         }
-        book.end_run(&run);
-        reader.consume(head);
-        n
+        self.fill_general(out, n, ring.wrap(at), left)
+    }
+
+    /// The run of CQEs from `first` that succeeded and name, in order, the oldest
+    /// outstanding signalled sends of QP `qp` (device handle `handle`), whose send queue's
+    /// window is `w`: at most `left` CQEs and `dst.len()` results. Returns how many; the
+    /// retirements are published.
+    #[inline(always)]
+    fn run_sends<R: CqResult>(
+        ring: CqeRing<'_>,
+        first: u32,
+        handle: u32,
+        qp: &Qp,
+        mut w: RetireWindow<'_>,
+        dst: &mut [R],
+        left: usize,
+    ) -> usize {
+        let ctx = qp.context();
+        // One bound for the loop: CQEs ready, results wanted, requests outstanding.
+        let budget = core::cmp::min(core::cmp::min(left, w.outstanding()), dst.len());
+        let Some(dst) = dst.get_mut(..budget) else {
+            return 0;
+        };
+        let mut at = first;
+        for slot in dst.iter_mut() {
+            let c = ring.at(at);
+            if c.status() != 0 || c.handle() != handle {
+                break;
+            }
+            let Some(rec) = w.oldest(c.wr_id()) else {
+                break;
+            };
+            let (request_context, meta) = (rec.request_context(), rec.meta());
+            if !meta.signaled() {
+                break;
+            }
+            slot.success(ctx, request_context, meta.op());
+            w.advance();
+            at = at.wrapping_add(1);
+        }
+        w.close();
+        at.wrapping_sub(first) as usize
+    }
+
+    /// [`Self::run_sends`] for the receive queue: each receive reports a length no larger
+    /// than its buffers (and MaxTransferLength), with no immediate data and no invalidation
+    /// (those take the general path); the run's bytes are counted once.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn run_receives<R: CqResult>(
+        &self,
+        ring: CqeRing<'_>,
+        first: u32,
+        handle: u32,
+        qp: &Qp,
+        mut w: RetireWindow<'_>,
+        dst: &mut [R],
+        left: usize,
+    ) -> usize {
+        let ctx = qp.context();
+        let max = self.max_byte_len;
+        let budget = core::cmp::min(core::cmp::min(left, w.outstanding()), dst.len());
+        let Some(dst) = dst.get_mut(..budget) else {
+            return 0;
+        };
+        let mut bytes = 0u64;
+        let mut at = first;
+        for slot in dst.iter_mut() {
+            let c = ring.at(at);
+            if c.status() != 0 || c.handle() != handle {
+                break;
+            }
+            let Some(rec) = w.oldest(c.wr_id()) else {
+                break;
+            };
+            let len = c.byte_len();
+            let (request_context, posted) = (rec.request_context(), rec.posted_len());
+            if len > core::cmp::min(posted, max) || c.wc_flags() & (WITH_IMM | WITH_INVALIDATE) != 0
+            {
+                break;
+            }
+            slot.received(ctx, request_context, len);
+            bytes += u64::from(len);
+            w.advance();
+            at = at.wrapping_add(1);
+        }
+        w.close();
+        let taken = at.wrapping_sub(first);
+        if taken != 0 {
+            qp.traffic().received_many(bytes, u64::from(taken));
+        }
+        taken as usize
     }
 
     /// The ring was empty: the POLL doorbell and one more look (Linux's poll, M48), out of
@@ -873,6 +1057,8 @@ impl Cq {
 trait CqResult {
     /// A successful initiator request (no bytes, no type-specific output).
     fn success(&mut self, qp_context: usize, request_context: usize, op: NDK_OPERATION_TYPE);
+    /// A successful receive of `bytes` (no immediate data, no invalidation).
+    fn received(&mut self, qp_context: usize, request_context: usize, bytes: u32);
     /// Any result.
     fn set(&mut self, r: &NDK_RESULT_EX);
 }
@@ -885,6 +1071,16 @@ impl CqResult for MaybeUninit<NDK_RESULT> {
         self.write(NDK_RESULT {
             Status: STATUS_SUCCESS,
             BytesTransferred: 0,
+            QPContext: qp_context as PVOID,
+            RequestContext: request_context as PVOID,
+        });
+    }
+    #[inline(always)]
+    fn received(&mut self, qp_context: usize, request_context: usize, bytes: u32) {
+        // CAST: as above.
+        self.write(NDK_RESULT {
+            Status: STATUS_SUCCESS,
+            BytesTransferred: bytes,
             QPContext: qp_context as PVOID,
             RequestContext: request_context as PVOID,
         });
@@ -904,6 +1100,19 @@ impl CqResult for MaybeUninit<NDK_RESULT_EX> {
             QPContext: qp_context as PVOID,
             RequestContext: request_context as PVOID,
             Type: op,
+            ProviderErrorCode: 0,
+            TypeSpecificCompletionOutput: 0,
+        });
+    }
+    #[inline(always)]
+    fn received(&mut self, qp_context: usize, request_context: usize, bytes: u32) {
+        // CAST: as above.
+        self.write(NDK_RESULT_EX {
+            Status: STATUS_SUCCESS,
+            BytesTransferred: bytes,
+            QPContext: qp_context as PVOID,
+            RequestContext: request_context as PVOID,
+            Type: NdkOperationTypeReceive,
             ProviderErrorCode: 0,
             TypeSpecificCompletionOutput: 0,
         });

@@ -18,9 +18,10 @@
 //! ([`Hardware::bind_cq`], [`Hardware::bind_srq`]), and DEVICE_FATAL through
 //! [`NdkDevice::device_fatal`].
 //!
-//! Not implemented yet: connection management (connector, listener, shared endpoint: their
-//! tables exist and answer STATUS_NOT_IMPLEMENTED); until then [`set_qp_connected`] is what
-//! the connection manager will call on RTS.
+//! Connection management: [`cm_engine`] joins the sans-IO CM (`crate::cm`) to QP1, the GID
+//! table and the OS's address resolver; [`NdkDevice::start_connections`] starts it (without
+//! it the connection creates answer STATUS_NOT_IMPLEMENTED). Connectors mark their QP
+//! connected at RTS; [`set_qp_connected`] remains for tests that wire QPs by hand.
 
 pub mod adapter;
 pub mod cm_engine;
@@ -49,8 +50,8 @@ pub use error::{HwError, NdkError};
 pub use hw::{Hardware, HwCaps};
 pub use qp::Qp;
 
-/// Marks a QP connected (initiator requests accepted) or not. The connection manager (a
-/// later issue) calls this on RTS; tests use it to drive the initiator queue.
+/// Marks a QP connected (initiator requests accepted) or not, as a connector does at RTS;
+/// for tests that wire QPs without the connection manager.
 ///
 /// # Safety
 /// `qp` was returned by this provider's NdkCreateQp(WithSrq) and is not closed.

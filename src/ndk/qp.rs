@@ -988,6 +988,12 @@ impl Qp {
         self.ring_deferred();
         self.pd.adapter().hw().flush_qp(self.handle);
     }
+
+    /// The receive queue's bookkeeping (none with an SRQ), for the poll's fast path.
+    #[inline(always)]
+    pub(crate) fn recv_book(&self) -> Option<&OrderedQueue<RecvWriter<SlotCell>>> {
+        self.rq.as_ref()
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::os::sync::from_device_barrier;
 
 use super::cqe::{CQE_SIZE, CqeView};
-use super::elements::{Elements, get64};
+use super::elements::{Elements, Entry, get64};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
 use super::uar::Bell;
@@ -173,6 +173,17 @@ impl CqReader {
         CqeView::from_words(w0, w1, w2, w3, w4)
     }
 
+    /// CQE `i` (one of those [`Self::ready`] counted), without taking a [`CqeRing`] first:
+    /// for one CQE.
+    #[inline(always)]
+    pub fn at(&self, i: u32) -> CqeRef<'_> {
+        CqeRef {
+            // INVARIANT: element `i` of the ring, a 64-byte slot kept alive by `_buf`.
+            p: self.elements.entry(i).at,
+            _ring: core::marker::PhantomData,
+        }
+    }
+
     /// The three fields the completion fast path reads of CQE `i`: `wr_id`, `qp` and
     /// `status`.
     #[inline(always)]
@@ -181,6 +192,15 @@ impl CqReader {
         // SAFETY: as in `load`.
         let (w0, w1, w2) = unsafe { (get64(p, 0), get64(p, 8), get64(p, 16)) };
         (w0, w1, CqeView::status_of(w2))
+    }
+
+    /// The ring as a poll's loop reads it ([`CqeRing`]).
+    #[inline(always)]
+    pub fn ring(&self) -> CqeRing<'_> {
+        CqeRing {
+            entries: self.elements.all(),
+            wrap: self.wrap,
+        }
     }
 
     /// Consumes every CQE before `head` (a value from [`Self::next`]): our reads of them
@@ -260,6 +280,101 @@ impl CqReader {
         }
         self.index(0)
             .store(tail.wrapping_add(1) & self.wrap, Ordering::Release);
+    }
+}
+
+/// One CQE of the ring, for the completion fast path: each field is read where it is
+/// tested, with one load (which the compiler can fold into the test), so a CQE that fails
+/// a test costs no load of the fields after it. Raw as the device wrote them.
+#[derive(Clone, Copy)]
+pub struct CqeRef<'a> {
+    // INVARIANT: a 64-byte, 8-aligned CQE slot of a ring that lives for 'a.
+    p: NonNull<u8>,
+    _ring: core::marker::PhantomData<&'a ()>,
+}
+
+impl CqeRef<'_> {
+    /// `status` @20.
+    #[inline(always)]
+    pub fn status(&self) -> u32 {
+        // SAFETY: inside the slot (type invariant), aligned.
+        unsafe { get32(self.p.as_ptr(), 20) }
+    }
+
+    /// The low half of `qp` @8: the QP handle (Linux matches only these bits; the upper
+    /// half is not ours to trust either way).
+    #[inline(always)]
+    pub fn handle(&self) -> u32 {
+        // SAFETY: as in `status`.
+        unsafe { get32(self.p.as_ptr(), 8) }
+    }
+
+    /// `wr_id` @0.
+    #[inline(always)]
+    pub fn wr_id(&self) -> u64 {
+        // SAFETY: as in `status`.
+        unsafe { get64(self.p.as_ptr(), 0) }
+    }
+
+    /// `byte_len` @24.
+    #[inline(always)]
+    pub fn byte_len(&self) -> u32 {
+        // SAFETY: as in `status`.
+        unsafe { get32(self.p.as_ptr(), 24) }
+    }
+
+    /// `wc_flags` @36 ([`super::cqe::WcFlags`]).
+    #[inline(always)]
+    pub fn wc_flags(&self) -> u32 {
+        // SAFETY: as in `status`.
+        unsafe { get32(self.p.as_ptr(), 36) }
+    }
+}
+
+/// # Safety
+/// `p + off` is valid for an aligned 4-byte read.
+#[inline(always)]
+unsafe fn get32(p: *const u8, off: usize) -> u32 {
+    // SAFETY: caller contract.
+    u32::from_le(unsafe { core::ptr::read_volatile(p.add(off).cast::<u32>()) })
+}
+
+/// A poll's copy of what locates a CQE: the element table (address and size) and the index
+/// wrap, read once. [`CqReader`]'s own methods reload them after every atomic or volatile
+/// access (the compiler must assume those change memory), which a loop over CQEs pays per
+/// CQE; with this copy in registers, CQE `i` is one `and` and one load away.
+#[derive(Clone, Copy)]
+pub struct CqeRing<'a> {
+    // INVARIANT: the reader's element table: N entries, N a power of two, each a 64-byte
+    // CQE slot of the ring.
+    entries: &'a [Entry<()>],
+    wrap: u32,
+}
+
+impl CqeRing<'_> {
+    /// The CQE at index `i`, which may run free past 2N: only its residue modulo N is used.
+    #[inline(always)]
+    fn element(&self, i: u32) -> NonNull<u8> {
+        // N is a power of two (type invariant), so the masked index is below N.
+        let at = i as usize & (self.entries.len().wrapping_sub(1));
+        // SAFETY: `at` < N = `entries.len()`.
+        unsafe { self.entries.get_unchecked(at) }.at
+    }
+
+    /// CQE `i` (a free-running index, one of those [`CqReader::ready`] counted).
+    #[inline(always)]
+    pub fn at(&self, i: u32) -> CqeRef<'_> {
+        CqeRef {
+            p: self.element(i),
+            _ring: core::marker::PhantomData,
+        }
+    }
+
+    /// A free-running index (from `head`) as a ring index in [0, 2N), for
+    /// [`CqReader::consume`].
+    #[inline(always)]
+    pub fn wrap(&self, i: u32) -> u32 {
+        i & self.wrap
     }
 }
 

@@ -114,6 +114,14 @@ impl<R> Elements<R> {
         unsafe { self.entries.get_unchecked((i & self.mask) as usize) }
     }
 
+    /// Every entry, for a caller that finds many in a row (a poll): it reads the table's
+    /// address and size once, where [`Self::entry`] reloads them after every atomic access.
+    /// The length is N, a power of two (type invariant).
+    #[inline(always)]
+    pub(super) fn all(&self) -> &[Entry<R>] {
+        &self.entries
+    }
+
     /// The element of free-running index `i`: `stride()` bytes, 8-aligned, in a live page.
     #[inline(always)]
     pub(super) fn element(&self, i: u32) -> *mut u8 {

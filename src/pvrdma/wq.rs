@@ -483,5 +483,36 @@ unsafe fn put_many_sges(p: *mut u8, sges: &[Sge]) {
     }
 }
 
+impl<K, R> WqWriter<K, R> {
+    /// Every slot's record, for a reader of many in a row (the CQ poller): see
+    /// [`Records`].
+    #[inline(always)]
+    pub fn records(&self) -> Records<'_, R> {
+        Records {
+            entries: self.elements.all(),
+        }
+    }
+}
+
+/// The records of a [`WqWriter`]'s slots, with the table's address and size read once:
+/// [`WqWriter::record`] reloads them after every atomic access (the compiler must assume
+/// those change memory), which a loop over many slots pays per slot.
+#[derive(Clone, Copy)]
+pub struct Records<'a, R> {
+    // INVARIANT: the writer's element table: N entries, N a power of two.
+    entries: &'a [Entry<R>],
+}
+
+impl<'a, R> Records<'a, R> {
+    /// The record of free-running index `index`.
+    #[inline(always)]
+    pub fn get(&self, index: u32) -> &'a R {
+        // N is a power of two (type invariant), so the masked index is below N.
+        let at = index as usize & self.entries.len().wrapping_sub(1);
+        // SAFETY: `at` < N = `entries.len()`.
+        &unsafe { self.entries.get_unchecked(at) }.rec
+    }
+}
+
 #[cfg(test)]
 mod tests;

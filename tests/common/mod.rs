@@ -21,6 +21,7 @@
 pub mod memory;
 pub mod ndk;
 pub mod objects;
+pub mod tshark;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;

@@ -12,7 +12,9 @@
 //!   pends waits for CloseCompletion and asserts it came exactly once; an inline close
 //!   asserts none came.
 //! - [`connect`] is test wiring (MODIFY_QP RTR/RTS with the peer's QPN, GID and MAC through
-//!   the hardware layer, then `set_qp_connected`) until connection management lands.
+//!   the hardware layer, then `set_qp_connected`); [`cm_connect`] connects through the
+//!   connection manager instead (NdkListen / NdkConnect / NdkAccept / NdkCompleteConnect) in
+//!   a cluster built with [`ClusterConfig::cm`].
 //! - [`Cluster::finish`] closes the adapters and checks the leak invariants.
 #![allow(dead_code, clippy::too_many_arguments)]
 
@@ -407,7 +409,7 @@ pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
 }
 
 #[derive(Default)]
-struct CloseCtx(AtomicU32);
+struct CloseCtx(pub(crate) AtomicU32);
 
 unsafe extern "system" fn on_close(ctx: PVOID) {
     // SAFETY: the context is an `Arc<CloseCtx>` `close_object` keeps alive until it returns.

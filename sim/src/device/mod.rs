@@ -34,7 +34,9 @@ use crate::ring::Ring;
 use crate::srq::Srq;
 use crate::uar::Doorbell;
 use table::Table;
-pub use transport::{QpInfo, RecvCompletion, RecvWork, SendWork, TakeError, Transport};
+pub use transport::{
+    QpInfo, RecvCompletion, RecvWork, SendWork, TakeError, Transport, TransportInput,
+};
 
 /// An illegal MMIO access (M2). The access has no effect; `Counters::bad_mmio` counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -417,13 +419,37 @@ impl Device {
     /// Runs queued doorbell work (and the transport) until idle; returns the work items run.
     pub fn process(&self) -> usize {
         let mut c = relock(&self.core);
+        self.pass(&mut c)
+    }
+
+    fn pass(&self, c: &mut Core) -> usize {
         self.settled.store(false, Ordering::Release);
         c.pass_began_at = c.activity.received;
         let n = c.process();
         c.activity.effects += n as u64;
         // A pass run by the fabric's hand-over that latched nothing needs no delivery either.
-        self.settle_if_quiet(&c);
+        self.settle_if_quiet(c);
         n
+    }
+
+    /// The fabric's hand-over: queues `input` for the transport and runs a pass, under one
+    /// lock (queueing under a lock of its own cost two more round trips per frame). Without a
+    /// transport the input is dropped.
+    pub fn transport_input(&self, input: TransportInput) -> usize {
+        let mut c = relock(&self.core);
+        if let Some(t) = c.transport.as_mut() {
+            t.input(input);
+        }
+        self.pass(&mut c)
+    }
+
+    /// Asks the transport to publish its statistics ([`Transport::publish`]). Takes the lock
+    /// without unsettling the device: publishing changes nothing a pass would look at.
+    pub fn publish_transport(&self) {
+        let c = relock(&self.core);
+        if let Some(t) = c.transport.as_ref() {
+            t.publish();
+        }
     }
 
     /// Hands latched interrupts to the sink (no lock held during the calls); returns the

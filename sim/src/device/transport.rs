@@ -24,11 +24,29 @@ use crate::qp::{QpAttr, QpState, QpType, RecvEntry};
 use crate::srq;
 use crate::wqe::{Cqe, RecvWqe, SqWqe, event, status, wc};
 
+/// What the fabric hands to a device's transport ([`crate::Device::transport_input`]).
+#[derive(Debug)]
+pub enum TransportInput {
+    /// A frame delivered to the device's port.
+    Frame(Vec<u8>),
+    /// A timer the transport scheduled fired; its token.
+    Timer(u64),
+    /// The port's link went up (true) or down.
+    Link(bool),
+}
+
 /// The network side of a device. All methods run with the device locked.
 pub trait Transport: Send {
     /// Does pending transport work (timers, fabric frames). Returns true if it made progress;
     /// `Device::process` calls it until it returns false and no doorbell work is left.
     fn poll(&mut self, core: &mut Core) -> bool;
+    /// Queues an input for the next [`poll`](Self::poll), which handles inputs in arrival order.
+    fn input(&mut self, input: TransportInput) {
+        let _ = input;
+    }
+    /// Makes the transport's statistics visible to their readers (it may keep them privately
+    /// while it runs; [`crate::Device::publish_transport`] calls this before a read).
+    fn publish(&self) {}
     /// SQ doorbell for a QP in RTS, after local WQEs at the head of the SQ have run.
     fn sq_kick(&mut self, core: &mut Core, qp: u32) {
         let _ = (core, qp);
@@ -120,6 +138,15 @@ pub struct QpInfo {
     /// rnr_retry, min_rnr_timer, max_rd_atomic, max_dest_rd_atomic, qkey, qp_access_flags,
     /// ah_attr (dgid, sgid_index, dmac, ...).
     pub attr: QpAttr,
+}
+
+/// Why a scatter failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScatterError {
+    /// Beyond the SGEs, or an SGE's key, PD, range or right failed.
+    Rejected,
+    /// The MR's memory faulted (counted as a DMA fault).
+    DmaFault,
 }
 
 impl Core {
@@ -232,22 +259,33 @@ impl Core {
             .iter()
             .find(|e| e.index == index)
             .ok_or(status::LOC_PROT_ERR)?;
-        let sges = e.wqe.sges.clone();
-        let pd = q.pd;
-        self.scatter(&sges, pd, offset, data)
-            .map_err(|_| status::LOC_PROT_ERR)
+        let placed = Self::scatter(&self.mrs, &self.dma, &e.wqe.sges, q.pd, offset, data);
+        self.count_scatter(placed)
     }
 
+    /// Counts a scatter's DMA fault; any failure is `LOC_PROT_ERR`.
+    fn count_scatter(&mut self, placed: Result<(), ScatterError>) -> Result<(), u32> {
+        placed.map_err(|e| {
+            if e == ScatterError::DmaFault {
+                self.counters.dma_faults += 1;
+            }
+            status::LOC_PROT_ERR
+        })
+    }
+
+    /// Borrows only the MR table and the bus, not the whole core: the SGEs stay borrowed from
+    /// the QP, where cloning them cost an allocation per packet.
     fn scatter(
-        &mut self,
+        mrs: &super::table::Table<crate::mr::Mr>,
+        dma: &crate::dma::DmaSpace,
         sges: &[crate::wqe::Sge],
         pd: u32,
         offset: u64,
         data: &[u8],
-    ) -> Result<(), ()> {
+    ) -> Result<(), ScatterError> {
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if offset + data.len() as u64 > total {
-            return Err(());
+            return Err(ScatterError::Rejected);
         }
         let mut pos = 0u64; // start of current SGE in message space
         let mut done = 0usize;
@@ -261,19 +299,22 @@ impl Core {
                 let within = lo - pos;
                 let n = (len - within).min(hi - lo) as usize;
                 let va = s.addr + within;
-                let mr = self.mrs.get(s.lkey >> 8).ok_or(())?;
+                let mr = mrs.get(s.lkey >> 8).ok_or(ScatterError::Rejected)?;
                 if !mr.check(s.lkey, pd, Need::LocalWrite, va, n as u64) {
-                    return Err(());
+                    return Err(ScatterError::Rejected);
                 }
-                if mr.write(&self.dma, va, &data[done..done + n]).is_err() {
-                    self.counters.dma_faults += 1;
-                    return Err(());
+                if mr.write(dma, va, &data[done..done + n]).is_err() {
+                    return Err(ScatterError::DmaFault);
                 }
                 done += n;
             }
             pos += len;
         }
-        if done == data.len() { Ok(()) } else { Err(()) }
+        if done == data.len() {
+            Ok(())
+        } else {
+            Err(ScatterError::Rejected)
+        }
     }
 
     /// Checks an rkey access for a QP's PD (M24, M25): key, validity, PD, REMOTE_READ/WRITE and
@@ -490,10 +531,8 @@ impl Core {
         if offset + data.len() as u64 > e.wqe.capacity() {
             return Err(status::LOC_LEN_ERR);
         }
-        let sges = e.wqe.sges.clone();
-        let pd = q.pd;
-        self.scatter(&sges, pd, offset, data)
-            .map_err(|_| status::LOC_PROT_ERR)
+        let placed = Self::scatter(&self.mrs, &self.dma, &e.wqe.sges, q.pd, offset, data);
+        self.count_scatter(placed)
     }
 
     /// Completes a taken receive WQE with a CQE on the QP's receive CQ (`qp` = handle, M46).

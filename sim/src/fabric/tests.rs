@@ -280,6 +280,50 @@ fn timers_fire_in_time_order() {
     ));
 }
 
+/// `rearm_timer` must order events exactly as a cancel then a schedule would, also when the
+/// new timer rides on the old one's queue entry.
+#[test]
+fn rearmed_timers_fire_as_cancel_then_schedule_would() {
+    let f = Fabric::new(1);
+    let a = add(&f, 1, None, None);
+    let b = add(&f, 2, None, None);
+    let h = f.handle();
+    let t1 = f.schedule_timer(b.id, 100, 1);
+    f.transmit(a.id, frame(1, 2, 0)); // due at 1000, before the re-armed timer's id
+    let t2 = h.rearm_timer(Some(t1), b.id, 1_000, 2); // later than t1: rides on its entry
+    f.transmit(a.id, frame(1, 2, 1)); // due at 1000, after it
+    let far = f.schedule_timer(b.id, 2_000, 5);
+    h.rearm_timer(Some(far), b.id, 500, 6); // earlier than `far`: a new entry
+    let c = f.schedule_timer(b.id, 50, 7);
+    let c2 = h.rearm_timer(Some(c), b.id, 300, 8);
+    assert!(f.cancel_timer(c2));
+    assert!(!f.cancel_timer(c2));
+    assert!(!f.cancel_timer(t1), "t1 was replaced by t2");
+    assert_eq!(f.next_event_time(), Some(500));
+    assert_eq!(f.run_until_idle(), 4);
+    let got: Vec<(u64, Option<u64>)> = b
+        .events()
+        .iter()
+        .map(|e| match e {
+            Ev::Timer { token, now } => (*now, Some(*token)),
+            Ev::Rx { now, .. } => (*now, None),
+            Ev::Link(_) => (0, None),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (500, Some(6)),
+            (1_000, None),
+            (1_000, Some(2)),
+            (1_000, None)
+        ]
+    );
+    assert_eq!(b.rx_psns(), [0, 1]);
+    assert!(!f.cancel_timer(t2), "t2 fired");
+    assert!(f.is_idle());
+}
+
 #[test]
 fn callbacks_may_transmit_and_schedule() {
     let f = Fabric::new(1);

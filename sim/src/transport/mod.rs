@@ -3,10 +3,11 @@
 //!
 //! A [`RoceTransport`] is installed in a [`Device`] with `Device::set_transport` and a
 //! [`DevicePort`] is attached to the [`crate::fabric::Fabric`] with the device's MAC. Both share
-//! one [`PortLink`]: the port queues what the fabric delivers (frames, timer expiries, link
-//! changes) and then runs the device (`Device::process`) on the calling thread, which polls
-//! the transport; the transport answers through the fabric handle. So frames are handled in
-//! fabric event order in both the deterministic and the threaded mode.
+//! one [`PortLink`]: the port hands what the fabric delivers (frames, timer expiries, link
+//! changes) to the device (`Device::transport_input`), which queues it in the transport and
+//! runs a pass on the calling thread under one lock; the pass polls the transport, which
+//! answers through the fabric handle. So frames are handled in fabric event order in both the
+//! deterministic and the threaded mode.
 //!
 //! Addressing: RC frames go to the QP's `ah_attr.dmac` / `dgid`, from GID table entry
 //! `sgid_index`; UD/GSI frames to the AV's `dmac` / `dgid` / `remote_qpn` from entry
@@ -20,10 +21,10 @@ mod ud;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::device::{Core, Device, Transport};
+use crate::device::{Core, Device, Transport, TransportInput};
 use crate::fabric::{FabricHandle, FabricPort, PortId, TimerId};
 use crate::qp::{QpState, QpType};
 use crate::wire::opcode as op;
@@ -78,33 +79,14 @@ pub struct TransportCounters {
     pub tx_errors: u64,
 }
 
-/// What the fabric hands to the transport.
-#[derive(Debug)]
-enum Input {
-    Frame(Vec<u8>),
-    Timer(u64),
-    Link(bool),
-}
-
-#[derive(Debug, Default)]
-struct LinkShared {
-    inbox: VecDeque<Input>,
-    counters: TransportCounters,
-}
-
 /// State shared between a device's [`RoceTransport`] and its [`DevicePort`].
 pub struct PortLink {
     mac: [u8; 6],
     fabric: FabricHandle,
     port: PortId,
-    /// The inbox and the published counters share one lock: a poll takes the queued inputs
-    /// and publishes the counts of the previous batch in one round trip.
-    shared: Mutex<LinkShared>,
-    /// `inbox.len()` as last written under the `shared` lock, read without it: a poll with
-    /// nothing queued (every device pass ends with one) skips the lock. An input pushed while
-    /// a poll reads 0 is not lost: `push` runs a device pass of its own after queueing.
-    queued: AtomicUsize,
-    /// Set once by [`attach`]; read per frame, so no lock.
+    /// The transport's counts as last published ([`PortLink::counters`] asks for them).
+    published: Mutex<TransportCounters>,
+    /// Set once by [`attach`]; [`PortLink::counters`] asks the device to publish through it.
     device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
 }
@@ -128,8 +110,7 @@ impl PortLink {
             mac,
             fabric,
             port,
-            shared: Mutex::new(LinkShared::default()),
-            queued: AtomicUsize::new(0),
+            published: Mutex::new(TransportCounters::default()),
             device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
         })
@@ -140,9 +121,13 @@ impl PortLink {
         self.port
     }
 
-    /// Snapshot of the transport counters.
+    /// Snapshot of the transport counters. The transport counts privately and publishes on
+    /// request, under the device lock, so a packet costs no lock for its counts.
     pub fn counters(&self) -> TransportCounters {
-        relock(&self.shared).counters
+        if let Some(d) = self.device.get().and_then(Weak::upgrade) {
+            d.publish_transport();
+        }
+        *relock(&self.published)
     }
 
     /// Test option (M36): hold every READ response this device sends for `ns` virtual
@@ -153,19 +138,6 @@ impl PortLink {
 
     fn read_delay(&self) -> u64 {
         self.read_delay_ns.load(Ordering::Relaxed)
-    }
-
-    fn push(&self, i: Input) {
-        {
-            let mut shared = relock(&self.shared);
-            shared.inbox.push_back(i);
-            self.queued.store(shared.inbox.len(), Ordering::Release);
-        }
-        let dev = self.device.get().and_then(Weak::upgrade);
-        if let Some(d) = dev {
-            d.process();
-            d.wake();
-        }
     }
 
     fn transmit(&self, frame: Vec<u8>) {
@@ -193,6 +165,17 @@ impl PortLink {
 #[derive(Debug)]
 pub struct DevicePort {
     link: Arc<PortLink>,
+    /// Held strongly, not through the link's `Weak`: upgrading one per input cost two atomic
+    /// read-modify-writes. No cycle: the device reaches the fabric only through a `Weak`
+    /// handle, so dropping the fabric (or detaching the port) releases the device.
+    dev: Arc<Device>,
+}
+
+impl DevicePort {
+    fn push(&self, i: TransportInput) {
+        self.dev.transport_input(i);
+        self.dev.wake();
+    }
 }
 
 impl FabricPort for DevicePort {
@@ -203,17 +186,17 @@ impl FabricPort for DevicePort {
         let mut copy = self.link.fabric.frame_buffer();
         copy.clear();
         copy.extend_from_slice(frame);
-        self.link.push(Input::Frame(copy));
+        self.push(TransportInput::Frame(copy));
     }
     fn receive_owned(&self, frame: Vec<u8>, _now_ns: u64, _pool: &FabricHandle) {
         // The transport recycles it after handling (`RoceTransport::poll`).
-        self.link.push(Input::Frame(frame));
+        self.push(TransportInput::Frame(frame));
     }
     fn on_timer(&self, token: u64, _now_ns: u64) {
-        self.link.push(Input::Timer(token));
+        self.push(TransportInput::Timer(token));
     }
     fn link_changed(&self, up: bool) {
-        self.link.push(Input::Link(up));
+        self.push(TransportInput::Link(up));
     }
 }
 
@@ -224,6 +207,7 @@ pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink
     let (_, port) = fabric.attach_with(|id, handle| {
         Arc::new(DevicePort {
             link: PortLink::new(mac, id, handle),
+            dev: dev.clone(),
         })
     });
     let link = port.link.clone();
@@ -258,14 +242,17 @@ pub struct RoceTransport {
     generation: u64,
     /// Frames held by the READ response delay, by timer generation.
     delayed: BTreeMap<u64, Vec<Vec<u8>>>,
-    /// The counters as this transport keeps them, published to [`PortLink::counters`] once at
-    /// the end of each call from the device, not under a lock per packet. Only this transport
-    /// counts, always with the device locked, so the published copy is a plain overwrite.
+    /// The counters as this transport keeps them, published to [`PortLink::counters`] when it
+    /// asks ([`Transport::publish`]), not under a lock per packet. Only this transport counts,
+    /// always with the device locked, so the published copy is a plain overwrite.
     counts: Cell<TransportCounters>,
     /// `counts` changed since the last publication.
     counts_dirty: Cell<bool>,
-    /// The inputs being handled (see `poll`).
-    batch: VecDeque<Input>,
+    /// Inputs from the fabric, handled by the next poll in arrival order. They are queued
+    /// under the device lock ([`Device::transport_input`]), like everything else here.
+    inbox: VecDeque<TransportInput>,
+    /// A READ's response frames, built before any is transmitted (see `read_respond`).
+    responses: Vec<Vec<u8>>,
 }
 
 /// A QP's state without copying its whole `QpInfo` (attributes included): the transport asks
@@ -301,7 +288,8 @@ impl RoceTransport {
             delayed: BTreeMap::new(),
             counts: Cell::new(TransportCounters::default()),
             counts_dirty: Cell::new(false),
-            batch: VecDeque::new(),
+            inbox: VecDeque::new(),
+            responses: Vec::new(),
         }
     }
 
@@ -315,32 +303,31 @@ impl RoceTransport {
     /// Makes the counts visible to [`PortLink::counters`].
     fn publish_counts(&self) {
         if self.counts_dirty.replace(false) {
-            relock(&self.link.shared).counters = self.counts.get();
+            *relock(&self.link.published) = self.counts.get();
         }
-    }
-
-    /// Publishes the counts and swaps the queued inputs into `batch` (empty on entry).
-    fn take_inputs(&self, batch: &mut VecDeque<Input>) {
-        // Nothing queued: the counts go out with `publish_counts` at the end of the poll.
-        if self.link.queued.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut shared = relock(&self.link.shared);
-        if self.counts_dirty.replace(false) {
-            shared.counters = self.counts.get();
-        }
-        std::mem::swap(&mut shared.inbox, batch);
-        self.link
-            .queued
-            .store(shared.inbox.len(), Ordering::Release);
     }
 
     fn transmit(&self, frame: Vec<u8>) {
+        self.count_tx(&frame);
+        self.link.transmit(frame);
+    }
+
+    fn count_tx(&self, frame: &[u8]) {
         self.count(|c| {
             c.tx_packets += 1;
             c.tx_bytes += frame.len() as u64;
         });
-        self.link.transmit(frame);
+    }
+
+    /// Transmits `frames` in order, as many [`transmit`](Self::transmit)s would, under one
+    /// fabric lock; leaves `frames` empty (its capacity is kept for the next batch).
+    fn transmit_all(&self, frames: &mut Vec<Vec<u8>>) {
+        for f in frames.iter() {
+            self.count_tx(f);
+        }
+        self.link
+            .fabric
+            .transmit_all(self.link.port, frames.drain(..));
     }
 
     fn next_gen(&mut self) -> u64 {
@@ -588,27 +575,17 @@ impl RoceTransport {
 impl Transport for RoceTransport {
     fn poll(&mut self, core: &mut Core) -> bool {
         let mut progress = false;
-        // Inputs are taken in batches (one lock per batch, not per input); the batch's buffer
-        // is kept for the next poll.
-        let mut batch = std::mem::take(&mut self.batch);
-        loop {
-            self.take_inputs(&mut batch);
-            if batch.is_empty() {
-                break;
-            }
+        while let Some(input) = self.inbox.pop_front() {
             progress = true;
-            while let Some(input) = batch.pop_front() {
-                match input {
-                    Input::Frame(f) => {
-                        self.handle_frame(core, &f);
-                        self.link.fabric.recycle(f);
-                    }
-                    Input::Timer(t) => self.handle_timer(core, t),
-                    Input::Link(up) => core.set_link(up),
+            match input {
+                TransportInput::Frame(f) => {
+                    self.handle_frame(core, &f);
+                    self.link.fabric.recycle(f);
                 }
+                TransportInput::Timer(t) => self.handle_timer(core, t),
+                TransportInput::Link(up) => core.set_link(up),
             }
         }
-        self.batch = batch;
         while let Some(qp) = self.pump.pop_first() {
             if self.req_pump(core, qp) {
                 progress = true;
@@ -618,8 +595,15 @@ impl Transport for RoceTransport {
         if progress {
             self.sync_all(core);
         }
-        self.publish_counts();
         progress
+    }
+
+    fn input(&mut self, input: TransportInput) {
+        self.inbox.push_back(input);
+    }
+
+    fn publish(&self) {
+        self.publish_counts();
     }
 
     fn sq_kick(&mut self, core: &mut Core, qp: u32) {
@@ -641,7 +625,6 @@ impl Transport for RoceTransport {
             }
             _ => self.sync_qp(core, qp),
         }
-        self.publish_counts();
     }
 
     fn qp_destroyed(&mut self, core: &mut Core, qp: u32) {
@@ -652,7 +635,6 @@ impl Transport for RoceTransport {
             r.cancel_timers(&self.link);
         }
         self.pump.remove(&qp);
-        self.publish_counts();
     }
 
     fn reset(&mut self, core: &mut Core) {
@@ -664,13 +646,6 @@ impl Transport for RoceTransport {
         }
         self.pump.clear();
         self.delayed.clear();
-        {
-            let mut shared = relock(&self.link.shared);
-            shared.inbox.retain(|i| matches!(i, Input::Link(_)));
-            self.link
-                .queued
-                .store(shared.inbox.len(), Ordering::Release);
-        }
-        self.publish_counts();
+        self.inbox.retain(|i| matches!(i, TransportInput::Link(_)));
     }
 }

@@ -488,6 +488,9 @@ impl RoceTransport {
         let n = len.div_ceil(mtu).max(1);
         let delay = self.link.read_delay();
         let mut held = Vec::new();
+        // Built first, then transmitted together under one fabric lock: the frames go out in
+        // the same order and with the same sequence numbers as one by one.
+        let mut ready = std::mem::take(&mut self.responses);
         for k in 0..n {
             let lo = k * mtu;
             let chunk = (len - lo).min(mtu);
@@ -512,12 +515,18 @@ impl RoceTransport {
                 core.remote_read(qp, reth.rkey, va, data)
             });
             match frame {
-                Err(()) => return false,
-                Ok(Some(f)) if delay == 0 => self.transmit(f),
+                Err(()) => {
+                    self.transmit_all(&mut ready);
+                    self.responses = ready;
+                    return false;
+                }
+                Ok(Some(f)) if delay == 0 => ready.push(f),
                 Ok(Some(f)) => held.push(f),
                 Ok(None) => {}
             }
         }
+        self.transmit_all(&mut ready);
+        self.responses = ready;
         if !held.is_empty() {
             let generation = self.next_gen();
             let at = self.link.now().saturating_add(delay);

@@ -17,7 +17,10 @@ pub struct Crc32(crc32fast::Hasher);
 impl Crc32 {
     /// Initial state.
     pub fn new() -> Self {
-        Self(crc32fast::Hasher::new())
+        // `Hasher::new` detects the CPU's features each time (two per packet here); a clone of
+        // one made once skips that.
+        static INITIAL: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+        Self(INITIAL.get_or_init(crc32fast::Hasher::new).clone())
     }
 
     /// Feeds bytes.

@@ -427,6 +427,13 @@ unsafe extern "system" fn get_connection_data(
         // SAFETY: as above.
         unsafe { pOutboundReadLimit.write(data.ord) };
     }
+    // A null buffer of length 0 asks for RDS alone.
+    if pPrivateData.is_null() {
+        // CAST: RDS ≤ 196.
+        // SAFETY: non-null, valid by contract.
+        unsafe { pPrivateDataLength.write(data.rds as ULONG) };
+        return STATUS_SUCCESS;
+    }
     let n = have.min(data.rds);
     if n != 0
         && let Some(src) = data.data.get(..n)

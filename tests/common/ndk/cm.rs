@@ -18,9 +18,49 @@ use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_ndk::os::net::Neighbours;
 
 use super::{
-    Adapter, Cluster, ClusterConfig, Host, Pump, Qp, Request, RequestCtx, close_object, on_request,
-    ptr_of, table,
+    Adapter, CloseCtx, Cluster, ClusterConfig, Host, Pump, Qp, Request, RequestCtx, close_object,
+    on_close, on_request, ptr_of, table,
 };
+
+/// A close whose completion the test waits for itself (to do things while it pends).
+pub struct PendingClose {
+    /// The close's inline status.
+    pub inline: NTSTATUS,
+    ctx: Arc<CloseCtx>,
+    pump: Arc<Pump>,
+}
+
+impl PendingClose {
+    /// CloseCompletions so far.
+    pub fn completions(&self) -> u32 {
+        self.ctx.0.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the one CloseCompletion of a pended close.
+    pub fn wait(self) {
+        assert_eq!(self.inline, STATUS_PENDING);
+        self.pump
+            .wait_for("CloseCompletion", || self.completions() != 0);
+        self.pump.settle();
+        assert_eq!(self.completions(), 1, "one CloseCompletion");
+    }
+}
+
+fn close_raw(
+    pump: &Arc<Pump>,
+    obj: *mut NDK_OBJECT_HEADER,
+    slot: NDK_FN_CLOSE_OBJECT,
+) -> PendingClose {
+    let ctx = Arc::new(CloseCtx::default());
+    // SAFETY: a live object of the provider, closed once; the context outlives the
+    // completion (kept by the returned value, which the test waits on).
+    let inline = unsafe { slot(obj, on_close, ptr_of(&ctx)) };
+    PendingClose {
+        inline,
+        ctx,
+        pump: pump.clone(),
+    }
+}
 
 /// EUI-64 node GUID from a MAC (as Linux derives RoCE node GUIDs).
 pub fn guid_from_mac(m: [u8; 6]) -> u64 {
@@ -612,6 +652,11 @@ impl Listener {
     pub fn close(self) -> NTSTATUS {
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseListener)
     }
+
+    /// NdkCloseListener, not waited for.
+    pub fn close_raw(self) -> PendingClose {
+        close_raw(&self.pump, self.ptr.cast(), self.d().NdkCloseListener)
+    }
 }
 
 // ------------------------------------------------------------------------------- shared endpoint
@@ -639,6 +684,11 @@ impl SharedEndpoint {
     pub fn close(self) -> NTSTATUS {
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseSharedEndpoint)
     }
+
+    /// NdkCloseSharedEndpoint, not waited for.
+    pub fn close_raw(self) -> PendingClose {
+        close_raw(&self.pump, self.ptr.cast(), self.d().NdkCloseSharedEndpoint)
+    }
 }
 
 // ------------------------------------------------------------------------------- cm_connect
@@ -657,7 +707,8 @@ impl CmPair {
     /// Graceful disconnect from the client (the server sees its DisconnectEvent and
     /// disconnects too), then every connection object closes.
     pub fn disconnect_and_close(self) {
-        assert_eq!(self.client.disconnect_raw().inline, STATUS_PENDING);
+        let d = self.client.disconnect_raw();
+        assert_eq!(d.inline, STATUS_PENDING);
         let server = &self.server;
         self.server
             .pump
@@ -665,7 +716,8 @@ impl CmPair {
                 server.disconnects.count() == 1
             });
         assert_eq!(self.server.disconnect(), STATUS_SUCCESS);
-        self.server.pump.settle();
+        assert_eq!(d.wait(), STATUS_SUCCESS, "the client's NdkDisconnect");
+        assert_eq!(self.client.disconnects.count(), 0);
         assert_eq!(self.client.close(), STATUS_SUCCESS);
         assert_eq!(self.server.close(), STATUS_SUCCESS);
         assert_eq!(self.listener.close(), STATUS_SUCCESS);
@@ -696,4 +748,30 @@ pub fn cm_connect(c: &Cluster, a: &Qp, b: &Qp) -> CmPair {
         server,
         listener,
     }
+}
+
+// ------------------------------------------------------------------------------- event loops
+
+impl Listener {
+    /// The next connector the connect-event callback delivered, if one came (for consumers
+    /// that serve many connections from one loop).
+    pub fn try_incoming(&self) -> Option<Connector> {
+        let got = self.incoming.0.lock().unwrap().pop_front()?;
+        Some(Connector::wrap(
+            got as *mut NDK_CONNECTOR,
+            self.pump.clone(),
+            self.host,
+        ))
+    }
+}
+
+/// Host `h`'s connection engine's live counts: (CM connections, TIMEWAIT included;
+/// connectors registered; listeners; local endpoints).
+pub fn engine_live(h: &Host) -> (usize, usize, usize, usize) {
+    h.ndk.connections().expect("a connection engine").live()
+}
+
+/// Host `h`'s connection engine's MAD counters.
+pub fn engine_stats(h: &Host) -> pvrdma_ndk::ndk::cm_engine::EngineStats {
+    h.ndk.connections().expect("a connection engine").stats()
 }
