@@ -24,8 +24,9 @@ peer (its RDMA target, its SENDs' source, its receives' sink). Per shape, `--ite
 iterations of: (a) one NdkRead (1 SGE, 64 bytes, not deferred, so its doorbell store is in
 the count); (b) NdkGetCqResults reaping one READ completion; (c) 15 DEFERred NdkRead and a
 16th, per request; (d) NdkGetCqResults reaping 16 READ completions, per completion; the
-empty poll; NdkArmCq(ANY); NdkReceive (1 SGE); NdkGetCqResults reaping one receive
-completion (the peer's SEND consumed one of those receives); NdkFastRegister of an FRMR with
+empty poll; NdkArmCq(ANY); NdkReceive (1 SGE); (e) NdkGetCqResults reaping one receive
+completion (the peer's SEND consumed one of those receives); (f) reaping 16 receive
+completions, per completion; NdkFastRegister of an FRMR with
 1 and with 16 pages (each followed, uncounted, by its completion and an NdkInvalidate);
 NdkSend (1 SGE, the peer's receive posted first). Everything else (the peer, the reaps
 between calls, the device model, the fabric) runs outside the count.
@@ -62,8 +63,9 @@ SHAPES = [
     ("poll1", "(b) NdkGetCqResults reaping 1 completion", "95"),
     ("chain16", "(c) 16-NdkRead DEFER chain, per request", "76.6"),
     ("poll16", "(d) NdkGetCqResults reaping 16, per CQE", "58.4"),
+    ("recv1", "(e) NdkGetCqResults reaping 1 receive", "-"),
+    ("recv16", "(f) NdkGetCqResults reaping 16 receives, per CQE", "-"),
     ("poll_empty", "NdkGetCqResults, empty CQ", "64 (39)"),
-    ("poll_recv", "NdkGetCqResults reaping 1 receive", "-"),
     ("arm", "NdkArmCq (ANY)", "-"),
     ("fastreg1", "NdkFastRegister, 1 page", "-"),
     ("fastreg16", "NdkFastRegister, 16 pages", "-"),
@@ -216,8 +218,8 @@ def main():
 
     measured = {}
     # The order of measurement: the receives posted by "receive" are the ones the peer's
-    # SENDs complete for "poll_recv".
-    order = ["read", "poll1", "chain16", "poll16", "poll_empty", "arm", "receive", "poll_recv",
+    # SENDs complete for "recv1".
+    order = ["read", "poll1", "chain16", "poll16", "poll_empty", "arm", "receive", "recv1", "recv16",
              "fastreg1", "fastreg16", "send"]
     for shape in order:
         m = Measured(counter, shape, n, args.trace)
@@ -228,12 +230,19 @@ def main():
                 m.call(i, c.slot(a.cq, run.CQ_ARM), [a.cq, run.NDK_CQ_NOTIFY_ANY], "NdkArmCq")
             elif shape == "receive":
                 m.call(i, qp_recv, [a.qp, 0x5000 + i, sge, 1], "NdkReceive", run.STATUS_SUCCESS)
-            elif shape == "poll_recv":
+            elif shape == "recv1":
                 # The receives "receive" posted, consumed one at a time by the peer's SENDs
                 # (as poll1: one CQE on the CQ when it is reaped).
                 peer_sends(1)
                 reap(b, 1, "peer's send")
                 m.call(i, get_results, [a.cq, results, 1], "NdkGetCqResults", 1)
+            elif shape == "recv16":
+                for j in range(16):
+                    st = hz.call(qp_recv, [a.qp, 0x5800 + j, sge, 1], "NdkReceive")
+                    check(st == run.STATUS_SUCCESS, f"NdkReceive: SUCCESS ({st:#x})")
+                peer_sends(16)
+                reap(b, 16, "peer's sends")
+                m.call(i, get_results, [a.cq, results, 16], "NdkGetCqResults(16)", 16, per=16)
             elif shape == "read":
                 m.call(i, qp_read, [a.qp, 0x6000 + i, sge, 1, remote, b.rkey, 0], "NdkRead", run.STATUS_SUCCESS)
                 settle(world, (a, b))
@@ -307,7 +316,7 @@ def main():
         if not rows:
             print(f"{label:46} {'-':>7} {'failed':>8}")
             continue
-        # A row is one request, but poll16's, which is one call reaping 16 (its counts divided).
+        # A row is one request, but poll16's and recv16's, one call reaping 16 (its counts divided).
         image = sum(r[0] for r in rows) / len(rows)
         stubs = sum(r[1] for r in rows) / len(rows)
         windows = image + stubs * (cost - 1)
@@ -315,7 +324,7 @@ def main():
         for r in rows:
             for name in r[2]:
                 apis[name] = apis.get(name, 0) + 1
-        per = 16 if shape == "poll16" else 1
+        per = 16 if shape in ("poll16", "recv16") else 1
         kernel = ", ".join(f"{k} x{v / len(rows) / per:g}" for k, v in sorted(apis.items())) or "none"
         lin = linux.get(shape)
         lo, hi = min(r[0] for r in rows), max(r[0] for r in rows)
