@@ -8,8 +8,8 @@
 //! - **GIDs**: one RoCEv2 GID per unicast address of the interface (IPv4 v4-mapped, IPv6 as
 //!   is) in the device's GID table, kept current by the resolver's address events.
 //! - **Inputs** (consumer calls, QP1 receives, the timer DPC) all run
-//!   `lock; cm.<input>(now, ..); unlock; pump`. The pump drains the CM's action queue into a
-//!   stack batch and performs it with no lock held; one thread pumps at a time (a second
+//!   `lock; cm.<input>(now, ..); unlock; pump`. The pump takes the CM's queued actions one
+//!   at a time and performs each with no lock held; one thread pumps at a time (a second
 //!   input leaves its actions to the thread already pumping), so the actions of one
 //!   connection are performed in the order the CM queued them.
 //! - **Actions**: `Send` goes out on QP1 from the GID of the path's local address to the
@@ -51,8 +51,6 @@ const ENDPOINTS: usize = 1024;
 /// The IANA dynamic range NdkConnect and NdkListen take port 0 from (ndkpi.md §5.10).
 const EPHEMERAL_FIRST: u16 = 49152;
 const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
-/// Actions performed per lock hold.
-const BATCH: usize = crate::cm::MAX_ACTIONS_PER_INPUT;
 /// Tries of a release refused for a full action queue.
 const RELEASE_TRIES: u32 = 10_000;
 /// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
@@ -197,7 +195,9 @@ impl Endpoints {
 }
 
 struct Neighbours {
-    entries: [Option<(IpAddr, Mac)>; NEIGHBOURS],
+    /// `NEIGHBOURS` slots, allocated at start: inline, the engine's literal was several KiB
+    /// of stack (moved more than once in a debug build, which overran the kernel stack).
+    entries: Box<[Option<(IpAddr, Mac)>]>,
     next: usize,
 }
 
@@ -364,6 +364,7 @@ impl CmEngine {
         let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
         let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
         let tuples = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
+        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| HwError::NoResources)?;
         let engine = crate::os::alloc::try_arc(CmEngine {
             me: SpinLock::new(Weak::new()),
             platform: platform.clone(),
@@ -374,7 +375,7 @@ impl CmEngine {
             qp1: SpinLock::new(None),
             gids: SpinLock::new([None; MAX_GIDS]),
             neighbours: SpinLock::new(Neighbours {
-                entries: [None; NEIGHBOURS],
+                entries: neighbour_slots,
                 next: 0,
             }),
             conns: SpinLock::new(conns),
@@ -797,27 +798,12 @@ impl CmEngine {
             }
         }
         loop {
+            // One action per lock hold: a batch of 4 (a MAD each) was a 10 KiB frame in a
+            // debug build, and the CM's lock is not on any data path.
             loop {
-                let mut batch: [Option<Action>; BATCH] = Default::default();
-                let mut n = 0;
-                {
-                    let mut cm = self.cm.lock();
-                    for slot in batch.iter_mut() {
-                        match cm.poll_action() {
-                            Some(a) => {
-                                *slot = Some(a);
-                                n += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-                for a in batch.into_iter().flatten() {
-                    self.perform(a);
-                }
+                let next = self.cm.lock().poll_action();
+                let Some(a) = next else { break };
+                self.perform(a);
             }
             self.rearm();
             if self
