@@ -2,7 +2,9 @@
 //! the shapes of `benches/instructions.sh` — (a) NdkRead with its doorbell, (b) an
 //! NdkGetCqResults reaping one completion, (c) a 16-NdkRead DEFER chain, (d) an
 //! NdkGetCqResults reaping 16, an empty poll, NdkArmCq — on the two-host cluster, and the
-//! scaling shapes (1/64/1024 QPs, shared or separate CQs, CQ depth 64 or 65,536).
+//! scaling shapes (1/64/1024 QPs, shared or separate CQs, CQ depth 64 or 65,536); (e) and
+//! (f) are NdkRead and a one-completion NdkGetCqResults in a round robin over the QPs with
+//! 16 reads in flight, the shape of the cache-miss table (`instr rr`).
 //!
 //! Only the provider calls are timed (`iter_custom`): the device model and fabric run
 //! between them, untimed. Doorbells are unhooked as in the instruction benchmark (a
@@ -96,8 +98,49 @@ fn shapes(c: &mut Criterion, group: &str, label: &str, p: &Pair) {
             t
         });
     });
+    // The cache shape of `instr rr`: a consumer round-robining its QPs with INFLIGHT reads
+    // in flight, the model run once per round instead of between every two calls (its run
+    // evicts the provider's lines from the cache, which a device does not do).
+    g.throughput(Throughput::Elements(1));
+    for (name, poll) in [("e_rr_read", false), ("f_rr_poll1", true)] {
+        g.bench_function(BenchmarkId::new(name, label), |b| {
+            b.iter_custom(|iters| {
+                let mut t = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let mut cqs = [std::ptr::null_mut(); INFLIGHT];
+                    for cq in &mut cqs {
+                        let (qa, _, cqa, _) = p.at(k);
+                        k += 1;
+                        let t0 = Instant::now();
+                        p.read(qa, 0);
+                        if !poll {
+                            t += t0.elapsed();
+                        }
+                        p.c.kick(0, 0);
+                        *cq = cqa;
+                    }
+                    p.c.run();
+                    for &cq in &cqs {
+                        let t0 = Instant::now();
+                        let n = get_results(cq, &mut res[..1]);
+                        if poll {
+                            t += t0.elapsed();
+                        }
+                        assert_eq!(n, 1);
+                    }
+                    done += INFLIGHT as u64;
+                }
+                // Per request: `done` may exceed `iters` by less than a round.
+                t.mul_f64(iters as f64 / done as f64)
+            });
+        });
+    }
     g.finish();
 }
+
+/// Reads in flight in the round-robin shapes (as `examples/instr.rs`'s cache shape).
+const INFLIGHT: usize = 16;
 
 fn per_request(c: &mut Criterion) {
     let p = Pair::new(1, true, 64, false);

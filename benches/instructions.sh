@@ -3,10 +3,12 @@
 # measurement of rdma-core's vmw_pvrdma provider (gcc 12 -O2, inclusive, with its locks).
 #
 #   bash benches/instructions.sh            # per-request table, scaling table, memory
-#   SCALING=0 bash benches/instructions.sh  # per-request table only
+#   SCALING=0 bash benches/instructions.sh  # without the scaling table (CACHE=0: without
+#                                           # the cache-miss table)
 #   bash benches/instructions.sh --check    # guard (CI): per-request shapes against
 #                                           # benches/instructions.expected
 #   bash benches/instructions.sh --update   # rewrite benches/instructions.expected
+#   bash benches/instructions.sh --cache    # the cache-miss table only
 #
 # Isolation: `examples/instr.rs` drives two simulated hosts; for each shape callgrind runs
 # with collection OFF except inside ONE provider entry point (--toggle-collect on the
@@ -31,7 +33,8 @@ case "${1:-}" in
   "") ;;
   --check) MODE=check ;;
   --update) MODE=update ;;
-  *) echo "usage: $0 [--check|--update]" >&2; exit 2 ;;
+  --cache) MODE=cache ;;
+  *) echo "usage: $0 [--check|--update|--cache]" >&2; exit 2 ;;
 esac
 EXPECTED=benches/instructions.expected
 SLACK=2
@@ -98,6 +101,52 @@ measure() {
   awk -v t="$total" -v r="$reqs" 'BEGIN { printf "%.1f", t / r }'
 }
 
+# The cache-miss table (CACHE=0 skips it): level-1 data misses per request in callgrind's
+# cache simulation, counted like the instructions (only inside the measured thunk). The
+# workload is `instr rr`, a consumer round-robining its QPs with 16 reads in flight: the
+# model runs once per 16 requests, not between every two provider calls as in the shapes
+# above, where its run (every QP's state in the device model, the fabric) evicted the
+# provider's lines as no device does to the CPU's cache. The simulated L1D is pinned (32 KiB, 8-way, 64-byte lines; most x86 cores since 2011 have
+# this or 48 KiB), so the figures do not depend on the host that runs them.
+CACHE_SIM="--cache-sim=yes --D1=32768,8,64 --I1=32768,8,64 --LL=8388608,16,64"
+
+# misses <name> <thunk> <args...>: prints "total (reads r + writes w)", the L1D misses per
+# request inside <thunk> (callgrind 3.19 honours one --toggle-collect pattern per run, so
+# each thunk takes a run of its own).
+misses() {
+  local name=$1 thunk=$2; shift 2
+  local f="$OUT/$name.out" log="$OUT/$name.log"
+  valgrind --tool=callgrind $CACHE_SIM --callgrind-out-file="$f" \
+    --toggle-collect="pvrdma_ndk::ndk::dispatch*::$thunk" \
+    "$BIN" "$@" 2>"$log" >/dev/null || { echo "instr $* failed under callgrind: $log" >&2; exit 1; }
+  local reqs
+  reqs=$(sed -n 's/^requests=//p' "$log")
+  [ -n "$reqs" ] && [ "$reqs" != 0 ] || { echo "$name: no requests: $log" >&2; exit 1; }
+  # The totals line leaves out trailing zero events.
+  awk -v r="$reqs" -v name="$name" '
+    /^events:/ { for (i = 2; i <= NF; i++) ev[$i] = i; next }
+    /^totals:/ {
+      if ($2 == 0) { print name ": nothing collected" > "/dev/stderr"; exit 1 }
+      rd = $(ev["D1mr"]) + 0; wr = $(ev["D1mw"]) + 0
+      printf "%.2f (%.2f r + %.2f w)\n", (rd + wr) / r, rd / r, wr / r
+    }' "$f"
+}
+
+cache_table() {
+  local n=$((N > 4096 ? N : 4096)) one shared own
+  echo
+  echo "cache (L1D misses per request, reads + writes; round robin, 16 in flight, CQ depth 64):"
+  printf '%-28s %-24s %-24s %-24s\n' "" "1 QP" "1024 QPs, shared CQ" "1024 QPs, own CQs"
+  local row thunk label
+  for row in "read|post (NdkRead, 1 SGE)" "get_cq_results|poll (NdkGetCqResults, 1)"; do
+    thunk=${row%%|*} label=${row#*|}
+    one=$(misses "c_${thunk}_1" "$thunk" rr $n 1 shared 64)
+    shared=$(misses "c_${thunk}_1024s" "$thunk" rr $n 1024 shared 64)
+    own=$(misses "c_${thunk}_1024p" "$thunk" rr $n 1024 separate 64)
+    printf '%-28s %-24s %-24s %-24s\n' "$label" "$one" "$shared" "$own"
+  done
+}
+
 # The per-request shapes: instr shape, thunk, iterations, label, reference, target.
 SHAPES=(
   "read       read           $N            (a) NdkRead, 1 SGE, not deferred + doorbell|131|65"
@@ -113,6 +162,11 @@ SHAPES=(
   "send       send           $N            NdkSend, 1 SGE|-|-"
   "receive    receive        $N            NdkReceive, 1 SGE|-|-"
 )
+
+if [ "$MODE" = cache ]; then
+  cache_table
+  exit 0
+fi
 
 if [ "$MODE" != table ]; then
   declare -A committed=()
@@ -213,6 +267,7 @@ for cfg in "1 shared 64" "1 separate 64" "64 shared 64" "64 separate 64" "1024 s
   d=$(measure s_poll16 get_cq_results poll16 $((n / 16)) $1 $2 $3)
   printf '%-32s %12s %12s %12s %12s\n' "$1 QPs, $2 CQ, depth $3" "$a" "$b" "$c" "$d"
 done
+[ "${CACHE:-1}" = 0 ] || cache_table
 echo
 echo "host memory per object (heap = every heap byte the provider keeps, counted by a global allocator; seam pool = os::alloc try_box/KVec/try_arc; DMA = DmaBuffer/SharedDma):"
 "$BIN" mem 64 64

@@ -13,6 +13,15 @@
 //! one returned (checked: no MAD and no interrupt on either host in between).
 //! `instr mem [qps] [cq-depth]` prints host memory per QP and per CQ from the OS seam's
 //! accounting (no valgrind needed).
+//!
+//! `instr rr [requests] [qps] [shared|separate] [cq-depth]` is the cache shape: a consumer
+//! round-robining its QPs with [`INFLIGHT`] reads in flight. It posts one NdkRead on each of
+//! the next `INFLIGHT` QPs, lets the model run once, then reaps the `INFLIGHT` completions
+//! one NdkGetCqResults at a time, so both thunks (measure `read` or `get_cq_results`) handle
+//! `requests` requests. The per-request shapes above run the model (and the whole
+//! simulated fabric) between every two provider calls: in the cache simulation that run
+//! evicts the provider's lines, which no hardware device does to the CPU's cache, and at
+//! 1024 QPs it was most of the misses counted (see benches/instructions.sh).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -28,6 +37,10 @@ fn main() {
     let arg = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     if shape == "mem" {
         return mem(arg(1, 64), arg(2, 64) as u32);
+    }
+    if shape == "rr" {
+        let shared = args.get(3).is_none_or(|s| s != "separate");
+        return round_robin(arg(1, 4096), arg(2, 1), shared, arg(4, 64) as u32);
     }
     let iters = arg(1, 2000);
     let nqp = arg(2, 1);
@@ -189,6 +202,38 @@ fn drain_ex(s: &Pair, cq: *mut NDK_CQ, n: usize) {
             s.c.run();
         }
     }
+}
+
+/// Reads in flight in the cache shape: at most a quarter of the default CQ depth (64) and
+/// half of a QP's queue (32, `Pair::new`), so one QP takes a whole round.
+const INFLIGHT: usize = 16;
+
+/// The cache shape (`instr rr`, module docs).
+fn round_robin(requests: usize, nqp: usize, shared: bool, depth: u32) {
+    let s = Pair::new(nqp, shared, depth, false);
+    let mut res = [empty_result(); 1];
+    let mut done = 0;
+    while done < requests {
+        // Stack arrays: the harness adds nothing to the heap lines between the calls.
+        let mut cqs = [std::ptr::null_mut(); INFLIGHT];
+        for (j, cq) in cqs.iter_mut().enumerate() {
+            let (qa, _, cqa, _) = s.at(done + j);
+            s.read(qa, 0);
+            s.c.kick(0, 0);
+            *cq = cqa;
+        }
+        s.c.run();
+        for &cq in &cqs {
+            assert_eq!(get_results(cq, &mut res), 1, "a read's completion");
+            assert_eq!(res[0].Status, STATUS_SUCCESS);
+        }
+        done += INFLIGHT;
+    }
+    let dropped: u64 = s.c.nodes.iter().map(|n| n.ndk.bad_cqes()).sum();
+    assert_eq!(dropped, 0, "CQEs naming no outstanding request");
+    eprintln!("requests={done}");
+    leak(s.c);
+    std::process::exit(0);
 }
 
 #[global_allocator]

@@ -776,3 +776,356 @@ fn queries_before_a_connection_and_short_address_buffers() {
     assert_eq!(client.close(), STATUS_SUCCESS);
     c.finish();
 }
+
+/// The MADs host `h` sent so far.
+fn mads_out(c: &Cluster, h: usize) -> u64 {
+    common::ndk::engine_stats(c.host(h)).mads_out
+}
+
+/// One QP serves one connector: NdkConnect and NdkAccept naming a QP another open
+/// connector holds fail inline with STATUS_INVALID_DEVICE_STATE, with no MAD sent and the
+/// first connection going on untouched (connector module docs).
+#[test]
+fn a_qp_held_by_another_connector_is_refused_inline() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    let intruder = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        intruder
+            .connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(
+        mads_out(&c, 0),
+        sent,
+        "nothing sent for the refused connect"
+    );
+    let server = l.next_incoming();
+    assert_eq!(server.accept_raw(&p.qb, 1, 1, &[]).inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    // A second incoming connection may not take the QP the first one was accepted on.
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let client2 = c.adapter(0).create_connector().unwrap();
+    let connect2 = client2.connect_raw(&qa2, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server2 = l.next_incoming();
+    let sent = mads_out(&c, 1);
+    assert_eq!(
+        server2.accept_raw(&p.qb, 1, 1, &[]).inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 1), sent, "nothing sent for the refused accept");
+    assert_eq!(server2.reject(&[]), STATUS_SUCCESS, "still incoming");
+    assert_eq!(connect2.wait(), STATUS_CONNECTION_REFUSED);
+    // The first connection carries data both ways and parts as usual.
+    send_both_ways(&c, &p);
+    part(&c, &client, &server);
+    for x in [client, server, client2, server2, intruder] {
+        assert_eq!(x.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    qa2.close();
+    p.close();
+    c.finish();
+}
+
+/// A QP connects once (ndkpi.md §5.12): after a disconnect its QP is in ERR, and NdkConnect
+/// or NdkAccept naming it fail inline with STATUS_INVALID_DEVICE_STATE before any MAD goes
+/// out, instead of a REQ whose NdkCompleteConnect would fail. A connect that failed before
+/// its REQ leaves its QP usable.
+#[test]
+fn a_qp_that_connected_once_is_refused_before_any_mad() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    cm_connect(&c, &p.qa, &p.qb).disconnect_and_close();
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        client
+            .connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[])
+            .inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 0), sent, "no REQ for a used QP");
+    assert_eq!(l.incoming.calls(), 0);
+    // A fresh QP connects; the passive side's used QP is refused, a fresh one accepted.
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1))
+        .unwrap();
+    // An unreachable destination fails before the REQ: the QP is left as it was.
+    let stranger = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99));
+    assert_eq!(
+        client.connect(&qa2, sa(ia, 0), sa(stranger, 445), 1, 1, &[]),
+        STATUS_HOST_UNREACHABLE
+    );
+    let connect = client.connect_raw(&qa2, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server = l.next_incoming();
+    let sent = mads_out(&c, 1);
+    assert_eq!(
+        server.accept_raw(&p.qb, 1, 1, &[]).inline,
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(mads_out(&c, 1), sent, "no REP for a used QP");
+    let accept = server.accept_raw(&qb2, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    part(&c, &client, &server);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    qa2.close();
+    qb2.close();
+    p.close();
+    c.finish();
+}
+
+/// Two connects through one shared endpoint to the same destination would be one 4-tuple:
+/// the second fails inline with STATUS_ADDRESS_ALREADY_EXISTS (ndkpi.md §4.5, §5.10) and
+/// sends nothing; the same connector and QP connect once the first connector closed.
+#[test]
+fn shared_endpoint_refuses_a_duplicate_four_tuple() {
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let ib = c.host(1).ip;
+    let se = c
+        .adapter(0)
+        .create_shared_endpoint(sa(c.host(0).ip, 0))
+        .unwrap();
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 9001)), STATUS_SUCCESS);
+    let qa2 = p
+        .pd_a
+        .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1))
+        .unwrap();
+    let qb2 = p
+        .pd_b
+        .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1))
+        .unwrap();
+    let first = c.adapter(0).create_connector().unwrap();
+    let connect = first.connect_shared_raw(&p.qa, &se, sa(ib, 9001), 1, 1, &[]);
+    assert_eq!(connect.inline, STATUS_PENDING);
+    let second = c.adapter(0).create_connector().unwrap();
+    let sent = mads_out(&c, 0);
+    assert_eq!(
+        second
+            .connect_shared_raw(&qa2, &se, sa(ib, 9001), 1, 1, &[])
+            .inline,
+        STATUS_ADDRESS_ALREADY_EXISTS
+    );
+    assert_eq!(mads_out(&c, 0), sent, "nothing sent for the duplicate");
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&p.qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(first.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    assert_eq!(l.incoming.calls(), 1);
+    let engine = c.host(0).ndk.connections().unwrap();
+    assert_eq!(engine.tuples_in_use(), 1);
+    part(&c, &first, &server);
+    assert_eq!(first.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(engine.tuples_in_use(), 0, "given back with its connector");
+    // The refused connector and its QP connect to the same destination now.
+    let connect = second.connect_shared_raw(&qa2, &se, sa(ib, 9001), 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&qb2, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(second.complete_connect(), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS);
+    part(&c, &second, &server);
+    assert_eq!(second.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(se.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    assert_eq!(engine.tuples_in_use(), 0);
+    // The engine holds the driver device: let go before the leak checks.
+    drop(engine);
+    qa2.close();
+    qb2.close();
+    p.close();
+    c.finish();
+}
+
+/// What the victim's DisconnectEvent callback does: closes `others` (each close queues a
+/// DREQ and an ERR on the CM, which no one performs while the callback runs on the thread
+/// pumping), then answers the peer's DREQ with NdkDisconnect.
+struct AnswerFromTheCallback {
+    victim: *mut NDK_CONNECTOR,
+    others: Vec<*mut NDK_CONNECTOR>,
+    /// CloseCompletions of the closes that pended.
+    closes: std::sync::atomic::AtomicU32,
+    close_inline: Vec<NTSTATUS>,
+    disconnect: std::sync::Arc<common::ndk::RequestCtx>,
+    disconnect_inline: Option<NTSTATUS>,
+}
+
+fn connector_dispatch(c: *mut NDK_CONNECTOR) -> &'static NDK_CONNECTOR_DISPATCH {
+    // SAFETY: a live connector (the caller's).
+    let table = unsafe { (*c).Dispatch };
+    // SAFETY: a connector's dispatch table is static.
+    unsafe { &*table }
+}
+
+unsafe extern "system" fn count_close(ctx: PVOID) {
+    // SAFETY: the context is the counter of a live `AnswerFromTheCallback`.
+    let n = unsafe { &*ctx.cast::<std::sync::atomic::AtomicU32>() };
+    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+unsafe extern "system" fn answer_from_the_callback(ctx: PVOID) {
+    // SAFETY: the context is the test's `AnswerFromTheCallback`, which outlives the
+    // connector, and nothing else touches it while the callback runs.
+    let a = unsafe { &mut *ctx.cast::<AnswerFromTheCallback>() };
+    let counter = std::ptr::from_ref(&a.closes) as PVOID;
+    for &o in &a.others {
+        // SAFETY: a live connector the test handed over to this callback, closed once.
+        let st =
+            unsafe { (connector_dispatch(o).NdkCloseConnector)(o.cast(), count_close, counter) };
+        a.close_inline.push(st);
+    }
+    let rctx = std::sync::Arc::as_ptr(&a.disconnect) as PVOID;
+    // SAFETY: the victim connector is live (its callback runs).
+    let st = unsafe {
+        (connector_dispatch(a.victim).NdkDisconnect)(a.victim, common::ndk::on_request, rctx)
+    };
+    a.disconnect_inline = Some(st);
+}
+
+/// NdkDisconnect answering a peer's DREQ while the CM's action queue is full (here: from
+/// the DisconnectEvent callback, after closing 31 connections from it) fails inline with
+/// STATUS_DEVICE_BUSY and changes nothing, rather than counting the connection as done
+/// without its DREP; retried, it sends the DREP and the peer's NdkDisconnect succeeds.
+#[test]
+fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
+    const OTHERS: usize = 31;
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let mut qps = Vec::new();
+    let mut ends = Vec::new();
+    for i in 0..OTHERS {
+        let qa = p
+            .pd_a
+            .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1 + i))
+            .unwrap();
+        let qb = p
+            .pd_b
+            .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1 + i))
+            .unwrap();
+        let client = c.adapter(0).create_connector().unwrap();
+        let connect = client.connect_raw(&qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+        let server = l.next_incoming();
+        let accept = server.accept_raw(&qb, 1, 1, &[]);
+        assert_eq!(connect.wait(), STATUS_SUCCESS);
+        assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+        assert_eq!(accept.wait(), STATUS_SUCCESS);
+        qps.push((qa, qb));
+        ends.push((client, server));
+    }
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let victim = l.next_incoming();
+    let mut answer = Box::new(AnswerFromTheCallback {
+        victim: victim.ptr,
+        others: ends.iter().map(|(_, s)| s.ptr).collect(),
+        closes: std::sync::atomic::AtomicU32::new(0),
+        close_inline: Vec::new(),
+        disconnect: std::sync::Arc::new(common::ndk::RequestCtx::default()),
+        disconnect_inline: None,
+    });
+    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
+    let answer_ptr: *mut AnswerFromTheCallback = &mut *answer;
+    // SAFETY: live connector and QP; the callback context outlives the connector.
+    let inline = unsafe {
+        (connector_dispatch(victim.ptr).NdkAccept)(
+            victim.ptr,
+            p.qb.ptr,
+            1,
+            1,
+            std::ptr::null(),
+            0,
+            Some(answer_from_the_callback),
+            answer_ptr.cast(),
+            common::ndk::on_request,
+            std::sync::Arc::as_ptr(&accepted) as PVOID,
+        )
+    };
+    assert_eq!(inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("NdkAccept", || accepted.calls() == 1);
+    assert_eq!(accepted.status(), Some(STATUS_SUCCESS));
+    let d = client.disconnect_raw();
+    assert_eq!(d.inline, STATUS_PENDING);
+    c.wait_for("the victim's DisconnectEvent", || {
+        // SAFETY: read after the callback returned (it sets this last).
+        unsafe { (*answer_ptr).disconnect_inline.is_some() }
+    });
+    c.settle();
+    // SAFETY: the callback ran once and returned.
+    let a = unsafe { &*answer_ptr };
+    assert_eq!(a.close_inline.len(), OTHERS);
+    assert_eq!(
+        common::ndk::engine_stats(c.host(1)).release_failures,
+        0,
+        "every close found room"
+    );
+    assert_eq!(a.disconnect_inline, Some(STATUS_DEVICE_BUSY));
+    assert_eq!(a.disconnect.calls(), 0, "refused inline, no completion");
+    // Retried with the queue drained: the DREP goes out and both sides are done.
+    assert_eq!(victim.disconnect(), STATUS_SUCCESS);
+    assert_eq!(d.wait(), STATUS_SUCCESS, "the peer got its DREP");
+    let pended = a
+        .close_inline
+        .iter()
+        .filter(|&&s| s == STATUS_PENDING)
+        .count() as u32;
+    let inline_ok = a
+        .close_inline
+        .iter()
+        .filter(|&&s| s == STATUS_SUCCESS)
+        .count() as u32;
+    assert_eq!(pended + inline_ok, OTHERS as u32);
+    c.wait_for("the closes that pended", || {
+        a.closes.load(std::sync::atomic::Ordering::SeqCst) == pended
+    });
+    // The servers were closed from the callback; only their wrappers are left.
+    for (client, _server) in ends {
+        c.wait_for("the client's DisconnectEvent", || {
+            client.disconnects.count() == 1
+        });
+        assert_eq!(client.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(victim.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    drop(answer);
+    for (qa, qb) in qps {
+        qa.close();
+        qb.close();
+    }
+    p.close();
+    c.finish();
+}

@@ -8,8 +8,8 @@
 //! - **GIDs**: one RoCEv2 GID per unicast address of the interface (IPv4 v4-mapped, IPv6 as
 //!   is) in the device's GID table, kept current by the resolver's address events.
 //! - **Inputs** (consumer calls, QP1 receives, the timer DPC) all run
-//!   `lock; cm.<input>(now, ..); unlock; pump`. The pump drains the CM's action queue into a
-//!   stack batch and performs it with no lock held; one thread pumps at a time (a second
+//!   `lock; cm.<input>(now, ..); unlock; pump`. The pump takes the CM's queued actions one
+//!   at a time and performs each with no lock held; one thread pumps at a time (a second
 //!   input leaves its actions to the thread already pumping), so the actions of one
 //!   connection are performed in the order the CM queued them.
 //! - **Actions**: `Send` goes out on QP1 from the GID of the path's local address to the
@@ -26,7 +26,7 @@
 
 use alloc::boxed::Box;
 use alloc::sync::{Arc, Weak};
-use core::net::IpAddr;
+use core::net::{IpAddr, SocketAddr};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::connector::Connector;
@@ -51,8 +51,6 @@ const ENDPOINTS: usize = 1024;
 /// The IANA dynamic range NdkConnect and NdkListen take port 0 from (ndkpi.md §5.10).
 const EPHEMERAL_FIRST: u16 = 49152;
 const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
-/// Actions performed per lock hold.
-const BATCH: usize = crate::cm::MAX_ACTIONS_PER_INPUT;
 /// Tries of a release refused for a full action queue.
 const RELEASE_TRIES: u32 = 10_000;
 /// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
@@ -197,7 +195,9 @@ impl Endpoints {
 }
 
 struct Neighbours {
-    entries: [Option<(IpAddr, Mac)>; NEIGHBOURS],
+    /// `NEIGHBOURS` slots, allocated at start: inline, the engine's literal was several KiB
+    /// of stack (moved more than once in a debug build, which overran the kernel stack).
+    entries: Box<[Option<(IpAddr, Mac)>]>,
     next: usize,
 }
 
@@ -223,6 +223,9 @@ impl Neighbours {
     }
 }
 
+/// (local, remote) of one connection.
+type FourTuple = (SocketAddr, SocketAddr);
+
 /// Objects by key, in slots allocated at start.
 type Table<K, T> = Box<[Option<(K, ObjRef<T>)>]>;
 
@@ -246,6 +249,9 @@ pub struct CmEngine {
     conns: SpinLock<Table<ConnId, Connector>>,
     listeners: SpinLock<Table<ListenerId, Listener>>,
     endpoints: SpinLock<Endpoints>,
+    /// (local, remote) of every connect through a shared endpoint (ndkpi.md §5.10's
+    /// 4-tuple rule; a connector's own endpoint is unique by itself).
+    tuples: SpinLock<Box<[Option<FourTuple>]>>,
     timer: SpinLock<Option<Timer>>,
     pump_state: AtomicU8,
     psn: AtomicU32,
@@ -357,6 +363,8 @@ impl CmEngine {
         let conns = try_vec(cfg.capacity, || None).map_err(|_| HwError::NoResources)?;
         let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
         let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
+        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
+        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| HwError::NoResources)?;
         let engine = crate::os::alloc::try_arc(CmEngine {
             me: SpinLock::new(Weak::new()),
             platform: platform.clone(),
@@ -367,7 +375,7 @@ impl CmEngine {
             qp1: SpinLock::new(None),
             gids: SpinLock::new([None; MAX_GIDS]),
             neighbours: SpinLock::new(Neighbours {
-                entries: [None; NEIGHBOURS],
+                entries: neighbour_slots,
                 next: 0,
             }),
             conns: SpinLock::new(conns),
@@ -376,6 +384,7 @@ impl CmEngine {
                 slots: endpoints,
                 cursor: cfg.seed % EPHEMERAL_COUNT,
             }),
+            tuples: SpinLock::new(tuples),
             timer: SpinLock::new(None),
             pump_state: AtomicU8::new(IDLE),
             psn: AtomicU32::new(cfg.seed.rotate_left(11)),
@@ -603,6 +612,36 @@ impl CmEngine {
         self.endpoints.lock().release(ip, port);
     }
 
+    /// Claims the 4-tuple of a connect through a shared endpoint.
+    ///
+    /// # Errors
+    /// STATUS_ADDRESS_ALREADY_EXISTS (claimed already), STATUS_INSUFFICIENT_RESOURCES.
+    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> Result<(), NTSTATUS> {
+        let mut t = self.tuples.lock();
+        if t.iter().flatten().any(|&(l, r)| l == local && r == remote) {
+            return Err(STATUS_ADDRESS_ALREADY_EXISTS);
+        }
+        let slot = t
+            .iter_mut()
+            .find(|s| s.is_none())
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        *slot = Some((local, remote));
+        Ok(())
+    }
+
+    /// Gives a 4-tuple back.
+    pub fn release_tuple(&self, local: SocketAddr, remote: SocketAddr) {
+        let mut t = self.tuples.lock();
+        if let Some(slot) = t.iter_mut().find(|s| **s == Some((local, remote))) {
+            *slot = None;
+        }
+    }
+
+    /// 4-tuples claimed through shared endpoints (leak checks).
+    pub fn tuples_in_use(&self) -> usize {
+        self.tuples.lock().iter().flatten().count()
+    }
+
     /// A fresh starting PSN (24 bits).
     pub fn next_psn(&self) -> u32 {
         let n = self.psn.fetch_add(0x9E37_79B9, Ordering::Relaxed);
@@ -684,13 +723,26 @@ impl CmEngine {
     /// empties it, so the release is retried until it fits (bounded, as a last resort the
     /// slot stays owned and is counted as leaked).
     pub fn release(&self, conn: ConnId) {
-        for _ in 0..RELEASE_TRIES {
-            match self.input(|cm, now| cm.release(now, conn)) {
+        if let Err(CmError::QueueFull) = self.input_when_room(|cm, now| cm.release(now, conn)) {
+            bump(&self.counters.release_failures);
+        }
+    }
+
+    /// [`Self::input`] of an input the CM refuses with [`CmError::QueueFull`] while its
+    /// action queue is full, retried while the thread pumping empties it (bounded: a full
+    /// queue the caller's own thread is pumping, from a consumer callback, never empties;
+    /// then `QueueFull` is returned).
+    pub fn input_when_room<R>(
+        &self,
+        mut f: impl FnMut(&mut Cm, u64) -> Result<R, CmError>,
+    ) -> Result<R, CmError> {
+        for _ in 1..RELEASE_TRIES {
+            match self.input(&mut f) {
                 Err(CmError::QueueFull) => core::hint::spin_loop(),
-                _ => return,
+                r => return r,
             }
         }
-        bump(&self.counters.release_failures);
+        self.input(f)
     }
 
     /// Reads the CM under its lock (queries queue nothing).
@@ -746,27 +798,12 @@ impl CmEngine {
             }
         }
         loop {
+            // One action per lock hold: a batch of 4 (a MAD each) was a 10 KiB frame in a
+            // debug build, and the CM's lock is not on any data path.
             loop {
-                let mut batch: [Option<Action>; BATCH] = Default::default();
-                let mut n = 0;
-                {
-                    let mut cm = self.cm.lock();
-                    for slot in batch.iter_mut() {
-                        match cm.poll_action() {
-                            Some(a) => {
-                                *slot = Some(a);
-                                n += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-                for a in batch.into_iter().flatten() {
-                    self.perform(a);
-                }
+                let next = self.cm.lock().poll_action();
+                let Some(a) = next else { break };
+                self.perform(a);
             }
             self.rearm();
             if self

@@ -340,15 +340,20 @@ impl<'a> RetireWindow<'a> {
 /// stores a slot's record, then (`commit`, Release) `posted`, before the WQE reaches the
 /// device (`prod_tail`), so a retirer that sees a CQE sees the record; the retirer reads
 /// records, then publishes `retired` (Release), before the poster (Acquire) reuses a slot.
+///
+/// `#[repr(C)]`, the counts first: both sides read them and then the start of `slots` (a
+/// ring writer puts what a post and a retirement read there), so that a QP laid out for it
+/// (`super::qp::Qp`) keeps them in one run of bytes.
+#[repr(C)]
 pub struct OrderedQueue<T = SendWriter<SlotCell>> {
-    pub(super) slots: T,
-    pub(super) depth: u32,
     pub(super) posted: AtomicU32,
     /// The poster's bound on `posted`: `retired + depth` as of the poster's last look at
     /// `retired` (never above the true bound, since `retired` only grows). A post compares
     /// against it and reads `retired` only when it is reached.
     pub(super) limit: AtomicU32,
     pub(super) retired: AtomicU32,
+    pub(super) depth: u32,
+    pub(super) slots: T,
 }
 
 impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {

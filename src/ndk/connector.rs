@@ -13,11 +13,22 @@
 //! the status of the `cm` module table, with no driver lock held. Closing the connector in
 //! any state completes a request still pending with STATUS_CANCELLED, releases the CM
 //! connection (the wire learns as Linux's `cm_destroy_id` tells it), takes the QP to ERR
-//! and gives the local endpoint back.
+//! if the connection took it out of INIT, and gives the local endpoint back.
+//!
+//! A QP serves one connection, once (ndkpi.md §5.12: "a disconnected QP or connector cannot
+//! be reused"). NdkConnect, NdkConnectWithSharedEndpoint and NdkAccept naming a QP that
+//! another open connector holds, or that a connection (or NdkFlush) already took out of
+//! INIT, fail inline with STATUS_INVALID_DEVICE_STATE (ndkpi.md names no status for it; ND's
+//! ND_INVALID_DEVICE_STATE, "the QP is not in a state for this"), before anything is sent
+//! and with the other connection untouched. A connect that fails before its REQ, or an
+//! accept the CM refuses inline, leaves the QP as it found it. Connects through one shared
+//! endpoint to a destination it already connects to fail inline with
+//! STATUS_ADDRESS_ALREADY_EXISTS (the same 4-tuple, ndkpi.md §4.5, §5.10).
 #![deny(unsafe_code)]
 
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
+use core::sync::atomic::Ordering;
 
 use super::adapter::Adapter;
 use super::cm_engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
@@ -32,7 +43,7 @@ use super::shared_endpoint::SharedEndpoint;
 use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
-use crate::cm::{AcceptParams, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::net::{Mac, ResolveError, resolve_done};
@@ -79,6 +90,28 @@ pub enum Phase {
     Disconnecting,
     /// Over (disconnected, rejected, failed or closing): never used again.
     Done,
+}
+
+/// [`Qp::cm_binding`]: an open connector holds the QP.
+const QP_BOUND: u8 = 1;
+/// [`Qp::cm_binding`]: a MODIFY_QP took the QP out of INIT (it cannot connect again).
+const QP_USED: u8 = 2;
+
+/// Claims `qp` for one connector (the QP rule of the module docs).
+fn bind_qp(qp: &Qp) -> Result<(), NTSTATUS> {
+    qp.cm_binding()
+        .compare_exchange(0, QP_BOUND, Ordering::AcqRel, Ordering::Acquire)
+        .map(|_| ())
+        .map_err(|_| STATUS_INVALID_DEVICE_STATE)
+}
+
+fn unbind_qp(qp: &Qp) {
+    qp.cm_binding().fetch_and(!QP_BOUND, Ordering::AcqRel);
+}
+
+/// The QP is about to leave INIT (a connection's MODIFY_QP, NdkFlush).
+pub(crate) fn mark_qp_used(qp: &Qp) {
+    qp.cm_binding().fetch_or(QP_USED, Ordering::AcqRel);
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -142,6 +175,8 @@ struct Link {
     endpoint: Option<(IpAddr, u16)>,
     /// The shared endpoint it connected through (a successor count on it).
     shared: Option<ObjRef<SharedEndpoint>>,
+    /// The (local, remote) pair claimed on the shared endpoint.
+    tuple: Option<(SocketAddr, SocketAddr)>,
 }
 
 /// Who the connector is a successor of.
@@ -185,10 +220,13 @@ impl NdkObject for Connector {
         }
         if let Some(qp) = qp {
             qp.set_connected(false);
-            if qp.is_live() {
+            // A QP this connection never took out of INIT is left there for another one.
+            let used = qp.cm_binding().load(Ordering::Acquire) & QP_USED != 0;
+            if used && qp.is_live() {
                 // ERR flushes its requests (STATUS_CANCELLED); reserved, so it cannot fail.
                 self.engine.hw().flush_qp(qp.handle());
             }
+            unbind_qp(&qp);
         }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
@@ -196,7 +234,13 @@ impl NdkObject for Connector {
         self.wire.lock().clear();
     }
     fn release_antecedents(&self) {
-        let shared = self.link.lock().shared.take();
+        let (shared, tuple) = {
+            let mut l = self.link.lock();
+            (l.shared.take(), l.tuple.take())
+        };
+        if let Some((local, remote)) = tuple {
+            self.engine.release_tuple(local, remote);
+        }
         if let Some(s) = shared {
             s.put();
         }
@@ -278,6 +322,7 @@ impl Connector {
                     aborted: false,
                     endpoint: None,
                     shared: None,
+                    tuple: None,
                 }),
                 wire: SpinLock::new(Wire {
                     busy: false,
@@ -378,6 +423,8 @@ impl ObjRef<Connector> {
     /// # Errors
     /// Inline: STATUS_INVALID_BUFFER_SIZE (private data above MaxCallerData),
     /// STATUS_CONNECTION_ACTIVE (the connector is connecting or connected),
+    /// STATUS_INVALID_DEVICE_STATE (the QP is another connector's, or connected once),
+    /// STATUS_ADDRESS_ALREADY_EXISTS (the shared endpoint connects to `dst` already),
     /// STATUS_INVALID_ADDRESS (families differ), STATUS_NETWORK_UNREACHABLE (no local
     /// address of the destination's family), the endpoint's statuses, STATUS_INVALID_PARAMETER.
     pub fn connect(
@@ -407,12 +454,14 @@ impl ObjRef<Connector> {
             if l.phase != Phase::Idle || l.qp.is_some() {
                 return Err(STATUS_CONNECTION_ACTIVE);
             }
+            bind_qp(qp)?;
             // Claimed before anything can fail later, so a second connect sees it.
             l.phase = Phase::Resolving;
         }
         let undo = |this: &Self| {
             let mut l = this.link.lock();
             l.phase = Phase::Idle;
+            unbind_qp(qp);
         };
         let (port, endpoint) = match shared {
             Some(se) => {
@@ -420,6 +469,13 @@ impl ObjRef<Connector> {
                     undo(self);
                     return Err(STATUS_INVALID_PARAMETER);
                 }
+                let tuple = (se.local_address(), p.dst);
+                if let Err(e) = engine.claim_tuple(tuple.0, tuple.1) {
+                    se.put();
+                    undo(self);
+                    return Err(e);
+                }
+                self.link.lock().tuple = Some(tuple);
                 (se.port(), None)
             }
             None => match engine.reserve_endpoint(src_ip, p.src.port()) {
@@ -455,19 +511,8 @@ impl ObjRef<Connector> {
                 Ok(())
             }
             Err(_) => {
-                let (endpoint, shared) = {
-                    let mut l = self.link.lock();
-                    l.phase = Phase::Idle;
-                    l.qp = None;
-                    l.request = None;
-                    (l.endpoint.take(), l.shared.take())
-                };
-                if let Some((ip, port)) = endpoint {
-                    engine.release_endpoint(ip, port);
-                }
-                if let Some(s) = shared {
-                    s.put();
-                }
+                self.link.lock().request = None;
+                self.unwind_connect();
                 Err(STATUS_INSUFFICIENT_RESOURCES)
             }
         }
@@ -517,7 +562,7 @@ impl ObjRef<Connector> {
             let id = cm.connect(now, &params)?;
             if !engine.register_conn(id, self) {
                 let _ = cm.release(now, id);
-                return Err(crate::cm::CmError::TableFull);
+                return Err(CmError::TableFull);
             }
             Ok(id)
         });
@@ -543,23 +588,43 @@ impl ObjRef<Connector> {
     }
 
     fn connect_failed(&self, status: NTSTATUS) {
-        let (request, endpoint, shared) = {
+        let request = {
             let mut l = self.link.lock();
             if !matches!(l.phase, Phase::Resolving | Phase::Connecting) {
                 return;
             }
-            l.phase = Phase::Idle;
-            l.qp = None;
-            (l.request.take(), l.endpoint.take(), l.shared.take())
+            l.request.take()
         };
+        self.unwind_connect();
+        if let Some(r) = request {
+            r.complete(status);
+        }
+    }
+
+    /// A connect that never sent its REQ gives back what it claimed: the connector may
+    /// connect again and the QP serve another one.
+    fn unwind_connect(&self) {
+        let (qp, endpoint, shared, tuple) = {
+            let mut l = self.link.lock();
+            l.phase = Phase::Idle;
+            (
+                l.qp.take(),
+                l.endpoint.take(),
+                l.shared.take(),
+                l.tuple.take(),
+            )
+        };
+        if let Some(qp) = qp {
+            unbind_qp(&qp);
+        }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
         }
+        if let Some((local, remote)) = tuple {
+            self.engine.release_tuple(local, remote);
+        }
         if let Some(s) = shared {
             s.put();
-        }
-        if let Some(r) = request {
-            r.complete(status);
         }
     }
 
@@ -607,7 +672,8 @@ impl ObjRef<Connector> {
     /// # Errors
     /// Inline: STATUS_INVALID_BUFFER_SIZE (private data above MaxCalleeData),
     /// STATUS_CONNECTION_ABORTED (the peer gave up), STATUS_CONNECTION_INVALID (not an
-    /// incoming connection, or accepted already), STATUS_INVALID_PARAMETER.
+    /// incoming connection, or accepted already), STATUS_INVALID_DEVICE_STATE (the QP is
+    /// another connector's, or connected once), STATUS_INVALID_PARAMETER.
     pub fn accept(
         &self,
         qp: &ObjRef<Qp>,
@@ -632,6 +698,7 @@ impl ObjRef<Connector> {
             let Some(conn) = l.conn else {
                 return Err(STATUS_CONNECTION_INVALID);
             };
+            bind_qp(qp)?;
             l.phase = Phase::Accepting;
             l.qp = Some(qp.clone());
             l.request = Some(request);
@@ -655,7 +722,9 @@ impl ObjRef<Connector> {
                 } else {
                     Phase::Incoming
                 };
-                l.qp = None;
+                if let Some(q) = l.qp.take() {
+                    unbind_qp(&q);
+                }
                 l.request = None;
                 l.disconnect = None;
                 Err(if aborted {
@@ -710,9 +779,11 @@ impl ObjRef<Connector> {
     /// or DREQ retries ran out (STATUS_IO_TIMEOUT).
     ///
     /// # Errors
-    /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already).
+    /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already);
+    /// STATUS_DEVICE_BUSY when the CM's action queue stays full (the DREQ or DREP could not
+    /// be queued; nothing changed, the consumer may retry).
     pub fn disconnect(&self, request: Arc<RequestHandoff>) -> Result<(), NTSTATUS> {
-        let (conn, before) = {
+        let (conn, before, notified) = {
             let mut l = self.link.lock();
             let before = l.phase;
             if !matches!(before, Phase::Established | Phase::PeerClosed) {
@@ -723,11 +794,23 @@ impl ObjRef<Connector> {
             };
             l.phase = Phase::Disconnecting;
             l.request = Some(request);
+            let notified = l.notified;
             l.notified = true;
-            (conn, before)
+            (conn, before, notified)
         };
-        match self.engine.input(|cm, now| cm.disconnect(now, conn)) {
+        match self
+            .engine
+            .input_when_room(|cm, now| cm.disconnect(now, conn))
+        {
             Ok(()) => Ok(()),
+            Err(CmError::QueueFull) => {
+                // Not "the CM is done": the peer's DREQ still waits for its DREP.
+                let mut l = self.link.lock();
+                l.phase = before;
+                l.request = None;
+                l.notified = notified;
+                Err(STATUS_DEVICE_BUSY)
+            }
             Err(_) if before == Phase::PeerClosed => {
                 // The CM is done with the connection already (the peer aborted it): only
                 // the QP's flush is left, then the request completes.
@@ -858,6 +941,7 @@ impl ObjRef<Connector> {
         if matches!(t, QpTransition::Error) {
             qp.set_connected(false);
         }
+        mark_qp_used(&qp);
         let this = self.clone();
         let q2 = qp.clone();
         let done = hw_done(move |r: Result<(), HwError>| {

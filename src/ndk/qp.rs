@@ -10,7 +10,7 @@
 //! serializes each queue, §5.3) and never allocate.
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::consumer_array::ConsumerArray;
@@ -204,7 +204,33 @@ impl<K: WqKind> OrderedQueue<WqWriter<K, SlotCell>> {
 }
 
 /// A queue pair.
+///
+/// `#[repr(C)]`, hot state first (docs/ARCHITECTURE.md "Cache footprint"): what an
+/// initiator post reads and writes (admission words, transfer limit, traffic counters),
+/// then what a send completion's retirement reads (the live handle, QPContext), then the
+/// send queue, whose counts and ring writer start with what both read. A post so touches
+/// one run of about 140 bytes of the QP and a send completion one of about 70, where the
+/// compiler's order spread each over four lines or more. The rest is in no particular order.
+#[repr(C)]
 pub struct Qp {
+    /// What an initiator request passes for its SGE count, one load and one compare
+    /// (together with its flags, the whole admission of a well-formed request):
+    /// MaxInitiatorRequestSge + 1 while connected, 0 while not (so that no count, not even
+    /// 0, passes). Kept in step with `connected` by [`Qp::set_connected`].
+    admit_send: AtomicU64,
+    /// As `admit_send`, for NdkRead (bounded by MaxReadRequestSge too).
+    admit_read: AtomicU64,
+    max_transfer: u32,
+    max_recv_sge: u32,
+    /// What it moved (OID_NDK_STATISTICS).
+    traffic: QpTraffic,
+    /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
+    /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
+    /// reuse the handle) never matches.
+    live_handle: AtomicU64,
+    context: usize,
+    /// The send queue: its bookkeeping, which owns its ring.
+    sq: OrderedQueue<SendWriter<SlotCell>>,
     life: Lifetime,
     pd: ObjRef<Pd>,
     send_cq: ObjRef<Cq>,
@@ -213,31 +239,15 @@ pub struct Qp {
     handle: u32,
     /// The wire QP number (CREATE_QP's `qpn`), which the connection manager sends.
     qpn: u32,
-    context: usize,
-    /// The send queue: its bookkeeping, which owns its ring.
-    sq: OrderedQueue<SendWriter<SlotCell>>,
     rq: Option<OrderedQueue<RecvWriter<SlotCell>>>,
-    /// The handle while the QP lives, `u64::MAX` after teardown: a CQ's cached QP is
-    /// matched against a CQE's 64-bit `qp` with one compare, and a stale one (the device may
-    /// reuse the handle) never matches.
-    live_handle: AtomicU64,
     /// Links in the CQs' graveyards once torn down.
     grave: GraveLinks,
     max_send_sge: u32,
-    max_recv_sge: u32,
     max_read_sge: u32,
-    max_transfer: u32,
     connected: AtomicBool,
-    /// What an initiator request passes for its SGE count, one load and one compare
-    /// (together with its flags, the whole admission of a well-formed request):
-    /// MaxInitiatorRequestSge + 1 while connected, 0 while not (so that no count, not even
-    /// 0, passes). Kept in step with `connected` by [`Qp::set_connected`].
-    admit_send: AtomicU64,
-    /// As `admit_send`, for NdkRead (bounded by MaxReadRequestSge too).
-    admit_read: AtomicU64,
     bad_cqes: AtomicU32,
-    /// What it moved (OID_NDK_STATISTICS).
-    traffic: QpTraffic,
+    /// Which connector holds it and whether it left INIT (`connector`'s QP rule).
+    cm_binding: AtomicU8,
 }
 
 impl NdkObject for Qp {
@@ -390,6 +400,7 @@ impl PendingQp {
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
                 traffic: QpTraffic::default(),
+                cm_binding: AtomicU8::new(0),
             },
         ) {
             Ok(q) => q,
@@ -552,6 +563,11 @@ impl Qp {
             .store(admit(self.max_send_sge), Ordering::Release);
         self.admit_read
             .store(admit(self.max_read_sge), Ordering::Release);
+    }
+
+    /// The connection engine's claim on the QP (see [`super::connector`]).
+    pub(crate) fn cm_binding(&self) -> &AtomicU8 {
+        &self.cm_binding
     }
 
     /// The device handle while the QP lives, `u64::MAX` once torn down.
@@ -986,6 +1002,7 @@ impl Qp {
     /// first so they are flushed too.
     pub fn flush(&self) {
         self.ring_deferred();
+        super::connector::mark_qp_used(self);
         self.pd.adapter().hw().flush_qp(self.handle);
     }
 

@@ -26,8 +26,10 @@ pub enum Direction {
     In,
 }
 
-/// One QP's counters.
+/// One QP's counters. `#[repr(C)]`: the post's four first, in the QP's post run
+/// (`super::qp::Qp`), the receive poller's two after them.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct QpTraffic {
     out_octets: AtomicU64,
     out_frames: AtomicU64,
@@ -37,20 +39,19 @@ pub struct QpTraffic {
     recv_frames: AtomicU64,
 }
 
-/// Single-writer add, for the receive side (off the measured paths).
+/// Single-writer add: a relaxed load and store, no locked instruction. Every counter has
+/// one writer (a QP's initiator counters its queue's poster, whom the consumer serializes,
+/// ndkpi.md §5.3; its receive counters the receive CQ's poller, §5.4), so no add is lost;
+/// readers see each counter whole. x86 compiles it to one `add` to memory, the same count
+/// as the `lock add` it replaced on the post path but without draining the store buffer.
 #[inline(always)]
 fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
-/// The post path's add: one instruction (`lock add`) where a relaxed load, add and store
-/// are three, which the instruction guard (benches/instructions.sh: +2 at most per shape)
-/// does not allow twice. Uncontended (the queue has one poster), but a locked instruction
-/// drains the store buffer: datapath/a_read measured about 36 -> 49 ns here (noisy shared
-/// host). [`bump`] instead costs +6 instructions on NdkRead (+3 on NdkSend) and no drain.
-#[inline(always)]
-fn post_add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
+/// [`bump`] undone, by the same single writer.
+fn unbump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
 }
 
 impl QpTraffic {
@@ -60,12 +61,12 @@ impl QpTraffic {
     pub(crate) fn posted(&self, dir: Option<Direction>, bytes: u64) {
         match dir {
             Some(Direction::Out) => {
-                post_add(&self.out_octets, bytes);
-                post_add(&self.out_frames, 1);
+                bump(&self.out_octets, bytes);
+                bump(&self.out_frames, 1);
             }
             Some(Direction::In) => {
-                post_add(&self.read_octets, bytes);
-                post_add(&self.read_frames, 1);
+                bump(&self.read_octets, bytes);
+                bump(&self.read_frames, 1);
             }
             None => {}
         }
@@ -78,8 +79,8 @@ impl QpTraffic {
             Some(Direction::In) => (&self.read_octets, &self.read_frames),
             None => return,
         };
-        octets.fetch_sub(bytes, Ordering::Relaxed);
-        frames.fetch_sub(1, Ordering::Relaxed);
+        unbump(octets, bytes);
+        unbump(frames, 1);
     }
 
     /// A receive completed with `bytes` (the receive CQ's poller).

@@ -113,15 +113,18 @@ pub fn ring(uar: &Uar, db: impl Doorbell) {
 }
 
 /// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
+/// `#[repr(C)]`, the two words a ring reads first: a post finds them in the same cache line
+/// as the rest of its ring writer's state (`wq::WqWriter`).
+#[repr(C)]
 pub struct Bell {
     // INVARIANT: `word` is `uar.word(offset)` of a `Uar` that `_keep` keeps alive (and `uar`
     // points to it where the host's doorbell hook exists: the only reason to read it).
-    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-    uar: NonNull<Uar>,
     word: NonNull<u32>,
+    value: u32,
     #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
     offset: u32,
-    value: u32,
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+    uar: NonNull<Uar>,
     _keep: Arc<dyn Send + Sync>,
 }
 

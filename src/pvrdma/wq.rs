@@ -131,23 +131,29 @@ pub type RecvWriter<R = ()> = WqWriter<RecvWqe, R>;
 ///     sq.slot(0).write_send(0, &SqHeader::default(), &[]) && rq.slot(0).write_recv(0, &[])
 /// }
 /// ```
+///
+/// `#[repr(C)]`, in the order a post reads it: the element table, `prod_tail`, the wrap
+/// mask, the owed-doorbell flag and the doorbell's word and value make its first 60 bytes
+/// (a post's whole use of the writer, within one or two cache lines however the owner is
+/// placed); what only creation, diagnostics or multi-SGE posts read comes after.
+#[repr(C)]
 pub struct WqWriter<K, R = ()> {
     elements: Elements<R>,
     // INVARIANT: point to this ring's `prod_tail` and `cons_head` words in page 0 of `_buf`.
     // Two pointers, not one and `add(1)`: each comes from a reference to its own word, which
     // reaches that word only (Stacked Borrows).
     prod_tail: NonNull<AtomicU32>,
-    cons_head: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
+    /// A post left its doorbell to a later one ([`WqSlot::post_send`] with `defer`) and no
+    /// doorbell has covered it yet. Only the ring's one producer reads or writes it.
+    doorbell_owed: AtomicBool,
+    bell: Bell,
     // INVARIANT: ≥ 1, and an element holds the `K::HEADER`-byte header of the writer's WQE
     // format and this many SGEs.
     /// SGEs a WQE of this ring can hold.
     max_sge: u32,
-    bell: Bell,
-    /// A post left its doorbell to a later one ([`WqSlot::post_send`] with `defer`) and no
-    /// doorbell has covered it yet. Only the ring's one producer reads or writes it.
-    doorbell_owed: AtomicBool,
+    cons_head: NonNull<AtomicU32>,
     _buf: Arc<PagedBuffer>,
     /// The WQE format (no value: `fn() -> K` so that it adds no auto-trait bound).
     _kind: PhantomData<fn() -> K>,

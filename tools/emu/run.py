@@ -25,6 +25,7 @@ import sys
 
 import pefile
 import speakeasy
+import speakeasy.binemu
 
 NDIS_STATUS_SUCCESS = 0
 NDIS_STATUS_NOT_SUPPORTED = 0xC00000BB
@@ -113,6 +114,7 @@ def caps_block():
 
 
 failures = []
+passed = 0
 log_lines = []
 # False: only failed checks are printed (tools/emu/instr.py).
 verbose = True
@@ -128,6 +130,8 @@ def asm_call(fn, args):
 
 
 def check(ok, what):
+    global passed
+    passed += 1 if ok else 0
     line = ("ok   " if ok else "FAIL ") + what
     if verbose or not ok:
         print(line)
@@ -273,6 +277,21 @@ class ModelDevice:
             (f"model objects {self.world.object_counts(self.node)}", any(self.world.object_counts(self.node)))] if bad]
 
 
+# The x64 kernel stack (KERNEL_STACK_SIZE, 24 KiB) every call runs on: speakeasy would size
+# the emulated stack from the image's SizeOfStackCommit, which Windows ignores for a driver.
+KERNEL_STACK_SIZE = 0x6000
+kernel_stack = KERNEL_STACK_SIZE
+
+
+def _kernel_stack(alloc_stack):
+    def alloc(emu, _size):
+        return alloc_stack(emu, kernel_stack)
+    return alloc
+
+
+speakeasy.binemu.BinaryEmulator.alloc_stack = _kernel_stack(speakeasy.binemu.BinaryEmulator.alloc_stack)
+
+
 class Harness:
     def __init__(self, image, device="model", world=None, node=0, unicast_rows=None, neighbours=None):
         """`device`: "model" (node `node` of `world`, a fresh one-node World if None) or
@@ -321,6 +340,7 @@ class Harness:
         self.doorbells = []
         self.bad_accesses = []
         self.isr_log = []
+        self.stack_marks = {}
         if device == "model":
             if world is None:
                 import pvrdma_simbridge
@@ -773,6 +793,8 @@ class Harness:
 
     def call(self, addr, args, what):
         before = len(self.se.emu.runs)
+        if measure_stack:
+            return self._measured_call(addr, args, what)
         self.se.call(addr, args)
         runs = self.se.emu.runs[before:]
         run = runs[-1] if runs else None
@@ -781,6 +803,40 @@ class Harness:
         # Every routine called here returns an NTSTATUS / NDIS_STATUS (32 bits) or nothing:
         # the upper half of rax is undefined.
         return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
+
+
+    def _measured_call(self, addr, args, what):
+        """`call`, with the stack below its top page filled with a sentinel before and
+        scanned after: the deepest byte written (16-byte granularity) is the call's
+        high-water mark, kept per routine in `stack_marks`."""
+        global measure_stack
+        base = self.se.emu.stack_base
+        lo, top = base - kernel_stack, base - 0x1000
+        self.se.mem_write(lo, b"\xCC" * (top - lo))
+        measure_stack = False
+        try:
+            st = self.call(addr, args, what)
+        finally:
+            measure_stack = True
+        data = self.read(lo, top - lo)
+        first = next((i for i in range(0, len(data), 16) if data[i:i + 16] != b"\xCC" * 16), len(data))
+        key = what.split("(")[0].split(":")[-1].strip()
+        self.stack_marks[key] = max(self.stack_marks.get(key, 0), base - (lo + first))
+        return st
+
+
+# Set (--stack-report): every top-level call measures its stack high-water mark.
+measure_stack = False
+
+
+def stack_report(harnesses):
+    marks = {}
+    for hz in harnesses:
+        for k, v in hz.stack_marks.items():
+            marks[k] = max(marks.get(k, 0), v)
+    print(f"stack high-water marks (bytes of the {kernel_stack:#x}-byte stack; the top page always counts):")
+    for k, v in sorted(marks.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {v:6d}  {k}")
 
 
 def init_params(hz):
@@ -848,7 +904,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
     ap.add_argument("--device", choices=["model", "scripted"], default="scripted")
+    ap.add_argument("--kernel-stack", type=lambda v: int(v, 0), default=KERNEL_STACK_SIZE,
+                    help="the emulated stack's size (default the x64 kernel stack, 0x6000)")
+    ap.add_argument("--stack-report", action="store_true",
+                    help="measure and print each top-level call's stack high-water mark")
     args = ap.parse_args()
+    global kernel_stack, measure_stack
+    kernel_stack = args.kernel_stack
+    measure_stack = args.stack_report
+    if kernel_stack != KERNEL_STACK_SIZE:
+        print(f"WARNING: the emulated stack is {kernel_stack:#x} bytes, not the x64 kernel stack's "
+              f"{KERNEL_STACK_SIZE:#x}: a call needing more than {KERNEL_STACK_SIZE:#x} would overflow on Windows")
     hz = Harness(args.image, device=args.device)
     hz.guard_cfg()
 
@@ -1307,7 +1373,13 @@ def model_objects_run(hz, a):
     the model."""
     w, node = hz.world, hz.device.node
     c = NdkConsumer(hz)
-    objects = lambda: w.object_counts(node)  # noqa: E731 (pds, mrs, cqs, qps, srqs)
+    # The connection engine's QP1 (its PD, DMA MR, CQ and QP) lives from InitializeEx to
+    # Halt: the counts here are the consumer's, above it.
+    engine = w.object_counts(node)
+    engine_qps = set(w.qp_handles(node))
+    check(engine == (1, 1, 1, 1, 0) and len(engine_qps) == 1,
+          f"InitializeEx left the connection engine's QP1 in the model: PD, DMA MR, CQ, QP ({engine}, {engine_qps})")
+    objects = lambda: tuple(x - y for x, y in zip(w.object_counts(node), engine))  # noqa: E731 (pds, mrs, cqs, qps, srqs)
     before = w.counters(node)
     pd = c.create(c.slot(a, AD_CREATE_PD), [a], "NdkCreatePd")
     if not check(pd is not None, "NdkCreatePd gave a PD"):
@@ -1343,7 +1415,7 @@ def model_objects_run(hz, a):
     # remote token reads the bytes the consumer wrote, across the page boundary (the page
     # directory maps the MDL's two bus pages); past the end, or a WRITE the registration did
     # not allow, the model refuses.
-    qp_handles = w.qp_handles(node)
+    qp_handles = [h for h in w.qp_handles(node) if h not in engine_qps]
     if check(len(qp_handles) == 1, f"one QP in the model ({qp_handles})"):
         qph = qp_handles[0]
         # No period: a page mapped twice or swapped reads other bytes.
@@ -1423,6 +1495,8 @@ def finish(hz):
           + (f" (violations {[hex(v) for v in hz.cfg_violations]})" if hz.cfg_violations else ""))
     unsupported = [r.error for r in hz.se.emu.runs if r.error and r.error.get("type") == "unsupported_api"]
     check(not unsupported, f"no unsupported API reached {unsupported}")
+    if measure_stack:
+        stack_report([hz])
     print("info APIs called: " + ", ".join(sorted(set(hz.calls))))
     for line in log_lines:
         print("info DbgPrintEx: " + line.rstrip())
