@@ -213,6 +213,7 @@ fn round_robin(requests: usize, nqp: usize, shared: bool, depth: u32) {
     let s = Pair::new(nqp, shared, depth, false);
     let mut res = [empty_result(); 1];
     let mut done = 0;
+    let quiet = (s.c.mads(), interrupts(&s.c));
     while done < requests {
         // Stack arrays: the harness adds nothing to the heap lines between the calls.
         let mut cqs = [std::ptr::null_mut(); INFLIGHT];
@@ -229,9 +230,15 @@ fn round_robin(requests: usize, nqp: usize, shared: bool, depth: u32) {
         }
         done += INFLIGHT;
     }
+    assert_eq!(
+        (s.c.mads(), interrupts(&s.c)),
+        quiet,
+        "CM MADs or interrupts while measuring"
+    );
     let dropped: u64 = s.c.nodes.iter().map(|n| n.ndk.bad_cqes()).sum();
     assert_eq!(dropped, 0, "CQEs naming no outstanding request");
     eprintln!("requests={done}");
+    s.c.disconnect_all();
     leak(s.c);
     std::process::exit(0);
 }
