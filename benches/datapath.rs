@@ -8,7 +8,9 @@
 //!
 //! Only the provider calls are timed (`iter_custom`): the device model and fabric run
 //! between them, untimed. Doorbells are unhooked as in the instruction benchmark (a
-//! doorbell is one store to the UAR page; the harness forwards it afterwards).
+//! doorbell is one store to the UAR page; the harness forwards it afterwards). The QPs
+//! connect through the CM before the first timed call, with their QP1 traffic over, and part
+//! with NdkDisconnect after the last.
 //!
 //! `cargo bench --bench datapath [-- <filter>]`
 
@@ -142,6 +144,7 @@ const INFLIGHT: usize = 16;
 
 fn per_request(c: &mut Criterion) {
     let p = Pair::new(1, true, 64, false);
+    let quiet = p.c.mads();
     shapes(c, "datapath", "1qp", &p);
     let mut g = c.benchmark_group("datapath");
     let mut res = [empty_result(); 1];
@@ -149,6 +152,8 @@ fn per_request(c: &mut Criterion) {
     g.bench_function("poll_empty", |b| b.iter(|| get_results(cq, &mut res)));
     g.bench_function("arm_any", |b| b.iter(|| arm(cq, NDK_CQ_NOTIFY_ANY)));
     g.finish();
+    assert_eq!(p.c.mads(), quiet, "CM MADs while measuring");
+    p.c.disconnect_all();
     leak(p.c);
 }
 
@@ -168,7 +173,10 @@ fn scaling(c: &mut Criterion) {
             "{nqp}qp_{}_cq{depth}",
             if shared { "shared" } else { "separate" }
         );
+        let quiet = p.c.mads();
         shapes(c, "scaling", &label, &p);
+        assert_eq!(p.c.mads(), quiet, "CM MADs while measuring");
+        p.c.disconnect_all();
         leak(p.c);
     }
 }

@@ -7,7 +7,10 @@
 //! stderr. Doorbells are not hooked (the script builds this example with the feature
 //! `bare-doorbell`, which compiles the hook out): a doorbell is one volatile store to the UAR
 //! page, and the harness forwards the stored word to the model after the measured call
-//! returns.
+//! returns. The QPs connect through the CM (NdkListen / NdkConnect / NdkAccept /
+//! NdkCompleteConnect) before the measured calls and part with NdkDisconnect after them;
+//! their QP1 traffic is over before the first measured call and none happens until the last
+//! one returned (checked: no MAD and no interrupt on either host in between).
 //! `instr mem [qps] [cq-depth]` prints host memory per QP and per CQ from the OS seam's
 //! accounting (no valgrind needed).
 //!
@@ -53,6 +56,7 @@ fn main() {
     // FRMRs for the fast-register shapes, on host 0.
     let fr: Vec<_> = [1u32, 16].iter().map(|&p| c.frmr(0, p)).collect();
     let pages = s.local.pages();
+    let quiet = (c.mads(), interrupts(c));
     for it in 0..iters {
         let (qa, qb, cqa, cqb) = s.at(it);
         match shape.as_str() {
@@ -153,11 +157,22 @@ fn main() {
             other => panic!("unknown shape {other}"),
         }
     }
+    assert_eq!(
+        (c.mads(), interrupts(c)),
+        quiet,
+        "CM MADs or interrupts while measuring"
+    );
     let dropped: u64 = c.nodes.iter().map(|n| n.ndk.bad_cqes()).sum();
     assert_eq!(dropped, 0, "CQEs naming no outstanding request");
     eprintln!("requests={requests}");
+    c.disconnect_all();
     leak(s.c);
     std::process::exit(0);
+}
+
+/// Interrupts taken by every host's ISR.
+fn interrupts(c: &Cluster) -> u64 {
+    c.nodes.iter().map(Node::interrupts).sum()
 }
 
 /// Reaps `n` successful completions from `cq` through NdkGetCqResultsEx (a thunk the
@@ -198,6 +213,7 @@ fn round_robin(requests: usize, nqp: usize, shared: bool, depth: u32) {
     let s = Pair::new(nqp, shared, depth, false);
     let mut res = [empty_result(); 1];
     let mut done = 0;
+    let quiet = (s.c.mads(), interrupts(&s.c));
     while done < requests {
         // Stack arrays: the harness adds nothing to the heap lines between the calls.
         let mut cqs = [std::ptr::null_mut(); INFLIGHT];
@@ -214,9 +230,15 @@ fn round_robin(requests: usize, nqp: usize, shared: bool, depth: u32) {
         }
         done += INFLIGHT;
     }
+    assert_eq!(
+        (s.c.mads(), interrupts(&s.c)),
+        quiet,
+        "CM MADs or interrupts while measuring"
+    );
     let dropped: u64 = s.c.nodes.iter().map(|n| n.ndk.bad_cqes()).sum();
     assert_eq!(dropped, 0, "CQEs naming no outstanding request");
     eprintln!("requests={done}");
+    s.c.disconnect_all();
     leak(s.c);
     std::process::exit(0);
 }

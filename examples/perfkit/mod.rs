@@ -5,13 +5,13 @@
 //! call below goes through the dispatch tables, as a kernel consumer's. Creates that answer
 //! STATUS_PENDING are waited for through their CreateCompletion/RequestCompletion.
 //!
-//! Connections ([`Cluster::connect`]): with `hooked`, every host runs its connection engine
-//! (a `Neighbours` resolver knowing every host) and QPs connect through NdkListen /
-//! NdkConnect / NdkAccept / NdkCompleteConnect, one listener per host; they part with
-//! NdkDisconnect ([`Cluster::disconnect_all`]). Unhooked clusters wire QPs raw (MODIFY_QP
-//! RTR→RTS with the peer's QPN (M10), GID and MAC through `tests/common/objects.rs`, then
-//! `ndk::set_qp_connected`): QP1's MADs need the model to see every doorbell, and an unhooked
-//! harness hands it only the last word stored at an offset.
+//! Connections ([`Cluster::connect`]): every host runs its connection engine (a `Neighbours`
+//! resolver knowing every host) and QPs connect through NdkListen / NdkConnect / NdkAccept /
+//! NdkCompleteConnect, one listener per host; they part with NdkDisconnect
+//! ([`Cluster::disconnect_all`]). QP1's MADs need the model to see every doorbell, which an
+//! unhooked harness does not hand it: while an unhooked cluster connects or disconnects, every
+//! pump first has each model kick QP1's queues (`Device::kick_gsi_queues`), and a connection
+//! is made only once every MAD sent has arrived, so no CM traffic is left for a measurement.
 //!
 //! Doorbells: with `hooked`, every UAR store is also forwarded to the model and counted (the
 //! host hook of `os::Uar`). Without it (instruction counting) a doorbell is the bare volatile
@@ -22,13 +22,13 @@
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pvrdma_ndk::ndk::cm_engine::EngineConfig;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
-use pvrdma_ndk::ndk::{NdkDevice, Qp, set_qp_connected};
+use pvrdma_ndk::ndk::{NdkDevice, Qp};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::net::Neighbours;
@@ -37,7 +37,6 @@ use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig}
 use pvrdma_sim::world::World;
 
 use crate::common::ndk::{SockBuf, guid_from_mac};
-use crate::common::objects::{rc_rtr_rts, rts_attrs};
 use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma};
 
 /// One simulated host.
@@ -191,9 +190,11 @@ pub struct Cluster {
     pub world: Arc<World>,
     /// The hosts.
     pub nodes: Vec<Node>,
-    /// Whether doorbells reach the model through the hook (and connections go through the
-    /// CM).
+    /// Whether doorbells reach the model through the hook.
     pub hooked: bool,
+    /// Unhooked: while set, every pump has each model kick QP1's queues first (connection
+    /// setup and teardown, whose QP1 doorbells the harness does not forward).
+    kick_qp1: Arc<AtomicBool>,
     /// One listener per host (index = host), made on the first connection to it.
     listeners: Mutex<Vec<Option<Listening>>>,
     /// The CM connections, in the order they were made.
@@ -348,6 +349,7 @@ impl Cluster {
             w.add_node(cfg);
         }
         let world = Arc::new(w);
+        let kick_qp1 = Arc::new(AtomicBool::new(false));
         let mut nodes = Vec::new();
         for i in 0..n as usize {
             let node = world.node(i);
@@ -373,6 +375,7 @@ impl Cluster {
                 None
             };
             let w = world.clone();
+            let kicking = kick_qp1.clone();
             let platform = HostPlatform::new(
                 HostDevice {
                     bar1: SimBar1::new(model.clone()),
@@ -380,6 +383,9 @@ impl Cluster {
                     doorbell: hook,
                     uar_pfn: DEFAULT_UAR_PFN,
                     pump: Some(Arc::new(move || {
+                        if kicking.load(Ordering::SeqCst) {
+                            (0..w.len()).for_each(|d| w.device(d).kick_gsi_queues());
+                        }
                         w.run_until_idle();
                         std::thread::yield_now();
                     })),
@@ -389,18 +395,9 @@ impl Cluster {
             world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
             let gid = node.gid();
             let p: Arc<dyn Platform> = platform.clone();
-            // With connection management the engine binds the GID.
-            let gids = [gid];
-            let probe_gids: &[[u8; 16]] = if hooked { &[] } else { &gids };
+            // The connection engine binds the GID.
             let dev = Arc::new(
-                DrvDevice::probe(
-                    p,
-                    &DrvConfig {
-                        gids: probe_gids,
-                        ..DrvConfig::default()
-                    },
-                )
-                .expect("probe against the model"),
+                DrvDevice::probe(p, &DrvConfig::default()).expect("probe against the model"),
             );
             let hw = PvrdmaHardware::new(dev.clone()).expect("hardware tables");
             let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
@@ -436,13 +433,12 @@ impl Cluster {
                 ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
             });
         }
-        if hooked {
-            start_engines(&nodes);
-        }
+        start_engines(&nodes);
         Cluster {
             world,
             nodes,
             hooked,
+            kick_qp1,
             listeners: Mutex::new(Vec::new()),
             links: Mutex::new(Vec::new()),
             outbound_reads: AtomicU32::new(0),
@@ -518,14 +514,42 @@ impl Cluster {
         self.created(i, st, qp, &done, "NdkCreateQp")
     }
 
-    /// Connects `qa` on host `a` and `qb` on host `b`: through the CM when hooked, else
-    /// [`Cluster::wire`].
+    /// Connects `qa` on host `a` and `qb` on host `b` through the CM.
     pub fn connect(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
-        if self.hooked {
-            self.cm_connect(a, qa, b, qb);
-        } else {
-            self.wire(a, qa, b, qb);
-        }
+        self.cm_traffic(|| self.cm_connect(a, qa, b, qb));
+    }
+
+    /// Runs `f`, which exchanges MADs, then waits until the CM's traffic is over: every MAD
+    /// sent has arrived, no host runs a DPC, and a whole pump raised no interrupt (unhooked,
+    /// its kicks found no QP1 completion left unreaped). Unhooked, every pump from the start
+    /// of `f` to then has each model kick QP1's queues (see the module docs).
+    fn cm_traffic<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.kick_qp1.store(!self.hooked, Ordering::SeqCst);
+        let r = f();
+        let seen = std::cell::Cell::new(None);
+        let over = self.nodes[0].platform.wait_until(
+            &|| {
+                let (sent, arrived) = self.mads();
+                let interrupts: u64 = self.nodes.iter().map(Node::interrupts).sum();
+                let quiet = seen.replace(Some(interrupts)) == Some(interrupts);
+                quiet
+                    && sent == arrived
+                    && self.nodes.iter().all(|n| n.platform.executor().is_idle())
+                    && self.world.is_idle()
+            },
+            WAIT_NS,
+        );
+        assert!(over, "CM traffic still under way: MADs {:?}", self.mads());
+        self.kick_qp1.store(false, Ordering::SeqCst);
+        r
+    }
+
+    /// CM MADs (sent, received) over every host.
+    pub fn mads(&self) -> (u64, u64) {
+        self.nodes.iter().fold((0, 0), |(o, i), n| {
+            let s = n.ndk.connections().expect("a connection engine").stats();
+            (o + s.mads_out, i + s.mads_in)
+        })
     }
 
     /// NdkConnect from `a` to the listener on `b`, NdkAccept of `qb` from the connect event,
@@ -624,7 +648,7 @@ impl Cluster {
         });
     }
 
-    /// The OutboundReadLimit the CM negotiated for the last connection (`None`: wired raw).
+    /// The OutboundReadLimit the CM negotiated for the last connection (`None`: none made).
     pub fn outbound_read_limit(&self) -> Option<u32> {
         Some(self.outbound_reads.load(Ordering::SeqCst)).filter(|&n| n != 0)
     }
@@ -632,6 +656,10 @@ impl Cluster {
     /// Parts every CM connection (NdkDisconnect from the connecting side; the peer
     /// disconnects on its DisconnectEvent), closes the connectors and the listeners.
     pub fn disconnect_all(&self) {
+        self.cm_traffic(|| self.part_all());
+    }
+
+    fn part_all(&self) {
         let links = std::mem::take(&mut *self.links.lock().unwrap());
         for l in &links {
             let [na, nb] = [&self.nodes[l.host[0]], &self.nodes[l.host[1]]];
@@ -666,34 +694,6 @@ impl Cluster {
             }
         }
         self.run();
-    }
-
-    /// Test wiring (as tests/ndk_model.rs): `qa` on host `a` and `qb` on host `b` to RTS
-    /// towards each other, then both marked connected.
-    pub fn wire(&self, a: usize, qa: *mut NDK_QP, b: usize, qb: *mut NDK_QP) {
-        let (na, nb) = (&self.nodes[a], &self.nodes[b]);
-        let (ha, hb) = (qp_handle(qa), qp_handle(qb));
-        let (qpn_a, qpn_b) = (qpn(&na.dev, ha), qpn(&nb.dev, hb));
-        for (n, h, peer, peer_qpn, sq_psn, rq_psn) in [
-            (na, ha, nb, qpn_b, 0x100, 0x200),
-            (nb, hb, na, qpn_a, 0x200, 0x100),
-        ] {
-            let mut at = rts_attrs(peer_qpn);
-            at.sq_psn = sq_psn;
-            at.rq_psn = rq_psn;
-            at.path_mtu = 5; // 4096, the largest RoCE MTU (the port clamps it, M41)
-            at.max_rd_atomic = 16; // as many READs in flight as the device allows
-            at.max_dest_rd_atomic = 16;
-            at.min_rnr_timer = 1;
-            at.rnr_retry = 7;
-            at.ah_attr.dgid = peer.gid;
-            at.ah_attr.dmac = peer.mac;
-            rc_rtr_rts(&n.dev, h, at).expect("RTR/RTS");
-        }
-        // SAFETY: both are live QPs of this provider.
-        unsafe { set_qp_connected(qa, true) };
-        // SAFETY: as above.
-        unsafe { set_qp_connected(qb, true) };
     }
 
     /// NdkCreateMr (fast-register) + NdkInitializeFastRegisterMr for `pages` pages on host
@@ -879,6 +879,15 @@ fn start_engines(nodes: &[Node]) {
         n.ndk
             .start_connections(p, r, cfg)
             .expect("connection engine starts");
+    }
+    // The engines bind their GIDs from DPCs: done before the hosts are used (or measured).
+    for n in nodes {
+        let engine = n.ndk.connections().expect("a connection engine");
+        let ready = n.platform.wait_until(
+            &|| engine.bound_gids().contains(&Some(n.ip)) && n.platform.executor().is_idle(),
+            WAIT_NS,
+        );
+        assert!(ready, "host {}: the engine bound no GID", n.index);
     }
 }
 

@@ -3,7 +3,7 @@
 //! M32, M33, M40, M45-M47).
 #![deny(unsafe_code)]
 
-use super::{Core, DevRing};
+use super::{Core, DevRing, Work};
 use crate::cq::{self, Arm};
 use crate::intr::{VEC_ASYNC, VEC_CQ};
 use crate::mr::{MrKind, Need, access};
@@ -611,6 +611,61 @@ impl Core {
         if self.rq_tail(qph).is_none() {
             self.qp_fatal(qph);
         }
+    }
+
+    /// See [`Device::kick_gsi_queues`]; true when it queued work or posted a CQNE.
+    pub(crate) fn kick_gsi_queues(&mut self) -> bool {
+        let mut cqs = Vec::new();
+        let queued = self.work.len();
+        let mut notified = false;
+        for (h, qp) in self.qps.iter() {
+            if qp.ty != QpType::Gsi || qp.state == QpState::Reset {
+                continue;
+            }
+            // A driver rings after posting: a queue whose `prod_tail` names no WQE the device
+            // has not taken yet would get a doorbell no driver rings. An RQ doorbell does more
+            // than check the index only in ERR (M17), and QP1 always has receives posted.
+            let posted = |off, next| qp.mem.read_u32(&self.dma, off) != Ok(next);
+            if posted(ring_off::SQ_PROD, qp.sq_next) {
+                self.work.push_back(Work::Sq(h));
+            }
+            if qp.state == QpState::Err
+                && qp.srq.is_none()
+                && qp.rq.is_some()
+                && posted(ring_off::RQ_PROD, qp.rq_next)
+            {
+                self.work.push_back(Work::Rq(h));
+            }
+            cqs.extend([qp.send_cq, qp.recv_cq]);
+        }
+        cqs.dedup();
+        for h in cqs {
+            if self.cqs.get(h).is_some_and(|c| !c.held.is_empty()) {
+                self.write_held_cqes(h);
+                notified = true;
+            }
+            if self.cq_unconsumed(h) {
+                self.post_cqne(h);
+                notified = true;
+            }
+        }
+        notified || self.work.len() != queued
+    }
+
+    /// True when CQ `h` is in service and its ring holds CQEs past the driver's `cons_head`;
+    /// an unreadable or bad index reads as none here (the next CQE's write reports it).
+    fn cq_unconsumed(&self, h: u32) -> bool {
+        let Some(c) = self.cqs.get(h) else {
+            return false;
+        };
+        if c.stopped {
+            return false;
+        }
+        c.mem
+            .read_u32(&self.dma, cq::CONS_HEAD)
+            .ok()
+            .and_then(|head| c.ring.check(c.tail, head).ok())
+            .is_some_and(|used| used > 0)
     }
 
     /// SRQ doorbell (M17, M47): validates the index.

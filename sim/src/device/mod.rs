@@ -410,6 +410,30 @@ impl Device {
         Ok(())
     }
 
+    /// Harness knob, not device behaviour: acts as though every doorbell a driver could have
+    /// rung for the GSI QP (QP1) had reached the device. Its SQ gets a kick (M17) when its
+    /// `prod_tail` names WQEs the device has not taken, and so does its RQ in ERR, its CQs have held CQEs written
+    /// (as a POLL, M48), and a CQ of it whose ring holds CQEs the driver has not consumed gets
+    /// a CQNE whatever its arm (an arm that never arrived cannot leave them unseen). It adds
+    /// work and notifications and takes none away: arm states are untouched, and no other QP
+    /// or CQ is looked at.
+    ///
+    /// For a harness that hands the device only the last word stored at each UAR offset (the
+    /// instruction benchmark's bare doorbells) while connection management it does not
+    /// measure runs over QP1: one kick per pump is enough, since a CQE written after it is
+    /// seen at the next one.
+    pub fn kick_gsi_queues(&self) {
+        // Not `lock`: a kick that finds nothing leaves a settled device settled, so a pump
+        // spinning on it costs no pass over every QP.
+        let mut c = relock(&self.core);
+        if c.kick_gsi_queues() {
+            c.activity.received += 1;
+            self.settled.store(false, Ordering::Release);
+            drop(c);
+            self.wake();
+        }
+    }
+
     /// A UAR read: drivers never read the UAR; reads return all ones (M2).
     pub fn uar_read32(&self, offset: u32) -> u32 {
         let _ = offset;
