@@ -487,7 +487,9 @@ fn a_connection_goes_req_rep_rtu_dreq_drep_with_linux_fields() {
     assert_eq!(f.nodes[0].cm.state(active), Some(State::Established));
     assert_eq!(f.nodes[1].cm.state(passive), Some(State::Established));
 
-    // QP transitions: each side RTR then RTS with the other's QPN and PSN.
+    // QP transitions: each side RTR then RTS with the other's QPN. A message's Starting PSN is
+    // the PSN its sender receives (cm.md §1.5, Linux cm.c): each side's rq_psn is the Starting
+    // PSN it sent and its sq_psn the one it received.
     let (a_qpn, p_qpn) = (req.local_qpn(), rep.local_qpn());
     let a_mods: Vec<_> = f.nodes[0].mods.iter().map(|m| m.2).collect();
     let p_mods: Vec<_> = f.nodes[1].mods.iter().map(|m| m.2).collect();
@@ -496,21 +498,21 @@ fn a_connection_goes_req_rep_rtu_dreq_drep_with_linux_fields() {
             [QpTransition::Rtr(ar), QpTransition::Rts(at)],
             [QpTransition::Rtr(pr), QpTransition::Rts(pt)],
         ) => {
-            assert_eq!((ar.remote_qpn, ar.rq_psn), (p_qpn, rep.starting_psn()));
+            assert_eq!((ar.remote_qpn, ar.rq_psn), (p_qpn, req.starting_psn()));
             assert_eq!((ar.max_dest_rd_atomic, at.max_rd_atomic), (8, 6));
             assert_eq!(
                 (at.sq_psn, at.retry_count, at.rnr_retry),
-                (req.starting_psn(), 7, 5)
+                (rep.starting_psn(), 7, 5)
             );
             assert_eq!(ar.path.remote_gid, f.nodes[1].gid);
             assert_eq!(
                 (pr.remote_qpn, pr.rq_psn, pr.path_mtu),
-                (a_qpn, req.starting_psn(), 3)
+                (a_qpn, rep.starting_psn(), 3)
             );
             assert_eq!((pr.max_dest_rd_atomic, pt.max_rd_atomic), (6, 8));
             assert_eq!(
                 (pt.sq_psn, pt.timeout, pt.rnr_retry),
-                (rep.starting_psn(), 19, 6)
+                (req.starting_psn(), 19, 6)
             );
             assert_eq!(pr.path.remote_gid, f.nodes[0].gid);
         }

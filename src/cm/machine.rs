@@ -164,7 +164,7 @@ pub enum QpTransition {
 pub struct RtrParams {
     /// The peer's QPN.
     pub remote_qpn: u32,
-    /// The peer's starting PSN (our receive PSN).
+    /// The PSN we expect first: the Starting PSN of the CM message we sent (REQ or REP).
     pub rq_psn: u32,
     /// Path MTU code (1 = 256 … 5 = 4096), from the REQ.
     pub path_mtu: u8,
@@ -177,7 +177,7 @@ pub struct RtrParams {
 /// The RTS attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsParams {
-    /// Our starting PSN.
+    /// The PSN we send first: the Starting PSN of the CM message the peer sent.
     pub sq_psn: u32,
     /// Outbound RDMA READs (our final ORD).
     pub max_rd_atomic: u8,
@@ -336,6 +336,30 @@ struct Conn {
 }
 
 impl Conn {
+    /// The RTR and RTS attributes of this connection's QP, with `limits` the negotiated
+    /// IRD/ORD. A CM message's Starting PSN is the PSN its *sender* will receive (cm.md §1.5):
+    /// Linux's `ib_send_cm_req` and `ib_send_cm_rep` set the sender's `rq_psn` from the
+    /// Starting PSN they send, and `cm_req_handler` and `cm_rep_handler` set the receiver's
+    /// `sq_psn` from the one they receive (drivers/infiniband/core/cm.c). So our receive
+    /// queue starts at the PSN we sent and our send queue at the peer's.
+    fn transitions(&self, limits: ReadLimits) -> (RtrParams, RtsParams) {
+        let rtr = RtrParams {
+            remote_qpn: self.remote_qpn,
+            rq_psn: self.local_psn,
+            path_mtu: self.path_mtu,
+            max_dest_rd_atomic: limits.inbound,
+            path: self.path,
+        };
+        let rts = RtsParams {
+            sq_psn: self.remote_psn,
+            max_rd_atomic: limits.outbound,
+            timeout: self.ack_timeout,
+            retry_count: self.retry_count,
+            rnr_retry: self.rnr_retry,
+        };
+        (rtr, rts)
+    }
+
     const fn empty() -> Self {
         Self {
             id: 0,
@@ -689,20 +713,7 @@ impl Cm {
         c.state = State::RepSent;
         let (per_try, retries) = (c.per_try_ns, c.max_retries);
         c.arm(now, per_try, retries);
-        let rtr = RtrParams {
-            remote_qpn: c.remote_qpn,
-            rq_psn: c.remote_psn,
-            path_mtu: c.path_mtu,
-            max_dest_rd_atomic: limits.inbound,
-            path: c.path,
-        };
-        let rts = RtsParams {
-            sq_psn: c.local_psn,
-            max_rd_atomic: limits.outbound,
-            timeout: c.ack_timeout,
-            retry_count: c.retry_count,
-            rnr_retry: c.rnr_retry,
-        };
+        let (rtr, rts) = c.transitions(limits);
         let (qpn, path) = (c.local_qpn, c.path);
         self.push(Action::ModifyQp {
             conn,
@@ -1190,20 +1201,7 @@ impl Cm {
         // Lazy MRA, as on the passive side: a duplicate REP while the consumer decides
         // gets an MRA, which stretches the peer's REP timer (cm.md §6.3).
         c.state = State::MraRepSent;
-        let rtr = RtrParams {
-            remote_qpn: c.remote_qpn,
-            rq_psn: c.remote_psn,
-            path_mtu: c.path_mtu,
-            max_dest_rd_atomic: limits.inbound,
-            path: c.path,
-        };
-        let rts = RtsParams {
-            sq_psn: c.local_psn,
-            max_rd_atomic: limits.outbound,
-            timeout: c.ack_timeout,
-            retry_count: c.retry_count,
-            rnr_retry: c.rnr_retry,
-        };
+        let (rtr, rts) = c.transitions(limits);
         let qpn = c.local_qpn;
         self.push_modify(slot, conn, qpn, QpTransition::Rtr(rtr));
         self.push_modify(slot, conn, qpn, QpTransition::Rts(rts));
