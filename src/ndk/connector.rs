@@ -44,6 +44,7 @@ use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::net::{Mac, ResolveError, resolve_done};
@@ -57,15 +58,6 @@ pub const MAX_PEER_DATA: usize = crate::cm::msg::REP_PRIVATE_DATA;
 /// Actions one connector holds back behind a MODIFY_QP in flight: an accept queues RTS,
 /// REP and a possible MRA behind its RTR; a connect RTS and `Accepted` behind its RTR.
 const WIRE_SLOTS: usize = 8;
-
-/// A consumer's disconnect-event callback (NdkCompleteConnect(Ex), NdkAccept(Ex)).
-#[derive(Clone, Copy)]
-pub enum DisconnectCallback {
-    /// NDK_FN_DISCONNECT_EVENT_CALLBACK.
-    Plain(NDK_FN_DISCONNECT_EVENT_CALLBACK, usize),
-    /// NDK_FN_DISCONNECT_EVENT_CALLBACK_EX (NDKPI 2.1).
-    Ex(NDK_FN_DISCONNECT_EVENT_CALLBACK_EX, usize),
-}
 
 /// Where the connection is, as the NDK calls see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1095,7 +1087,7 @@ impl ObjRef<Connector> {
         if let Some(cb) = notify {
             // A count for the callback: the consumer may close the connector from it.
             if self.life.try_get() {
-                dispatch::call_disconnect_event(cb);
+                upcall::disconnect_event(cb);
                 self.put();
             }
         }

@@ -1175,7 +1175,7 @@ impl ObjRef<Cq> {
         }
         let mut status = first;
         loop {
-            dispatch::call_cq_notification(self.notify, self.notify_context, status);
+            upcall::cq_notification(self.notify, self.notify_context, status);
             // A callback deferred while this one ran does not start once the CQ is closing
             // (the consumer may have closed it from this very callback).
             let next = self.arm.update(false, |st| {

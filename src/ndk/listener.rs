@@ -150,7 +150,7 @@ impl ObjRef<Listener> {
             return;
         }
         let ptr = c.publish();
-        dispatch::call_connect_event(self.callback, self.context, ptr);
+        upcall::connect_event(self.callback, self.context, ptr);
         self.put();
     }
 }

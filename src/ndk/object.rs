@@ -25,7 +25,6 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::dispatch;
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -207,7 +206,7 @@ impl<T: NdkObject> ObjRef<T> {
             None
         };
         if let Some((cb, ctx)) = completion {
-            dispatch::call_close_completion(cb, ctx);
+            upcall::close_completion(cb, ctx);
         }
         state.release_antecedents();
         // Reclaim the consumer's count (published at creation).
@@ -345,7 +344,7 @@ impl<T: NdkObject> CreateHandoff<T> {
             Ok(obj) => (STATUS_SUCCESS, obj.publish().cast::<NDK_OBJECT_HEADER>()),
             Err(e) => (e.to_ntstatus(), core::ptr::null_mut()),
         };
-        dispatch::call_create_completion(self.completion, self.context, status, header);
+        upcall::create_completion(self.completion, self.context, status, header);
     }
 
     /// The create function is returning: `Some(result)` if the hardware already completed
@@ -412,7 +411,7 @@ impl RequestHandoff {
             }
         };
         if deliver {
-            dispatch::call_request_completion(self.completion, self.context, status);
+            upcall::request_completion(self.completion, self.context, status);
         }
     }
 

@@ -365,7 +365,7 @@ impl ObjRef<Srq> {
         if !self.life.try_get() {
             return;
         }
-        dispatch::call_srq_notification(cb, self.notify_context, status);
+        upcall::srq_notification(cb, self.notify_context, status);
         self.put();
     }
 }

@@ -7,10 +7,11 @@ use core::ffi::c_void;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::dispatch_table;
-use crate::ndk::connector::{ConnectRequest, Connector, DisconnectCallback};
+use crate::ndk::connector::{ConnectRequest, Connector};
 use crate::ndk::object::{ObjRef, RequestHandoff};
 use crate::ndk::qp::Qp;
 use crate::ndk::shared_endpoint::SharedEndpoint;
+use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 
 /// Reads a consumer's SOCKADDR_IN or SOCKADDR_IN6 of `len` bytes.
