@@ -13,10 +13,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::cm_engine::{CmEngine, EngineConfig};
 use super::cq::{Cq, CqEvent};
-use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
-use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, try_vec};
 use super::qp::Qp;
 use super::qp_table::QpTable;
 use super::srq::Srq;
@@ -307,7 +306,7 @@ impl NdkDevice {
         let version = negotiate_version(requested)?;
         let ndk = NDK_ADAPTER {
             Header: super::object::header(version, NdkObjectTypeAdapter),
-            Dispatch: &dispatch::ADAPTER_DISPATCH,
+            Dispatch: Adapter::TABLE,
         };
         let adapter = ObjRef::try_new(
             ndk,

@@ -32,11 +32,10 @@ use core::sync::atomic::Ordering;
 
 use super::adapter::Adapter;
 use super::cm_engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
-use super::dispatch;
 use super::error::HwError;
 use super::hw::{QpModify, QpPath, QpState};
 use super::listener::Listener;
-use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use super::qp::Qp;
 use super::qp1::{MAD_LEN, resolve_status};
 use super::shared_endpoint::SharedEndpoint;
@@ -295,7 +294,7 @@ impl Connector {
     ) -> Option<ObjRef<Connector>> {
         let ndk = NDK_CONNECTOR {
             Header: header(adapter.version(), NdkObjectTypeConnector),
-            Dispatch: &dispatch::CONNECTOR_DISPATCH,
+            Dispatch: Connector::TABLE,
         };
         ObjRef::try_new(
             ndk,

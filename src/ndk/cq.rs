@@ -15,11 +15,10 @@ use super::adapter::Adapter;
 use super::completion::{
     Completion, RetireWindow, SlotRecord, make_result, split_wr_id, tag, to_result,
 };
-use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
+use super::object::{CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
@@ -452,7 +451,7 @@ impl Cq {
         };
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
-            Dispatch: &dispatch::CQ_DISPATCH,
+            Dispatch: Cq::TABLE,
         };
         let state = Cq {
             life: Lifetime::new(),

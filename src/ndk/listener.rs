@@ -14,8 +14,7 @@ use core::net::{IpAddr, SocketAddr};
 use super::adapter::Adapter;
 use super::cm_engine::{CmEngine, cm_status};
 use super::connector::Connector;
-use super::dispatch;
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::cm::ListenerId;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -67,7 +66,7 @@ impl Listener {
         }
         let ndk = NDK_LISTENER {
             Header: header(adapter.version(), NdkObjectTypeListener),
-            Dispatch: &dispatch::LISTENER_DISPATCH,
+            Dispatch: Listener::TABLE,
         };
         ObjRef::try_new(
             ndk,

@@ -19,10 +19,9 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::adapter::mdl_error;
 use super::consumer_array::ConsumerArray;
-use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, MrKeys, MrSpec, access};
-use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -90,7 +89,7 @@ impl Mr {
         take_successor(pd)?;
         let ndk = NDK_MR {
             Header: header(pd.adapter().version(), NdkObjectTypeMr),
-            Dispatch: &dispatch::MR_DISPATCH,
+            Dispatch: Mr::TABLE,
         };
         ObjRef::try_new(
             ndk,

@@ -42,6 +42,16 @@ pub trait NdkObject: Send + Sync + Sized {
     fn release_antecedents(&self) {}
 }
 
+/// A provider object's dispatch table (the `Dispatch` pointer of its `NDK_xxx`): declared and
+/// implemented in `dispatch/<object>.rs` with its thunks, so an object names its table as
+/// `Self::TABLE` and the object core never imports the dispatch layer above it.
+pub trait Dispatched: NdkObject {
+    /// The table's ABI type (`NDK_xxx_DISPATCH`).
+    type Table: 'static;
+    /// The table.
+    const TABLE: &'static Self::Table;
+}
+
 /// `#[repr(C)]`: `ndk` must stay at offset 0 (see the module docs). The `UnsafeCell` is what
 /// lets the consumer write `Dispatch` (or its reserved header block) while Rust holds shared
 /// references to the object.

@@ -6,12 +6,11 @@
 #![deny(unsafe_code)]
 
 use super::adapter::Adapter;
-use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::HwDone;
 use super::hw::MrKeys;
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
+use super::object::{CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A protection domain.
@@ -77,7 +76,7 @@ impl Pd {
     fn wrap(adapter: &ObjRef<Adapter>, handle: u32, dma: MrKeys) -> NdkResult<ObjRef<Pd>> {
         let ndk = NDK_PD {
             Header: header(adapter.version(), NdkObjectTypePd),
-            Dispatch: &dispatch::PD_DISPATCH,
+            Dispatch: Pd::TABLE,
         };
         ObjRef::try_new(
             ndk,

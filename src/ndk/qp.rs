@@ -15,12 +15,13 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::consumer_array::ConsumerArray;
 use super::cq::Cq;
-use super::dispatch;
 use super::error::HwError;
 use super::error::{NdkError, NdkResult};
 use super::hw::{HwDone, QpSpec, pow2_ceil};
 use super::mr::Mr;
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject, header};
+use super::object::{
+    CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, ProviderObject, header,
+};
 use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
@@ -348,7 +349,7 @@ impl PendingQp {
         let info = adapter.info();
         let ndk = NDK_QP {
             Header: header(adapter.version(), NdkObjectTypeQp),
-            Dispatch: &dispatch::QP_DISPATCH,
+            Dispatch: Qp::TABLE,
         };
         let max_recv_sge = match &p.srq {
             Some(s) => s.max_sge(),

@@ -9,8 +9,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use super::adapter::Adapter;
 use super::cm_engine::CmEngine;
-use super::dispatch;
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A shared endpoint.
@@ -66,7 +65,7 @@ impl SharedEndpoint {
         };
         let ndk = NDK_SHARED_ENDPOINT {
             Header: header(adapter.version(), NdkObjectTypeSharedEndpoint),
-            Dispatch: &dispatch::SHARED_ENDPOINT_DISPATCH,
+            Dispatch: SharedEndpoint::TABLE,
         };
         ObjRef::try_new(
             ndk,

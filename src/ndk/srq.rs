@@ -9,10 +9,11 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::completion::{SlotRecord, tag, wr_id};
 use super::consumer_array::ConsumerArray;
-use super::dispatch;
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{HwDone, SrqSpec, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
+use super::object::{
+    CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec,
+};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 use crate::pvrdma::wq::RecvWriter;
@@ -151,7 +152,7 @@ impl Srq {
         };
         let ndk = NDK_SRQ {
             Header: header(adapter.version(), NdkObjectTypeSrq),
-            Dispatch: &dispatch::SRQ_DISPATCH,
+            Dispatch: Srq::TABLE,
         };
         let srq = match ObjRef::try_new(
             ndk,

@@ -261,7 +261,7 @@ unsafe extern "system" fn release_lam(
 ) {
 }
 
-dispatch_table!(ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH {
+dispatch_table!(ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH for Adapter {
     NdkQueryAdapterInfo: query_adapter_info,
     NdkCreateCq: create_cq,
     NdkCreatePd: create_pd,

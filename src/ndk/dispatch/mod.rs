@@ -170,7 +170,9 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<ConsumerArray<'a, Sg
 /// Declares `pub static $name: $table`, an NDK dispatch table: the slots listed (in ABI order)
 /// after the ones every table fills alike, `$close` with [`close_object`] for `$object` (the
 /// adapter's table has no close slot: adapters close through CLOSE_NDK_ADAPTER_HANDLER) and
-/// `NdkQueryExtension` with [`query_extension`]. The table's field types check every thunk.
+/// `NdkQueryExtension` with [`query_extension`]; and makes it `$object`'s table
+/// ([`Dispatched`]), which is how the object names it without importing this module. The
+/// table's field types check every thunk.
 macro_rules! dispatch_table {
     ($name:ident: $table:ident, $close:ident: $object:ident { $($slot:ident: $thunk:expr,)+ }) => {
         #[doc = concat!("`", stringify!($table), "`.")]
@@ -179,13 +181,21 @@ macro_rules! dispatch_table {
             NdkQueryExtension: $crate::ndk::dispatch::query_extension,
             $($slot: $thunk,)+
         };
+        $crate::ndk::dispatch::dispatch_table!(@of $object: $table = $name);
     };
-    ($name:ident: $table:ident { $($slot:ident: $thunk:expr,)+ }) => {
+    ($name:ident: $table:ident for $object:ident { $($slot:ident: $thunk:expr,)+ }) => {
         #[doc = concat!("`", stringify!($table), "`.")]
         pub static $name: $table = $table {
             NdkQueryExtension: $crate::ndk::dispatch::query_extension,
             $($slot: $thunk,)+
         };
+        $crate::ndk::dispatch::dispatch_table!(@of $object: $table = $name);
+    };
+    (@of $object:ident: $table:ident = $name:ident) => {
+        impl $crate::ndk::object::Dispatched for $object {
+            type Table = $table;
+            const TABLE: &'static $table = &$name;
+        }
     };
 }
 use dispatch_table;
