@@ -1,5 +1,5 @@
 //! A real CM exchange on the model's fabric, captured and judged by Wireshark (issue 11),
-//! without the NDK connector: two hosts, each with its adapter's QP1 (`ndk::qp1`) and a
+//! without the NDK connector: two hosts, each with its adapter's QP1 (`ndk::connect::qp1`) and a
 //! sans-IO `Cm`, and a small pump in between that feeds QP1's receives to `Cm::on_mad` and
 //! performs `Action::Send` through `Qp1::send`. The consumers connect with 56 bytes of
 //! private data, accept with 148, complete, and the active side disconnects; the fabric
@@ -28,8 +28,8 @@ use pvrdma_ndk::cm::{
     AcceptParams, Action, Cm, CmConfig, ConnId, ConnectParams, Event, ListenerId, Path,
     QpTransition,
 };
+use pvrdma_ndk::ndk::connect::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use pvrdma_ndk::ndk::hw::Hardware;
-use pvrdma_ndk::ndk::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use pvrdma_sim::fabric::FaultConfig;
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 

@@ -1,4 +1,4 @@
-//! The per-adapter QP1 (`ndk::qp1`) between two hosts of the model's fabric: MADs exchanged
+//! The per-adapter QP1 (`ndk::connect::qp1`) between two hosts of the model's fabric: MADs exchanged
 //! both ways byte for byte with the source path from the GRH and the CQE, none lost on a
 //! clean fabric, counts consistent with the fabric's under loss and duplication, a full SQ
 //! refused, and a close that flushes and leaves nothing behind.
@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use common::Mode;
 use common::ndk::{Cluster, ClusterConfig};
+use pvrdma_ndk::ndk::connect::qp1::{
+    MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error,
+};
 use pvrdma_ndk::ndk::hw::Hardware;
-use pvrdma_ndk::ndk::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error};
 use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_sim::fabric::FaultConfig;
 
@@ -399,7 +401,7 @@ fn short_and_oversized_datagrams_are_dropped_and_counted() {
 mod resolution {
     use super::*;
     use pvrdma_ndk::cm::addr::ip_from_gid;
-    use pvrdma_ndk::ndk::qp1::resolve_status;
+    use pvrdma_ndk::ndk::connect::qp1::resolve_status;
     use pvrdma_ndk::ndkpi::{STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
     use pvrdma_ndk::os::Platform;
     use pvrdma_ndk::os::net::{

@@ -25,7 +25,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pvrdma_ndk::ndk::cm_engine::EngineConfig;
+use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, Qp};
@@ -547,7 +547,9 @@ impl Cluster {
     /// CM MADs (sent, received) over every host.
     pub fn mads(&self) -> (u64, u64) {
         self.nodes.iter().fold((0, 0), |(o, i), n| {
-            let s = n.ndk.connections().expect("a connection engine").stats();
+            let s = pvrdma_ndk::ndk::connect::engine(&n.ndk)
+                .expect("a connection engine")
+                .stats();
             (o + s.mads_out, i + s.mads_in)
         })
     }
@@ -876,13 +878,11 @@ fn start_engines(nodes: &[Node]) {
             capacity: CM_CAPACITY,
             ..EngineConfig::new(guid_from_mac(n.mac), 0x5EED ^ n.index as u32)
         };
-        n.ndk
-            .start_connections(p, r, cfg)
-            .expect("connection engine starts");
+        pvrdma_ndk::ndk::connect::start(&n.ndk, p, r, cfg).expect("connection engine starts");
     }
     // The engines bind their GIDs from DPCs: done before the hosts are used (or measured).
     for n in nodes {
-        let engine = n.ndk.connections().expect("a connection engine");
+        let engine = pvrdma_ndk::ndk::connect::engine(&n.ndk).expect("a connection engine");
         let ready = n.platform.wait_until(
             &|| engine.bound_gids().contains(&Some(n.ip)) && n.platform.executor().is_idle(),
             WAIT_NS,

@@ -228,12 +228,13 @@ impl Miniport {
         let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
         // CAST: the low bits of the clock are the randomness wanted.
         let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
-        let cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
-        ndk.start_connections(self.platform.clone(), resolver, cfg)
-            .map_err(|e| match e {
+        let cfg = crate::ndk::connect::EngineConfig::new(guid, seed);
+        crate::ndk::connect::start(&ndk, self.platform.clone(), resolver, cfg).map_err(
+            |e| match e {
                 crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
                 _ => NDIS_STATUS_FAILURE,
-            })
+            },
+        )
     }
 
     /// The NDK device (None after Halt).

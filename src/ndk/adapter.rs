@@ -11,7 +11,6 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::cm_engine::{CmEngine, EngineConfig};
 use super::cq::{Cq, CqEvent};
 use super::error::{HwError, NdkError, NdkResult};
 use super::hw::{Hardware, HwCaps, pow2_floor};
@@ -21,9 +20,8 @@ use super::qp_table::QpTable;
 use super::srq::Srq;
 use super::traffic::{ClosedTraffic, Traffic};
 use crate::ndkpi::*;
+use crate::os::SpinLock;
 use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
-use crate::os::net::AddressResolver;
-use crate::os::{Platform, SpinLock};
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {
@@ -207,6 +205,14 @@ impl<T: NdkObject> ObjectTable<T> {
     }
 }
 
+/// The connection side of a device as the object core holds it (implemented by
+/// `ndk::connect`'s engine, which the core never names): stopped when the device lets go of
+/// it. `Any`, so the connection objects and the layers above find their concrete engine.
+pub trait Connections: core::any::Any + Send + Sync {
+    /// Stops it (PASSIVE_LEVEL, after every NDK_ADAPTER has closed).
+    fn stop(&self);
+}
+
 /// The NDK side of one PVRDMA device: shared by all its NDK_ADAPTERs.
 ///
 /// It keeps at most one table per kind of handle, each described at its field (the hardware
@@ -232,9 +238,9 @@ pub struct NdkDevice {
     /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
     /// invalidating an invalid FRMR (M27).
     remote_invalidated: Box<[AtomicU32]>,
-    /// The connection engine, between [`NdkDevice::start_connections`] and
+    /// The connection side (`ndk::connect`), between its start and
     /// [`NdkDevice::stop_connections`].
-    connections: SpinLock<Option<Arc<CmEngine>>>,
+    connections: SpinLock<Option<Arc<dyn Connections>>>,
 }
 
 /// Handles are below `max_*` (M10), which M5 bounds by 65536.
@@ -261,37 +267,22 @@ impl NdkDevice {
         }))
     }
 
-    /// Starts the connection engine over `resolver` (PASSIVE_LEVEL, once the device runs and
-    /// its events reach this device): QP1, a GID per interface address, the CM. Until this
-    /// succeeds, connectors, listeners and shared endpoints answer STATUS_NOT_IMPLEMENTED.
-    ///
-    /// # Errors
-    /// What [`CmEngine::start`] reported.
-    pub fn start_connections(
-        &self,
-        platform: Arc<dyn Platform>,
-        resolver: Arc<dyn AddressResolver>,
-        cfg: EngineConfig,
-    ) -> Result<(), HwError> {
-        let engine = CmEngine::start(platform, self.hw.clone(), resolver, cfg)?;
-        let old = self.connections.lock().replace(engine);
+    /// Installs the connection side (`ndk::connect::start`); one installed earlier is stopped.
+    pub fn set_connections(&self, c: Option<Arc<dyn Connections>>) {
+        let old = core::mem::replace(&mut *self.connections.lock(), c);
         if let Some(old) = old {
             old.stop();
         }
-        Ok(())
     }
 
-    /// Stops the connection engine (PASSIVE_LEVEL, after every NDK_ADAPTER has closed):
-    /// QP1 destroyed, every GID unbound.
+    /// Stops the connection side (PASSIVE_LEVEL, after every NDK_ADAPTER has closed): QP1
+    /// destroyed, every GID unbound.
     pub fn stop_connections(&self) {
-        let engine = self.connections.lock().take();
-        if let Some(e) = engine {
-            e.stop();
-        }
+        self.set_connections(None);
     }
 
-    /// The connection engine, if started.
-    pub fn connections(&self) -> Option<Arc<CmEngine>> {
+    /// The connection side, if started (`ndk::connect::engine` is its concrete type).
+    pub fn connections(&self) -> Option<Arc<dyn Connections>> {
         self.connections.lock().clone()
     }
 
@@ -324,6 +315,11 @@ impl NdkDevice {
     /// The hardware.
     pub fn hw(&self) -> &dyn Hardware {
         &*self.hw
+    }
+
+    /// A counted handle to the hardware (for the connection side, which outlives calls).
+    pub fn hw_handle(&self) -> Arc<dyn Hardware> {
+        self.hw.clone()
     }
 
     /// Files `cq` under its handle and has the hardware route the CQ's device events to it

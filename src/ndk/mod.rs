@@ -1,13 +1,12 @@
 //! The NDK provider object layer: every NDKPI object over the PVRDMA device
 //! (docs/reference/ndkpi.md §1, §2, §5; pvrdma.md §1 "NDK → PVRDMA mapping").
 //!
-//! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`],
-//! [`connector`], [`listener`], [`shared_endpoint`]), each safe code over the object
+//! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`]; the
+//! connection objects in [`connect`]), each safe code over the object
 //! framework ([`object`]: allocation, header, memory and close counts, create/request
 //! hand-offs) and the hardware seam ([`hw`]). [`dispatch`] holds the ten dispatch tables and
 //! every `extern "system"` entry point and consumer-callback call; [`completion`] maps CQEs
-//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping; [`qp1`] is
-//! the adapter's GSI QP carrying the connection manager's MADs;
+//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping;
 //! [`pvrdma_hw`] implements the seam over `crate::pvrdma` (commands, rings, doorbells,
 //! events).
 //!
@@ -18,30 +17,27 @@
 //! ([`Hardware::bind_cq`], [`Hardware::bind_srq`]), and DEVICE_FATAL through
 //! [`NdkDevice::device_fatal`].
 //!
-//! Connection management: [`cm_engine`] joins the sans-IO CM (`crate::cm`) to QP1, the GID
-//! table and the OS's address resolver; [`NdkDevice::start_connections`] starts it (without
-//! it the connection creates answer STATUS_NOT_IMPLEMENTED). Connectors mark their QP
+//! Connection management ([`connect`]): its engine joins the sans-IO CM (`crate::cm`) to QP1,
+//! the GID table and the OS's address resolver; [`connect::start`] starts it (without it the
+//! connection creates answer STATUS_NOT_IMPLEMENTED). The object core never names
+//! [`connect`]: the device holds it as an [`adapter::Connections`]. Connectors mark their QP
 //! connected at RTS; [`set_qp_connected`] remains for tests that wire QPs by hand.
 
 pub mod adapter;
-pub mod cm_engine;
 pub mod completion;
-pub mod connector;
+pub mod connect;
 pub mod consumer_array;
 pub mod cq;
 pub mod dispatch;
 pub mod error;
 pub mod hw;
-pub mod listener;
 pub mod mr;
 pub mod mw;
 pub mod object;
 pub mod pd;
 pub mod pvrdma_hw;
 pub mod qp;
-pub mod qp1;
 pub(crate) mod qp_table;
-pub mod shared_endpoint;
 pub mod srq;
 pub mod traffic;
 

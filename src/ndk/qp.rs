@@ -120,6 +120,11 @@ const SEND_INV: PostKind = PostKind::new(WrOpcode::SendWithInv, NdkOperationType
 const FAST_REGISTER: PostKind = PostKind::new(WrOpcode::FastRegMr, NdkOperationTypeFastRegister);
 const INVALIDATE: PostKind = PostKind::new(WrOpcode::LocalInv, NdkOperationTypeInvalidate);
 
+/// [`Qp::hold_for_connection`]: an open connector holds the QP.
+const HELD: u8 = 1;
+/// [`Qp::mark_used`]: the QP left INIT (it cannot connect again).
+const USED: u8 = 2;
+
 /// NdkCreateQp / NdkCreateQpWithSrq parameters.
 pub struct QpParams {
     /// `pReceiveCq`.
@@ -247,8 +252,9 @@ pub struct Qp {
     max_read_sge: u32,
     connected: AtomicBool,
     bad_cqes: AtomicU32,
-    /// Which connector holds it and whether it left INIT (`connector`'s QP rule).
-    cm_binding: AtomicU8,
+    /// Whether a connector holds it ([`HELD`]) and whether it left INIT ([`USED`]): a QP
+    /// serves one connection, once (ndkpi.md §5.10).
+    connection: AtomicU8,
 }
 
 impl NdkObject for Qp {
@@ -401,7 +407,7 @@ impl PendingQp {
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
                 traffic: QpTraffic::default(),
-                cm_binding: AtomicU8::new(0),
+                connection: AtomicU8::new(0),
             },
         ) {
             Ok(q) => q,
@@ -566,9 +572,27 @@ impl Qp {
             .store(admit(self.max_read_sge), Ordering::Release);
     }
 
-    /// The connection engine's claim on the QP (see [`super::connector`]).
-    pub(crate) fn cm_binding(&self) -> &AtomicU8 {
-        &self.cm_binding
+    /// Claims the QP for one connector; false if another holds it or it left INIT.
+    pub(crate) fn hold_for_connection(&self) -> bool {
+        self.connection
+            .compare_exchange(0, HELD, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The connector lets go of the QP (its close).
+    pub(crate) fn release_from_connection(&self) {
+        self.connection.fetch_and(!HELD, Ordering::AcqRel);
+    }
+
+    /// The QP is about to leave INIT (a connection's MODIFY_QP, NdkFlush): it cannot connect
+    /// again.
+    pub(crate) fn mark_used(&self) {
+        self.connection.fetch_or(USED, Ordering::AcqRel);
+    }
+
+    /// Whether the QP left INIT.
+    pub(crate) fn was_used(&self) -> bool {
+        self.connection.load(Ordering::Acquire) & USED != 0
     }
 
     /// The device handle while the QP lives, `u64::MAX` once torn down.
@@ -1003,7 +1027,7 @@ impl Qp {
     /// first so they are flushed too.
     pub fn flush(&self) {
         self.ring_deferred();
-        super::connector::mark_qp_used(self);
+        self.mark_used();
         self.pd.adapter().hw().flush_qp(self.handle);
     }
 

@@ -4,12 +4,12 @@
 use super::connector::read_sockaddr;
 use super::{create_async, dispatch_table, optional};
 use crate::ndk::adapter::{Adapter, adapter_info_bytes};
-use crate::ndk::connector::Connector;
+use crate::ndk::connect::connector::Connector;
+use crate::ndk::connect::listener::Listener;
+use crate::ndk::connect::shared_endpoint::SharedEndpoint;
 use crate::ndk::cq::{Cq, CqParams};
-use crate::ndk::listener::Listener;
 use crate::ndk::object::{NdkObject, ObjRef};
 use crate::ndk::pd::Pd;
-use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
 use crate::os::mdl::MdlChain;
 

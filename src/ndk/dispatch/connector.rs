@@ -7,10 +7,10 @@ use core::ffi::c_void;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::dispatch_table;
-use crate::ndk::connector::{ConnectRequest, Connector};
+use crate::ndk::connect::connector::{ConnectRequest, Connector};
+use crate::ndk::connect::shared_endpoint::SharedEndpoint;
 use crate::ndk::object::{ObjRef, RequestHandoff};
 use crate::ndk::qp::Qp;
-use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 
@@ -128,7 +128,7 @@ unsafe fn private_data<'a>(p: *const c_void, len: ULONG) -> Result<&'a [u8], NTS
         return Err(STATUS_INVALID_PARAMETER);
     }
     // A length above what any message carries fails before a slice of it is formed.
-    if len as usize > crate::ndk::connector::MAX_PEER_DATA {
+    if len as usize > crate::ndk::connect::connector::MAX_PEER_DATA {
         return Err(STATUS_INVALID_BUFFER_SIZE);
     }
     // SAFETY: caller contract.

@@ -3,7 +3,7 @@
 
 use super::connector::{read_sockaddr, write_sockaddr};
 use super::{dispatch_table, request};
-use crate::ndk::listener::Listener;
+use crate::ndk::connect::listener::Listener;
 use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
 

@@ -11,11 +11,11 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
-use super::adapter::Adapter;
-use super::cm_engine::{CmEngine, cm_status};
 use super::connector::Connector;
-use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
+use super::engine::{CmEngine, cm_status};
 use crate::cm::ListenerId;
+use crate::ndk::adapter::Adapter;
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 
@@ -57,10 +57,7 @@ impl Listener {
         callback: NDK_FN_CONNECT_EVENT_CALLBACK,
         context: usize,
     ) -> Result<ObjRef<Listener>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        let engine = super::engine(adapter.device()).ok_or(STATUS_NOT_IMPLEMENTED)?;
         if !adapter.lifetime().try_get() {
             return Err(STATUS_INVALID_DEVICE_REQUEST);
         }

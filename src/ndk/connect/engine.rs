@@ -2,9 +2,9 @@
 //! to QP1, the GID table, the address resolver, a timer and the NDK connector and listener
 //! objects (the "how the NDK layer drives it" contract of the `cm` module docs).
 //!
-//! One [`CmEngine`] per [`super::NdkDevice`], started at PASSIVE_LEVEL once the device runs
-//! ([`super::NdkDevice::start_connections`]) and stopped before it goes
-//! ([`super::NdkDevice::stop_connections`]):
+//! One [`CmEngine`] per [`NdkDevice`](crate::ndk::NdkDevice), started at PASSIVE_LEVEL once the device runs
+//! ([`super::start`]) and stopped before it goes
+//! ([`NdkDevice::stop_connections`](crate::ndk::NdkDevice::stop_connections)):
 //! - **GIDs**: one RoCEv2 GID per unicast address of the interface (IPv4 v4-mapped, IPv6 as
 //!   is) in the device's GID table, kept current by the resolver's address events.
 //! - **Inputs** (consumer calls, QP1 receives, the timer DPC) all run
@@ -30,14 +30,14 @@ use core::net::{IpAddr, SocketAddr};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::connector::Connector;
-use super::error::HwError;
-use super::hw::{Hardware, HwDone};
 use super::listener::Listener;
-use super::object::{ObjRef, try_vec};
 use super::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use crate::cm::addr::{Gid, gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::{Action, Cm, CmConfig, CmError, ConnId, Event, ListenerId};
+use crate::ndk::error::HwError;
+use crate::ndk::hw::{Hardware, HwDone};
+use crate::ndk::object::{ObjRef, try_vec};
 use crate::ndkpi::*;
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
@@ -257,6 +257,12 @@ pub struct CmEngine {
     psn: AtomicU32,
     stopped: AtomicBool,
     counters: Counters,
+}
+
+impl crate::ndk::adapter::Connections for CmEngine {
+    fn stop(&self) {
+        CmEngine::stop(self);
+    }
 }
 
 struct Sink(Weak<CmEngine>);

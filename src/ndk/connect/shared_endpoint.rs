@@ -7,9 +7,9 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
-use super::adapter::Adapter;
-use super::cm_engine::CmEngine;
-use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
+use super::engine::CmEngine;
+use crate::ndk::adapter::Adapter;
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A shared endpoint.
@@ -45,10 +45,7 @@ impl SharedEndpoint {
         adapter: &ObjRef<Adapter>,
         addr: SocketAddr,
     ) -> Result<ObjRef<SharedEndpoint>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        let engine = super::engine(adapter.device()).ok_or(STATUS_NOT_IMPLEMENTED)?;
         let ip = addr.ip();
         if ip.is_unspecified() || !engine.is_local(ip) {
             return Err(STATUS_INVALID_ADDRESS);

@@ -24,8 +24,8 @@
 use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use super::error::HwError;
-use super::hw::{Hardware, HwDone, MrKeys, QpModify, QpSpec, QpState, pow2_ceil};
+use crate::ndk::error::HwError;
+use crate::ndk::hw::{Hardware, HwDone, MrKeys, QpModify, QpSpec, QpState, pow2_ceil};
 use crate::ndkpi::{NTSTATUS, STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
 use crate::ndkpi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS};
 use crate::os::SharedDma;

@@ -28,21 +28,20 @@
 
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
-use core::sync::atomic::Ordering;
 
-use super::adapter::Adapter;
-use super::cm_engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
-use super::error::HwError;
-use super::hw::{QpModify, QpPath, QpState};
+use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
 use super::listener::Listener;
-use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
-use super::qp::Qp;
 use super::qp1::{MAD_LEN, resolve_status};
 use super::shared_endpoint::SharedEndpoint;
 use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::ndk::adapter::Adapter;
+use crate::ndk::error::HwError;
+use crate::ndk::hw::{QpModify, QpPath, QpState};
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use crate::ndk::qp::Qp;
 use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -83,26 +82,13 @@ pub enum Phase {
     Done,
 }
 
-/// [`Qp::cm_binding`]: an open connector holds the QP.
-const QP_BOUND: u8 = 1;
-/// [`Qp::cm_binding`]: a MODIFY_QP took the QP out of INIT (it cannot connect again).
-const QP_USED: u8 = 2;
-
 /// Claims `qp` for one connector (the QP rule of the module docs).
 fn bind_qp(qp: &Qp) -> Result<(), NTSTATUS> {
-    qp.cm_binding()
-        .compare_exchange(0, QP_BOUND, Ordering::AcqRel, Ordering::Acquire)
-        .map(|_| ())
-        .map_err(|_| STATUS_INVALID_DEVICE_STATE)
-}
-
-fn unbind_qp(qp: &Qp) {
-    qp.cm_binding().fetch_and(!QP_BOUND, Ordering::AcqRel);
-}
-
-/// The QP is about to leave INIT (a connection's MODIFY_QP, NdkFlush).
-pub(crate) fn mark_qp_used(qp: &Qp) {
-    qp.cm_binding().fetch_or(QP_USED, Ordering::AcqRel);
+    if qp.hold_for_connection() {
+        Ok(())
+    } else {
+        Err(STATUS_INVALID_DEVICE_STATE)
+    }
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -212,12 +198,12 @@ impl NdkObject for Connector {
         if let Some(qp) = qp {
             qp.set_connected(false);
             // A QP this connection never took out of INIT is left there for another one.
-            let used = qp.cm_binding().load(Ordering::Acquire) & QP_USED != 0;
+            let used = qp.was_used();
             if used && qp.is_live() {
                 // ERR flushes its requests (STATUS_CANCELLED); reserved, so it cannot fail.
                 self.engine.hw().flush_qp(qp.handle());
             }
-            unbind_qp(&qp);
+            qp.release_from_connection();
         }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
@@ -334,10 +320,7 @@ impl Connector {
     /// resolver was given at start); STATUS_INVALID_DEVICE_REQUEST for a closing adapter;
     /// STATUS_INSUFFICIENT_RESOURCES.
     pub fn create(adapter: &ObjRef<Adapter>) -> Result<ObjRef<Connector>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+        let engine = super::engine(adapter.device()).ok_or(STATUS_NOT_IMPLEMENTED)?;
         if !adapter.lifetime().try_get() {
             return Err(STATUS_INVALID_DEVICE_REQUEST);
         }
@@ -452,7 +435,7 @@ impl ObjRef<Connector> {
         let undo = |this: &Self| {
             let mut l = this.link.lock();
             l.phase = Phase::Idle;
-            unbind_qp(qp);
+            qp.release_from_connection();
         };
         let (port, endpoint) = match shared {
             Some(se) => {
@@ -606,7 +589,7 @@ impl ObjRef<Connector> {
             )
         };
         if let Some(qp) = qp {
-            unbind_qp(&qp);
+            qp.release_from_connection();
         }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
@@ -714,7 +697,7 @@ impl ObjRef<Connector> {
                     Phase::Incoming
                 };
                 if let Some(q) = l.qp.take() {
-                    unbind_qp(&q);
+                    q.release_from_connection();
                 }
                 l.request = None;
                 l.disconnect = None;
@@ -932,7 +915,7 @@ impl ObjRef<Connector> {
         if matches!(t, QpTransition::Error) {
             qp.set_connected(false);
         }
-        mark_qp_used(&qp);
+        qp.mark_used();
         let this = self.clone();
         let q2 = qp.clone();
         let done = hw_done(move |r: Result<(), HwError>| {
