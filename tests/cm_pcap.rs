@@ -199,7 +199,7 @@ impl Exchange {
             let now = self.now;
             let e = &mut self.ends[h];
             match a {
-                Action::Send { path, mad } => {
+                Action::Send { path, mad, .. } => {
                     assert_eq!(path.local_gid, e.gid, "sent from our GID");
                     let dmac = self
                         .macs

@@ -337,15 +337,6 @@ pub const fn cm_status(e: CmError) -> NTSTATUS {
     }
 }
 
-/// The local communication ID every CM message carries first in its body.
-fn local_comm_id(mad: &[u8; MAD_LEN]) -> u32 {
-    let mut b = [0u8; 4];
-    if let Some(s) = mad.get(24..28) {
-        b.copy_from_slice(s);
-    }
-    u32::from_be_bytes(b)
-}
-
 impl CmEngine {
     /// Opens QP1, binds a GID for each unicast address of the interface and starts watching
     /// the addresses (PASSIVE_LEVEL: allocates and waits for the device).
@@ -845,13 +836,10 @@ impl CmEngine {
     #[inline(never)]
     fn perform(&self, a: Action) {
         match a {
-            Action::Send { path, mad } => {
-                let conn = ConnId(local_comm_id(&mad));
-                match self.connector(conn) {
-                    Some(c) => c.send_in_order(path, mad),
-                    None => self.send_mad(&path, &mad),
-                }
-            }
+            Action::Send { conn, path, mad } => match conn.and_then(|conn| self.connector(conn)) {
+                Some(c) => c.send_in_order(path, mad),
+                None => self.send_mad(&path, &mad),
+            },
             Action::ModifyQp {
                 conn, transition, ..
             } => {
