@@ -33,7 +33,7 @@ use crate::os::SpinLock;
 use crate::os::alloc::{try_arc, try_box};
 use crate::os::net::ResolveError;
 use crate::pvrdma::cq::{CqReader, CqState};
-use crate::pvrdma::cqe::{WcFlags, wc_opcode, wc_status};
+use crate::pvrdma::cqe::{CqeView, UdSource, WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::device::CqEvents;
 use crate::pvrdma::ud::{GRH_LEN, Grh, UdAddress};
 use crate::pvrdma::wq::{RecvWriter, SendWriter};
@@ -50,9 +50,6 @@ const RECV_STRIDE: usize = 320;
 /// Marks a receive's `wr_id` (a send's has the bit clear); the low 32 bits are the WQE's
 /// free-running index.
 const RECV_TAG: u64 = 1 << 63;
-/// CQE offsets (§11) the CQE view does not carry.
-const CQE_SRC_QP: usize = 32;
-const CQE_SMAC: usize = 51;
 
 /// The NTSTATUS of a failed address resolution (the connection manager's NdkConnect and
 /// NdkAccept report it): a source address that is not the interface's is a bad network
@@ -571,36 +568,25 @@ impl Inner {
                 CqState::Ready(n) => n,
             };
             for _ in 0..n {
-                let cqe = self.reader.read_element(head);
+                // Read before the slot goes back to the device.
+                let cqe = self.reader.load(head);
+                let from = self.reader.load_ud(head);
                 head = self.reader.next(head);
-                // The CQE is copied: its slot may go back to the device before it is used.
                 self.reader.consume(head);
-                self.complete(&cqe);
+                self.complete(&cqe, from);
             }
         }
     }
 
-    fn complete(&self, cqe: &[u8; 64]) {
-        let view = self.reader_view(cqe);
-        if view.qp != u64::from(self.qp) {
+    fn complete(&self, cqe: &CqeView, from: UdSource) {
+        if cqe.qp != u64::from(self.qp) {
             return bump(&self.counters.bad_cqes);
         }
-        if view.wr_id & RECV_TAG == 0 {
-            self.send_completed(view.wr_id, view.status);
+        if cqe.wr_id & RECV_TAG == 0 {
+            self.send_completed(cqe.wr_id, cqe.status);
         } else {
-            self.recv_completed(view, cqe);
+            self.recv_completed(cqe, from);
         }
-    }
-
-    fn reader_view(&self, cqe: &[u8; 64]) -> crate::pvrdma::cqe::CqeView {
-        let w = |i: usize| {
-            let mut b = [0u8; 8];
-            if let Some(s) = cqe.get(8 * i..8 * i + 8) {
-                b.copy_from_slice(s);
-            }
-            u64::from_le_bytes(b)
-        };
-        crate::pvrdma::cqe::CqeView::from_words(w(0), w(1), w(2), w(3), w(4))
     }
 
     fn send_completed(&self, wr_id: u64, status: u32) {
@@ -618,43 +604,35 @@ impl Inner {
             .store(retired.wrapping_add(1), Ordering::Release);
     }
 
-    fn recv_completed(&self, view: crate::pvrdma::cqe::CqeView, cqe: &[u8; 64]) {
+    fn recv_completed(&self, cqe: &CqeView, src: UdSource) {
         let retired = self.recv_retired.load(Ordering::Relaxed);
         let posted = self.recv_posted.load(Ordering::Relaxed);
-        if retired == posted || view.wr_id != RECV_TAG | u64::from(retired) {
+        if retired == posted || cqe.wr_id != RECV_TAG | u64::from(retired) {
             return bump(&self.counters.bad_cqes);
         }
         self.recv_retired
             .store(retired.wrapping_add(1), Ordering::Relaxed);
-        let mad = if view.status != wc_status::SUCCESS {
+        let mad = if cqe.status != wc_status::SUCCESS {
             bump(&self.counters.recv_errors);
             None
-        } else if view.opcode != wc_opcode::RECV {
+        } else if cqe.opcode != wc_opcode::RECV {
             bump(&self.counters.bad_cqes);
             None
-        } else if view.byte_len as usize != RECV_LEN {
+        } else if cqe.byte_len as usize != RECV_LEN {
             bump(&self.counters.bad_length);
             None
         } else {
-            self.read_mad(retired, view.wc_flags)
+            self.read_mad(retired, cqe.wc_flags)
         };
         // The buffer goes back before the sink runs, so the RQ never waits on a consumer.
         if !self.closing.load(Ordering::Acquire) && !self.post_recv(posted) {
             bump(&self.counters.bad_cqes);
         }
         let Some((grh, bytes)) = mad else { return };
-        let mut smac = [0u8; 6];
-        if let Some(s) = cqe.get(CQE_SMAC..CQE_SMAC + 6) {
-            smac.copy_from_slice(s);
-        }
-        let mut q = [0u8; 4];
-        if let Some(s) = cqe.get(CQE_SRC_QP..CQE_SRC_QP + 4) {
-            q.copy_from_slice(s);
-        }
         let from = MadSource {
             grh,
-            smac,
-            src_qp: u32::from_le_bytes(q) & 0x00FF_FFFF,
+            smac: src.smac,
+            src_qp: src.src_qp,
         };
         let sink = self.sink.lock().clone();
         if let Some(s) = sink {
