@@ -677,6 +677,15 @@ pub struct Host {
 }
 
 impl Host {
+    /// The host's address of `peer`'s family (its first if it has none of that family).
+    pub fn ip_for(&self, peer: std::net::IpAddr) -> std::net::IpAddr {
+        self.addresses
+            .iter()
+            .copied()
+            .find(|a| a.is_ipv4() == peer.is_ipv4())
+            .unwrap_or(self.ip)
+    }
+
     /// `pages` zeroed pages of consumer memory at consumer VA `va` in this host's memory.
     pub fn mem(&self, pages: usize, va: u64) -> ConsumerMem {
         ConsumerMem::new(&self.space, pages, va)
