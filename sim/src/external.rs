@@ -62,7 +62,8 @@ pub struct UdpWire {
     mac: [u8; 6],
     socket: UdpSocket,
     peer: SocketAddr,
-    responder: Option<Arc<NeighbourResponder>>,
+    /// Dropped at [`UdpWire::close`]: what it reports to may not outlive the host.
+    responder: Mutex<Option<Arc<NeighbourResponder>>>,
     attached: OnceLock<(PortId, FabricHandle)>,
     stop: AtomicBool,
     reader: Mutex<Option<JoinHandle<()>>>,
@@ -104,7 +105,7 @@ impl UdpWire {
             mac: cfg.peer_mac,
             socket,
             peer: cfg.peer,
-            responder,
+            responder: Mutex::new(responder),
             attached: OnceLock::new(),
             stop: AtomicBool::new(false),
             reader: Mutex::new(None),
@@ -157,13 +158,19 @@ impl UdpWire {
     /// Asks the peer for `target`'s MAC (ARP request or neighbour solicitation) on behalf of
     /// the responder's host; the answer reaches the responder's owner through its callback.
     pub fn solicit(&self, target: IpAddr) {
-        if let Some(f) = self.responder.as_ref().and_then(|r| r.solicitation(target)) {
+        if let Some(f) = self.responder().and_then(|r| r.solicitation(target)) {
             self.send_direct(&f);
         }
     }
 
-    /// Stops the reader and detaches from the fabric. Idempotent; also done on drop of the
-    /// last reference held outside the reader (the reader holds one until it stops).
+    fn responder(&self) -> Option<Arc<NeighbourResponder>> {
+        self.responder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stops the reader, drops the responder and detaches from the fabric. Idempotent.
     pub fn close(&self, fabric: &Fabric) {
         self.stop.store(true, Ordering::SeqCst);
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -173,6 +180,10 @@ impl UdpWire {
         if let Some(id) = self.port() {
             fabric.detach(id);
         }
+        self.responder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 
     fn read_loop(&self) {
@@ -198,7 +209,7 @@ impl UdpWire {
                 self.counters.rx_bad.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            if let Some(answer) = self.responder.as_ref().and_then(|r| r.inbound(frame)) {
+            if let Some(answer) = self.responder().and_then(|r| r.inbound(frame)) {
                 self.counters.answered.fetch_add(1, Ordering::Relaxed);
                 self.send_direct(&answer);
             }

@@ -1,10 +1,12 @@
-//! Whose Starting PSN is whose, read off the wire (cm.md §1.5): a peer written here by hand —
+//! What the provider puts on the wire, checked against Linux's rules by a peer written here by
+//! hand. Whose Starting PSN is whose (cm.md §1.5), read off the wire: the peer —
 //! CM MADs built byte by byte from the IBTA tables of cm.md §3, RoCEv2 frames from the model's
 //! wire codec, never the driver's CM codec — connects to the provider in each direction with
 //! Starting PSNs it chose, and the first data packet each way is checked against Linux's rule:
 //! a CM message's Starting PSN is the PSN its sender receives, so the provider's first SEND
 //! carries the peer's Starting PSN and the peer's first SEND, carrying the provider's, is
-//! acknowledged (not NAKed).
+//! acknowledged (not NAKed). The REQ's Primary Flow Label is rdma_cm's (cma.c
+//! `cma_get_roce_udp_flow_label`) and the passive side's QP path takes the REQ's.
 //!
 //! The clusters run in virtual time: the peer answers only when a wait looks at what it
 //! received, and virtual time moves one event at a time between looks, so its ACK comes
@@ -33,6 +35,8 @@ const PEER_QPN: u32 = 0x00_0123;
 const PEER_COMM_ID: u32 = 0x5151_0001;
 const PEER_GUID: u64 = 0x0250_56FF_FE00_0099;
 const PORT: u16 = 7471;
+/// The peer's REQ flow label (any 20-bit value the provider must adopt).
+const PEER_FLOW_LABEL: u32 = 0xA_BCDE;
 /// The peer's Starting PSN in its REQ or REP: what it will receive first.
 const PEER_PSN: u32 = 0x00AB_CDEF;
 
@@ -102,6 +106,7 @@ fn build_req(host_gid: &Gid) -> [u8; 256] {
     put(&mut m, 52, &[0xFF, 0xFF, 0xFF, 0xFF]); // LIDs
     put(&mut m, 56, &gid_from_ipv4(PEER_IP));
     put(&mut m, 72, host_gid);
+    put(&mut m, 88, &(PEER_FLOW_LABEL << 12).to_be_bytes());
     m[BODY + 93] = 64; // hop limit
     m[BODY + 95] = 18 << 3; // local ACK timeout
     // cma_hdr: version 0, IPv4, the active side's port, source and destination IPs (12 zero
@@ -370,6 +375,12 @@ fn provider_as_passive_side_uses_each_starting_psn_as_linux_does() {
     );
     w.send_mad(&build_reply(RTU, &rep));
     assert_eq!(accept.wait(), STATUS_SUCCESS);
+    let h = p.qa.handle();
+    let attr = c.host(0).model.with_core(|m| m.qp_info(h)).unwrap().attr;
+    assert_eq!(
+        attr.ah_attr.flow_label, PEER_FLOW_LABEL,
+        "the passive QP's path takes the REQ's flow label (Linux cm_format_path_from_req)"
+    );
     data_both_ways(&w, &p, host_qpn, host_psn);
     part(&w, &server);
     assert_eq!(server.close(), STATUS_SUCCESS);
@@ -391,12 +402,24 @@ fn provider_as_active_side_uses_each_starting_psn_as_linux_does() {
     assert_eq!(connect.inline, STATUS_PENDING);
     let req = w.next_mad(REQ);
     let (host_qpn, host_psn) = (get24(&req, 32), get24(&req, 44));
+    // rdma_cm's flow label: source port * 31 + destination port, 20 bits; the source port is
+    // the cma_hdr's (private data bytes 2..4).
+    let sport = u16::from_be_bytes([req[BODY + 142], req[BODY + 143]]);
+    assert!(sport >= 49152, "an ephemeral source port: {sport}");
+    let want = (u32::from(sport) * 31 + u32::from(PORT)) & 0xF_FFFF;
+    assert_eq!(get32(&req, 88) >> 12, want, "REQ Primary Flow Label");
     assert_ne!(
         host_psn, PEER_PSN,
         "distinct PSNs, or the test proves nothing"
     );
     w.send_mad(&build_rep(&req));
     assert_eq!(connect.wait(), STATUS_SUCCESS);
+    let h = p.qa.handle();
+    let attr = c.host(0).model.with_core(|m| m.qp_info(h)).unwrap().attr;
+    assert_eq!(
+        attr.ah_attr.flow_label, want,
+        "the active QP's path has it too"
+    );
     assert_eq!(client.complete_connect(), STATUS_SUCCESS);
     let rtu = w.next_mad(RTU);
     assert_eq!(get32(&rtu, 4), PEER_COMM_ID);
