@@ -2,9 +2,9 @@
 //! §5.8; pvrdma.md §1 mapping, §9, §10, §12).
 //!
 //! Posting: validate, take the next slot and store its record (the queue's post side,
-//! below), then one call to the ring writer ([`WqSlot::post_send`]) writes the WQE, commits
-//! the slot, publishes `prod_tail` and rings the doorbell unless the request carries
-//! NDK_OP_FLAG_DEFER. Deferred WQEs are already in the ring and share the doorbell of the
+//! below), write the WQE into it ([`WqSlot::write_send`]), commit the slot, then hand it to
+//! the device ([`WqSlot::hand_over`]: `prod_tail` and the doorbell, unless the request
+//! carries NDK_OP_FLAG_DEFER); the ring writer never calls back into this layer. Deferred WQEs are already in the ring and share the doorbell of the
 //! next non-deferred request; an inline failure first rings for them, so a chain cut short
 //! by a failure still completes what it posted (§5.5). Posts take no lock (the consumer
 //! serializes each queue, §5.3) and never allocate.
@@ -182,8 +182,8 @@ impl<T: SlotTable> OrderedQueue<T> {
         Some(posted)
     }
 
-    /// Publishes the slot taken at `index`: from now on a CQE may retire it. Runs inside
-    /// the writer's post, before `prod_tail` covers the WQE ([`WqSlot::post_send`]).
+    /// Publishes the slot taken at `index`: from now on a CQE may retire it. Runs between
+    /// the WQE's write and its hand-over, before `prod_tail` covers it ([`WqSlot::hand_over`]).
     #[inline(always)]
     pub(crate) fn commit(&self, index: u32) {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
@@ -743,14 +743,14 @@ impl Qp {
             Ok(h) => h,
             Err(e) => return self.withdraw(dir, sges, e),
         };
-        let commit = || {
-            self.sq.commit(index);
-            posted();
-        };
-        let defer = flags & NDK_OP_FLAG_DEFER != 0;
-        if !slot.post_send(wr_id(tag::SQ, index), &h, sges, commit, defer) {
+        if !slot.write_send(wr_id(tag::SQ, index), &h, sges) {
             return self.withdraw(dir, sges, NdkError::InvalidParameter);
         }
+        // Committed before the device can see the WQE (`hand_over`), so a CQE for it finds
+        // the slot taken.
+        self.sq.commit(index);
+        posted();
+        slot.hand_over(flags & NDK_OP_FLAG_DEFER != 0);
         Ok(())
     }
 
@@ -1016,9 +1016,11 @@ impl Qp {
         // The most the receive's CQE may report (checked at completion). CAST: at most
         // MaxTransferLength, a u32.
         slot.record().set_posted_len(total as u32);
-        if !slot.post_recv(wr_id(tag::RQ, index), sges, || rq.commit(index)) {
+        if !slot.write_recv(wr_id(tag::RQ, index), sges) {
             return Err(NdkError::InvalidParameter);
         }
+        rq.commit(index);
+        slot.hand_over(false);
         Ok(())
     }
 

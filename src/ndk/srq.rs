@@ -244,19 +244,15 @@ impl Srq {
         rec.posted_len
             .store(u32::try_from(total).unwrap_or(u32::MAX), Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
-        let commit = || {
-            self.outstanding.fetch_add(1, Ordering::AcqRel);
-            self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
-            self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
-        };
-        if !self
-            .writer
-            .slot(index)
-            .post_recv(wr_id(tag::SRQ, id), sges, commit)
-        {
+        let slot = self.writer.slot(index);
+        if !slot.write_recv(wr_id(tag::SRQ, id), sges) {
             rec.busy.store(false, Ordering::Release);
             return Err(NdkError::InvalidParameter);
         }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
+        self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
+        slot.hand_over(false);
         Ok(())
     }
 

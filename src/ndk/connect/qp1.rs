@@ -476,16 +476,13 @@ impl Inner {
             length: MAD_LEN as u32,
             lkey: self.dma_mr.lkey,
         };
-        let posted = sq.slot(index).post_send(
-            u64::from(index),
-            &header,
-            &[sge],
-            || {
-                self.send_posted
-                    .store(index.wrapping_add(1), Ordering::Release)
-            },
-            false,
-        );
+        let slot = sq.slot(index);
+        let posted = slot.write_send(u64::from(index), &header, &[sge]);
+        if posted {
+            self.send_posted
+                .store(index.wrapping_add(1), Ordering::Release);
+            slot.hand_over(false);
+        }
         drop(sq);
         if !posted {
             return Err(Qp1Error::Closed);
@@ -504,12 +501,14 @@ impl Inner {
             length: RECV_LEN as u32,
             lkey: self.dma_mr.lkey,
         };
-        self.rq
-            .slot(index)
-            .post_recv(RECV_TAG | u64::from(index), &[sge], || {
-                self.recv_posted
-                    .store(index.wrapping_add(1), Ordering::Relaxed);
-            })
+        let slot = self.rq.slot(index);
+        if !slot.write_recv(RECV_TAG | u64::from(index), &[sge]) {
+            return false;
+        }
+        self.recv_posted
+            .store(index.wrapping_add(1), Ordering::Relaxed);
+        slot.hand_over(false);
+        true
     }
 
     /// One poller at a time: a notification that finds another polling leaves it to poll
