@@ -331,7 +331,7 @@ fn arm_and_notify(mode: Mode) {
     h.settle();
     assert_eq!(rec.completions.load(Ordering::SeqCst), 2);
     assert_eq!(s.cq.poll().len(), 1);
-    dev.ring(CqDoorbell::poll(s.cq.handle));
+    dev.bell(CqDoorbell::poll(s.cq.handle)).ring();
     let st = dev.stats();
     let mc = h.rig.model.counters();
     assert_eq!(mc.cqnes, 2);

@@ -22,13 +22,14 @@ use pvrdma_ndk::ndk::pvrdma_hw::SrqLink;
 use pvrdma_ndk::ndk::srq::Srq;
 use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::Bell;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
 use pvrdma_ndk::pvrdma::cq::{CqBells, CqReader};
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::{CqEvents, SrqEvents};
 use pvrdma_ndk::pvrdma::eqe::EqeType;
 use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
-use pvrdma_ndk::pvrdma::uar::{Bell, CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
+use pvrdma_ndk::pvrdma::uar::{self, CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
 use pvrdma_ndk::pvrdma::wq::{RecvWqe, RecvWriter, SendWqe, SendWriter, WqKind, WqWriter};
 use pvrdma_ndk::pvrdma::wqe::WrOpcode;
 
@@ -164,7 +165,7 @@ impl UarPage {
     }
 
     fn bell(self: &Arc<Self>, db: impl Doorbell) -> Bell {
-        Bell::owned_by(self.clone(), |p: &UarPage| &p.uar, db)
+        uar::bell_owned_by(self.clone(), |p: &UarPage| &p.uar, db)
     }
 }
 

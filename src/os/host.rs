@@ -759,9 +759,9 @@ mod tests {
             },
             1,
         );
-        let uar = p.map_uar().unwrap();
-        uar.write32(0x4, 0x4000_0007);
-        uar.write32(0x1008, 5); // masked into the page
+        let uar = Arc::new(p.map_uar().unwrap());
+        crate::os::Bell::new(uar.clone(), 0x4, 0x4000_0007).ring();
+        crate::os::Bell::new(uar, 0x1008, 5).ring(); // masked into the page
         assert_eq!(p.uar_word(4), 0x4000_0007);
         assert_eq!(p.uar_word(8), 5);
         assert_eq!(*seen.lock().unwrap(), [(4, 0x4000_0007), (8, 5)]);

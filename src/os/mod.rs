@@ -48,7 +48,7 @@ use ::alloc::sync::Arc;
 
 pub use self::dma::{DmaAllocator, DmaBuffer, DmaRegion, DmaView, SharedDma};
 pub use self::dpc::{Dpc, DpcHandler, DpcScheduler, Processor, Timer};
-pub use self::mmio::{RegisterIo, Uar};
+pub use self::mmio::{Bell, RegisterIo, Uar};
 pub use self::sync::{SpinLock, SpinLockGuard};
 
 /// Failure of an OS service.

@@ -19,7 +19,7 @@ use core::marker::PhantomData;
 
 use crate::os::alloc::{KBox, try_arc, try_box};
 use crate::os::dma::PAGE_SIZE;
-use crate::os::sync::{doorbell_barrier, from_device_barrier, mmio_flush};
+use crate::os::sync::{from_device_barrier, mmio_flush, to_device_barrier};
 use crate::os::{DmaBuffer, DpcHandler, Platform, SharedDma, SpinLock, Timer};
 
 use super::bytes::{Sink, get, get_u8, get_u16, get_u32};
@@ -1192,7 +1192,7 @@ impl CmdChannel {
             let slot = self.slot.view();
             slot.write_bytes(0, p.req.get(..p.len).unwrap_or(&[]));
             // The request must be in memory before the device is told to read it.
-            doorbell_barrier();
+            to_device_barrier();
             regs::REQUEST.write(bar1, 0);
             // REQUEST must reach the device before ERR is read back.
             mmio_flush();

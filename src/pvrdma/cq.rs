@@ -19,7 +19,7 @@ use super::cqe::{CQE_SIZE, CqeView, UdSource};
 use super::elements::{Elements, Entry, get64};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-use super::uar::Bell;
+use crate::os::Bell;
 
 /// Byte offset of the CQ's ring state (`rx`: `prod_tail`, then `cons_head`) in page 0 (§9).
 pub(super) const CQ_STATE: usize = 8;

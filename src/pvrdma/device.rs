@@ -37,8 +37,8 @@ use super::pdir::PagedBuffer;
 use super::regs::{self, Ctl, IMR_ALL_ENABLED, IMR_ALL_MASKED};
 use super::ring::{Ring, RingCorrupt};
 use super::table::HandleTable;
-use super::uar::Bell;
 use super::uar::{self, Doorbell};
+use crate::os::Bell;
 
 /// `PVRDMA_NUM_RING_PAGES` (M13).
 pub const DEVICE_RING_PAGES: u32 = 4;
@@ -634,16 +634,10 @@ impl Device {
         &self.shared.platform
     }
 
-    /// Rings a doorbell on UAR page 0.
-    #[inline]
-    pub fn ring(&self, db: impl Doorbell) {
-        uar::ring(&self.shared.uar, db);
-    }
-
     /// `db` bound to this device's UAR page, for a data-path port; the bell keeps the
     /// device's shared state (and with it the mapping) alive.
     pub fn bell(&self, db: impl Doorbell) -> Bell {
-        Bell::owned_by(self.shared.clone(), |s| &s.uar, db)
+        uar::bell_owned_by(self.shared.clone(), |s| &s.uar, db)
     }
 
     /// CTL = UNQUIESCE, then ERR (link up, §5).

@@ -6,7 +6,7 @@
 //! - [`cmd`]: typed commands and the command channel (§8);
 //! - [`wqe`], [`cqe`], [`eqe`]: WQE, CQE and async-event formats (§10, §11, §13): the one
 //!   definition of every opcode, flag, status and field offset, which the NDK layer imports;
-//! - [`uar`]: doorbell values and the data path's [`uar::Bell`] (§12);
+//! - [`uar`]: doorbell values, bound to the UAR page as the data path's `os::Bell` (§12);
 //! - [`queue`]: SQ/RQ/SRQ/CQ buffers over page directories and their geometry (§9);
 //! - [`wq`]: the work-queue writer (post: WQE, `prod_tail`, doorbell), the one writer of
 //!   WQEs; [`cq`]: the CQ reader (poll: validated `prod_tail`, CQE fields, `cons_head`, arm),

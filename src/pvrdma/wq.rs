@@ -38,8 +38,8 @@ use crate::os::sync::to_device_barrier;
 use super::elements::{Elements, Entry};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-use super::uar::Bell;
 use super::wqe::{RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, Sge, SqHeader};
+use crate::os::Bell;
 
 /// # Safety
 /// `p` is valid for an aligned 8-byte write.

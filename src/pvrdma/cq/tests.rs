@@ -6,8 +6,8 @@ use crate::os::Uar;
 use crate::os::dma::test_alloc::TestDma;
 use crate::pvrdma::cqe::{WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::queue::CqRing;
-use crate::pvrdma::uar::CqDoorbell;
 use crate::pvrdma::uar::recording::uar;
+use crate::pvrdma::uar::{CqDoorbell, bell};
 
 /// A UD receive as the device writes it, every field distinct (§11 offsets).
 fn ud_recv() -> [u8; 64] {
@@ -35,9 +35,9 @@ fn reader(ring: &CqRing) -> CqReader {
 
 fn bells(u: &Arc<Uar>) -> CqBells {
     CqBells {
-        arm: Bell::new(u.clone(), CqDoorbell::arm(3)),
-        arm_solicited: Bell::new(u.clone(), CqDoorbell::arm_solicited(3)),
-        poll: Bell::new(u.clone(), CqDoorbell::poll(3)),
+        arm: bell(u.clone(), CqDoorbell::arm(3)),
+        arm_solicited: bell(u.clone(), CqDoorbell::arm_solicited(3)),
+        poll: bell(u.clone(), CqDoorbell::poll(3)),
     }
 }
 

@@ -446,9 +446,9 @@ fn async_ring_wraps_past_its_512_slots() {
 fn doorbell_goes_to_uar_page() {
     let r = rig(20);
     let dev = r.probe(&[]).unwrap();
-    dev.ring(crate::pvrdma::uar::CqDoorbell::arm(7));
+    dev.bell(crate::pvrdma::uar::CqDoorbell::arm(7)).ring();
     assert_eq!(r.platform.uar_word(4), 0x4000_0007);
-    dev.ring(crate::pvrdma::uar::QpDoorbell::send(2));
+    dev.bell(crate::pvrdma::uar::QpDoorbell::send(2)).ring();
     assert_eq!(r.platform.uar_word(0), 0x4000_0002);
     assert_eq!(dev.unquiesce(), Ok(()));
     assert_eq!(r.fake.writes().last(), Some(&(CTL, 1)));
