@@ -13,14 +13,15 @@
 //! dispatches typed events to the handlers registered per object, vector 2 drains the
 //! CQ-notification ring and calls each CQ's notification handler (Linux
 //! `pvrdma_intrx_handler`). Both drains copy a small fixed batch of elements off the ring
-//! under its head lock, release it, and only then deliver them: each handle is looked up once
+//! (no lock: only the ring's DPC drains it, and `Dpc::run` serializes its runs), then
+//! deliver them: each handle is looked up once
 //! in its bounds-checked [`HandleTable`] (the handler is cloned under the table lock), and the
 //! handler runs with no driver lock held, so it may call back into the driver (a consumer
 //! callback re-arming, polling or closing its CQ). Counters are atomics.
 #![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::os::alloc::try_arc;
 use crate::os::dma::PAGE_SIZE;
@@ -127,11 +128,17 @@ pub struct DeviceStats {
 
 /// A device-produced ring (async events, CQ notifications): page 0 is the ring state with the
 /// device producing on `rx` (@8/@12), elements from page 1.
+///
+/// One consumer: the ring is drained only by its vector's DPC routine, and [`Dpc::run`] never
+/// runs one DPC's routine twice at once, whatever processors it was queued to; so `head` is
+/// read and written by one drain at a time, with no lock, each run ordered after the last by
+/// `Dpc::run` (`os::dpc` tests it; `cq_notifications_queued_from_two_processors_*` here).
 struct DeviceRing {
     buf: PagedBuffer,
     ring: Ring,
     elem: usize,
-    head: SpinLock<u32>,
+    /// Our consumer index (`cons_head` as last published).
+    head: AtomicU32,
     broken: AtomicBool,
 }
 
@@ -142,7 +149,7 @@ impl DeviceRing {
             buf: PagedBuffer::alloc(platform.dma(), DEVICE_RING_PAGES)?,
             ring: Ring::new(n as u32).ok_or(PvrdmaError::InvalidParameter)?,
             elem,
-            head: SpinLock::new(0),
+            head: AtomicU32::new(0),
             broken: AtomicBool::new(false),
         })
     }
@@ -300,20 +307,32 @@ enum DrainEnd {
 }
 
 impl DeviceRing {
-    /// Copies up to `batch.len()` elements (at most `*budget`) into `batch` under the head
-    /// lock and returns how many, and why it stopped. A bad index abandons the ring (M14).
+    /// Copies up to `batch.len()` elements (at most `*budget`) into `batch` and returns how
+    /// many, and why it stopped. A bad index abandons the ring (M14). Only the ring's DPC
+    /// calls it (see [`DeviceRing`]).
     fn drain_into<const N: usize>(
         &self,
         batch: &mut [[u8; N]],
         budget: &mut u32,
     ) -> (usize, Drained) {
-        let mut head = self.head.lock();
+        let mut head = self.head.load(Ordering::Relaxed);
+        let (n, why) = self.take_into(&mut head, batch, budget);
+        self.head.store(head, Ordering::Relaxed);
+        (n, why)
+    }
+
+    fn take_into<const N: usize>(
+        &self,
+        head: &mut u32,
+        batch: &mut [[u8; N]],
+        budget: &mut u32,
+    ) -> (usize, Drained) {
         let mut n = 0;
         for slot in batch.iter_mut() {
             if *budget == 0 {
                 return (n, Drained::Budget);
             }
-            match self.pop(&mut head, slot) {
+            match self.pop(head, slot) {
                 Ok(true) => {}
                 Ok(false) => return (n, Drained::Empty),
                 Err(RingCorrupt) => {
