@@ -493,7 +493,10 @@ const MAD_IN_FRAME: usize = 14 + 20 + 8 + 12 + 8;
 
 /// A copy of the capture (beside it, replaced on every call) with each `(offset, bytes)`
 /// written over frame 1 (the REQ) at that offset from its Ethernet header.
-fn doctor(pcap: &std::path::Path, name: &str, patches: &[(usize, &[u8])]) -> PathBuf {
+/// Bytes written over a frame at an offset.
+type Patch<'a> = (usize, &'a [u8]);
+
+fn doctor(pcap: &std::path::Path, name: &str, patches: &[Patch<'_>]) -> PathBuf {
     // The pcap global header (24) and frame 1's record header (16).
     const FRAME_IN_FILE: usize = 24 + 16;
     let mut file = std::fs::read(pcap).unwrap();
@@ -534,7 +537,7 @@ fn the_checker_rejects_wrong_endpoints_and_doctored_mads() {
     assert!(why.contains("connections in the capture"), "{why}");
 
     // Doctored copies of the capture, each decoded by its own tshark, in parallel.
-    let cases: [(&str, &[(usize, &[u8])]); 4] = [
+    let cases: [(&str, &[Patch<'_>]); 4] = [
         // The REQ's ClassVersion (MAD byte 2) 1 instead of 2: Linux drops such a MAD.
         ("class-version", &[(MAD_IN_FRAME + 2, &[1])]),
         // The service ID's protocol byte (MAD 24 + 8 + 5) UDP's 0x11: not the TCP port space.
