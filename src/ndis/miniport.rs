@@ -199,13 +199,7 @@ impl Miniport {
     pub fn add_gid(&self, index: u32, gid: [u8; 16]) -> Result<(), NDIS_STATUS> {
         let dev = self.device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
         dev.cmd()
-            .execute(&CreateBind {
-                mtu: 1024,
-                vlan: 0xFFF,
-                index,
-                new_gid: gid,
-                gid_type: 2,
-            })
+            .execute(&CreateBind::roce_v2(index, gid))
             .map_err(|e| match e {
                 PvrdmaError::NoMemory | PvrdmaError::QueueFull => NDIS_STATUS_RESOURCES,
                 _ => NDIS_STATUS_FAILURE,

@@ -18,11 +18,7 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-pub use super::dma::PAGE_SIZE;
-
-/// `PAGE_SHIFT`.
-pub const PAGE_SHIFT: u32 = 12;
-const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
+pub use super::dma::{PAGE_SHIFT, PAGE_SIZE};
 
 /// `PFN_NUMBER` (`ULONG_PTR`): a physical page number.
 pub type PFN_NUMBER = usize;

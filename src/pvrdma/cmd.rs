@@ -795,9 +795,9 @@ impl Command for DestroyQp {
 /// CREATE_BIND (GID registration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CreateBind {
-    /// Linux: 1024.
+    /// Linux: 1024 ([`CreateBind::roce_v2`]).
     pub mtu: u32,
-    /// Linux: 0xFFF.
+    /// Linux: 0xFFF, no VLAN ([`CreateBind::roce_v2`]).
     pub vlan: u32,
     /// GID table index.
     pub index: u32,
@@ -805,6 +805,21 @@ pub struct CreateBind {
     pub new_gid: [u8; 16],
     /// 2 = RoCEv2 (as the flag value, M38).
     pub gid_type: u8,
+}
+
+impl CreateBind {
+    /// The bind Linux's `pvrdma_add_gid` sends (pvrdma.md §4 step 10): GID table entry
+    /// `index` holds the RoCEv2 GID `gid` (`gid_type` 2, the flag value, M38), with MTU 1024
+    /// and no VLAN (0xFFF). The one place a CREATE_BIND is built.
+    pub const fn roce_v2(index: u32, gid: [u8; 16]) -> CreateBind {
+        CreateBind {
+            mtu: 1024,
+            vlan: 0xFFF,
+            index,
+            new_gid: gid,
+            gid_type: 2,
+        }
+    }
 }
 
 impl Command for CreateBind {

@@ -619,13 +619,8 @@ impl Device {
         }
         // 10. GIDs.
         for (i, gid) in config.gids.iter().enumerate() {
-            cmd.execute(&CreateBind {
-                mtu: 1024,
-                vlan: 0xFFF,
-                index: i as u32,
-                new_gid: *gid,
-                gid_type: 2,
-            })?;
+            // CAST: below the GID table's length (`DeviceConfig::gids`).
+            cmd.execute(&CreateBind::roce_v2(i as u32, *gid))?;
         }
         guard.armed = false;
         guard.cmd = None;

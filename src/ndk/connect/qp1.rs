@@ -35,14 +35,11 @@ use crate::os::net::ResolveError;
 use crate::pvrdma::cq::{CqReader, CqState};
 use crate::pvrdma::cqe::{CqeView, UdSource, WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::device::CqEvents;
-use crate::pvrdma::ud::{GRH_LEN, Grh, UdAddress};
+use crate::pvrdma::ud::{GRH_LEN, Grh, QP1_QKEY, UdAddress};
 use crate::pvrdma::wq::{RecvWriter, SendWriter};
 use crate::pvrdma::wqe::{SendFlags, Sge, SqHeader, WrOpcode};
 
-/// A CM MAD: exactly 256 bytes (cm.md §2.1).
-pub const MAD_LEN: usize = 256;
-/// `IB_QP1_QKEY`.
-pub const QP1_QKEY: u32 = 0x8001_0000;
+pub use crate::cm::wire::MAD_LEN;
 /// What a MAD receive's CQE must report: the GRH area and the MAD.
 const RECV_LEN: usize = GRH_LEN + MAD_LEN;
 /// Receive buffers start 64-byte aligned.

@@ -32,7 +32,6 @@ mod modify;
 mod tables;
 
 pub use events::SrqLink;
-pub use modify::GSI_QKEY;
 
 use alloc::sync::Arc;
 

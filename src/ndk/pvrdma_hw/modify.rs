@@ -17,15 +17,7 @@ use crate::pvrdma::cmd::{
     AhAttr, CreateBind, DestroyBind, ModifyQp, QpAttr, QpAttrMask, QpState, QpType,
 };
 use crate::pvrdma::device::CqEvents;
-
-/// `IB_QP1_QKEY` (cm.md §2): the Q_Key of every MAD sent to or received by QP1.
-pub const GSI_QKEY: u32 = 0x8001_0000;
-
-/// What Linux's `pvrdma_add_gid` sends as CREATE_BIND's MTU and VLAN (pvrdma.md §4 step 10).
-const BIND_MTU: u32 = 1024;
-const BIND_NO_VLAN: u32 = 0xFFF;
-/// CREATE_BIND `gid_type` of a RoCEv2 GID (the flag value, M38).
-const GID_TYPE_ROCE_V2: u8 = 2;
+use crate::pvrdma::ud::QP1_QKEY;
 
 /// PSNs and QPNs are 24-bit wire fields.
 const MAX_24: u32 = 0x00FF_FFFF;
@@ -133,7 +125,7 @@ fn init_gsi(qp: u32) -> ModifyQp {
         attr_mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY,
         attr: QpAttr {
             qp_state: QpState::Init as u32,
-            qkey: GSI_QKEY,
+            qkey: QP1_QKEY,
             ..QpAttr::default()
         },
     }
@@ -148,14 +140,7 @@ impl PvrdmaHardware {
     }
 
     pub(super) fn bind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
-        let cmd = CreateBind {
-            mtu: BIND_MTU,
-            vlan: BIND_NO_VLAN,
-            index,
-            new_gid: gid,
-            gid_type: GID_TYPE_ROCE_V2,
-        };
-        submit_then(self.dev().cmd(), &cmd, done);
+        submit_then(self.dev().cmd(), &CreateBind::roce_v2(index, gid), done);
     }
 
     pub(super) fn unbind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
