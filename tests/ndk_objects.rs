@@ -3348,3 +3348,65 @@ fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length()
     }
     e.close_adapter();
 }
+
+/// A create whose second command fails (the PD's DMA MR, refused "no resources"): the PD the
+/// device made is destroyed, and CreateCompletion reports STATUS_INSUFFICIENT_RESOURCES with
+/// no object (§5.1).
+#[test]
+fn a_pd_whose_dma_mr_fails_is_destroyed_and_reported() {
+    let e = env();
+    e.model
+        .sim
+        .with_core(|c| c.fail_nth_command(1, 12, 1 << code::CREATE_MR));
+    // SAFETY: live adapter, valid out pointer.
+    let mut pd = null_mut();
+    let st = unsafe { (NDK_ADAPTER::disp(e.a).NdkCreatePd)(e.a, create_cb, ctx(5), &mut pd) };
+    assert_eq!(
+        st, STATUS_PENDING,
+        "the commands complete in the command DPC"
+    );
+    assert!(
+        pd.is_null(),
+        "the out pointer is not touched after STATUS_PENDING"
+    );
+    assert_eq!(events(), vec![Ev::Create(5)]);
+    let (st, obj) = with_seen(e.id, |s| s.created[&5]);
+    assert_eq!((st, obj), (STATUS_INSUFFICIENT_RESOURCES, 0));
+    assert_eq!(e.model.cmds(code::DESTROY_PD).len(), 1, "the PD destroyed");
+    assert_eq!(e.model.sim.with_core(|c| c.object_counts().pds), 0);
+    e.close_adapter();
+}
+
+/// A close while a request is in flight pends: its RequestCompletion comes first, the
+/// CloseCompletion last (§5.1, §5.2).
+#[test]
+fn a_close_while_a_registration_is_in_flight_completes_after_it() {
+    let e = env();
+    let pd = e.pd();
+    let mr = e.mr(pd, false);
+    let mut m = MdlPfn::new(0x4000_0000, 0x100, 0x1800, [0x51, 0x73]);
+    // SAFETY: live MR; the MDL is followed by its PFN array.
+    let st = unsafe {
+        (NDK_MR::disp(mr).NdkRegisterMr)(
+            mr,
+            m.ptr(),
+            0x1800,
+            NDK_MR_FLAG_ALLOW_REMOTE_READ,
+            request_cb,
+            ctx(0x51),
+        )
+    };
+    assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+    // Posted, not answered: the model has not run yet.
+    let c = e.model.record.lock().unwrap().cmds.last().cloned().expect("CREATE_MR");
+    assert_eq!(c.code, code::CREATE_MR);
+    assert_eq!((c.u64(16), c.u64(24)), (0x4000_0100, 0x1800));
+    assert_eq!(e.model.mr_pages(&c), vec![0x5_1000, 0x7_3000]);
+    // The registration is in flight.
+    assert_eq!(close(mr, 0x52), STATUS_PENDING);
+    assert_eq!(events(), vec![Ev::Request(0x51), Ev::Close(0x52)]);
+    // The MR the registration made goes with the close.
+    assert_eq!(e.model.cmds(code::DESTROY_MR).len(), 1);
+    assert_eq!(close(pd, 1), STATUS_SUCCESS);
+    e.close_adapter();
+}
