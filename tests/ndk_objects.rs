@@ -3358,8 +3358,8 @@ fn a_pd_whose_dma_mr_fails_is_destroyed_and_reported() {
     e.model
         .sim
         .with_core(|c| c.fail_nth_command(1, 12, 1 << code::CREATE_MR));
-    // SAFETY: live adapter, valid out pointer.
     let mut pd = null_mut();
+    // SAFETY: live adapter, valid out pointer.
     let st = unsafe { (NDK_ADAPTER::disp(e.a).NdkCreatePd)(e.a, create_cb, ctx(5), &mut pd) };
     assert_eq!(
         st, STATUS_PENDING,
