@@ -29,7 +29,6 @@ use pvrdma_ndk::cm::{
     QpTransition,
 };
 use pvrdma_ndk::ndk::connect::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
-use pvrdma_ndk::ndk::hw::Hardware;
 use pvrdma_sim::fabric::FaultConfig;
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 
@@ -103,7 +102,7 @@ impl Exchange {
         let end = |h: usize, seed: u32| {
             let host = c.host(h);
             let inbox = Arc::new(Inbox::default());
-            let hw: Arc<dyn Hardware> = host.hw.clone();
+            let hw = host.hw.clone();
             let qp1 = Qp1::open(hw, Qp1Config::default(), inbox.clone()).expect("QP1 opens");
             let guid = 0x0050_5600_00AB_0000 | u64::from(seed);
             Endpoint {

@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 use common::{PlatformSink, SimBar1, SimDma};
 use pvrdma_ndk::ndk::completion::{tag, wr_id};
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
-use pvrdma_ndk::ndk::{Hardware, NdkDevice, dispatch, set_qp_connected};
+use pvrdma_ndk::ndk::{NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::{Device, DeviceConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_ndk::pvrdma::wq::{RecvWqe, SendWqe, WqKind, WqWriter};
 use pvrdma_ndk::pvrdma::wqe::WrOpcode;
 use pvrdma_sim::DmaSpace;
@@ -321,7 +321,7 @@ struct Model {
     sim: Arc<pvrdma_sim::Device>,
     space: Arc<DmaSpace>,
     platform: Arc<HostPlatform>,
-    hw: Arc<PvrdmaHardware>,
+    hw: Arc<Verbs>,
     record: Arc<Mutex<Record>>,
     rings: Mutex<BTreeMap<(bool, u32), Rings>>,
     posted: Mutex<Posted>,
@@ -368,7 +368,7 @@ impl Model {
         sim.set_interrupt_sink(Arc::new(PlatformSink(Arc::downgrade(&platform))));
         let p: Arc<dyn Platform> = platform.clone();
         let dev = Device::probe(p, &DeviceConfig::default()).expect("probe the model");
-        let hw = PvrdmaHardware::new(Arc::new(dev)).expect("hardware");
+        let hw = Verbs::new(Arc::new(dev)).expect("hardware");
         pumps.store(0, Ordering::SeqCst);
         Arc::new(Model {
             sim,
@@ -728,7 +728,6 @@ struct Env {
 fn env_with(cfg: pvrdma_sim::DeviceConfig) -> Env {
     let model = Model::new(cfg);
     let dev = NdkDevice::new(model.hw.clone()).expect("device");
-    model.hw.attach(&dev).expect("attach");
     let a = dev
         .open_adapter(NDK_VERSION { Major: 2, Minor: 0 })
         .expect("open");
@@ -3398,7 +3397,15 @@ fn a_close_while_a_registration_is_in_flight_completes_after_it() {
     };
     assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
     // Posted, not answered: the model has not run yet.
-    let c = e.model.record.lock().unwrap().cmds.last().cloned().expect("CREATE_MR");
+    let c = e
+        .model
+        .record
+        .lock()
+        .unwrap()
+        .cmds
+        .last()
+        .cloned()
+        .expect("CREATE_MR");
     assert_eq!(c.code, code::CREATE_MR);
     assert_eq!((c.u64(16), c.u64(24)), (0x4000_0100, 0x1800));
     assert_eq!(e.model.mr_pages(&c), vec![0x5_1000, 0x7_3000]);

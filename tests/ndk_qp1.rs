@@ -12,7 +12,6 @@ use common::ndk::{Cluster, ClusterConfig};
 use pvrdma_ndk::ndk::connect::qp1::{
     MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error,
 };
-use pvrdma_ndk::ndk::hw::Hardware;
 use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_sim::fabric::FaultConfig;
 
@@ -61,7 +60,7 @@ struct Side {
 
 fn open(c: &Cluster, h: usize, cfg: Qp1Config) -> Side {
     let sink = Arc::new(Recorder::default());
-    let hw: Arc<dyn Hardware> = c.host(h).hw.clone();
+    let hw = c.host(h).hw.clone();
     let qp1 = Qp1::open(hw, cfg, sink.clone()).expect("QP1 opens");
     Side { qp1, sink }
 }
@@ -285,7 +284,7 @@ fn a_full_send_queue_refuses_and_a_closed_qp1_sends_nothing() {
             Arc::new(Recorder::default())
         )
         .err(),
-        Some(pvrdma_ndk::ndk::HwError::Invalid),
+        Some(pvrdma_ndk::pvrdma::PvrdmaError::InvalidParameter),
         "depths are powers of two"
     );
     // Closing flushes the posted receives (counted as receive errors, never delivered).
@@ -581,7 +580,7 @@ fn a_mad_from_a_second_gid_carries_it_and_a_reply_to_it_arrives() {
     let b2 = bound.clone();
     c.host(0)
         .hw
-        .bind_gid_async(5, second, Box::new(move |r| *b2.lock().unwrap() = Some(r)));
+        .bind_gid(5, second, Box::new(move |r| *b2.lock().unwrap() = Some(r)));
     c.wait_for("CREATE_BIND", || bound.lock().unwrap().is_some());
     assert_eq!(*bound.lock().unwrap(), Some(Ok(())));
     let from5 = MadPath {

@@ -4,7 +4,6 @@
 #![deny(unsafe_code)]
 
 use super::abi::*;
-use crate::ndk::HwCaps;
 use crate::ndkpi::{NDK_ADAPTER_INFO, NDK_VERSION};
 use crate::pvrdma::dsr::Caps;
 
@@ -21,13 +20,13 @@ pub const MISSING_COUNTER_MASK: u64 = 0;
 /// The capabilities, `NdkInfo` pointing at `info` (which must live as long as the miniport
 /// adapter: whether NDIS copies it is unconfirmed, Appendix C).
 ///
-/// - MaxQpCount / MaxCqCount / MaxMrCount / MaxSrqCount: the device's handle limits as the
-///   NDK layer bounds them (`hw`); MaxPdCount from the device caps.
+/// - MaxQpCount / MaxCqCount / MaxMrCount / MaxSrqCount / MaxPdCount: the device's handle
+///   limits (`caps`, as the verbs honour them: `pvrdma::verbs::Verbs::caps`).
 /// - MaxInboundReadLimit: `max_res_rd_atom`, the device-wide responder resources for
 ///   incoming reads; MaxOutboundReadLimit 0 (the device has no adapter-wide initiator
 ///   limit, only per QP, which `NdkInfo` carries).
 /// - MaxMwCount 0: memory windows are not supported (pvrdma.md §1).
-pub fn ndk_capabilities(hw: &HwCaps, dev: &Caps, info: &NDK_ADAPTER_INFO) -> NDIS_NDK_CAPABILITIES {
+pub fn ndk_capabilities(caps: &Caps, info: &NDK_ADAPTER_INFO) -> NDIS_NDK_CAPABILITIES {
     NDIS_NDK_CAPABILITIES {
         Header: NDIS_OBJECT_HEADER {
             Type: NDIS_OBJECT_TYPE_DEFAULT,
@@ -35,14 +34,14 @@ pub fn ndk_capabilities(hw: &HwCaps, dev: &Caps, info: &NDK_ADAPTER_INFO) -> NDI
             Size: NDIS_SIZEOF_NDK_CAPABILITIES_REVISION_1,
         },
         Flags: 0,
-        MaxQpCount: hw.max_qp,
-        MaxCqCount: hw.max_cq,
-        MaxMrCount: hw.max_mr,
-        MaxPdCount: dev.max_pd,
-        MaxInboundReadLimit: dev.max_res_rd_atom,
+        MaxQpCount: caps.max_qp,
+        MaxCqCount: caps.max_cq,
+        MaxMrCount: caps.max_mr,
+        MaxPdCount: caps.max_pd,
+        MaxInboundReadLimit: caps.max_res_rd_atom,
         MaxOutboundReadLimit: 0,
         MaxMwCount: 0,
-        MaxSrqCount: hw.max_srq,
+        MaxSrqCount: caps.max_srq,
         MissingCounterMask: MISSING_COUNTER_MASK,
         NdkInfo: core::ptr::from_ref(info).cast_mut(),
     }
@@ -72,14 +71,9 @@ mod tests {
 
     #[test]
     fn from_model_caps() {
-        let hw = HwCaps::MODEL_DEFAULT;
-        let dev = Caps {
-            max_pd: 1024,
-            max_res_rd_atom: 16384,
-            ..Caps::default()
-        };
-        let info = adapter_info(&hw, CAPS_VERSION);
-        let c = ndk_capabilities(&hw, &dev, &info);
+        let caps = Caps::parse(&pvrdma_sim::dsr::Caps::default().emit([0; 6]));
+        let info = adapter_info(&caps, CAPS_VERSION);
+        let c = ndk_capabilities(&caps, &info);
         assert_eq!(
             (c.Header.Type, c.Header.Revision, c.Header.Size),
             (0x80, 1, 0x38)
@@ -89,8 +83,11 @@ mod tests {
             (c.MaxQpCount, c.MaxCqCount, c.MaxMrCount, c.MaxPdCount),
             (1024, 1024, 16384, 1024)
         );
-        assert_eq!((c.MaxInboundReadLimit, c.MaxOutboundReadLimit), (16384, 0));
-        assert_eq!((c.MaxMwCount, c.MaxSrqCount), (0, hw.max_srq));
+        assert_eq!(
+            (c.MaxInboundReadLimit, c.MaxOutboundReadLimit),
+            (caps.max_res_rd_atom, 0)
+        );
+        assert_eq!((c.MaxMwCount, c.MaxSrqCount), (0, 1024));
         assert_eq!(c.MissingCounterMask, 0);
         assert!(core::ptr::eq(c.NdkInfo, &info));
         let a = ndk_attributes(false, core::ptr::null_mut());

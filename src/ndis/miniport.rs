@@ -22,10 +22,9 @@ use super::attributes::{GeneralAttributes, MAX_LOOKAHEAD, mac_from_registers};
 use super::caps::{CAPS_VERSION, ndk_capabilities};
 use super::counters::CounterSource;
 use super::state::{Lifecycle, NdkState};
+use crate::ndk::NdkDevice;
 use crate::ndk::adapter::{Adapter, adapter_info};
 use crate::ndk::object::ObjRef;
-use crate::ndk::pvrdma_hw::PvrdmaHardware;
-use crate::ndk::{Hardware, HwCaps, NdkDevice};
 use crate::ndkpi::{NDK_ADAPTER, NDK_ADAPTER_INFO, NDK_VERSION};
 use crate::os::alloc::try_arc;
 use crate::os::{Platform, SpinLock};
@@ -34,6 +33,7 @@ use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS};
 use crate::pvrdma::device::{Device, DeviceConfig};
 use crate::pvrdma::dsr::Caps;
 use crate::pvrdma::regs::{self, Ctl, IMR_ALL_MASKED};
+use crate::pvrdma::verbs::Verbs;
 
 pub use super::oid::OidResult;
 pub use super::resources::{MemRange, Resources, parse_resources};
@@ -62,10 +62,10 @@ impl Default for MiniportConfig {
     }
 }
 
-/// The device, its hardware seam and its NDK device, dropped in that reverse order.
+/// The device, its verbs and its NDK device, dropped in that reverse order.
 struct Stack {
     ndk: Arc<NdkDevice>,
-    hw: Arc<PvrdmaHardware>,
+    hw: Arc<Verbs>,
     dev: Arc<Device>,
 }
 
@@ -76,8 +76,8 @@ pub struct Miniport {
     /// `None` once halted.
     stack: SpinLock<Option<Stack>>,
     state: NdkState,
-    hw_caps: HwCaps,
-    dev_caps: Caps,
+    /// The device limits the verbs honour.
+    caps: Caps,
     /// The NDK_ADAPTER_INFO the capabilities point at (kept for the adapter's lifetime,
     /// §6.4).
     info: NDK_ADAPTER_INFO,
@@ -138,20 +138,17 @@ impl Miniport {
         )
         .map_err(bring_up_status)?;
         let dev = try_arc(dev).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        let dev_caps = *dev.caps();
-        let hw = PvrdmaHardware::new(dev.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
+        let hw = Verbs::new(dev.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
         let ndk = NdkDevice::new(hw.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        hw.attach(&ndk).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        let hw_caps = *hw.caps();
+        let caps = *hw.caps();
         let bar1 = platform.bar1();
         let mac = mac_from_registers(regs::MACL.read(bar1), regs::MACH.read(bar1));
         try_arc(Miniport {
             resources: *res,
             stack: SpinLock::new(Some(Stack { ndk, hw, dev })),
             state: NdkState::new(cfg.network_direct),
-            hw_caps,
-            dev_caps,
-            info: adapter_info(&hw_caps, CAPS_VERSION),
+            caps,
+            info: adapter_info(&caps, CAPS_VERSION),
             mac,
             open: SpinLock::new(Vec::new()),
             packet_filter: AtomicU32::new(0),
@@ -170,7 +167,7 @@ impl Miniport {
     /// NDIS_NDK_CAPABILITIES for NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES; `NdkInfo` points into
     /// this miniport, valid while it lives.
     pub fn ndk_capabilities(&self) -> NDIS_NDK_CAPABILITIES {
-        ndk_capabilities(&self.hw_caps, &self.dev_caps, &self.info)
+        ndk_capabilities(&self.caps, &self.info)
     }
 
     /// NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES.Enabled: whether NDK is enabled now.
@@ -225,7 +222,7 @@ impl Miniport {
         let cfg = crate::ndk::connect::EngineConfig::new(guid, seed);
         crate::ndk::connect::start(&ndk, self.platform.clone(), resolver, cfg).map_err(
             |e| match e {
-                crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
+                PvrdmaError::NoMemory => NDIS_STATUS_RESOURCES,
                 _ => NDIS_STATUS_FAILURE,
             },
         )

@@ -5,6 +5,8 @@
 #![deny(unsafe_code)]
 
 use crate::ndkpi::*;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::error::dev_err;
 
 /// Why a provider function failed inline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +43,11 @@ pub enum NdkError {
 
 impl NdkError {
     /// The NTSTATUS an NDK consumer sees for this error.
-    pub const fn to_ntstatus(self) -> NTSTATUS {
+    ///
+    /// Out of line: every error exit of a thunk is a tail call here, so no status constant
+    /// is materialized on a success path.
+    #[inline(never)]
+    pub fn to_ntstatus(self) -> NTSTATUS {
         match self {
             NdkError::InvalidParameter => STATUS_INVALID_PARAMETER,
             NdkError::NotSupported => STATUS_NOT_SUPPORTED,
@@ -57,26 +63,55 @@ impl NdkError {
     }
 }
 
-/// Failure reported by the hardware seam ([`super::hw::Hardware`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwError {
-    /// No memory, no free handle, or the device answered "no resources" (12).
-    NoResources,
-    /// The device refused the request as invalid (22) or unsupported (95).
-    Invalid,
-    /// Any other device failure (command timeout, device gone).
-    Failed,
-}
-
-impl From<HwError> for NdkError {
-    fn from(e: HwError) -> Self {
+impl From<PvrdmaError> for NdkError {
+    /// What a device failure is to a consumer: no memory, a full queue, or the device's
+    /// "no resources" (M8 code 12) is STATUS_INSUFFICIENT_RESOURCES; a request the device
+    /// refused as invalid (22) or unsupported (95), or that the verbs refused before it
+    /// reached the device, is STATUS_INVALID_PARAMETER; anything else (a timeout, a device
+    /// that breaks the protocol or is going away) is STATUS_INTERNAL_ERROR.
+    fn from(e: PvrdmaError) -> Self {
+        let code = |err: u32| match err {
+            dev_err::NO_RESOURCES => NdkError::InsufficientResources,
+            dev_err::INVALID | dev_err::UNSUPPORTED => NdkError::InvalidParameter,
+            _ => NdkError::Device,
+        };
         match e {
-            HwError::NoResources => NdkError::InsufficientResources,
-            HwError::Invalid => NdkError::InvalidParameter,
-            HwError::Failed => NdkError::Device,
+            PvrdmaError::NoMemory | PvrdmaError::QueueFull => NdkError::InsufficientResources,
+            // M8: ERR (a command refused at REQUEST) and `hdr.err` carry the same codes.
+            PvrdmaError::CommandFailed { err, .. } => code(u32::from(err)),
+            PvrdmaError::CommandRejected { err, .. } => code(err),
+            PvrdmaError::InvalidParameter | PvrdmaError::NotSupported => NdkError::InvalidParameter,
+            _ => NdkError::Device,
         }
     }
 }
 
 /// Shorthand for results of provider functions.
 pub type NdkResult<T> = Result<T, NdkError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_errors_map_to_one_ntstatus_each() {
+        let st = |e: PvrdmaError| NdkError::from(e).to_ntstatus();
+        assert_eq!(st(PvrdmaError::NoMemory), STATUS_INSUFFICIENT_RESOURCES);
+        assert_eq!(st(PvrdmaError::QueueFull), STATUS_INSUFFICIENT_RESOURCES);
+        let failed = |err| st(PvrdmaError::CommandFailed { code: 9, err });
+        assert_eq!(failed(12), STATUS_INSUFFICIENT_RESOURCES);
+        assert_eq!(failed(22), STATUS_INVALID_PARAMETER);
+        assert_eq!(failed(95), STATUS_INVALID_PARAMETER);
+        assert_eq!(failed(2), STATUS_INTERNAL_ERROR, "UNKNOWN_HANDLE");
+        assert_eq!(failed(200), STATUS_INTERNAL_ERROR);
+        let rejected = |err| st(PvrdmaError::CommandRejected { code: 1, err });
+        assert_eq!(rejected(12), STATUS_INSUFFICIENT_RESOURCES);
+        assert_eq!(rejected(22), STATUS_INVALID_PARAMETER);
+        assert_eq!(rejected(95), STATUS_INVALID_PARAMETER);
+        assert_eq!(rejected(16), STATUS_INTERNAL_ERROR, "BUSY");
+        assert_eq!(st(PvrdmaError::InvalidParameter), STATUS_INVALID_PARAMETER);
+        assert_eq!(st(PvrdmaError::Timeout), STATUS_INTERNAL_ERROR);
+        assert_eq!(st(PvrdmaError::BadResponse), STATUS_INTERNAL_ERROR);
+        assert_eq!(st(PvrdmaError::Shutdown), STATUS_INTERNAL_ERROR);
+    }
+}

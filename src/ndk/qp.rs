@@ -15,9 +15,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::consumer_array::ConsumerArray;
 use super::cq::Cq;
-use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwDone, QpSpec, pow2_ceil};
 use super::mr::Mr;
 use super::object::{
     CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, ProviderObject, header,
@@ -27,6 +25,8 @@ use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use super::traffic::{Direction, QpTraffic};
 use crate::ndkpi::*;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, QpSpec, pow2_ceil};
 use crate::pvrdma::wq::{RecvWriter, SendWriter, WqKind, WqSlot, WqWriter};
 use crate::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
 
@@ -505,7 +505,7 @@ impl Qp {
             p,
             counts,
         };
-        let done = move |r: Result<u32, HwError>| {
+        let done = move |r: Result<u32, PvrdmaError>| {
             let made = match r {
                 Ok(handle) => pending.wrap(handle),
                 Err(e) => Err(e.into()),
@@ -514,9 +514,9 @@ impl Qp {
         };
         let d = crate::os::alloc::try_box(done)
             .map_err(|_| NdkError::InsufficientResources)?
-            .map_box(|b| b as HwDone<u32>)
+            .map_box(|b| b as Done<u32>)
             .into_inner();
-        adapter.hw().create_qp_async(&spec, d);
+        adapter.hw().create_qp(&spec, d);
         Ok(())
     }
 
@@ -910,7 +910,8 @@ impl Qp {
                     .pd
                     .adapter()
                     .hw()
-                    .fast_reg_pages(t.handle, pages)
+                    // CAST: a logical address is a 64-bit bus address.
+                    .fast_reg_pages(t.handle, pages.iter().map(|&p| p as u64))
                     .map_err(NdkError::from)?;
                 ticket.set(Some(t));
                 Ok(SqHeader {

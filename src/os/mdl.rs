@@ -137,7 +137,7 @@ pub struct MdlPage {
     /// Page-aligned virtual address of the page.
     pub va: u64,
     /// Its page frame number (below 2^52). What address a device reaches it at is the
-    /// caller's mapping to make (the NDK layer's `Hardware::page_address`).
+    /// caller's mapping to make (`pvrdma::verbs::Verbs::page_address`).
     pub pfn: u64,
 }
 

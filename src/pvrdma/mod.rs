@@ -14,6 +14,8 @@
 //! - [`table`]: bounds-checked tables keyed by device handle;
 //! - `device_enum`: the one way a C enum of the device is declared and decoded;
 //! - [`device`]: bring-up, teardown, interrupts and event dispatch (§5, §13);
+//! - [`verbs`]: the device's objects made and unmade by commands, their events routed, the
+//!   rings of the data path handed out (§1 mapping, §8–§13), in device terms only;
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
 mod bytes;
@@ -33,6 +35,7 @@ pub mod ring;
 pub mod table;
 pub mod uar;
 pub mod ud;
+pub mod verbs;
 pub mod wq;
 pub mod wqe;
 

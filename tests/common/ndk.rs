@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
@@ -36,6 +35,7 @@ use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::clock::Clock;
 use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::external::UdpWire;
 use pvrdma_sim::fabric::ThreadMode;
@@ -656,8 +656,8 @@ pub struct Host {
     pub bar1: Arc<SimBar1>,
     /// The probed driver device.
     pub dev: Arc<DrvDevice>,
-    /// Hardware seam.
-    pub hw: Arc<PvrdmaHardware>,
+    /// The verbs the NDK layer is built on.
+    pub hw: Arc<Verbs>,
     /// NDK device.
     pub ndk: Arc<NdkDevice>,
     /// The open adapter.
@@ -798,9 +798,8 @@ impl Cluster {
                 )
                 .expect("probe against the world node"),
             );
-            let hw = PvrdmaHardware::new(dev.clone()).expect("hardware seam");
+            let hw = Verbs::new(dev.clone()).expect("hardware seam");
             let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
-            hw.attach(&ndk).expect("attach");
             let a = ndk.open_adapter(cfg.version).expect("open adapter");
             hosts.push(Host {
                 index: i,

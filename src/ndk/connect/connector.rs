@@ -38,14 +38,14 @@ use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
 use crate::ndk::adapter::Adapter;
-use crate::ndk::error::HwError;
-use crate::ndk::hw::{QpModify, QpPath, QpState};
 use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use crate::ndk::qp::Qp;
 use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::net::{Mac, ResolveError, resolve_done};
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{QpModify, QpPath, QpState};
 
 /// NDK_ADAPTER_INFO.MaxCallerData.
 pub const MAX_CALLER_DATA: usize = MAX_CONNECT_PRIVATE_DATA;
@@ -919,13 +919,13 @@ impl ObjRef<Connector> {
         qp.mark_used();
         let this = self.clone();
         let q2 = qp.clone();
-        let done = hw_done(move |r: Result<(), HwError>| {
+        let done = hw_done(move |r: Result<(), PvrdmaError>| {
             this.modified(&q2, &t, r);
             this.run_from(None);
         });
         match done {
             Some(d) => {
-                self.engine.hw().modify_qp_async(qp.handle(), &m, d);
+                self.engine.hw().modify_qp(qp.handle(), &m, d);
                 true
             }
             None => {
@@ -973,7 +973,7 @@ impl ObjRef<Connector> {
         })
     }
 
-    fn modified(&self, qp: &ObjRef<Qp>, t: &QpTransition, r: Result<(), HwError>) {
+    fn modified(&self, qp: &ObjRef<Qp>, t: &QpTransition, r: Result<(), PvrdmaError>) {
         match (t, r) {
             (QpTransition::Rts(_), Ok(())) => qp.set_connected(true),
             (QpTransition::Error, _) => qp.set_connected(false),

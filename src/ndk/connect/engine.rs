@@ -35,12 +35,12 @@ use super::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use crate::cm::addr::{Gid, gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::{Action, Cm, CmConfig, CmError, ConnId, Event, ListenerId};
-use crate::ndk::error::HwError;
-use crate::ndk::hw::{Hardware, HwDone};
 use crate::ndk::object::{ObjRef, try_vec};
 use crate::ndkpi::*;
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, Verbs};
 
 /// GID table entries the engine uses (the model's and the device's default table holds 16).
 pub const MAX_GIDS: usize = 16;
@@ -238,7 +238,7 @@ const AGAIN: u8 = 2;
 pub struct CmEngine {
     me: SpinLock<Weak<CmEngine>>,
     platform: Arc<dyn Platform>,
-    hw: Arc<dyn Hardware>,
+    hw: Arc<Verbs>,
     resolver: Arc<dyn AddressResolver>,
     cfg: EngineConfig,
     cm: SpinLock<Cm>,
@@ -301,27 +301,27 @@ impl AddressEvents for Addresses {
 }
 
 /// Runs one asynchronous seam command and waits for it (PASSIVE_LEVEL).
-fn wait_for(platform: &dyn Platform, issue: impl FnOnce(HwDone<()>)) -> Result<(), HwError> {
-    let cell: Arc<SpinLock<Option<Result<(), HwError>>>> =
-        crate::os::alloc::try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?;
+fn wait_for(platform: &dyn Platform, issue: impl FnOnce(Done<()>)) -> Result<(), PvrdmaError> {
+    let cell: Arc<SpinLock<Option<Result<(), PvrdmaError>>>> =
+        crate::os::alloc::try_arc(SpinLock::new(None)).map_err(|_| PvrdmaError::NoMemory)?;
     let c2 = cell.clone();
-    let done = crate::os::alloc::try_box(move |r: Result<(), HwError>| *c2.lock() = Some(r))
-        .map_err(|_| HwError::NoResources)?
-        .map_box(|b| b as HwDone<()>)
+    let done = crate::os::alloc::try_box(move |r: Result<(), PvrdmaError>| *c2.lock() = Some(r))
+        .map_err(|_| PvrdmaError::NoMemory)?
+        .map_box(|b| b as Done<()>)
         .into_inner();
     issue(done);
     platform.wait_until(&|| cell.lock().is_some(), COMMAND_WAIT_NS);
     let r = cell.lock().take();
-    r.unwrap_or(Err(HwError::Failed))
+    r.unwrap_or(Err(PvrdmaError::Timeout))
 }
 
 /// A boxed seam completion (IRQL ≤ DISPATCH_LEVEL: non-paged pool).
 pub(crate) fn hw_done<T: 'static>(
-    f: impl FnOnce(Result<T, HwError>) + Send + 'static,
-) -> Option<HwDone<T>> {
+    f: impl FnOnce(Result<T, PvrdmaError>) + Send + 'static,
+) -> Option<Done<T>> {
     crate::os::alloc::try_box(f)
         .ok()
-        .map(|b| b.map_box(|b| b as HwDone<T>).into_inner())
+        .map(|b| b.map_box(|b| b as Done<T>).into_inner())
 }
 
 /// The NTSTATUS of a consumer request the CM refused (the `cm` module docs' table).
@@ -345,23 +345,23 @@ impl CmEngine {
     /// What QP1, the CM or an allocation reported; what was made is undone.
     pub fn start(
         platform: Arc<dyn Platform>,
-        hw: Arc<dyn Hardware>,
+        hw: Arc<Verbs>,
         resolver: Arc<dyn AddressResolver>,
         cfg: EngineConfig,
-    ) -> Result<Arc<CmEngine>, HwError> {
+    ) -> Result<Arc<CmEngine>, PvrdmaError> {
         let caps = *hw.caps();
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
         cm_cfg.listeners = cfg.listeners;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
-        let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
-        let nr = |_| HwError::NoResources;
-        let conns = try_vec(cfg.capacity, || None).map_err(|_| HwError::NoResources)?;
-        let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
-        let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
-        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
-        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| HwError::NoResources)?;
+        let cm = Cm::new(cm_cfg).map_err(|_| PvrdmaError::NoMemory)?;
+        let nr = |_| PvrdmaError::NoMemory;
+        let conns = try_vec(cfg.capacity, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| PvrdmaError::NoMemory)?;
         let engine = crate::os::alloc::try_arc(CmEngine {
             me: SpinLock::new(Weak::new()),
             platform: platform.clone(),
@@ -434,7 +434,7 @@ impl CmEngine {
     }
 
     /// The hardware.
-    pub fn hw(&self) -> &Arc<dyn Hardware> {
+    pub fn hw(&self) -> &Arc<Verbs> {
         &self.hw
     }
 
@@ -510,7 +510,7 @@ impl CmEngine {
         let idx = index as u32;
         let gid = gid_from_ip(ip);
         let me = self.weak();
-        let undo = move |r: Result<(), HwError>| {
+        let undo = move |r: Result<(), PvrdmaError>| {
             if r.is_err()
                 && let Some(e) = me.upgrade()
                 && let Some(slot) = e.gids.lock().get_mut(index)
@@ -521,11 +521,11 @@ impl CmEngine {
         };
         match wait {
             Some(p) => {
-                let r = wait_for(p, |d| self.hw.bind_gid_async(idx, gid, d));
+                let r = wait_for(p, |d| self.hw.bind_gid(idx, gid, d));
                 undo(r);
             }
             None => match hw_done(undo) {
-                Some(d) => self.hw.bind_gid_async(idx, gid, d),
+                Some(d) => self.hw.bind_gid(idx, gid, d),
                 None => {
                     if let Some(slot) = self.gids.lock().get_mut(index) {
                         *slot = None;
@@ -551,11 +551,11 @@ impl CmEngine {
         let gid = gid_from_ip(ip);
         match wait {
             Some(p) => {
-                let _ = wait_for(p, |d| self.hw.unbind_gid_async(idx, gid, d));
+                let _ = wait_for(p, |d| self.hw.unbind_gid(idx, gid, d));
             }
             None => {
                 if let Some(d) = hw_done(|_| {}) {
-                    self.hw.unbind_gid_async(idx, gid, d);
+                    self.hw.unbind_gid(idx, gid, d);
                 }
             }
         }

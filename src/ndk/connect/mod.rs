@@ -18,9 +18,9 @@ use alloc::sync::Arc;
 pub use engine::{CmEngine, EngineConfig, EngineStats};
 
 use crate::ndk::adapter::NdkDevice;
-use crate::ndk::error::HwError;
 use crate::os::Platform;
 use crate::os::net::AddressResolver;
+use crate::pvrdma::PvrdmaError;
 
 /// Starts the connection engine of `ndk` over `resolver` (PASSIVE_LEVEL, once the device runs
 /// and its events reach `ndk`): QP1, a GID per interface address, the CM. Until this
@@ -34,7 +34,7 @@ pub fn start(
     platform: Arc<dyn Platform>,
     resolver: Arc<dyn AddressResolver>,
     cfg: EngineConfig,
-) -> Result<(), HwError> {
+) -> Result<(), PvrdmaError> {
     let engine = CmEngine::start(platform, ndk.hw_handle(), resolver, cfg)?;
     ndk.set_connections(Some(engine));
     Ok(())

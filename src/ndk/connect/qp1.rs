@@ -24,18 +24,18 @@
 use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use crate::ndk::error::HwError;
-use crate::ndk::hw::{Hardware, HwDone, MrKeys, QpModify, QpSpec, QpState, pow2_ceil};
 use crate::ndkpi::{NTSTATUS, STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
 use crate::ndkpi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS};
 use crate::os::SharedDma;
 use crate::os::SpinLock;
 use crate::os::alloc::{try_arc, try_box};
 use crate::os::net::ResolveError;
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cq::{CqReader, CqState};
 use crate::pvrdma::cqe::{CqeView, UdSource, WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::device::CqEvents;
 use crate::pvrdma::ud::{GRH_LEN, Grh, QP1_QKEY, UdAddress};
+use crate::pvrdma::verbs::{Done, MrKeys, QpModify, QpSpec, QpState, Verbs, pow2_ceil};
 use crate::pvrdma::wq::{RecvWriter, SendWriter};
 use crate::pvrdma::wqe::{SendFlags, Sge, SqHeader, WrOpcode};
 
@@ -165,7 +165,7 @@ const BUSY: u8 = 1;
 const AGAIN: u8 = 2;
 
 struct Inner {
-    hw: Arc<dyn Hardware>,
+    hw: Arc<Verbs>,
     pd: u32,
     dma_mr: MrKeys,
     cq: u32,
@@ -217,23 +217,23 @@ impl CqEvents for Qp1Events {
 }
 
 /// Runs one asynchronous seam command and waits for it (PASSIVE_LEVEL).
-fn wait<T: Send + 'static>(hw: &dyn Hardware, issue: impl FnOnce(HwDone<T>)) -> Result<T, HwError> {
-    let cell: Arc<SpinLock<Option<Result<T, HwError>>>> =
-        try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?;
+fn wait<T: Send + 'static>(hw: &Verbs, issue: impl FnOnce(Done<T>)) -> Result<T, PvrdmaError> {
+    let cell: Arc<SpinLock<Option<Result<T, PvrdmaError>>>> =
+        try_arc(SpinLock::new(None)).map_err(|_| PvrdmaError::NoMemory)?;
     let c2 = cell.clone();
-    let done = try_box(move |r: Result<T, HwError>| *c2.lock() = Some(r))
-        .map_err(|_| HwError::NoResources)?
-        .map_box(|b| b as HwDone<T>)
+    let done = try_box(move |r: Result<T, PvrdmaError>| *c2.lock() = Some(r))
+        .map_err(|_| PvrdmaError::NoMemory)?
+        .map_box(|b| b as Done<T>)
         .into_inner();
     issue(done);
     hw.wait_until(&|| cell.lock().is_some());
     let r = cell.lock().take();
-    r.unwrap_or(Err(HwError::Failed))
+    r.unwrap_or(Err(PvrdmaError::Timeout))
 }
 
 /// What `open` has made so far, destroyed in reverse if it fails.
 struct Partial<'a> {
-    hw: &'a dyn Hardware,
+    hw: &'a Verbs,
     pd: Option<(u32, MrKeys)>,
     cq: Option<u32>,
     qp: Option<u32>,
@@ -265,38 +265,38 @@ impl Qp1 {
     /// for the device). `sink` gets every MAD received until [`Qp1::close`].
     ///
     /// # Errors
-    /// [`HwError::Invalid`] for depths that are not powers of two in 1..=2^15 (or that the
+    /// [`PvrdmaError::InvalidParameter`] for depths that are not powers of two in 1..=2^15 (or that the
     /// device would size differently); otherwise the first failing command's error, after
     /// what was made is destroyed.
     pub fn open(
-        hw: Arc<dyn Hardware>,
+        hw: Arc<Verbs>,
         cfg: Qp1Config,
         sink: Arc<dyn MadSink>,
-    ) -> Result<Qp1, HwError> {
+    ) -> Result<Qp1, PvrdmaError> {
         let pow2 = |n: u32| n.is_power_of_two() && n <= 1 << 15;
         if !(pow2(cfg.recv_depth) && pow2(cfg.send_depth)) {
-            return Err(HwError::Invalid);
+            return Err(PvrdmaError::InvalidParameter);
         }
         // CAST: ≤ 2^15 each.
         let recv_bytes = cfg.recv_depth as usize * RECV_STRIDE;
         let send_bytes = cfg.send_depth as usize * MAD_LEN;
         let recv_bufs = hw.alloc_dma(recv_bytes)?;
         let send_bufs = hw.alloc_dma(send_bytes)?;
-        let h: &dyn Hardware = &*hw;
+        let h: &Verbs = &hw;
         let mut made = Partial {
             hw: h,
             pd: None,
             cq: None,
             qp: None,
         };
-        let (pd, dma_mr) = wait(h, |d| h.create_pd_async(d))?;
+        let (pd, dma_mr) = wait(h, |d| h.create_pd(d))?;
         made.pd = Some((pd, dma_mr));
         let entries = cfg
             .recv_depth
             .checked_add(cfg.send_depth)
             .and_then(pow2_ceil)
-            .ok_or(HwError::Invalid)?;
-        let cq = wait(h, |d| h.create_cq_async(entries, None, d))?;
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        let cq = wait(h, |d| h.create_cq(entries, d))?;
         made.cq = Some(cq);
         let reader = h.cq_reader(cq)?;
         let spec = QpSpec {
@@ -309,12 +309,12 @@ impl Qp1 {
             max_send_sge: 1,
             max_recv_sge: 1,
         };
-        let qp = wait(h, |d| h.create_gsi_qp_async(&spec, d))?;
+        let qp = wait(h, |d| h.create_gsi_qp(&spec, d))?;
         made.qp = Some(qp);
         let (sq, rq) = h.qp_writers(qp)?;
-        let rq = rq.ok_or(HwError::Invalid)?;
+        let rq = rq.ok_or(PvrdmaError::InvalidParameter)?;
         if sq.entries() != cfg.send_depth || rq.entries() != cfg.recv_depth {
-            return Err(HwError::Invalid);
+            return Err(PvrdmaError::InvalidParameter);
         }
         let inner = try_arc(Inner {
             hw: hw.clone(),
@@ -339,28 +339,28 @@ impl Qp1 {
             sink: SpinLock::new(Some(sink)),
             counters: Counters::default(),
         })
-        .map_err(|_| HwError::NoResources)?;
+        .map_err(|_| PvrdmaError::NoMemory)?;
         let events: Arc<dyn CqEvents> =
-            try_arc(Qp1Events(Arc::downgrade(&inner))).map_err(|_| HwError::NoResources)?;
-        h.bind_cq_handler(cq, events)?;
+            try_arc(Qp1Events(Arc::downgrade(&inner))).map_err(|_| PvrdmaError::NoMemory)?;
+        h.route_cq(cq, events, crate::os::Processor::Current)?;
         // From here a failure frees the receive buffers while the QP, still in INIT, holds
         // them posted: a QP below RTR receives nothing (M34), and its DESTROY follows.
         for i in 0..cfg.recv_depth {
             if !inner.post_recv(i) {
-                return Err(HwError::Failed);
+                return Err(PvrdmaError::Timeout);
             }
         }
         let rtr = QpModify {
             state: Some(QpState::Rtr),
             ..QpModify::default()
         };
-        wait(h, |d| h.modify_qp_async(qp, &rtr, d))?;
+        wait(h, |d| h.modify_qp(qp, &rtr, d))?;
         let rts = QpModify {
             state: Some(QpState::Rts),
             sq_psn: Some(0),
             ..QpModify::default()
         };
-        wait(h, |d| h.modify_qp_async(qp, &rts, d))?;
+        wait(h, |d| h.modify_qp(qp, &rts, d))?;
         made.disarm();
         // Arms the CQ (and takes anything that arrived already).
         inner.poll();
@@ -415,18 +415,18 @@ impl Qp1 {
     /// Stops sending and receiving, flushes the QP and destroys it with its CQ, MR and PD
     /// (PASSIVE_LEVEL: waits for the flush). The sink is dropped here and called no more
     /// once this returns, but for a call already running in the DPC.
-    pub fn close(self) -> Result<(), HwError> {
+    pub fn close(self) -> Result<(), PvrdmaError> {
         let i = &self.inner;
         i.closing.store(true, Ordering::Release);
         let sink = i.sink.lock().take();
         drop(sink);
-        let h: &dyn Hardware = &*i.hw;
+        let h: &Verbs = &i.hw;
         let err = QpModify {
             state: Some(QpState::Err),
             ..QpModify::default()
         };
         // After the answer the device has written the flush CQEs and owns no buffer (M32).
-        let flushed = wait(h, |d| h.modify_qp_async(i.qp, &err, d));
+        let flushed = wait(h, |d| h.modify_qp(i.qp, &err, d));
         i.poll();
         h.destroy_qp(i.qp);
         h.destroy_cq(i.cq);
