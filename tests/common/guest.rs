@@ -216,13 +216,14 @@ pub fn qemu_path() -> Result<PathBuf> {
     ))
 }
 
-/// The directory holding the guest's `vmlinuz` and `initrd.img`.
+/// The directory holding the guest's `vmlinux` (booted through its PVH entry) and
+/// `initrd.img`.
 pub fn image_dir() -> Result<PathBuf> {
     let dir = match std::env::var_os("PVRDMA_PEER_DIR") {
         Some(d) => PathBuf::from(d),
         None => target_dir().join("peer/guest/current"),
     };
-    if dir.join("vmlinuz").is_file() && dir.join("initrd.img").is_file() {
+    if dir.join("vmlinux").is_file() && dir.join("initrd.img").is_file() {
         Ok(dir)
     } else {
         err(format!(
@@ -483,7 +484,7 @@ impl Guest {
                     config.mac_string()
                 ),
             ])
-            .args(["-kernel", &image.join("vmlinuz").display().to_string()])
+            .args(["-kernel", &image.join("vmlinux").display().to_string()])
             .args(["-initrd", &image.join("initrd.img").display().to_string()])
             .args(["-append", &append])
             .stdin(Stdio::piped())

@@ -2,7 +2,7 @@
 # Builds the Linux RDMA peer's boot image (a kernel and an initramfs, booted with
 # qemu-system-x86_64 -kernel/-initrd; docs/PEER.md) from Debian bookworm's packages, downloaded
 # now with `apt-get download` and unpacked privately (nothing is installed on the machine):
-#   - linux-image-amd64's kernel: vmlinuz, and the modules for rdma_rxe, rdma_cm/rdma_ucm and
+#   - linux-image-amd64's kernel: vmlinux (decompressed from its vmlinuz), and the modules for rdma_rxe, rdma_cm/rdma_ucm and
 #     virtio-net with their dependencies (modules.dep by busybox depmod, so modprobe works);
 #   - busybox (the shell and the tools of the init and of the tests' commands). Debian's
 #     busybox-static is built with FEATURE_SH_STANDALONE: its shell runs its own applets before
@@ -18,7 +18,7 @@
 #   - the project's own programs, tools/peer/progs/*.c, compiled here against privately unpacked
 #     libibverbs-dev/librdmacm-dev headers and the guest's own libraries;
 #   - tools/peer/init as /init (PID 1: modules, eth0, rxe0, then the command server).
-# The result, <target>/peer/guest/<key>/{vmlinuz,initrd.img,manifest.txt}, is keyed by a hash of
+# The result, <target>/peer/guest/<key>/{vmlinux,initrd.img,manifest.txt}, is keyed by a hash of
 # these scripts, the programs' sources and every package's version: a rerun with the same inputs
 # prints the cached directory at once. <target>/peer/guest/current points at the last one built.
 # Prints that directory.
@@ -28,15 +28,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 started=$(date +%s)
-target=$(peer_target_dir)
-out_root=$target/peer/guest
-debs_dir=$target/peer/debs
-
-peer_apt_ready
-kernel_pkg=${PVRDMA_PEER_KERNEL:-$(apt-cache depends linux-image-amd64 |
-    awk '/Depends: linux-image-[0-9]/{print $2; exit}')}
-[ -n "$kernel_pkg" ] || peer_die "apt-cache cannot resolve linux-image-amd64 to a kernel package"
-kver=${kernel_pkg#linux-image-}
+peer_use_target
+out_root=$peer_target/peer/guest
+debs_dir=$peer_target/peer/debs
 
 userland=(busybox libibverbs1 librdmacm1 ibverbs-providers rdmacm-utils ibverbs-utils
     iproute2 perftest)
@@ -44,10 +38,39 @@ userland=(busybox libibverbs1 librdmacm1 ibverbs-providers rdmacm-utils ibverbs-
 # symlinks for the programs (their dependencies are not needed).
 buildpkgs=(busybox-static libibverbs-dev librdmacm-dev)
 
-mapfile -t runtime < <(peer_closure no "${userland[@]}")
-mapfile -t pvs < <(peer_versions "$kernel_pkg" "${runtime[@]}" "${buildpkgs[@]}")
-((${#pvs[@]} == ${#runtime[@]} + 1 + ${#buildpkgs[@]})) ||
-    peer_die "apt-cache has no candidate for some of: $kernel_pkg ${runtime[*]} ${buildpkgs[*]}"
+# The packages and versions, resolved from apt's lists once per state of the lists (and of
+# these scripts): a rerun with nothing changed asks apt nothing.
+lists_state=$({
+    cat "$here/build-guest.sh" "$here/lib.sh"
+    printf '%s\n' "${PVRDMA_PEER_KERNEL:-}"
+    stat -c '%n %s %Y' /var/lib/apt/lists/*Packages* 2>/dev/null || true
+} | sha256sum | cut -c1-16)
+resolved=$out_root/resolved/$lists_state
+if [ ! -s "$resolved" ]; then
+    peer_apt_ready
+    kernel_pkg=${PVRDMA_PEER_KERNEL:-$(peer_apt_cache depends linux-image-amd64 |
+        awk '/Depends: linux-image-[0-9]/{print $2; exit}')}
+    [ -n "$kernel_pkg" ] || peer_die "apt-cache cannot resolve linux-image-amd64 to a kernel package"
+    mapfile -t runtime < <(peer_closure no "${userland[@]}")
+    mapfile -t pvs < <(peer_versions "$kernel_pkg" "${runtime[@]}" "${buildpkgs[@]}")
+    ((${#pvs[@]} == ${#runtime[@]} + 1 + ${#buildpkgs[@]})) ||
+        peer_die "apt-cache has no candidate for some of: $kernel_pkg ${runtime[*]} ${buildpkgs[*]}"
+    mkdir -p "$out_root/resolved"
+    printf '%s\n' "$kernel_pkg" "${pvs[@]}" >"$resolved.new"
+    mv "$resolved.new" "$resolved"
+fi
+{
+    read -r kernel_pkg
+    mapfile -t pvs
+} <"$resolved"
+kver=${kernel_pkg#linux-image-}
+runtime=()
+for pv in "${pvs[@]}"; do
+    case " $kernel_pkg ${buildpkgs[*]} " in
+    *" ${pv%%=*} "*) ;;
+    *) runtime+=("${pv%%=*}") ;;
+    esac
+done
 
 key=$({
     cat "$here/build-guest.sh" "$here/lib.sh" "$here/init"
@@ -58,7 +81,7 @@ key=$({
     printf '%s\n' "${pvs[@]}"
 } | sha256sum | cut -c1-16)
 out=$out_root/$key
-if [ -f "$out/initrd.img" ] && [ -f "$out/vmlinuz" ]; then
+if [ -f "$out/initrd.img" ] && [ -f "$out/vmlinux" ]; then
     ln -sfn "$key" "$out_root/current"
     printf '%s\n' "$out"
     exit 0
@@ -150,14 +173,16 @@ for applet in $("$img/usr/bin/busybox" --list); do
     [ -e "$img/usr/bin/$applet" ] || ln -s busybox "$img/usr/bin/$applet"
 done
 
-# libibverbs' providers (dlopened: their libraries count as NEEDED roots too) and config.
-cp -a "$pkgroot/etc/libibverbs.d" "$img/etc/"
-mkdir -p "$img/usr/lib/x86_64-linux-gnu/libibverbs"
-for p in "$pkgroot"/usr/lib/x86_64-linux-gnu/libibverbs/*.so; do
+# libibverbs' provider for rxe (dlopened, so a NEEDED root too) and its config: the only
+# device here (another provider's config without its library would only warn).
+mkdir -p "$img/etc/libibverbs.d" "$img/usr/lib/x86_64-linux-gnu/libibverbs"
+cp "$pkgroot/etc/libibverbs.d/rxe.driver" "$img/etc/libibverbs.d/"
+for p in "$pkgroot"/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so; do
     real=$(in_root_realpath "$pkgroot" "${p#"$pkgroot"}")
     cp "$pkgroot$real" "$img/usr/lib/x86_64-linux-gnu/libibverbs/${p##*/}"
     elves+=("$img/usr/lib/x86_64-linux-gnu/libibverbs/${p##*/}")
 done
+[ -f "$img/etc/libibverbs.d/rxe.driver" ] && ((${#elves[@]})) || peer_die "no rxe provider"
 cp -a "$pkgroot/etc/iproute2" "$img/etc/"
 
 # ---- the project's programs, against the guest's own headers and libraries
@@ -260,14 +285,30 @@ mkdir -p "$work/out"
     printf 'module %s\n' "${!mod_have[@]}" | sort
     printf 'library %s\n' "${!have[@]}" | sort
 } >"$work/out/manifest.txt"
-cp "$pkgroot/boot/vmlinuz-$kver" "$work/out/vmlinuz"
-(cd "$img" && find . -mindepth 1 | LC_ALL=C sort | "$bb" cpio -o -H newc -R 0:0 2>/dev/null) |
-    gzip -6 >"$work/out/initrd.img"
+# The kernel decompressed here, once, natively: QEMU boots the ELF vmlinux through its PVH
+# entry (CONFIG_PVH), which skips the bzImage's own XZ decompression, slow under TCG (9 s of
+# a 28 s boot on a loaded machine). For the same reason the initramfs is not compressed.
+vmlinuz=$pkgroot/boot/vmlinuz-$kver
+command -v xz >/dev/null || peer_die "no xz (apt-get install xz-utils) to decompress the kernel"
+xz_at=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | head -1 | cut -d: -f1)
+[ -n "$xz_at" ] || peer_die "$vmlinuz holds no XZ payload"
+# xz stops at the end of the stream and complains about the bzImage's trailer: the ELF checks
+# below judge the result.
+tail -c +$((xz_at + 1)) "$vmlinuz" | xz -dcq >"$work/out/vmlinux" 2>/dev/null || true
+readelf -n "$work/out/vmlinux" 2>/dev/null | grep -q 'Xen.*0x00000012' ||
+    peer_die "the kernel decompressed from $vmlinuz is no ELF with a PVH entry note"
+(cd "$img" && find . -mindepth 1 | LC_ALL=C sort | "$bb" cpio -o -H newc -R 0:0 2>/dev/null) \
+    >"$work/out/initrd.img"
 elapsed=$(($(date +%s) - started))
 printf 'built in %s s\ninitrd %s bytes (%s bytes unpacked)\n' "$elapsed" \
     "$(stat -c %s "$work/out/initrd.img")" "$(du -sb "$img" | cut -f1)" >>"$work/out/manifest.txt"
 rm -rf "$out"
 mv "$work/out" "$out"
 ln -sfn "$key" "$out_root/current"
+# Earlier images (47 MB each) go; a guest running from one keeps its open files.
+for old in "$out_root"/*/vmlinux; do
+    old=${old%/vmlinux}
+    [ -L "$old" ] || [ "$old" = "$out" ] || rm -rf "$old"
+done
 peer_log "guest image $key built in ${elapsed} s: $(du -sh "$out" | cut -f1) ($out)"
 printf '%s\n' "$out"

@@ -18,6 +18,22 @@ peer_target_dir() {
     printf '%s\n' "${dir:-$peer_repo/target}"
 }
 
+# apt-cache with a binary cache of its own under the target directory: this image disables
+# apt's (Dir::Cache::pkgcache ""), so every apt-cache run would parse all the package lists
+# again (1-2 s each, 30 s for a closure on a loaded machine). apt rebuilds the file when the
+# lists change. Set PEER_APT_CACHE first (peer_use_target does).
+peer_apt_cache() {
+    apt-cache -o Dir::Cache::pkgcache="$PEER_APT_CACHE/pkgcache.bin" \
+        -o Dir::Cache::srcpkgcache="$PEER_APT_CACHE/srcpkgcache.bin" "$@"
+}
+
+# Sets peer_target (the cargo target directory) and PEER_APT_CACHE under it.
+peer_use_target() {
+    peer_target=$(peer_target_dir)
+    PEER_APT_CACHE=$peer_target/peer/apt
+    mkdir -p "$PEER_APT_CACHE"
+}
+
 peer_log() { printf 'peer: %s\n' "$*" >&2; }
 peer_die() {
     printf 'peer: ERROR: %s\n' "$*" >&2
@@ -26,7 +42,7 @@ peer_die() {
 
 # apt-cache must know bookworm's packages: a clean machine may have no package lists yet.
 peer_apt_ready() {
-    if ! apt-cache show --no-all-versions busybox-static >/dev/null 2>&1; then
+    if ! peer_apt_cache show --no-all-versions busybox-static >/dev/null 2>&1; then
         peer_log "apt-get update (no package lists yet)"
         apt-get update -qq || peer_die "apt-get update failed"
     fi
@@ -69,11 +85,11 @@ peer_closure() {
         queue+=("$p")
     done
     while ((${#queue[@]})); do
-        mapfile -t next < <(apt-cache depends --no-recommends --no-suggests --no-conflicts \
+        mapfile -t next < <(peer_apt_cache depends --no-recommends --no-suggests --no-conflicts \
             --no-breaks --no-replaces --no-enhances "${queue[@]}" | peer_pick_deps | sort -u)
         queue=()
         ((${#next[@]})) || break
-        mapfile -t next < <(apt-cache show --no-all-versions "${next[@]}" 2>/dev/null |
+        mapfile -t next < <(peer_apt_cache show --no-all-versions "${next[@]}" 2>/dev/null |
             awk '/^Package: /{p=$2} /^Section: /{if ($2 == "libs") print p}' | sort -u)
         for p in "${next[@]}"; do
             [ -z "${seen[$p]:-}" ] || continue
@@ -98,7 +114,7 @@ peer_installed() {
 
 # peer_versions PKG...: "PKG=VERSION" of apt's candidate for each, sorted.
 peer_versions() {
-    apt-cache show --no-all-versions "$@" |
+    peer_apt_cache show --no-all-versions "$@" |
         awk '/^Package: /{p=$2} /^Version: /{print p "=" $2}' | sort
 }
 
@@ -127,7 +143,9 @@ peer_download() {
     done
     ((${#missing[@]})) || return 0
     peer_log "downloading ${#missing[@]} Debian packages into $dir"
-    if ! (cd "$dir" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >/dev/null); then
+    if ! (cd "$dir" && apt-get download -q -o APT::Sandbox::User=root \
+        -o Dir::Cache::pkgcache="$PEER_APT_CACHE/pkgcache.bin" \
+        -o Dir::Cache::srcpkgcache="$PEER_APT_CACHE/srcpkgcache.bin" "${missing[@]}" >/dev/null); then
         peer_die "apt-get download failed for: ${missing[*]}"
     fi
 }

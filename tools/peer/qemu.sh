@@ -27,7 +27,8 @@ if found=$(command -v qemu-system-x86_64); then
     exit 0
 fi
 
-cache=$(peer_target_dir)/peer/qemu
+peer_use_target
+cache=$peer_target/peer/qemu
 wrapper=$cache/bin/qemu-system-x86_64
 if [ -x "$wrapper" ] && "$wrapper" --version >/dev/null 2>&1; then
     printf '%s\n' "$wrapper"
