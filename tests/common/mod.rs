@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod guest;
+pub mod interop;
 pub mod memory;
 pub mod ndk;
 pub mod objects;
