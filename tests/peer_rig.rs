@@ -348,7 +348,9 @@ fn harness_contract(g: &Guest) {
 #[ignore = "needs the peer image and QEMU: tools/peer/build-guest.sh (see docs/PEER.md)"]
 fn two_guests_run_linux_rdma_tools_both_ways_over_ipv4_and_ipv6() {
     let t0 = Instant::now();
-    let (ca, cb) = guest::wire_pair(1, 2);
+    let (mut ca, cb) = guest::wire_pair(1, 2);
+    let pcap = guest::target_dir().join(format!("tmp/peer-rig-{}.pcap", std::process::id()));
+    ca.pcap = Some(pcap.clone());
     let mut guests = Guest::boot_all([ca, cb]).unwrap_or_else(|e| panic!("{e}"));
     let b = guests.pop().unwrap();
     let a = guests.pop().unwrap();
@@ -401,6 +403,23 @@ fn two_guests_run_linux_rdma_tools_both_ways_over_ipv4_and_ipv6() {
         step(&format!("ib_read_lat -R {family}"), t0);
     }
 
+    // QEMU's capture of a's NIC saw RoCEv2 both ways, in both families.
+    let frames = std::fs::read(&pcap).expect("the pcap of a's NIC");
+    let _ = std::fs::remove_file(&pcap);
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let (v4, v6) = rocev2_frames(&frames, from.config().mac, to.config().mac);
+        assert!(
+            v4 > 100 && v6 > 100,
+            "RoCEv2 frames {} -> {}: {v4} IPv4, {v6} IPv6",
+            from.config().name,
+            to.config().name
+        );
+    }
+    step(
+        "the pcap of a's NIC holds RoCEv2 both ways over IPv4 and IPv6",
+        t0,
+    );
+
     // The peer that vanishes: b is killed; its QEMU is gone, a's frames reach no one.
     a.run_ok(
         &format!("ping -c 1 -W 5 {}", b.config().ipv4),
@@ -418,6 +437,37 @@ fn two_guests_run_linux_rdma_tools_both_ways_over_ipv4_and_ipv6() {
         .unwrap();
     assert!(!out.success(), "ping to a vanished peer answered: {out}");
     step("peer vanished", t0);
+}
+
+/// Frames from MAC `src` to `dst` in a pcap (LINKTYPE_ETHERNET) that carry UDP to RoCEv2's port
+/// 4791: (over IPv4, over IPv6).
+fn rocev2_frames(pcap: &[u8], src: [u8; 6], dst: [u8; 6]) -> (usize, usize) {
+    assert_eq!(
+        pcap.get(..4),
+        Some(&[0xd4, 0xc3, 0xb2, 0xa1][..]),
+        "a little-endian pcap"
+    );
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let be16 = |f: &[u8], at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let (mut v4, mut v6, mut at) = (0, 0, 24);
+    while at + 16 <= pcap.len() {
+        let len = u32_at(pcap, at + 8) as usize;
+        let f = &pcap[at + 16..(at + 16 + len).min(pcap.len())];
+        at += 16 + len;
+        if f.len() < 14 || f[0..6] != dst || f[6..12] != src {
+            continue;
+        }
+        match be16(f, 12) {
+            // IPv4 without options (IHL 5), UDP, destination port.
+            Some(0x0800) if f.get(14) == Some(&0x45) && f.get(23) == Some(&17) => {
+                v4 += usize::from(be16(f, 36) == Some(4791));
+            }
+            // IPv6, next header UDP, destination port.
+            Some(0x86dd) if f.get(20) == Some(&17) => v6 += usize::from(be16(f, 56) == Some(4791)),
+            _ => {}
+        }
+    }
+    (v4, v6)
 }
 
 /// The harness's parsers, without a guest (these run in every `cargo test`).

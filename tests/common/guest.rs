@@ -80,6 +80,12 @@ pub struct GuestConfig {
     /// The guest powers itself off after this long, so a guest whose host process died
     /// without dropping it (SIGKILL) does not outlive the test by more.
     pub lifetime: Duration,
+    /// Every frame eth0 sends and receives, into this pcap file (QEMU's `filter-dump`).
+    pub pcap: Option<PathBuf>,
+    /// Appended to QEMU's command line.
+    pub extra_qemu_args: Vec<String>,
+    /// Appended to the kernel's command line (the init ignores what it does not know).
+    pub extra_kernel_args: Vec<String>,
 }
 
 impl GuestConfig {
@@ -99,6 +105,9 @@ impl GuestConfig {
             memory_mib: 512,
             boot_timeout: BOOT_TIMEOUT,
             lifetime: Duration::from_secs(1800),
+            pcap: None,
+            extra_qemu_args: Vec::new(),
+            extra_kernel_args: Vec::new(),
         }
     }
 
@@ -436,7 +445,7 @@ impl Guest {
         let _ = std::fs::remove_dir_all(&run_dir);
         std::fs::create_dir_all(&run_dir)
             .map_err(|e| GuestError(format!("create {}: {e}", run_dir.display())))?;
-        let append = format!(
+        let mut append = format!(
             "console=ttyS0 quiet panic=-1 peer.ipv4={}/{} peer.ipv6={}/{} peer.mac={} peer.mtu={} \
              peer.life={} peer.ctl=ttyS1",
             config.ipv4,
@@ -447,6 +456,10 @@ impl Guest {
             config.mtu,
             config.lifetime.as_secs(),
         );
+        for a in &config.extra_kernel_args {
+            append.push(' ');
+            append.push_str(a);
+        }
         let mut cmd = Command::new(&qemu);
         cmd.args(["-machine", "pc", "-cpu", "max", "-smp", "1"])
             .args(["-m", &config.memory_mib.to_string()])
@@ -486,7 +499,14 @@ impl Guest {
             ])
             .args(["-kernel", &image.join("vmlinux").display().to_string()])
             .args(["-initrd", &image.join("initrd.img").display().to_string()])
-            .args(["-append", &append])
+            .args(["-append", &append]);
+        if let Some(pcap) = &config.pcap {
+            cmd.args([
+                "-object",
+                &format!("filter-dump,id=dump0,netdev=n0,file={}", pcap.display()),
+            ]);
+        }
+        cmd.args(&config.extra_qemu_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
