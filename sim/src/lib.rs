@@ -24,6 +24,7 @@ pub mod cq;
 pub mod device;
 pub mod dma;
 pub mod dsr;
+pub mod external;
 pub mod fabric;
 pub mod intr;
 pub mod le;

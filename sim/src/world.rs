@@ -448,6 +448,13 @@ impl World {
 
     /// Threaded mode: device threads plus the fabric delivery thread (virtual time).
     pub fn start_threads(&mut self) {
+        self.start_threads_with(ThreadMode::Virtual);
+    }
+
+    /// As [`start_threads`](Self::start_threads), with the fabric's delivery thread in `mode`:
+    /// [`ThreadMode::ScaledReal`] at scale 1.0 when a real peer joins the fabric (an external
+    /// wire), whose answers take real time.
+    pub fn start_threads_with(&mut self, mode: ThreadMode) {
         if self.threaded {
             return;
         }
@@ -458,7 +465,7 @@ impl World {
         for v in &self.vnics {
             v.slot.vmxnet3().start_thread();
         }
-        self.fabric.run_threaded(ThreadMode::Virtual);
+        self.fabric.run_threaded(mode);
     }
 
     /// Stops the threads started by [`start_threads`](Self::start_threads).

@@ -18,6 +18,7 @@
 //! Shared by integration tests and (through `#[path]`) examples and benches.
 #![allow(dead_code)]
 
+pub mod interop;
 pub mod memory;
 pub mod ndk;
 pub mod objects;
