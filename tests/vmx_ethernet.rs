@@ -73,7 +73,8 @@ fn the_driver_picks_revision_1_from_what_the_device_offers_or_refuses() {
 
 #[test]
 fn probe_failures_leave_nothing_behind() {
-    let cases: [(fn(&mut VmxClusterConfig), Vmxnet3Error); 4] = [
+    type Edit = fn(&mut VmxClusterConfig);
+    let cases: [(Edit, Vmxnet3Error); 4] = [
         (|c| c.vectors = 0, Vmxnet3Error::NoInterrupts),
         (
             |c| c.model.conf_intr = 1,
