@@ -624,8 +624,8 @@ impl super::NicPlatform for HostNicPlatform {
     fn dma(&self) -> &Arc<dyn DmaAllocator> {
         &self.dev.dma
     }
-    fn bar(&self, index: u32) -> Option<&dyn RegisterIo> {
-        self.dev.bars.get(index as usize).and_then(|b| b.as_deref())
+    fn bar(&self, index: u32) -> Option<Arc<dyn RegisterIo>> {
+        self.dev.bars.get(index as usize).cloned().flatten()
     }
     fn scheduler(&self) -> &Arc<dyn DpcScheduler> {
         &self.scheduler

@@ -24,8 +24,9 @@ use super::{DmaAllocator, DpcScheduler, InterruptHandler, OsError, RegisterIo};
 pub trait NicPlatform: Send + Sync {
     /// DMA-coherent memory (rings, shared areas, receive buffers).
     fn dma(&self) -> &Arc<dyn DmaAllocator>;
-    /// Memory BAR `index`, mapped; `None` when the function has no such BAR.
-    fn bar(&self, index: u32) -> Option<&dyn RegisterIo>;
+    /// Memory BAR `index`, mapped; `None` when the function has no such BAR. Called at
+    /// bring-up; the caller keeps the handle for the function's life.
+    fn bar(&self, index: u32) -> Option<Arc<dyn RegisterIo>>;
     /// Queues DPCs and runs timers.
     fn scheduler(&self) -> &Arc<dyn DpcScheduler>;
     /// Monotonic time in nanoseconds.

@@ -2,12 +2,41 @@
 //! writes and reads, and the decoders of what the device writes, which check before use.
 #![deny(unsafe_code)]
 
+use crate::os::DmaView;
+
 /// Bytes per descriptor of every ring.
 pub const DESC_SIZE: usize = 16;
 /// Largest buffer one Tx descriptor carries (a length field of 0 means this much).
 pub const MAX_TX_BUF: u32 = 1 << 14;
 /// Descriptors one packet may use without TSO.
 pub const MAX_TXD_PER_PKT: u32 = 16;
+
+/// Writes descriptor `i` of `ring` as two 64-bit stores: `lo` (the buffer address), then `hi`
+/// (dwords 2 and 3, the generation among them). Nothing is written outside the ring.
+#[inline]
+pub fn write_desc(ring: &DmaView<'_>, i: u32, lo: u64, hi: u64) {
+    let mut b = [0u8; DESC_SIZE];
+    let (l, h) = b.split_at_mut(8);
+    l.copy_from_slice(&lo.to_le_bytes());
+    h.copy_from_slice(&hi.to_le_bytes());
+    ring.write_block(i as usize * DESC_SIZE, &b);
+}
+
+/// Writes the 64-bit word at byte `off` of `ring` with one store.
+#[inline]
+pub fn write_word(ring: &DmaView<'_>, off: usize, v: u64) {
+    ring.write_block(off, &v.to_le_bytes());
+}
+
+/// The four dwords of descriptor `i` (two 64-bit loads); zeros outside the ring.
+#[inline]
+pub fn read_desc(ring: &DmaView<'_>, i: u32) -> [u32; 4] {
+    let [a, b] = ring
+        .read_words::<2>(i as usize * DESC_SIZE)
+        .unwrap_or([0, 0]);
+    // CAST: the halves of each word.
+    [a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]
+}
 
 /// Tx descriptor dword 2: `len` (14 bits), `gen` (bit 14).
 pub mod tx {

@@ -17,6 +17,7 @@
 //! absent: frames up to 2048 bytes, MTU ≤ 2030), interrupt moderation, wake-on-LAN, revisions
 //! above 1 (every revision-1 layout is used whatever the device offers above it), INTx/MSI.
 
+mod batch;
 pub mod desc;
 pub mod device;
 pub mod error;

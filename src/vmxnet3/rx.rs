@@ -20,7 +20,8 @@ use crate::os::sync::{from_device_barrier, to_device_barrier};
 use crate::os::{DmaAllocator, DmaBuffer, DmaView, SharedDma, SpinLock};
 
 use super::Vmxnet3Error;
-use super::desc::{self, DESC_SIZE, RxComp};
+use super::batch::Batch;
+use super::desc::{self, DESC_SIZE, RxComp, read_desc, write_word};
 
 /// Bytes of one receive buffer: a whole untagged or tagged frame of MTU ≤ 2030.
 pub const RX_BUF: u32 = 2048;
@@ -28,6 +29,12 @@ pub const RX_BUF: u32 = 2048;
 const PER_CHUNK: u32 = 32;
 /// Marks a descriptor without a buffer.
 const NONE: u32 = u32::MAX;
+
+/// The index after `i` in a ring of `size` (`i < size`).
+#[inline]
+fn next(i: u32, size: u32) -> u32 {
+    if i + 1 == size { 0 } else { i + 1 }
+}
 
 /// A received frame: which buffer holds it, and how many bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +78,9 @@ struct RxState {
     owner: KVec<Owner>,
     /// Buffers with the consumer.
     loaned: u32,
+    /// Frames and bytes handed up (counted under the lock the reap holds anyway).
+    frames: u64,
+    bytes: u64,
     /// Inside a frame spread over several buffers, dropping its pieces.
     dropping: bool,
     open: bool,
@@ -84,6 +94,8 @@ pub(super) struct RxQueue {
     ring: SharedDma,
     comp: SharedDma,
     chunks: KVec<SharedDma>,
+    /// Logical address of each buffer (the refill's one lookup).
+    addrs: KVec<u64>,
     size: u32,
     count: u32,
     state: SpinLock<RxState>,
@@ -106,6 +118,13 @@ impl RxQueue {
             let c = DmaBuffer::alloc(dma, (PER_CHUNK * RX_BUF) as usize)?.share();
             let _ = chunks.push_within_capacity(c);
         }
+        let mut addrs = KVec::try_with_capacity(count as usize)?;
+        for id in 0..count {
+            let a = chunks
+                .get((id / PER_CHUNK) as usize)
+                .map_or(0, |c| c.logical() + u64::from((id % PER_CHUNK) * RX_BUF));
+            let _ = addrs.push_within_capacity(a);
+        }
         let mut slot = KVec::try_with_capacity(size as usize)?;
         for _ in 0..size {
             let _ = slot.push_within_capacity(NONE);
@@ -121,6 +140,7 @@ impl RxQueue {
             ring,
             comp,
             chunks,
+            addrs,
             size,
             count,
             state: SpinLock::new(RxState {
@@ -134,6 +154,8 @@ impl RxQueue {
                 free,
                 owner,
                 loaned: 0,
+                frames: 0,
+                bytes: 0,
                 dropping: false,
                 open: false,
                 broken: false,
@@ -163,8 +185,7 @@ impl RxQueue {
 
     /// Logical address of buffer `id`.
     pub(super) fn buffer_logical(&self, id: u32) -> Option<u64> {
-        let (c, off) = self.locate(id)?;
-        Some(c.logical() + off as u64)
+        self.addrs.get(id as usize).copied()
     }
 
     /// Posts free buffers while the ring has room (one descriptor stays free, as Linux keeps
@@ -179,11 +200,14 @@ impl RxQueue {
                 continue;
             };
             let off = st.fill as usize * DESC_SIZE;
-            ring.write_block(off, &addr.to_le_bytes());
-            ring.write_u32(off + 12, 0);
-            // Address before the generation that hands the descriptor over.
+            write_word(&ring, off, addr);
+            // The address before the generation that hands the descriptor over.
             to_device_barrier();
-            ring.write_u32(off + 8, RX_BUF | (st.generation * desc::rx::GEN));
+            write_word(
+                &ring,
+                off + 8,
+                u64::from(RX_BUF | (st.generation * desc::rx::GEN)),
+            );
             if let Some(s) = st.slot.get_mut(st.fill as usize) {
                 *s = id;
             }
@@ -217,19 +241,21 @@ impl RxQueue {
         self.state.lock().loaned
     }
 
-    /// Takes completed frames into `out`; buffers of dropped frames go back to the ring.
-    /// Returns how many frames, why it stopped, what it dropped and, if it reposted buffers,
-    /// the new fill index.
-    pub(super) fn reap(&self, out: &mut [RxFrame]) -> (usize, Reaped, Drops, Option<u32>) {
+    /// Takes completed frames into `out` until it is full; buffers of dropped frames go back
+    /// to the ring. Returns why it stopped, what it dropped and, if it reposted buffers, the
+    /// new fill index.
+    pub(super) fn reap<const N: usize>(
+        &self,
+        out: &mut Batch<RxFrame, N>,
+    ) -> (Reaped, Drops, Option<u32>) {
         let mut st = self.state.lock();
         let mut drops = Drops::default();
         if st.broken || !st.open {
-            return (0, Reaped::Done, drops, None);
+            return (Reaped::Done, drops, None);
         }
         let comp = self.comp.view();
-        let mut n = 0;
         let mut end = Reaped::More;
-        while n < out.len() {
+        while !out.is_full() {
             let off = st.comp_next as usize * DESC_SIZE;
             let d3 = comp.read_u32(off + 12);
             if (d3 >> 31) != st.comp_gen {
@@ -238,12 +264,8 @@ impl RxQueue {
             }
             // The completion's other fields after its generation (Linux dma_rmb).
             from_device_barrier();
-            let d = [
-                comp.read_u32(off),
-                comp.read_u32(off + 4),
-                comp.read_u32(off + 8),
-                d3,
-            ];
+            let mut d = read_desc(&comp, st.comp_next);
+            d[3] = d3;
             let Some((id, c)) = self.take(&mut st, d) else {
                 st.broken = true;
                 end = Reaped::Corrupt;
@@ -270,23 +292,30 @@ impl RxQueue {
             } else {
                 true
             };
-            if keep && let Some(o) = out.get_mut(n) {
-                *o = RxFrame {
+            if keep {
+                out.push(RxFrame {
                     buffer: id,
                     len: c.len,
-                };
+                });
                 if let Some(w) = st.owner.get_mut(id as usize) {
                     *w = Owner::Client;
                 }
                 st.loaned += 1;
-                n += 1;
+                st.frames += 1;
+                st.bytes += u64::from(c.len);
             } else {
                 Self::free(&mut st, id);
             }
         }
         let fill =
             (drops != Drops::default() && end != Reaped::Corrupt).then(|| self.refill(&mut st));
-        (n, end, drops, fill)
+        (end, drops, fill)
+    }
+
+    /// Frames and bytes handed up so far.
+    pub(super) fn counts(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.frames, st.bytes)
     }
 
     /// Validates completion `d` against what was posted and takes its buffer out of the ring
@@ -300,7 +329,12 @@ impl RxQueue {
             // A piece without a start, or a start inside another frame.
             return None;
         }
-        let dist = (c.idx + self.size - st.oldest) % self.size;
+        // Descriptors from the oldest posted one to this one (no division on the data path).
+        let dist = if c.idx >= st.oldest {
+            c.idx - st.oldest
+        } else {
+            c.idx + self.size - st.oldest
+        };
         if dist >= st.posted {
             return None;
         }
@@ -311,14 +345,14 @@ impl RxQueue {
                 *s = NONE;
             }
             Self::free(st, skipped);
-            st.oldest = (st.oldest + 1) % self.size;
+            st.oldest = next(st.oldest, self.size);
         }
         let id = st.slot.get(c.idx as usize).copied().unwrap_or(NONE);
         if let Some(s) = st.slot.get_mut(c.idx as usize) {
             *s = NONE;
         }
         st.posted -= dist + 1;
-        st.oldest = (c.idx + 1) % self.size;
+        st.oldest = next(c.idx, self.size);
         (id != NONE).then_some((id, c))
     }
 
@@ -329,25 +363,43 @@ impl RxQueue {
         }
     }
 
-    /// Buffers `ids` come back from the consumer: to the ring at once. Returns the fill index,
-    /// and how many ids were not the consumer's (ignored).
-    pub(super) fn give_back(&self, ids: impl Iterator<Item = u32>) -> (u32, u32) {
+    /// A batch handed up comes back, but for the frames whose bit is set in `kept`: to the
+    /// ring at once. Returns the fill index.
+    pub(super) fn give_back_batch(&self, frames: &[RxFrame], kept: u64) -> u32 {
+        let mut st = self.state.lock();
+        for (i, f) in frames.iter().enumerate() {
+            if i >= 64 || kept & (1 << i) == 0 {
+                Self::give(&mut st, f.buffer);
+            }
+        }
+        self.refill_if_open(&mut st)
+    }
+
+    /// Buffers `ids` the consumer kept come back. Returns the fill index, and how many ids
+    /// were not the consumer's (ignored).
+    pub(super) fn give_back(&self, ids: &[u32]) -> (u32, u32) {
         let mut st = self.state.lock();
         let mut bad = 0;
-        for id in ids {
-            if st.owner.get(id as usize) == Some(&Owner::Client) {
-                st.loaned -= 1;
-                Self::free(&mut st, id);
-            } else {
+        for &id in ids {
+            if !Self::give(&mut st, id) {
                 bad += 1;
             }
         }
-        let fill = if st.open {
-            self.refill(&mut st)
-        } else {
-            st.fill
-        };
-        (fill, bad)
+        (self.refill_if_open(&mut st), bad)
+    }
+
+    /// A buffer the consumer held goes back to the free list; false if it did not hold it.
+    fn give(st: &mut RxState, id: u32) -> bool {
+        if st.owner.get(id as usize) != Some(&Owner::Client) {
+            return false;
+        }
+        st.loaned -= 1;
+        Self::free(st, id);
+        true
+    }
+
+    fn refill_if_open(&self, st: &mut RxState) -> u32 {
+        if st.open { self.refill(st) } else { st.fill }
     }
 
     /// Whether a completion is waiting (the DPC's re-check after unmasking).

@@ -251,9 +251,9 @@ impl Shared<'_> {
     pub fn tx_threshold(&self) -> u32 {
         self.0.read_u32(TXQ + txq::THRESHOLD)
     }
-    /// `updateRxProd` (device-written).
+    /// `updateRxProd` (device-written; the low byte of an aligned dword: one load).
     pub fn update_rx_prod(&self) -> bool {
-        self.0.read_u8(RXQ + rxq::UPDATE_RX_PROD) != 0
+        self.0.read_u32(RXQ + rxq::UPDATE_RX_PROD) & 0xFF != 0
     }
     /// Tx and Rx queue status (stopped, error), as GET_QUEUE_STATUS left them.
     pub fn queue_status(&self) -> [(bool, u32); 2] {

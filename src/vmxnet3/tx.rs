@@ -14,7 +14,8 @@ use crate::os::sync::{doorbell_barrier, from_device_barrier, to_device_barrier};
 use crate::os::{DmaAllocator, DmaBuffer, RegisterIo, SharedDma, SpinLock};
 
 use super::Vmxnet3Error;
-use super::desc::{self, DESC_SIZE, MAX_TX_BUF, MAX_TXD_PER_PKT, TxComp};
+use super::batch::Batch;
+use super::desc::{self, DESC_SIZE, MAX_TX_BUF, MAX_TXD_PER_PKT, TxComp, write_desc};
 use super::regs::Reg;
 use super::shared::Shared;
 use alloc::sync::Arc;
@@ -61,8 +62,13 @@ struct TxState {
     /// Next completion to look at, and its generation.
     comp_next: u32,
     comp_gen: u32,
-    /// Packets queued since the last doorbell.
+    /// Packets queued since the last doorbell, and the value last written to
+    /// `txNumDeferred` (written only when it changes).
     deferred: u32,
+    shared_deferred: u32,
+    /// Frames and bytes queued (counted under the lock the post holds anyway).
+    frames: u64,
+    bytes: u64,
     info: KVec<TxInfo>,
     open: bool,
     broken: bool,
@@ -115,6 +121,9 @@ impl TxQueue {
                 comp_next: 0,
                 comp_gen: 1,
                 deferred: 0,
+                shared_deferred: 0,
+                frames: 0,
+                bytes: 0,
                 info,
                 open: false,
                 broken: false,
@@ -176,7 +185,7 @@ impl TxQueue {
         }
         let ring = self.ring.view();
         let sop = st.fill;
-        let sop_gen = st.generation;
+        let mut sop_d2 = 0;
         let mut eop = sop;
         let mut left = need;
         for s in sg {
@@ -185,23 +194,23 @@ impl TxQueue {
             while rest > 0 {
                 let len = rest.min(MAX_TX_BUF);
                 left -= 1;
-                let off = st.fill as usize * DESC_SIZE;
-                // The SOP gets the inverted generation: not the device's until flipped below.
-                let generation = if st.fill == sop {
-                    sop_gen ^ 1
+                let i = st.fill;
+                let d2 = (len & desc::tx::LEN_MASK) | (st.generation * desc::tx::GEN);
+                // The SOP goes out with the inverted generation: not the device's until it
+                // flips below, after the rest of the packet.
+                let d2 = if i == sop {
+                    sop_d2 = d2;
+                    d2 ^ desc::tx::GEN
                 } else {
-                    st.generation
+                    d2
                 };
-                let d2 = (len & desc::tx::LEN_MASK) | (generation * desc::tx::GEN);
                 let d3 = if left == 0 {
                     desc::tx::EOP | desc::tx::CQ
                 } else {
                     0
                 };
-                ring.write_block(off, &addr.to_le_bytes());
-                ring.write_u32(off + 12, d3);
-                ring.write_u32(off + 8, d2);
-                eop = st.fill;
+                write_desc(&ring, i, addr, u64::from(d2) | (u64::from(d3) << 32));
+                eop = i;
                 addr += u64::from(len);
                 rest -= len;
                 st.fill += 1;
@@ -220,20 +229,23 @@ impl TxQueue {
             };
         }
         st.used += need;
+        st.frames += 1;
+        st.bytes += total;
         // Every descriptor of the packet before the SOP's generation flips (Linux dma_wmb).
         to_device_barrier();
-        let sop_off = sop as usize * DESC_SIZE + 8;
-        let d2 = ring.read_u32(sop_off) ^ desc::tx::GEN;
-        ring.write_u32(sop_off, d2);
+        ring.write_u32(sop as usize * DESC_SIZE + 8, sop_d2);
         st.deferred += 1;
         // txThreshold is the device's; 0 or an absurd value must not stall the queue.
-        let threshold = shared.tx_threshold().clamp(1, 64);
-        if st.deferred >= threshold || !more {
+        if !more || st.deferred >= shared.tx_threshold().clamp(1, 64) {
             st.deferred = 0;
-            shared.set_tx_deferred(0);
+            if st.shared_deferred != 0 {
+                st.shared_deferred = 0;
+                shared.set_tx_deferred(0);
+            }
             doorbell_barrier();
             txprod.write(bar0, st.fill);
         } else {
+            st.shared_deferred = st.deferred;
             shared.set_tx_deferred(st.deferred);
         }
         Ok(())
@@ -244,53 +256,57 @@ impl TxQueue {
         let mut st = self.state.lock();
         if st.deferred != 0 && st.open {
             st.deferred = 0;
+            st.shared_deferred = 0;
             shared.set_tx_deferred(0);
             doorbell_barrier();
             txprod.write(bar0, st.fill);
         }
     }
 
-    /// Takes completed packets' tokens into `out` (at most its length); returns how many and
-    /// how it ended.
-    pub(super) fn reap(&self, out: &mut [u64]) -> (usize, Reaped) {
+    /// Takes completed packets' tokens into `out` until it is full; returns how it ended.
+    pub(super) fn reap<const N: usize>(&self, out: &mut Batch<u64, N>) -> Reaped {
         let mut st = self.state.lock();
         if st.broken || !st.open {
-            return (0, Reaped::Done);
+            return Reaped::Done;
         }
         let comp = self.comp.view();
-        let mut n = 0;
-        for slot in out.iter_mut() {
+        while !out.is_full() {
             let off = st.comp_next as usize * DESC_SIZE;
             let d3 = comp.read_u32(off + 12);
             if (d3 >> 31) != st.comp_gen {
-                return (n, Reaped::Done);
+                return Reaped::Done;
             }
             // The completion's other fields after its generation (Linux dma_rmb).
             from_device_barrier();
             let Ok(c) = TxComp::parse(comp.read_u32(off), d3) else {
                 st.broken = true;
-                return (n, Reaped::Corrupt);
+                return Reaped::Corrupt;
             };
             let oldest = st.oldest;
             let rec = st.info.get(c.eop as usize).copied();
             let Some(rec) = rec.filter(|r| r.valid && r.sop == oldest) else {
                 st.broken = true;
-                return (n, Reaped::Corrupt);
+                return Reaped::Corrupt;
             };
             if let Some(i) = st.info.get_mut(c.eop as usize) {
                 i.valid = false;
             }
-            st.oldest = (c.eop + 1) % self.size;
+            st.oldest = if c.eop + 1 == self.size { 0 } else { c.eop + 1 };
             st.used -= rec.ndesc;
             st.comp_next += 1;
             if st.comp_next == self.size {
                 st.comp_next = 0;
                 st.comp_gen ^= 1;
             }
-            *slot = rec.token;
-            n += 1;
+            out.push(rec.token);
         }
-        (n, Reaped::More)
+        Reaped::More
+    }
+
+    /// Frames and bytes queued so far.
+    pub(super) fn counts(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.frames, st.bytes)
     }
 
     /// Whether a completion is waiting (the DPC's re-check after unmasking).
@@ -338,6 +354,7 @@ impl TxQueue {
         st.comp_next = 0;
         st.comp_gen = 1;
         st.deferred = 0;
+        st.shared_deferred = 0;
         st.broken = false;
         for i in st.info.iter_mut() {
             *i = TxInfo::default();

@@ -232,6 +232,23 @@ pub fn platform_for(
     vectors: u32,
     processors: u32,
 ) -> (Arc<HostNicPlatform>, Arc<SimDma>) {
+    let model = world.vnic(v).vmxnet3().clone();
+    let bar0 = Arc::new(SimBar {
+        model: model.clone(),
+        n: 0,
+    });
+    platform_with_bar0(world, v, vectors, processors, bar0)
+}
+
+/// As [`platform_for`] with BAR0 supplied by the caller (the instruction harness defers its
+/// writes so the model's work is not counted inside the driver's calls).
+pub fn platform_with_bar0(
+    world: &World,
+    v: usize,
+    vectors: u32,
+    processors: u32,
+    bar0: Arc<dyn RegisterIo>,
+) -> (Arc<HostNicPlatform>, Arc<SimDma>) {
     let vnic = world.vnic(v);
     let model = vnic.vmxnet3().clone();
     let dma = SimDma::new(vnic.dma().clone());
@@ -239,10 +256,7 @@ pub fn platform_for(
     let platform = HostNicPlatform::with_time(
         HostNicDevice {
             bars: vec![
-                Some(Arc::new(SimBar {
-                    model: model.clone(),
-                    n: 0,
-                })),
+                Some(bar0),
                 Some(Arc::new(SimBar {
                     model: model.clone(),
                     n: 1,
