@@ -753,3 +753,48 @@ fn config_values_are_checked_before_anything_is_touched() {
         c.finish();
     }
 }
+
+#[test]
+fn quiesce_stops_the_data_path_and_restart_brings_it_back() {
+    let c = two(Mode::Deterministic);
+    let h = c.host(1);
+    let f = eth(c.mac(0), c.mac(1), 0x0800, 80, 5);
+    let sg = h.tx.sg(0, &f, &[]);
+    h.nic().send(&sg, 1, false).unwrap();
+    h.nic().quiesce();
+    assert_eq!(h.take().sent, vec![(1, TxStatus::Aborted)]);
+    assert_eq!(h.nic().send(&sg, 2, false), Err(SendError::Stopped));
+    assert!(!c.model(1).with_core(|m| m.is_active()));
+    // Frames to a quiesced function go nowhere.
+    c.send(0, 0, &eth(c.mac(1), c.mac(0), 0x0800, 60, 1), &[], 3);
+    c.settle();
+    assert!(h.take().frames.is_empty());
+    assert_eq!(c.model(1).counters().rx_inactive, 1);
+    assert!(h.nic().restart().unwrap().up);
+    h.nic().send(&sg, 4, false).unwrap();
+    let g = eth(c.mac(1), c.mac(0), 0x0800, 60, 2);
+    c.send(0, 0, &g, &[], 5);
+    c.settle();
+    assert_eq!(h.take().frames, vec![g]);
+    assert_eq!(c.host(0).take().frames, vec![f]);
+    c.finish();
+}
+
+#[test]
+fn a_configured_mac_replaces_the_permanent_one() {
+    let mut cfg = VmxClusterConfig::new(Mode::Deterministic, 2);
+    cfg.mac_override = Some((1, [0x02, 0x11, 0x22, 0x33, 0x44, 0x55]));
+    let c = VmxCluster::new(cfg);
+    let new = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+    assert_eq!(c.host(1).nic().mac(), new);
+    assert_eq!(c.host(1).nic().permanent_mac(), c.mac(1));
+    assert_eq!(c.model(1).with_core(|m| m.mac()), new);
+    // The fabric follows the vNIC's new MAC (as a learning switch would); the old one no
+    // longer reaches the port.
+    let f = eth(new, c.mac(0), 0x0800, 60, 1);
+    c.send(0, 0, &f, &[], 1);
+    c.send(0, 2048, &eth(c.mac(1), c.mac(0), 0x0800, 60, 2), &[], 2);
+    c.settle();
+    assert_eq!(c.host(1).take().frames, vec![f]);
+    c.finish();
+}

@@ -879,23 +879,33 @@ impl Vmxnet3 {
         u32::from(self.shared.nvec)
     }
 
-    /// Resets the device with traffic in flight (PASSIVE_LEVEL; NDIS MiniportResetEx, or the
-    /// answer to a [`Fault`]): the device stopped, every queued frame ended
-    /// [`TxStatus::Aborted`], the rings rebuilt (buffers the consumer holds stay with it), the
-    /// device activated again. Returns the link.
+    /// Stops the data path (PASSIVE_LEVEL; NDIS MiniportPause): sends refused, vectors masked,
+    /// QUIESCE_DEV and RESET_DEV, every queued frame ended [`TxStatus::Aborted`]. Receive
+    /// buffers the consumer holds stay with it; no frame is handed up until
+    /// [`Vmxnet3::restart`].
+    pub fn quiesce(&self) {
+        let s = &*self.shared;
+        if !s.removed.load(Ordering::Acquire) {
+            s.stop();
+        } else {
+            s.tx.close();
+            s.rx.close();
+        }
+        s.abort_tx();
+    }
+
+    /// Brings the data path back after [`Vmxnet3::quiesce`] (PASSIVE_LEVEL; MiniportRestart):
+    /// rings rebuilt, the device activated again. Returns the link.
     ///
     /// # Errors
     ///
     /// [`Vmxnet3Error::ActivateFailed`] or [`Vmxnet3Error::DeviceGone`]: the data path stays
     /// stopped.
-    pub fn reset(&self) -> Result<LinkState, Vmxnet3Error> {
+    pub fn restart(&self) -> Result<LinkState, Vmxnet3Error> {
         let s = &*self.shared;
-        add(&s.counters.resets, 1);
         if s.removed.load(Ordering::Acquire) {
             return Err(Vmxnet3Error::DeviceGone);
         }
-        s.stop();
-        s.abort_tx();
         s.tx.reinit();
         s.rx.reinit();
         let p = s.page();
@@ -903,6 +913,22 @@ impl Vmxnet3 {
         p.clear_queue_state();
         s.activate()?;
         Ok(s.refresh_link())
+    }
+
+    /// Resets the device with traffic in flight (PASSIVE_LEVEL; NDIS MiniportResetEx, or the
+    /// answer to a [`Fault`]): [`Vmxnet3::quiesce`] then [`Vmxnet3::restart`]. Returns the
+    /// link.
+    ///
+    /// # Errors
+    ///
+    /// As [`Vmxnet3::restart`].
+    pub fn reset(&self) -> Result<LinkState, Vmxnet3Error> {
+        add(&self.shared.counters.resets, 1);
+        if self.shared.removed.load(Ordering::Acquire) {
+            return Err(Vmxnet3Error::DeviceGone);
+        }
+        self.quiesce();
+        self.restart()
     }
 
     /// The device is gone (surprise removal): no register is touched from now on; queued

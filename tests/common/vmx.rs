@@ -195,6 +195,8 @@ pub struct VmxClusterConfig {
     pub model: pvrdma_sim::vmxnet3::Vmxnet3Config,
     /// DPC processors per host.
     pub processors: u32,
+    /// A MAC for one host's driver to use instead of its permanent one: (host, MAC).
+    pub mac_override: Option<(usize, [u8; 6])>,
 }
 
 impl VmxClusterConfig {
@@ -212,6 +214,7 @@ impl VmxClusterConfig {
             },
             model: pvrdma_sim::vmxnet3::Vmxnet3Config::default(),
             processors: 2,
+            mac_override: None,
         }
     }
 }
@@ -310,7 +313,13 @@ impl VmxCluster {
             let client = Arc::new(TestClient::default());
             let p: Arc<dyn NicPlatform> = platform.clone();
             let tx = TxMem::new(c.world.vnic(v).dma(), 16);
-            let r = Vmxnet3::probe(p, &cfg.driver, client.clone());
+            let mut driver = cfg.driver;
+            if let Some((h, mac)) = cfg.mac_override
+                && h == v
+            {
+                driver.mac = Some(mac);
+            }
+            let r = Vmxnet3::probe(p, &driver, client.clone());
             let failed = r.as_ref().err().copied();
             c.hosts.push(VmxHost {
                 vnic: v,
