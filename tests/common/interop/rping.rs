@@ -282,9 +282,7 @@ impl Server {
                 got.is_some() || conn.disconnects.count() == 1
             },
         );
-        let Some(r) = got else {
-            return None;
-        };
+        let r = got?;
         assert_eq!(
             (r.Status, r.RequestContext as usize, r.BytesTransferred),
             (STATUS_SUCCESS, RECV_OFF as usize, INFO as u32),
