@@ -24,6 +24,7 @@ pub mod memory;
 pub mod ndk;
 pub mod objects;
 pub mod tshark;
+pub mod vmx;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
