@@ -99,7 +99,7 @@ impl UdpWire {
                 "the external wire stays on the loopback interface",
             ));
         }
-        let socket = UdpSocket::bind(cfg.local)?;
+        let socket = bind(cfg.local)?;
         socket.set_read_timeout(Some(READ_TIMEOUT))?;
         let wire = Arc::new(UdpWire {
             mac: cfg.peer_mac,
@@ -232,6 +232,24 @@ impl FabricPort for UdpWire {
         self.send_direct(frame);
     }
 }
+
+/// A UDP socket on `at` with room for a burst: a real peer sends a window of frames at once,
+/// and the default 208 KiB receive buffer overflows (a lost datagram is a lost frame, which the
+/// transport then retransmits). The kernel caps the request at `net.core.rmem_max`.
+fn bind(at: SocketAddr) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(at),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    s.set_recv_buffer_size(SOCKET_BUFFER)?;
+    s.set_send_buffer_size(SOCKET_BUFFER)?;
+    s.bind(&at.into())?;
+    Ok(s.into())
+}
+
+/// Requested socket buffer size (each direction).
+const SOCKET_BUFFER: usize = 4 << 20;
 
 /// Answers ARP and IPv6 neighbour solicitation for a simulated host's addresses (see the
 /// module docs), and reports every neighbour it hears of.

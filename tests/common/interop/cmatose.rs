@@ -199,8 +199,10 @@ impl Server {
         for (i, p) in parts.iter().enumerate() {
             assert_eq!(p.wait(), STATUS_SUCCESS, "disconnect {i}");
         }
+        let report = finish(conns, nodes, connections, count);
+        // Last: a listener's close pends until the connectors it delivered are closed.
         assert_eq!(self.listener.close(), STATUS_SUCCESS);
-        finish(conns, nodes, connections, count)
+        report
     }
 }
 

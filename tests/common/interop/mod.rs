@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cmatose;
+pub mod rig;
 pub mod rping;
 
 use pvrdma_ndk::ndkpi::NDK_RESULT;

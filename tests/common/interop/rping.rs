@@ -190,6 +190,11 @@ pub fn client(
         );
     }
     assert_eq!(conn.disconnect(), STATUS_SUCCESS);
+    let r = next_result(c, &e.cq, "the posted receive, flushed");
+    assert_eq!(
+        (r.Status, r.RequestContext as usize),
+        (STATUS_CANCELLED, RECV_OFF as usize)
+    );
     assert_eq!(conn.close(), STATUS_SUCCESS);
     e.close();
     RpingReport { pings: count }
@@ -250,33 +255,34 @@ impl Server {
             pings += 1;
         }
         assert_eq!(conn.disconnect(), STATUS_SUCCESS);
+        let r = next_result(c, &e.cq, "the posted receive, flushed");
+        assert_eq!(
+            (r.Status, r.RequestContext as usize),
+            (STATUS_CANCELLED, RECV_OFF as usize)
+        );
         assert_eq!(conn.close(), STATUS_SUCCESS);
         assert_eq!(self.listener.close(), STATUS_SUCCESS);
         e.close();
         RpingReport { pings }
     }
 
-    /// The next start advertisement, or `None` once the client disconnected (the posted
-    /// receive then completes flushed).
+    /// The next start advertisement, or `None` once the client disconnected (NDK tells of it
+    /// with the DisconnectEvent; the posted receive is flushed when this side disconnects).
     fn receive_or_disconnect(
         &self,
         c: &Cluster,
         e: &Endpoint,
         conn: &Connector,
     ) -> Option<[u8; INFO]> {
-        let r = next_result(
-            c,
-            &e.cq,
+        let mut got = None;
+        c.wait_for(
             "the client's next start advertisement or its disconnect",
+            || {
+                got = e.cq.results(1).pop();
+                got.is_some() || conn.disconnects.count() == 1
+            },
         );
-        if r.Status == STATUS_CANCELLED {
-            assert_eq!(
-                conn.disconnects.count(),
-                1,
-                "flushed by the client's disconnect"
-            );
-            return None;
-        }
+        let r = got?;
         assert_eq!(
             (r.Status, r.RequestContext as usize, r.BytesTransferred),
             (STATUS_SUCCESS, RECV_OFF as usize, INFO as u32),

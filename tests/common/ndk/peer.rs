@@ -9,7 +9,9 @@
 //! loopback interface.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use pvrdma_ndk::os::net::{AddressResolver, Mac, ResolveError, resolve_done};
 
 use pvrdma_sim::external::{NeighbourResponder, UdpWire, UdpWireConfig};
 use pvrdma_sim::wire::Gid;
@@ -70,6 +72,27 @@ impl Cluster {
         .expect("the external wire binds its loopback socket");
         self.wires.lock().unwrap().push(wire.clone());
         wire
+    }
+
+    /// Asks the peer on `wire` for `ip`'s MAC on behalf of host `host` (an ARP request or a
+    /// neighbour solicitation) and waits until the host's resolver holds the answer: what the
+    /// host's IP stack would have done before its first packet to the peer.
+    pub fn learn_neighbour(&self, host: usize, wire: &UdpWire, ip: IpAddr) -> Mac {
+        let h = &self.hosts[host];
+        let resolver = h.resolver.clone().expect("a connection-managed cluster");
+        let local = h.ip_for(ip);
+        wire.solicit(ip);
+        let got: Arc<Mutex<Option<Result<Mac, ResolveError>>>> = Arc::default();
+        let g = got.clone();
+        let done = resolve_done(move |r| *g.lock().unwrap() = Some(r)).expect("resolution");
+        resolver.resolve(local, ip, done);
+        let mut out = None;
+        self.wait_for(&format!("the peer's answer for {ip}"), || {
+            out = got.lock().unwrap().take();
+            out.is_some()
+        });
+        out.unwrap()
+            .unwrap_or_else(|e| panic!("{ip} did not resolve: {e:?}"))
     }
 
     /// Closes every external wire (idempotent).
