@@ -400,7 +400,7 @@ fn short_and_oversized_datagrams_are_dropped_and_counted() {
 mod resolution {
     use super::*;
     use pvrdma_ndk::cm::addr::ip_from_gid;
-    use pvrdma_ndk::ndk::connect::qp1::resolve_status;
+    use pvrdma_ndk::ndk::NdkError;
     use pvrdma_ndk::ndkpi::{STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
     use pvrdma_ndk::os::Platform;
     use pvrdma_ndk::os::net::{
@@ -481,7 +481,7 @@ mod resolution {
         let (r, at) = o.lock().unwrap().unwrap();
         assert_eq!(r, Err(ResolveError::Unreachable));
         assert_eq!(
-            resolve_status(ResolveError::Unreachable),
+            NdkError::from(ResolveError::Unreachable).to_ntstatus(),
             STATUS_HOST_UNREACHABLE
         );
         let took = at - start;
@@ -497,7 +497,7 @@ mod resolution {
         );
         assert_eq!(result(&o), Some(Err(ResolveError::NotLocal)));
         assert_eq!(
-            resolve_status(ResolveError::NotLocal),
+            NdkError::from(ResolveError::NotLocal).to_ntstatus(),
             STATUS_BAD_NETWORK_NAME
         );
         drop(n);

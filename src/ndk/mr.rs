@@ -356,11 +356,11 @@ impl ObjRef<Mr> {
                         None => MrState::Registered(keys),
                     };
                     *me.state.lock() = new;
-                    STATUS_SUCCESS
+                    Ok(())
                 }
                 Err(e) => {
                     *me.state.lock() = from;
-                    NdkError::from(e).to_ntstatus()
+                    Err(NdkError::from(e))
                 }
             };
             // RequestCompletion before the count drops: a close waiting on it completes

@@ -404,8 +404,9 @@ impl RequestHandoff {
         .map_err(|_| NdkError::InsufficientResources)
     }
 
-    /// The request finished with `status`.
-    pub fn complete(&self, status: NTSTATUS) {
+    /// The request finished: its status is STATUS_SUCCESS or its error's.
+    pub fn complete(&self, r: NdkResult<()>) {
+        let status = super::error::status(r);
         let deliver = {
             let mut g = self.state.lock();
             match *g {

@@ -305,7 +305,7 @@ impl ObjRef<Srq> {
         }
         if threshold == 0 {
             // Keeps the threshold and the arm state: nothing to send (M45).
-            req.complete(STATUS_SUCCESS);
+            req.complete(Ok(()));
             return Ok(());
         }
         if !self.life.try_get() {
@@ -323,9 +323,9 @@ impl ObjRef<Srq> {
                     if queued < threshold && me.armed.swap(false, Ordering::AcqRel) {
                         me.deliver(STATUS_SUCCESS);
                     }
-                    STATUS_SUCCESS
+                    Ok(())
                 }
-                Err(e) => NdkError::from(e).to_ntstatus(),
+                Err(e) => Err(NdkError::from(e)),
             };
             req.complete(status);
             me.put();

@@ -29,15 +29,16 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
-use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
+use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, hw_done};
 use super::listener::Listener;
-use super::qp1::{MAD_LEN, resolve_status};
+use super::qp1::MAD_LEN;
 use super::shared_endpoint::SharedEndpoint;
 use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
 use crate::ndk::adapter::Adapter;
+use crate::ndk::error::{NdkError, NdkResult};
 use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use crate::ndk::qp::Qp;
 use crate::ndkpi::upcall::DisconnectCallback;
@@ -83,11 +84,11 @@ pub enum Phase {
 }
 
 /// Claims `qp` for one connector (the QP rule of the module docs).
-fn bind_qp(qp: &Qp) -> Result<(), NTSTATUS> {
+fn bind_qp(qp: &Qp) -> NdkResult<()> {
     if qp.hold_for_connection() {
         Ok(())
     } else {
-        Err(STATUS_INVALID_DEVICE_STATE)
+        Err(NdkError::InvalidDeviceState)
     }
 }
 
@@ -189,7 +190,7 @@ impl NdkObject for Connector {
             )
         };
         if let Some(r) = request {
-            r.complete(STATUS_CANCELLED);
+            r.complete(Err(NdkError::Cancelled));
         }
         if let Some(conn) = conn {
             self.engine.release(conn);
@@ -319,14 +320,14 @@ impl Connector {
     /// STATUS_NOT_IMPLEMENTED when the device runs without a connection engine (no address
     /// resolver was given at start); STATUS_INVALID_DEVICE_REQUEST for a closing adapter;
     /// STATUS_INSUFFICIENT_RESOURCES.
-    pub fn create(adapter: &ObjRef<Adapter>) -> Result<ObjRef<Connector>, NTSTATUS> {
-        let engine = super::engine(adapter.device()).ok_or(STATUS_NOT_IMPLEMENTED)?;
+    pub fn create(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Connector>> {
+        let engine = super::engine(adapter.device()).ok_or(NdkError::NotImplemented)?;
         if !adapter.lifetime().try_get() {
-            return Err(STATUS_INVALID_DEVICE_REQUEST);
+            return Err(NdkError::InvalidDeviceRequest);
         }
         Self::new_object(adapter, engine, Antecedent::Adapter, Phase::Idle, None).ok_or_else(|| {
             adapter.put();
-            STATUS_INSUFFICIENT_RESOURCES
+            NdkError::InsufficientResources
         })
     }
 
@@ -371,9 +372,9 @@ impl Connector {
         self.link.lock().conn
     }
 
-    fn check_qp(&self, qp: &ObjRef<Qp>) -> Result<(), NTSTATUS> {
+    fn check_qp(&self, qp: &ObjRef<Qp>) -> NdkResult<()> {
         if !core::ptr::eq(&**qp.adapter().device(), &**self.adapter.device()) {
-            return Err(STATUS_INVALID_PARAMETER);
+            return Err(NdkError::InvalidParameter);
         }
         Ok(())
     }
@@ -407,26 +408,26 @@ impl ObjRef<Connector> {
         shared: Option<&ObjRef<SharedEndpoint>>,
         p: &ConnectRequest<'_>,
         request: Arc<RequestHandoff>,
-    ) -> Result<(), NTSTATUS> {
+    ) -> NdkResult<()> {
         if p.private_data.len() > MAX_CALLER_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         self.check_qp(qp)?;
         if p.src.is_ipv4() != p.dst.is_ipv4() {
-            return Err(STATUS_INVALID_ADDRESS);
+            return Err(NdkError::InvalidAddress);
         }
         let engine = &self.engine;
         let src_ip = if p.src.ip().is_unspecified() {
             engine
                 .local_address_like(p.dst.ip())
-                .ok_or(STATUS_NETWORK_UNREACHABLE)?
+                .ok_or(NdkError::NetworkUnreachable)?
         } else {
             p.src.ip()
         };
         {
             let mut l = self.link.lock();
             if l.phase != Phase::Idle || l.qp.is_some() {
-                return Err(STATUS_CONNECTION_ACTIVE);
+                return Err(NdkError::ConnectionActive);
             }
             bind_qp(qp)?;
             // Claimed before anything can fail later, so a second connect sees it.
@@ -441,7 +442,7 @@ impl ObjRef<Connector> {
             Some(se) => {
                 if !se.lifetime().try_get() {
                     undo(self);
-                    return Err(STATUS_INVALID_PARAMETER);
+                    return Err(NdkError::InvalidParameter);
                 }
                 let tuple = (se.local_address(), p.dst);
                 if let Err(e) = engine.claim_tuple(tuple.0, tuple.1) {
@@ -487,7 +488,7 @@ impl ObjRef<Connector> {
             Err(_) => {
                 self.link.lock().request = None;
                 self.unwind_connect();
-                Err(STATUS_INSUFFICIENT_RESOURCES)
+                Err(NdkError::InsufficientResources)
             }
         }
     }
@@ -498,7 +499,7 @@ impl ObjRef<Connector> {
         let engine = &self.engine;
         let mac = match r {
             Ok(mac) => mac,
-            Err(e) => return self.connect_failed(resolve_status(e)),
+            Err(e) => return self.connect_failed(NdkError::from(e)),
         };
         engine.learn(p.dst.ip(), mac);
         let qp = {
@@ -558,11 +559,11 @@ impl ObjRef<Connector> {
                     engine.unregister_conn(id);
                 }
             }
-            Err(e) => self.connect_failed(cm_status(e)),
+            Err(e) => self.connect_failed(NdkError::from(e)),
         }
     }
 
-    fn connect_failed(&self, status: NTSTATUS) {
+    fn connect_failed(&self, e: NdkError) {
         let request = {
             let mut l = self.link.lock();
             if !matches!(l.phase, Phase::Resolving | Phase::Connecting) {
@@ -572,7 +573,7 @@ impl ObjRef<Connector> {
         };
         self.unwind_connect();
         if let Some(r) = request {
-            r.complete(status);
+            r.complete(Err(e));
         }
     }
 
@@ -608,21 +609,21 @@ impl ObjRef<Connector> {
     /// # Errors
     /// STATUS_CONNECTION_ABORTED (the peer gave up after its REP), STATUS_CONNECTION_INVALID
     /// (no connect completed).
-    pub fn complete_connect(&self, disconnect: Option<DisconnectCallback>) -> Result<(), NTSTATUS> {
+    pub fn complete_connect(&self, disconnect: Option<DisconnectCallback>) -> NdkResult<()> {
         let conn = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             if l.phase != Phase::Replied {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             l.phase = Phase::Established;
             l.disconnect = disconnect;
             l.conn
         };
         let Some(conn) = conn else {
-            return Err(STATUS_CONNECTION_INVALID);
+            return Err(NdkError::ConnectionInvalid);
         };
         match self.engine.input(|cm, _| cm.complete_connect(conn)) {
             Ok(()) => Ok(()),
@@ -632,9 +633,9 @@ impl ObjRef<Connector> {
                 l.phase = if aborted { Phase::Done } else { Phase::Replied };
                 l.disconnect = None;
                 Err(if aborted {
-                    STATUS_CONNECTION_ABORTED
+                    NdkError::ConnectionAborted
                 } else {
-                    cm_status(e)
+                    NdkError::from(e)
                 })
             }
         }
@@ -657,21 +658,21 @@ impl ObjRef<Connector> {
         private_data: &[u8],
         disconnect: Option<DisconnectCallback>,
         request: Arc<RequestHandoff>,
-    ) -> Result<(), NTSTATUS> {
+    ) -> NdkResult<()> {
         if private_data.len() > MAX_CALLEE_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         self.check_qp(qp)?;
         let conn = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             if l.phase != Phase::Incoming {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             bind_qp(qp)?;
             l.phase = Phase::Accepting;
@@ -703,9 +704,9 @@ impl ObjRef<Connector> {
                 l.request = None;
                 l.disconnect = None;
                 Err(if aborted {
-                    STATUS_CONNECTION_ABORTED
+                    NdkError::ConnectionAborted
                 } else {
-                    cm_status(e)
+                    NdkError::from(e)
                 })
             }
         }
@@ -717,21 +718,21 @@ impl ObjRef<Connector> {
     /// # Errors
     /// STATUS_INVALID_BUFFER_SIZE, STATUS_CONNECTION_ABORTED (the peer gave up),
     /// STATUS_CONNECTION_INVALID.
-    pub fn reject(&self, private_data: &[u8]) -> Result<(), NTSTATUS> {
+    pub fn reject(&self, private_data: &[u8]) -> NdkResult<()> {
         if private_data.len() > MAX_CALLEE_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         let (conn, before) = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             let before = l.phase;
             if !matches!(before, Phase::Incoming | Phase::Replied) {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             l.phase = Phase::Done;
             (conn, before)
@@ -741,10 +742,10 @@ impl ObjRef<Connector> {
             Err(e) => {
                 let mut l = self.link.lock();
                 if l.aborted {
-                    return Err(STATUS_CONNECTION_ABORTED);
+                    return Err(NdkError::ConnectionAborted);
                 }
                 l.phase = before;
-                Err(cm_status(e))
+                Err(NdkError::from(e))
             }
         }
     }
@@ -757,15 +758,15 @@ impl ObjRef<Connector> {
     /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already);
     /// STATUS_DEVICE_BUSY when the CM's action queue stays full (the DREQ or DREP could not
     /// be queued; nothing changed, the consumer may retry).
-    pub fn disconnect(&self, request: Arc<RequestHandoff>) -> Result<(), NTSTATUS> {
+    pub fn disconnect(&self, request: Arc<RequestHandoff>) -> NdkResult<()> {
         let (conn, before, notified) = {
             let mut l = self.link.lock();
             let before = l.phase;
             if !matches!(before, Phase::Established | Phase::PeerClosed) {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             l.phase = Phase::Disconnecting;
             l.request = Some(request);
@@ -784,7 +785,7 @@ impl ObjRef<Connector> {
                 l.phase = before;
                 l.request = None;
                 l.notified = notified;
-                Err(STATUS_DEVICE_BUSY)
+                Err(NdkError::DeviceBusy)
             }
             Err(_) if before == Phase::PeerClosed => {
                 // The CM is done with the connection already (the peer aborted it): only
@@ -797,7 +798,7 @@ impl ObjRef<Connector> {
                 let mut l = self.link.lock();
                 l.phase = before;
                 l.request = None;
-                Err(cm_status(e))
+                Err(NdkError::from(e))
             }
         }
     }
@@ -808,8 +809,8 @@ impl ObjRef<Connector> {
     ///
     /// # Errors
     /// STATUS_CONNECTION_INVALID before a connection exists.
-    pub fn connection_data(&self) -> Result<ConnectionData, NTSTATUS> {
-        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+    pub fn connection_data(&self) -> NdkResult<ConnectionData> {
+        let conn = self.link.lock().conn.ok_or(NdkError::ConnectionInvalid)?;
         self.engine.query(|cm| {
             let limits = cm.read_limits(conn).unwrap_or_default();
             let peer = cm.peer_private_data(conn).unwrap_or(&[]);
@@ -831,11 +832,11 @@ impl ObjRef<Connector> {
     ///
     /// # Errors
     /// STATUS_CONNECTION_INVALID before a connection exists.
-    pub fn addresses(&self) -> Result<(SocketAddr, SocketAddr), NTSTATUS> {
-        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+    pub fn addresses(&self) -> NdkResult<(SocketAddr, SocketAddr)> {
+        let conn = self.link.lock().conn.ok_or(NdkError::ConnectionInvalid)?;
         self.engine
             .query(|cm| cm.addresses(conn))
-            .ok_or(STATUS_CONNECTION_INVALID)
+            .ok_or(NdkError::ConnectionInvalid)
     }
 
     /// The CM state of the connection (tests and diagnostics).
@@ -909,7 +910,7 @@ impl ObjRef<Connector> {
         let m = match self.qp_modify(&t) {
             Some(m) => m,
             None => {
-                self.fail(STATUS_HOST_UNREACHABLE);
+                self.fail(NdkError::HostUnreachable);
                 return false;
             }
         };
@@ -929,7 +930,7 @@ impl ObjRef<Connector> {
                 true
             }
             None => {
-                self.fail(STATUS_INSUFFICIENT_RESOURCES);
+                self.fail(NdkError::InsufficientResources);
                 false
             }
         }
@@ -978,14 +979,14 @@ impl ObjRef<Connector> {
             (QpTransition::Rts(_), Ok(())) => qp.set_connected(true),
             (QpTransition::Error, _) => qp.set_connected(false),
             (_, Ok(())) => {}
-            (_, Err(_)) => self.fail(STATUS_INTERNAL_ERROR),
+            (_, Err(_)) => self.fail(NdkError::Device),
         }
     }
 
     /// The QP could not be taken where the CM needs it: the connection ends here (its
     /// queued actions are dropped, the CM connection released) and the pending request, if
-    /// any, fails with `status`.
-    fn fail(&self, status: NTSTATUS) {
+    /// any, fails with `e`.
+    fn fail(&self, e: NdkError) {
         self.wire.lock().clear();
         let (conn, request) = {
             let mut l = self.link.lock();
@@ -996,43 +997,43 @@ impl ObjRef<Connector> {
             self.engine.release(conn);
         }
         if let Some(r) = request {
-            r.complete(status);
+            r.complete(Err(e));
         }
     }
 
     /// A CM event for this connection (with no lock held).
     fn on_event(&self, e: Event) {
-        let mut complete: Option<(Arc<RequestHandoff>, NTSTATUS)> = None;
+        let mut complete: Option<(Arc<RequestHandoff>, NdkResult<()>)> = None;
         let mut notify = None;
         {
             let mut l = self.link.lock();
-            let take = |l: &mut Link, st: NTSTATUS| l.request.take().map(|r| (r, st));
+            let take = |l: &mut Link, r: NdkResult<()>| l.request.take().map(|q| (q, r));
             match (l.phase, e) {
                 (Phase::Connecting, Event::Accepted) => {
                     l.phase = Phase::Replied;
-                    complete = take(&mut l, STATUS_SUCCESS);
+                    complete = take(&mut l, Ok(()));
                 }
                 (Phase::Connecting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
-                    complete = take(&mut l, STATUS_CONNECTION_REFUSED);
+                    complete = take(&mut l, Err(NdkError::ConnectionRefused));
                 }
                 (Phase::Connecting, Event::TimedOut) => {
                     l.phase = Phase::Done;
-                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                    complete = take(&mut l, Err(NdkError::IoTimeout));
                 }
                 (Phase::Replied | Phase::Incoming, Event::Rejected { .. }) => l.aborted = true,
                 (Phase::Accepting, Event::Established) => {
                     l.phase = Phase::Established;
-                    complete = take(&mut l, STATUS_SUCCESS);
+                    complete = take(&mut l, Ok(()));
                 }
                 (Phase::Accepting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
                     l.aborted = true;
-                    complete = take(&mut l, STATUS_CONNECTION_ABORTED);
+                    complete = take(&mut l, Err(NdkError::ConnectionAborted));
                 }
                 (Phase::Accepting, Event::TimedOut) => {
                     l.phase = Phase::Done;
-                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                    complete = take(&mut l, Err(NdkError::IoTimeout));
                 }
                 (
                     Phase::Established,
@@ -1046,19 +1047,19 @@ impl ObjRef<Connector> {
                 }
                 (Phase::Disconnecting, Event::Disconnected { timed_out }) => {
                     l.phase = Phase::Done;
-                    let st = if timed_out {
-                        STATUS_IO_TIMEOUT
+                    let r = if timed_out {
+                        Err(NdkError::IoTimeout)
                     } else {
-                        STATUS_SUCCESS
+                        Ok(())
                     };
-                    complete = take(&mut l, st);
+                    complete = take(&mut l, r);
                 }
                 (Phase::Disconnecting, Event::Rejected { .. } | Event::DisconnectRequested) => {
                     // A crossing DREQ or an abort also ends our disconnect (the CM then
                     // reports `Disconnected` for the DREQ; an abort has nothing more).
                     if matches!(e, Event::Rejected { .. }) {
                         l.phase = Phase::Done;
-                        complete = take(&mut l, STATUS_SUCCESS);
+                        complete = take(&mut l, Ok(()));
                     }
                 }
                 _ => {}

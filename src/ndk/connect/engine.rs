@@ -35,8 +35,8 @@ use super::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use crate::cm::addr::{Gid, gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::{Action, Cm, CmConfig, CmError, ConnId, Event, ListenerId};
+use crate::ndk::error::{NdkError, NdkResult};
 use crate::ndk::object::{ObjRef, try_vec};
-use crate::ndkpi::*;
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
 use crate::pvrdma::PvrdmaError;
@@ -148,15 +148,15 @@ impl Endpoints {
             .any(|e| e.port == port && (covers(e.ip, ip) || covers(ip, e.ip)))
     }
 
-    fn reserve(&mut self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+    fn reserve(&mut self, ip: IpAddr, port: u16) -> NdkResult<u16> {
         let free = self
             .slots
             .iter()
             .position(Option::is_none)
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            .ok_or(NdkError::InsufficientResources)?;
         let port = if port != 0 {
             if self.overlaps(ip, port) {
-                return Err(STATUS_SHARING_VIOLATION);
+                return Err(NdkError::SharingViolation);
             }
             port
         } else {
@@ -171,7 +171,7 @@ impl Endpoints {
                     break;
                 }
             }
-            found.ok_or(STATUS_TOO_MANY_ADDRESSES)?
+            found.ok_or(NdkError::TooManyAddresses)?
         };
         if let Some(slot) = self.slots.get_mut(free) {
             *slot = Some(Endpoint { ip, port });
@@ -322,19 +322,6 @@ pub(crate) fn hw_done<T: 'static>(
     crate::os::alloc::try_box(f)
         .ok()
         .map(|b| b.map_box(|b| b as Done<T>).into_inner())
-}
-
-/// The NTSTATUS of a consumer request the CM refused (the `cm` module docs' table).
-pub const fn cm_status(e: CmError) -> NTSTATUS {
-    match e {
-        CmError::PrivateDataTooLong => STATUS_INVALID_BUFFER_SIZE,
-        CmError::InvalidState | CmError::UnknownConnection => STATUS_CONNECTION_INVALID,
-        CmError::AddressInUse => STATUS_SHARING_VIOLATION,
-        CmError::AddressFamily => STATUS_INVALID_ADDRESS,
-        CmError::TableFull | CmError::NoMemory => STATUS_INSUFFICIENT_RESOURCES,
-        CmError::QueueFull => STATUS_DEVICE_BUSY,
-        CmError::UnknownListener | CmError::InvalidParameter => STATUS_INVALID_PARAMETER,
-    }
 }
 
 impl CmEngine {
@@ -600,7 +587,7 @@ impl CmEngine {
     /// # Errors
     /// STATUS_SHARING_VIOLATION (in use), STATUS_TOO_MANY_ADDRESSES (no ephemeral port
     /// left), STATUS_INSUFFICIENT_RESOURCES (the endpoint table is full).
-    pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+    pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> NdkResult<u16> {
         self.endpoints.lock().reserve(ip, port)
     }
 
@@ -613,15 +600,15 @@ impl CmEngine {
     ///
     /// # Errors
     /// STATUS_ADDRESS_ALREADY_EXISTS (claimed already), STATUS_INSUFFICIENT_RESOURCES.
-    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> Result<(), NTSTATUS> {
+    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> NdkResult<()> {
         let mut t = self.tuples.lock();
         if t.iter().flatten().any(|&(l, r)| l == local && r == remote) {
-            return Err(STATUS_ADDRESS_ALREADY_EXISTS);
+            return Err(NdkError::AddressAlreadyExists);
         }
         let slot = t
             .iter_mut()
             .find(|s| s.is_none())
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            .ok_or(NdkError::InsufficientResources)?;
         *slot = Some((local, remote));
         Ok(())
     }

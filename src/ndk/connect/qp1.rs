@@ -24,12 +24,9 @@
 use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use crate::ndkpi::{NTSTATUS, STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
-use crate::ndkpi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS};
 use crate::os::SharedDma;
 use crate::os::SpinLock;
 use crate::os::alloc::{try_arc, try_box};
-use crate::os::net::ResolveError;
 use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cq::{CqReader, CqState};
 use crate::pvrdma::cqe::{CqeView, UdSource, WcFlags, wc_opcode, wc_status};
@@ -47,17 +44,6 @@ const RECV_STRIDE: usize = 320;
 /// Marks a receive's `wr_id` (a send's has the bit clear); the low 32 bits are the WQE's
 /// free-running index.
 const RECV_TAG: u64 = 1 << 63;
-
-/// The NTSTATUS of a failed address resolution (the connection manager's NdkConnect and
-/// NdkAccept report it): a source address that is not the interface's is a bad network
-/// name; a destination no neighbour answered for is unreachable.
-pub const fn resolve_status(e: ResolveError) -> NTSTATUS {
-    match e {
-        ResolveError::NotLocal => STATUS_BAD_NETWORK_NAME,
-        ResolveError::Unreachable => STATUS_HOST_UNREACHABLE,
-        ResolveError::NoResources => STATUS_INSUFFICIENT_RESOURCES,
-    }
-}
 
 /// Sizes of the QP1 queues (powers of two; each slot has its own MAD buffer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -655,13 +641,5 @@ impl Inner {
         let mut mad = [0u8; MAD_LEN];
         view.read_bytes(offset + GRH_LEN, &mut mad);
         Some((grh, mad))
-    }
-}
-
-/// A resolution's outcome as the NDK layer reports it ([`resolve_status`]).
-pub fn resolve_result(r: Result<crate::os::net::Mac, ResolveError>) -> NTSTATUS {
-    match r {
-        Ok(_) => STATUS_SUCCESS,
-        Err(e) => resolve_status(e),
     }
 }

@@ -9,6 +9,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use super::engine::CmEngine;
 use crate::ndk::adapter::Adapter;
+use crate::ndk::error::{NdkError, NdkResult};
 use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
@@ -44,14 +45,14 @@ impl SharedEndpoint {
     pub fn create(
         adapter: &ObjRef<Adapter>,
         addr: SocketAddr,
-    ) -> Result<ObjRef<SharedEndpoint>, NTSTATUS> {
-        let engine = super::engine(adapter.device()).ok_or(STATUS_NOT_IMPLEMENTED)?;
+    ) -> NdkResult<ObjRef<SharedEndpoint>> {
+        let engine = super::engine(adapter.device()).ok_or(NdkError::NotImplemented)?;
         let ip = addr.ip();
         if ip.is_unspecified() || !engine.is_local(ip) {
-            return Err(STATUS_INVALID_ADDRESS);
+            return Err(NdkError::InvalidAddress);
         }
         if !adapter.lifetime().try_get() {
-            return Err(STATUS_INVALID_DEVICE_REQUEST);
+            return Err(NdkError::InvalidDeviceRequest);
         }
         let port = match engine.reserve_endpoint(ip, addr.port()) {
             Ok(p) => p,
@@ -77,7 +78,7 @@ impl SharedEndpoint {
         .map_err(|_| {
             engine.release_endpoint(ip, port);
             adapter.put();
-            STATUS_INSUFFICIENT_RESOURCES
+            NdkError::InsufficientResources
         })
     }
 

@@ -25,13 +25,10 @@ unsafe extern "system" fn listen(
     // SAFETY: module contract: the address is valid for its length.
     let addr = match unsafe { read_sockaddr(pAddress, AddressLength) } {
         Ok(a) => a,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     request(RequestCompletion, RequestContext, |h| {
-        h.complete(match l.listen(addr) {
-            Ok(()) => STATUS_SUCCESS,
-            Err(st) => st,
-        });
+        h.complete(l.listen(addr));
         Ok(())
     })
 }

@@ -34,7 +34,7 @@ pub mod srq;
 use alloc::sync::Arc;
 
 use super::consumer_array::ConsumerArray;
-use super::error::{NdkError, NdkResult};
+use super::error::{NdkError, NdkResult, status};
 use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use crate::ndkpi::*;
 use crate::pvrdma::wqe::Sge;
@@ -49,14 +49,6 @@ pub use pd::PD_DISPATCH;
 pub use qp::QP_DISPATCH;
 pub use shared_endpoint::SHARED_ENDPOINT_DISPATCH;
 pub use srq::SRQ_DISPATCH;
-
-#[inline(always)]
-fn status(r: NdkResult<()>) -> NTSTATUS {
-    match r {
-        Ok(()) => STATUS_SUCCESS,
-        Err(e) => e.to_ntstatus(),
-    }
-}
 
 /// Writes a created object to the consumer's out pointer.
 ///
