@@ -791,10 +791,7 @@ fn ndk_oids_with_correct_short_and_malformed_buffers() {
 
 #[test]
 fn network_direct_zero_reports_disabled_and_refuses_enable() {
-    let cfg = MiniportConfig {
-        network_direct: false,
-        ..MiniportConfig::default()
-    };
+    let cfg = MiniportConfig::network_direct(false);
     let rig = NdisRig::new(Mode::Deterministic, 1, &cfg);
     let m = rig.mp(0);
     assert!(!m.ndk_enabled());

@@ -87,7 +87,14 @@ pub const SUPPORTED_OIDS: &[NDIS_OID] = &[
     OID_NDK_STATISTICS,
     OID_NDK_CONNECTIONS,
     OID_NDK_LOCAL_ENDPOINTS,
+    OID_PVRDMA_ROCE_MTU,
 ];
+
+/// A private OID (NDIS: the high byte of a vendor's OID is 0xFF) answering the RoCE path MTU
+/// in use, in bytes, as a ULONG: `*NetworkDirectRoCEFrameSize` after the port and Ethernet
+/// bounds (the INF requirement that the operational value be observable; it is also in the
+/// event log when it differs). Query only.
+pub const OID_PVRDMA_ROCE_MTU: NDIS_OID = 0xFF50_5601;
 
 /// Writes `bytes` at the start of `buf`, or says how many are needed.
 fn answer(buf: &mut [u8], bytes: &[u8]) -> OidResult {
@@ -177,7 +184,8 @@ fn list_query(buf: &mut [u8], size_for: fn(u32) -> usize, count: u32) -> OidResu
 impl Miniport {
     /// A query OID request.
     pub fn query_oid(&self, oid: NDIS_OID, buf: &mut [u8]) -> OidResult {
-        let frame = MTU + ETH_HEADER;
+        let mtu = self.ethernet_mtu();
+        let frame = mtu + ETH_HEADER;
         match oid {
             OID_NDK_STATISTICS => {
                 let info = statistics_info_bytes(&performance_counters(&self.counter_source()));
@@ -217,10 +225,11 @@ impl Miniport {
             }
             OID_GEN_HARDWARE_STATUS => answer_u32(buf, NdisHardwareStatusReady),
             OID_GEN_MEDIA_SUPPORTED | OID_GEN_MEDIA_IN_USE => answer_u32(buf, NdisMedium802_3),
-            OID_GEN_MAXIMUM_LOOKAHEAD => answer_u32(buf, MAX_LOOKAHEAD),
+            OID_GEN_MAXIMUM_LOOKAHEAD => answer_u32(buf, mtu),
             OID_GEN_CURRENT_LOOKAHEAD => answer_u32(buf, self.lookahead()),
             OID_GEN_CURRENT_PACKET_FILTER => answer_u32(buf, self.packet_filter()),
-            OID_GEN_MAXIMUM_FRAME_SIZE => answer_u32(buf, MTU),
+            OID_GEN_MAXIMUM_FRAME_SIZE => answer_u32(buf, mtu),
+            OID_PVRDMA_ROCE_MTU => answer_u32(buf, self.roce_mtu()),
             OID_GEN_MAXIMUM_TOTAL_SIZE
             | OID_GEN_TRANSMIT_BLOCK_SIZE
             | OID_GEN_RECEIVE_BLOCK_SIZE => answer_u32(buf, frame),
@@ -265,7 +274,7 @@ impl Miniport {
             },
             OID_GEN_CURRENT_LOOKAHEAD => match read_u32(buf) {
                 None => OidResult::needs(NDIS_STATUS_INVALID_LENGTH, 4),
-                Some(l) if l > MAX_LOOKAHEAD => OidResult::needs(NDIS_STATUS_INVALID_DATA, 4),
+                Some(l) if l > self.ethernet_mtu() => OidResult::needs(NDIS_STATUS_INVALID_DATA, 4),
                 Some(l) => {
                     self.set_lookahead(l);
                     OidResult::done(4)

@@ -43,12 +43,29 @@ MINIPORT_HANDLERS = [
     "ReturnNetBufferListsHandler", "CancelSendHandler", "CheckForHangHandlerEx",
     "ResetHandlerEx", "DevicePnPEventNotifyHandler", "ShutdownHandlerEx",
     "CancelOidRequestHandler", "DirectOidRequestHandler", "CancelDirectOidRequestHandler",
+    "SynchronousOidRequestHandler",
 ]
-# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead).
-MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "ResetHandlerEx"}
+# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead;
+# the synchronous OID path is for RSSv2 only).
+MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "ResetHandlerEx", "SynchronousOidRequestHandler"}
 HANDLERS_OFFSET = 0x10
-CHARACTERISTICS_REVISION_2_SIZE = HANDLERS_OFFSET + 8 * len(MINIPORT_HANDLERS)  # 0x98
+# REVISION_3 (NDIS 6.80+; required of an NDIS 6.85 driver, Learn "Introduction to NDIS
+# 6.85") ends after SynchronousOidRequestHandler.
+CHARACTERISTICS_REVISION_3_SIZE = HANDLERS_OFFSET + 8 * len(MINIPORT_HANDLERS)  # 0xA0
 
+NDIS_STATUS_FAILURE = 0xC0000001
+# The adapter's registry (NdisOpenConfigurationEx / NdisReadConfiguration), and what the
+# driver writes to the event log (NdisWriteErrorLogEntry; netevent.h).
+CONFIG_HANDLE = 0xC0F1_0000_0001
+NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION = 0xC0001391
+KEYWORDS = ["*NetworkDirect", "*NetworkDirectTechnology", "*NetworkDirectRoCEFrameSize", "*JumboPacket"]
+# NdisMIndicateStatusEx (ndis.h NDIS_STATUS_INDICATION, x64 0x70 bytes; ntddndis.h
+# NDIS_LINK_STATE, 0x28 bytes).
+NDIS_STATUS_LINK_STATE = 0x40010017
+LINK_25G = 25_000_000_000  # QUERY_PORT width 1X (1), speed EDR (32): 25 Gb/s
+NDIS_LINK_SPEED_UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF
+# The driver's private OID for the operational RoCE MTU (src/ndis/oid.rs).
+OID_PVRDMA_ROCE_MTU = 0xFF505601
 STATUS_SUCCESS = 0
 STATUS_PENDING = 0x103
 STATUS_BUFFER_TOO_SMALL = 0xC0000023
@@ -94,7 +111,8 @@ REG_VERSION, REG_DSRLOW, REG_DSRHIGH, REG_CTL, REG_REQUEST, REG_ERR = 0x00, 0x04
 DEVICE_VERSION = 20
 DSR_CMD_SLOT, DSR_RESP_SLOT, DSR_CAPS = 16, 24, 72
 CMD_REQ_MAX, RESP_BIT = 184, 0x8000_0000
-CMD_CREATE_MR, CMD_CREATE_CQ, CMD_CREATE_QP, CMD_DESTROY_QP = 4, 6, 9, 12
+CMD_QUERY_PORT, CMD_CREATE_MR, CMD_CREATE_CQ, CMD_CREATE_QP, CMD_DESTROY_QP = 0, 4, 6, 9, 12
+CMD_CREATE_BIND = 15
 CMD_NAMES = {0: "QUERY_PORT", 1: "QUERY_PKEY", 2: "CREATE_PD", 3: "DESTROY_PD", 4: "CREATE_MR",
              5: "DESTROY_MR", 6: "CREATE_CQ", 7: "RESIZE_CQ", 8: "DESTROY_CQ", 9: "CREATE_QP",
              10: "MODIFY_QP", 11: "QUERY_QP", 12: "DESTROY_QP", 15: "CREATE_BIND", 16: "DESTROY_BIND"}
@@ -341,6 +359,19 @@ class Harness:
         self.bad_accesses = []
         self.isr_log = []
         self.stack_marks = {}
+        # The adapter's registry: keyword -> the integer NdisReadConfiguration returns (a
+        # keyword left out is absent).
+        self.registry = {}
+        self.config_open = set()
+        self.config_reads = []
+        self.error_log = []
+        self.status_indications = []
+        # (name, address, bytes as NDIS got them): what InitializeEx handed NDIS pointers to.
+        self.kept = []
+        # The scripted device's QUERY_PORT active MTU (IB code; pvrdma.md M41) and the MTU
+        # each CREATE_BIND carried.
+        self.port_mtu = 3
+        self.bind_mtus = []
         if device == "model":
             if world is None:
                 import pvrdma_simbridge
@@ -410,6 +441,12 @@ class Harness:
         h("ndis", "NdisFreeIoWorkItem", 1, self.free_work_item)
         h("ndis", "NdisMNetPnPEvent", 2, self.net_pnp_event)
         h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
+        h("ndis", "NdisOpenConfigurationEx", 2, self.open_config)
+        h("ndis", "NdisReadConfiguration", 5, self.read_config)
+        h("ndis", "NdisCloseConfiguration", 1, self.close_config)
+        # Variadic: the handle, the code, the count, then up to three ULONGs.
+        h("ndis", "NdisWriteErrorLogEntry", 6, self.error_log_entry)
+        h("ndis", "NdisMIndicateStatusEx", 2, self.indicate_status)
         h("netio", "NotifyUnicastIpAddressChange", 5, self.notify_address_change)
         h("netio", "CancelMibChangeNotify2", 1, self.cancel_notify)
         h("netio", "GetUnicastIpAddressTable", 2, self.unicast_table)
@@ -446,7 +483,7 @@ class Harness:
 
     def register_miniport(self, a):
         _drv, _reg, _ctx, chars, phandle = a
-        self.chars = self.read(chars, CHARACTERISTICS_REVISION_2_SIZE)
+        self.chars = self.read(chars, CHARACTERISTICS_REVISION_3_SIZE)
         self.se.mem_write(phandle, struct.pack("<Q", DRIVER_HANDLE))
         return NDIS_STATUS_SUCCESS
 
@@ -461,9 +498,108 @@ class Harness:
         data = self.read(attrs, size)
         extra = None
         if t == 0xB3 and size >= 0x10:  # NDK attributes: the capabilities they point to
-            extra = self.read(struct.unpack_from("<Q", data, 8)[0], 0x38)
+            caps = struct.unpack_from("<Q", data, 8)[0]
+            extra = self.read(caps, 0x38)
+            info = struct.unpack_from("<Q", extra, 0x30)[0]
+            self.kept += [("NDIS_NDK_CAPABILITIES", caps, extra),
+                          ("NDK_ADAPTER_INFO", info, self.read(info, 0x68))]
+        if t == 0x9F and size >= 0xE0:  # general attributes: PowerManagementCapabilitiesEx
+            pm = struct.unpack_from("<Q", data, 0xD8)[0]
+            if pm:
+                extra = self.read(pm, 0x3C)
+                self.kept.append(("NDIS_PM_CAPABILITIES", pm, extra))
         self.attributes.append((handle, t, rev, size, data, extra))
         return NDIS_STATUS_SUCCESS
+
+    # ---- the registry, the event log, status indications ----
+    def open_config(self, a):
+        obj, phandle = a
+        t, rev, size = header(self.read(obj, 4))
+        ndis_handle, flags = struct.unpack("<QI", self.read(obj + 8, 12))
+        check((t, rev, size) == (0xA9, 1, 0x18) and ndis_handle == ADAPTER_HANDLE and flags == 0,
+              f"NdisOpenConfigurationEx: NDIS_CONFIGURATION_OBJECT (0xA9, 1, 0x18) for the adapter handle "
+              f"({t:#x}, {rev}, {size:#x}, {ndis_handle:#x}, {flags})")
+        self.config_open.add(CONFIG_HANDLE)
+        self.se.mem_write(phandle, struct.pack("<Q", CONFIG_HANDLE))
+        return NDIS_STATUS_SUCCESS
+
+    def read_config(self, a):
+        pstatus, pparam, handle, keyword, ptype = a
+        length, _maxlen, buf = struct.unpack("<HH4xQ", self.read(keyword, 16))
+        name = self.read(buf, length).decode("utf-16-le")
+        self.config_reads.append(name)
+        check(handle in self.config_open and ptype == 0,
+              f"NdisReadConfiguration({name}) on the open handle, NdisParameterInteger ({handle:#x}, {ptype})")
+        if name in self.registry:
+            # NDIS_CONFIGURATION_PARAMETER: ParameterType @0, the union (IntegerData) @8.
+            param = self.alloc(0x18, "config_parameter")
+            self.se.mem_write(param, struct.pack("<iIIIQ", 0, 0, self.registry[name] & 0xFFFFFFFF, 0, 0))
+            self.se.mem_write(pparam, struct.pack("<Q", param))
+            self.se.mem_write(pstatus, struct.pack("<I", NDIS_STATUS_SUCCESS))
+        else:
+            self.se.mem_write(pstatus, struct.pack("<I", NDIS_STATUS_FAILURE))
+        return 0
+
+    def close_config(self, a):
+        check(a[0] in self.config_open, f"NdisCloseConfiguration of the open handle ({a[0]:#x})")
+        self.config_open.discard(a[0])
+        return 0
+
+    def error_log_entry(self, a):
+        handle, code, n, *values = a
+        self.error_log.append((handle, code & 0xFFFFFFFF, [v & 0xFFFFFFFF for v in values[:n]]))
+        return 0
+
+    def indicate_status(self, a):
+        handle, ind = a
+        data = self.read(ind, 0x70)
+        source, port, code, flags = struct.unpack_from("<QIII", data, 8)
+        buf, size = struct.unpack_from("<QI", data, 0x30)
+        self.status_indications.append({"handle": handle, "header": header(data), "source": source, "port": port,
+                                        "code": code, "flags": flags, "buffer": self.read(buf, size) if buf else b""})
+        return 0
+
+    def link_indications(self):
+        """(connected, xmit speed, rcv speed) of each NDIS_STATUS_LINK_STATE indicated, after
+        checking each indication's and link state's header."""
+        out = []
+        for i in self.status_indications:
+            check(i["header"] == (0x98, 1, 0x70) and i["handle"] == ADAPTER_HANDLE and i["source"] == ADAPTER_HANDLE
+                  and i["code"] == NDIS_STATUS_LINK_STATE and len(i["buffer"]) == 0x28,
+                  f"NdisMIndicateStatusEx: NDIS_STATUS_INDICATION (0x98, 1, 0x70) from the adapter, "
+                  f"NDIS_STATUS_LINK_STATE, a 0x28-byte NDIS_LINK_STATE ({i['header']}, {i['code']:#x}, {len(i['buffer'])})")
+            b = i["buffer"].ljust(0x28, b"\0")
+            t, rev, size = header(b)
+            state, duplex, xmit, rcv = struct.unpack_from("<IIQQ", b, 4)
+            check((t, rev, size, duplex) == (0x80, 1, 0x28, 2),
+                  f"NDIS_LINK_STATE header (0x80, 1, 0x28), full duplex ({t:#x}, {rev}, {size:#x}, {duplex})")
+            out.append((state, xmit, rcv))
+        self.status_indications = []
+        return out
+
+    def bound_mtus(self):
+        """The MTU of each CREATE_BIND: as the scripted device recorded them, or as the model's
+        GID table holds them now."""
+        if self.world is None:
+            return list(self.bind_mtus)
+        return [mtu for _i, _gid, _ty, mtu in self.world.gids(self.device.node)]
+
+    def poison_stack(self):
+        """Overwrites the stack every call ran on below its entry (speakeasy starts each call 40
+        bytes below the stack base): what a routine left on its stack is gone, as it is on
+        Windows once the frame is reused."""
+        base = self.se.emu.stack_base
+        lo = base - kernel_stack
+        self.se.mem_write(lo, b"\xDB" * (base - 0x30 - lo))
+        return lo, base
+
+    def check_kept(self, what):
+        """Every structure InitializeEx handed NDIS a pointer to is off the stack and reads
+        as it did when NDIS got it."""
+        lo, base = self.poison_stack()
+        for name, addr, data in self.kept:
+            check(not lo <= addr < base, f"{what}: {name} at {addr:#x} is not on the kernel stack")
+            check(self.read(addr, len(data)) == data, f"{what}: {name} reads as NDIS got it after the stack was poisoned")
 
     def alloc_work_item(self, a):
         check(a[0] == ADAPTER_HANDLE, f"NdisAllocateIoWorkItem for the adapter handle ({a[0]:#x})")
@@ -486,16 +622,19 @@ class Harness:
         return 0
 
     def net_pnp_event(self, a):
-        # NET_PNP_EVENT_NOTIFICATION REVISION_1 (ndkpi.md §6.5, x64): Header, PortNumber @4,
-        # NET_PNP_EVENT @8 {NetEvent, Buffer @0x10, BufferLength @0x18}, Flags @0xA0; 0xA4.
+        # NET_PNP_EVENT_NOTIFICATION REVISION_2 (NDIS 6.50+; ndkpi.md §6.5, x64): Header,
+        # PortNumber @4, NET_PNP_EVENT @8 {NetEvent, Buffer @0x10, BufferLength @0x18},
+        # Flags @0xA0, SwitchId @0xA4, VPortId @0xA8; 0xAC.
         handle, n = a
-        d = self.read(n, 0xA4)
+        d = self.read(n, 0xAC)
         event = struct.unpack_from("<i", d, 8)[0]
         check(handle == ADAPTER_HANDLE, "NdisMNetPnPEvent for the adapter handle")
-        check(header(d) == (0x80, 1, 0xA4), f"NET_PNP_EVENT_NOTIFICATION header {header(d)} = (0x80, 1, 0xA4)")
+        check(header(d) == (0x80, 2, 0xAC), f"NET_PNP_EVENT_NOTIFICATION header {header(d)} = (0x80, 2, 0xAC)")
         port, buf, buflen, flags = (struct.unpack_from("<I", d, 4)[0], struct.unpack_from("<Q", d, 0x10)[0],
                                     struct.unpack_from("<I", d, 0x18)[0], struct.unpack_from("<I", d, 0xA0)[0])
         check((port, buf, buflen, flags) == (0, 0, 0, 0), f"PortNumber, Buffer, BufferLength, Flags all 0 ({port}, {buf:#x}, {buflen}, {flags:#x})")
+        switch, vport = struct.unpack_from("<II", d, 0xA4)
+        check((switch, vport) == (0, 0), f"the default switch and vPort ({switch}, {vport})")
         check(not self.in_oid and self.in_work_item, f"NdisMNetPnPEvent({event}) from the work item, not from an OID handler")
         self.pnp_events.append(event)
         return NDIS_STATUS_SUCCESS
@@ -577,7 +716,7 @@ class Harness:
 
     def register_dma(self, a):
         handle, desc, phandle = a
-        self.dma_desc = self.read(desc, 0x28)
+        self.dma_desc = self.read(desc, 0x30)
         self.maps["dma"] = handle
         self.se.mem_write(phandle, struct.pack("<Q", DMA_HANDLE))
         return NDIS_STATUS_SUCCESS
@@ -723,6 +862,11 @@ class Harness:
             # Handles: distinct per command kind, so no create names a live handle.
             handle = len(self.requests)
             struct.pack_into("<I", resp, 16, handle)
+            if code == CMD_QUERY_PORT:  # pvrdma_port_attr (pvrdma.md M41): ACTIVE, 1X EDR
+                struct.pack_into("<IIII", resp, 16, 4, self.port_mtu, self.port_mtu, 16)
+                struct.pack_into("<BBB", resp, 16 + 43, 1, 32, 5)
+            elif code == CMD_CREATE_BIND:
+                self.bind_mtus.append(struct.unpack_from("<I", req, 16)[0])
             # The data each create answers with (pvrdma.md §"Layouts"), granted as asked.
             if code == CMD_CREATE_CQ:
                 struct.pack_into("<I", resp, 20, struct.unpack_from("<I", req, 28)[0])  # cqe
@@ -927,9 +1071,9 @@ def main():
     if hz.chars is None:
         return finish(hz)
     c = hz.chars
-    check(header(c) == (0x8A, 2, CHARACTERISTICS_REVISION_2_SIZE),
-          f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_2, 0x98)")
-    check(c[4:6] == bytes([6, 30]), f"NDIS version {c[4]}.{c[5]} = 6.30")
+    check(header(c) == (0x8A, 3, CHARACTERISTICS_REVISION_3_SIZE),
+          f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_3, 0xA0)")
+    check(c[4:6] == bytes([6, 85]), f"NDIS version {c[4]}.{c[5]} = 6.85 (Windows Server 2022)")
     handlers = miniport_handlers(c)
     for n, va in handlers.items():
         if n in MINIPORT_NULL_HANDLERS:
@@ -950,6 +1094,11 @@ def main():
 
     params = init_params(hz)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
+    hz.check_kept("after InitializeEx")
+    check(hz.config_reads == KEYWORDS and not hz.config_open,
+          f"InitializeEx read {KEYWORDS} and closed the configuration ({hz.config_reads})")
+    check(hz.error_log == [], f"no keyword set, nothing logged ({hz.error_log})")
+    check(hz.bound_mtus() == [1024, 1024], f"both CREATE_BINDs carry the default RoCE MTU 1024 ({hz.bound_mtus()})")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
         _h, t, rev, size, data, _ = reg[0]
@@ -965,10 +1114,12 @@ def main():
         for _h, t, rev, size, data, extra in hz.attributes:
             if t == 0x9F:
                 check((rev, size) == (2, 0xE0), f"general attributes REVISION_2, size 0xE0 ({rev}, {size:#x})")
+                check_general(data, extra, 1500, (1, LINK_25G))
             if t == 0xB3:
                 check((rev, size) == (1, 0x10), f"NDK attributes REVISION_1, size 0x10 ({rev}, {size:#x})")
                 check(data[4] == 1, "NDK Enabled")
                 check(header(extra) == (0x80, 1, 0x38), f"NDK capabilities header {header(extra)} = (0x80, 1, 0x38)")
+                check(struct.unpack_from("<Q", extra, 0x28)[0] == 0, "MissingCounterMask 0 (every counter kept)")
         general = next(a[4] for a in hz.attributes if a[1] == 0x9F)
         full_run(hz, handlers, reg[0][4] if reg else b"", general)
 
@@ -983,13 +1134,31 @@ def u32(hz, addr):
     return struct.unpack("<I", hz.read(addr, 4))[0]
 
 
+def check_general(data, pm, mtu, link):
+    """NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES: MtuSize @0x10, the four link speeds @0x18,
+    MediaConnectState @0x38; PowerManagementCapabilitiesEx @0xD8 (mandatory from NDIS 6.20:
+    NDIS_PM_CAPABILITIES REVISION_2, 0x3C bytes, no wake-up)."""
+    got_mtu = struct.unpack_from("<I", data, 0x10)[0]
+    max_x, x, max_r, r = struct.unpack_from("<QQQQ", data, 0x18)
+    state = struct.unpack_from("<I", data, 0x38)[0]
+    check(got_mtu == mtu, f"general attributes MtuSize {mtu} ({got_mtu})")
+    connected, speed = link
+    check((state, x, r) == (connected, speed, speed) and max_x == max_r == LINK_25G,
+          f"general attributes: MediaConnectState {connected}, link speed {speed}, maximum {LINK_25G} "
+          f"(QUERY_PORT 1X EDR) ({state}, {x}, {r}, {max_x})")
+    check(pm is not None and header(pm) == (0x80, 2, 0x3C) and pm[4:] == bytes(0x38),
+          f"PowerManagementCapabilitiesEx: NDIS_PM_CAPABILITIES (0x80, 2, 0x3C), no wake-up "
+          f"({header(pm) if pm else None})")
+
+
 def full_run(hz, handlers, registration, general):
     """The real core: OIDs, the NDK adapter for each version, a few NDK calls, Halt."""
     ctx = struct.unpack_from("<Q", registration, 8)[0]
     check(hz.dsr != 0, "bring-up handed the device its DSR")
     # NDIS_SG_DMA_DESCRIPTION: header, Flags, MaximumPhysicalMapping, ProcessSGListHandler @0x10.
     d = hz.dma_desc
-    check(header(d) == (0x83, 1, 0x24), f"SG DMA description header {header(d)} = (0x83, 1, 0x24)")
+    check(header(d) == (0x83, 2, 0x30), f"SG DMA description header {header(d)} = (0x83, REVISION_2 (NDIS 6.85), 0x30)")
+    check(struct.unpack_from("<Q", d, 0x28)[0] == 0, "SG DMA PdoOverride NULL")
     check(struct.unpack_from("<I", d, 4)[0] & 1, "NDIS_SG_DMA_64_BIT_ADDRESS")
     check(hz.is_cfg_target(struct.unpack_from("<Q", d, 0x10)[0]), "ProcessSGListHandler is a CFG target")
     # NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS: four line handlers @8, MsiSupported @0x28,
