@@ -69,7 +69,8 @@ pub struct EngineConfig {
     pub seed: u32,
     /// QP1's queues.
     pub qp1: Qp1Config,
-    /// Path MTU code of every connection (3 = 1024, the GID's MTU).
+    /// Path MTU code of every connection this side starts, and the largest it accepts
+    /// (3 = 1024, Linux's; the miniport sets the operational `*NetworkDirectRoCEFrameSize`).
     pub path_mtu: u8,
 }
 
@@ -356,6 +357,7 @@ impl CmEngine {
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
         cm_cfg.listeners = cfg.listeners;
+        cm_cfg.max_path_mtu = cfg.path_mtu;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
         let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
