@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod memory;
+pub mod ndis;
 pub mod ndk;
 pub mod objects;
 pub mod tshark;
