@@ -97,9 +97,15 @@ pub fn pm_capabilities() -> NDIS_PM_CAPABILITIES {
 pub const CAPS_VERSION: NDK_VERSION = NDK_VERSION { Major: 2, Minor: 1 };
 
 /// Counters of NDIS_NDK_PERFORMANCE_COUNTERS this provider does not keep: none. Connect,
-/// Accept, ConnectFailure and ConnectionError are kept and are 0 until the connection
-/// manager exists (no NDK connection can be made before), ActiveConnection counts connected
-/// QPs, CQError and the RDMA traffic counters are counted (`counters.rs`).
+/// Accept, ConnectFailure, ConnectionError and ActiveConnection come from the connection
+/// engine (`ndk::conn_stats`), CQError from the CQs, the four RDMA traffic counters from the
+/// QPs (`ndk::traffic`). The traffic counters see what this host posts and completes, not
+/// the responder side of a READ or WRITE a peer aims at it (the device serves those alone,
+/// and PVRDMA has no traffic counter to ask, pvrdma.md §8), nor ACKs. The mask has one bit
+/// per counter, so a counter that is kept but partial cannot be marked: setting its bit
+/// would hide the traffic that is counted (NDIS reports a marked counter as unsupported,
+/// and Test-NetStack's RDMA stages read exactly these counters). docs/DEPLOY.md says which
+/// workloads are affected.
 pub const MISSING_COUNTER_MASK: u64 = 0;
 
 /// The capabilities, `NdkInfo` pointing at `info` (which must live as long as the miniport

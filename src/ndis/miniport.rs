@@ -550,10 +550,18 @@ impl Miniport {
             Some(ndk) => CounterSource {
                 traffic: ndk.traffic(),
                 cq_errors: ndk.cq_errors(),
-                active_connections: ndk.connected_qps(),
+                connections: ndk
+                    .connections()
+                    .map(|e| e.conn_counters())
+                    .unwrap_or_default(),
             },
             None => CounterSource::default(),
         }
+    }
+
+    /// The connection engine (None before it starts, after Halt, or without one).
+    pub fn connection_engine(&self) -> Option<Arc<crate::ndk::cm_engine::CmEngine>> {
+        self.ndk_device().and_then(|n| n.connections())
     }
 
     pub(super) fn packet_filter(&self) -> u32 {

@@ -19,6 +19,7 @@ pub mod counters;
 #[cfg(target_os = "windows")]
 pub mod entry;
 pub mod link;
+pub mod lists;
 pub mod miniport;
 pub mod oid;
 pub mod resources;

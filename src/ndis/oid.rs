@@ -166,21 +166,6 @@ fn object_query(buf: &mut [u8], needed: usize, fill: impl FnOnce(&mut [u8])) -> 
     }
 }
 
-/// OID_NDK_CONNECTIONS / OID_NDK_LOCAL_ENDPOINTS with `count` entries of `entry` bytes.
-/// No NDK connection, listener or shared endpoint exists before the connection manager, so
-/// `count` is 0 and the answer is the header, Flags, Count 0 and the mapped-to-TCP flag
-/// FALSE (RoCEv2 does not map ND connections to TCP ones).
-fn list_query(buf: &mut [u8], size_for: fn(u32) -> usize, count: u32) -> OidResult {
-    let needed = size_for(count);
-    object_query(buf, needed, |out| {
-        out.fill(0);
-        put_header(out, 1, ndis_header_size(needed));
-        if let Some(c) = out.get_mut(8..12) {
-            c.copy_from_slice(&count.to_le_bytes());
-        }
-    })
-}
-
 impl Miniport {
     /// A query OID request.
     pub fn query_oid(&self, oid: NDIS_OID, buf: &mut [u8]) -> OidResult {
@@ -191,9 +176,11 @@ impl Miniport {
                 let info = statistics_info_bytes(&performance_counters(&self.counter_source()));
                 object_query(buf, STATISTICS_INFO_LEN, |out| out.copy_from_slice(&info))
             }
-            OID_NDK_CONNECTIONS => list_query(buf, NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1, 0),
+            OID_NDK_CONNECTIONS => {
+                super::lists::connections(self.connection_engine().as_deref(), buf)
+            }
             OID_NDK_LOCAL_ENDPOINTS => {
-                list_query(buf, NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1, 0)
+                super::lists::local_endpoints(self.connection_engine().as_deref(), buf)
             }
             OID_GEN_STATISTICS => {
                 let s = gen_statistics_bytes(&self.counter_source().traffic);

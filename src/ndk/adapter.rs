@@ -364,13 +364,6 @@ impl NdkDevice {
         })
     }
 
-    /// QPs accepting initiator requests (connected), the ActiveConnection counter until
-    /// the connection manager counts connections itself.
-    pub fn connected_qps(&self) -> u64 {
-        self.live_qps
-            .fold(0u64, |n, q| n.wrapping_add(u64::from(q.is_connected())))
-    }
-
     pub(crate) fn count_cq_error(&self) {
         self.cq_errors.fetch_add(1, Ordering::Relaxed);
     }

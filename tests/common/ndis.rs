@@ -121,6 +121,8 @@ pub struct RigOptions {
     /// Connection engines (the hosts resolve each other); otherwise GID 0 is bound by hand
     /// and QPs are wired raw.
     pub engines: bool,
+    /// How long a resolution of an unknown neighbour waits before failing.
+    pub resolve_bound_ns: u64,
 }
 
 impl RigOptions {
@@ -131,6 +133,7 @@ impl RigOptions {
             configs: vec![*cfg],
             port_mtu: 3,
             engines: false,
+            resolve_bound_ns: 3_000_000_000,
         }
     }
 
@@ -232,7 +235,7 @@ impl NdisRig {
         let miniport = Miniport::initialize_with(p.clone(), &res, cfg)?;
         if self.opts.engines {
             let all: Vec<(IpAddr, [u8; 6])> = self.hosts.iter().map(|h| (h.ip, h.mac)).collect();
-            let n = Neighbours::new(p, 64, 3_000_000_000).expect("resolver");
+            let n = Neighbours::new(p, 64, self.opts.resolve_bound_ns).expect("resolver");
             for &(ip, mac) in &all {
                 if ip != self.hosts[i].ip {
                     n.set_neighbour(ip, mac).expect("neighbour");
@@ -468,4 +471,181 @@ pub fn at(ip: IpAddr, port: u16) -> SocketAddr {
 /// Where a test's capture goes (kept with `PVRDMA_KEEP_PCAP=1`).
 pub fn pcap_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("pvrdma-ndis-{name}-{}.pcap", std::process::id()))
+}
+
+/// What a message puts on the wire, packet by packet (IBTA 9.2–9.4; the test's own
+/// arithmetic, independent of `ndk::traffic`): each packet is an Ethernet frame of
+/// Ethernet 14, IPv4 20 / IPv6 40, UDP 8, BTH 12, its extension headers, its payload padded
+/// to 4, ICRC 4 and FCS 4 bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct WireModel {
+    pub mtu: u64,
+    pub ipv6: bool,
+}
+
+impl WireModel {
+    pub fn ipv4(mtu: u64) -> WireModel {
+        WireModel { mtu, ipv6: false }
+    }
+
+    fn frame(&self, ext: u64, payload: u64) -> u64 {
+        let ip = if self.ipv6 { 40 } else { 20 };
+        14 + ip + 8 + 12 + ext + payload.div_ceil(4) * 4 + 4 + 4
+    }
+
+    /// The payload of each packet of a `len`-byte message.
+    fn payloads(&self, len: u64) -> Vec<u64> {
+        if len == 0 {
+            return vec![0];
+        }
+        let mut out = Vec::new();
+        let mut left = len;
+        while left > 0 {
+            let p = left.min(self.mtu);
+            out.push(p);
+            left -= p;
+        }
+        out
+    }
+
+    /// (frames, octets) of a SEND (and of the receive that completes it).
+    pub fn send(&self, len: u64) -> (u64, u64) {
+        let p = self.payloads(len);
+        (p.len() as u64, p.iter().map(|&b| self.frame(0, b)).sum())
+    }
+
+    /// A SEND with invalidate: IETH on the last (or only) packet.
+    pub fn send_invalidate(&self, len: u64) -> (u64, u64) {
+        let (f, o) = self.send(len);
+        (f, o + 4)
+    }
+
+    /// An RDMA WRITE: RETH on the first (or only) packet.
+    pub fn write(&self, len: u64) -> (u64, u64) {
+        let (f, o) = self.send(len);
+        (f, o + 16)
+    }
+
+    /// An RDMA READ request: one packet with a RETH and no payload.
+    pub fn read_request(&self) -> (u64, u64) {
+        (1, self.frame(16, 0))
+    }
+
+    /// An RDMA READ response: AETH on the first and last packets (Only: one).
+    pub fn read_response(&self, len: u64) -> (u64, u64) {
+        let p = self.payloads(len);
+        let n = p.len();
+        let octets = p
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| self.frame(if i == 0 || i == n - 1 { 4 } else { 0 }, b))
+            .sum();
+        (n as u64, octets)
+    }
+}
+
+/// Sums (frames, octets) pairs.
+pub fn total(parts: &[(u64, u64)]) -> (u64, u64) {
+    parts
+        .iter()
+        .fold((0, 0), |(f, o), &(pf, po)| (f + pf, o + po))
+}
+
+/// An OID_NDK_CONNECTIONS answer decoded (after checking its head against its size):
+/// (local, remote) per entry, each kernel-owned (UserModeOwner FALSE, OwnerPid 0).
+pub fn decode_connections(b: &[u8]) -> Vec<(SocketAddr, SocketAddr)> {
+    let count = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
+    let size = 0x10 + 0x40 * count;
+    assert_eq!(&b[..2], &[0x80, 1], "NDIS_NDK_CONNECTIONS header");
+    assert_eq!(
+        usize::from(u16::from_le_bytes([b[2], b[3]])),
+        size.min(0xFFFF),
+        "Size = NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1(Count)"
+    );
+    assert_eq!(&b[4..8], &[0; 4], "Flags");
+    assert_eq!(b[12], 0, "not mapped to TCP connections (RoCEv2)");
+    (0..count)
+        .map(|i| {
+            let e = &b[0x10 + 0x40 * i..0x10 + 0x40 * (i + 1)];
+            assert_eq!(e[0x38], 0, "UserModeOwner FALSE");
+            assert_eq!(&e[0x3C..0x40], &[0; 4], "OwnerPid 0");
+            (sockaddr_of(&e[..28]), sockaddr_of(&e[0x1C..0x1C + 28]))
+        })
+        .collect()
+}
+
+/// An OID_NDK_LOCAL_ENDPOINTS answer decoded: (local, listener) per entry.
+pub fn decode_endpoints(b: &[u8]) -> Vec<(SocketAddr, bool)> {
+    let count = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
+    let size = 0x10 + 0x24 * count;
+    assert_eq!(&b[..2], &[0x80, 1], "NDIS_NDK_LOCAL_ENDPOINTS header");
+    assert_eq!(
+        usize::from(u16::from_le_bytes([b[2], b[3]])),
+        size.min(0xFFFF)
+    );
+    assert_eq!(b[12], 0, "not mapped to TCP endpoints (RoCEv2)");
+    (0..count)
+        .map(|i| {
+            let e = &b[0x10 + 0x24 * i..0x10 + 0x24 * (i + 1)];
+            assert_eq!(e[0x1C], 0, "UserModeOwner FALSE");
+            assert!(e[0x1D] <= 1, "Listener is a BOOLEAN");
+            assert_eq!(&e[0x20..0x24], &[0; 4], "OwnerPid 0");
+            (sockaddr_of(&e[..28]), e[0x1D] == 1)
+        })
+        .collect()
+}
+
+/// A SOCKADDR_INET (ws2ipdef.h: AF_INET 2 / AF_INET6 23, port in network order).
+pub fn sockaddr_of(b: &[u8]) -> SocketAddr {
+    let family = u16::from_le_bytes([b[0], b[1]]);
+    let port = u16::from_be_bytes([b[2], b[3]]);
+    match family {
+        2 => SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port),
+        23 => {
+            let a: [u8; 16] = b[8..24].try_into().unwrap();
+            SocketAddr::new(IpAddr::V6(a.into()), port)
+        }
+        f => panic!("SOCKADDR_INET family {f}"),
+    }
+}
+
+/// Queries a list OID into a buffer of `len` bytes (header filled as NDIS does); the answer
+/// or the status and BytesNeeded.
+pub fn query_list(m: &Miniport, oid: NDIS_OID, len: usize) -> (OidResult, Vec<u8>) {
+    let mut b = vec![0xEEu8; len];
+    if len >= 4 {
+        let s = (len.min(0xFFFF) as u16).to_le_bytes();
+        b[..4].copy_from_slice(&[0x80, 1, s[0], s[1]]);
+    }
+    let r = m.query_oid(oid, &mut b);
+    b.truncate(r.bytes_done as usize);
+    (r, b)
+}
+
+/// One frame of a pcap file: (IPv4 source, IPv4 destination, BTH opcode, frame length) for
+/// RoCEv2 (UDP 4791) frames over IPv4; the model writes classic pcap, native byte order.
+pub fn roce_frames(pcap: &Path) -> Vec<([u8; 4], [u8; 4], u8, usize)> {
+    let data = std::fs::read(pcap).expect("read the capture");
+    assert!(data.len() >= 24, "a pcap header");
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let incl = u32::from_ne_bytes(data[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = &data[at + 16..at + 16 + incl];
+        at += 16 + incl;
+        // Ethernet, IPv4 (EtherType 0x0800, IHL 5), UDP to 4791.
+        if f.len() < 42 + 12 || f[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        if u16::from_be_bytes([f[36], f[37]]) != 4791 {
+            continue;
+        }
+        out.push((
+            f[26..30].try_into().unwrap(),
+            f[30..34].try_into().unwrap(),
+            f[42],
+            f.len(),
+        ));
+    }
+    out
 }
