@@ -57,18 +57,24 @@ const IETH: u64 = 4;
 /// Path MTU until a connection sets one (1024, the CM's default).
 const DEFAULT_MTU_SHIFT: u32 = 10;
 
-/// Packets of a message of `len` bytes at an MTU of `1 << shift` (a message of 0 bytes is
-/// one packet).
+/// Packets of a message of `len` bytes at an MTU of `mask + 1 == 1 << shift` (a message of
+/// 0 bytes is one packet).
 #[inline(always)]
-fn packets(len: u64, shift: u32) -> u64 {
-    (len.saturating_sub(1) >> shift) + 1
+fn packets(len: u64, mask: u64, shift: u32) -> u64 {
+    ((len + mask) >> shift).max(1)
 }
 
-/// The payload as the packets carry it: padded to 4 bytes (only the last packet can be
-/// short, and every MTU is a multiple of 4).
+/// The payload as the packets carry it, padded to 4 bytes (only the last packet can be
+/// short, and every MTU is a multiple of 4), plus `ext` bytes of extension headers (a
+/// multiple of 4): one add and one mask.
 #[inline(always)]
+fn padded_plus(len: u64, ext: u64) -> u64 {
+    (len + 3 + ext) & !3
+}
+
+#[cfg(test)]
 fn padded(len: u64) -> u64 {
-    (len + 3) & !3
+    padded_plus(len, 0)
 }
 
 /// One QP's counters. `#[repr(C)]`: the post's first, in the QP's post run
@@ -76,10 +82,13 @@ fn padded(len: u64) -> u64 {
 #[derive(Debug)]
 #[repr(C)]
 pub struct QpTraffic {
-    /// log2 of the path MTU (set when the connection reaches RTR).
+    /// The path MTU − 1 and its log2 (set when the connection reaches RTR).
+    mtu_mask: AtomicU64,
     mtu_shift: AtomicU32,
     out_octets: AtomicU64,
     out_frames: AtomicU64,
+    /// READs posted: each is one request frame out with a RETH, added at snapshot time.
+    reads: AtomicU64,
     read_octets: AtomicU64,
     read_frames: AtomicU64,
     recv_octets: AtomicU64,
@@ -91,9 +100,11 @@ pub struct QpTraffic {
 impl Default for QpTraffic {
     fn default() -> Self {
         QpTraffic {
+            mtu_mask: AtomicU64::new((1 << DEFAULT_MTU_SHIFT) - 1),
             mtu_shift: AtomicU32::new(DEFAULT_MTU_SHIFT),
             out_octets: AtomicU64::new(0),
             out_frames: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
             read_octets: AtomicU64::new(0),
             read_frames: AtomicU64::new(0),
             recv_octets: AtomicU64::new(0),
@@ -122,8 +133,9 @@ impl QpTraffic {
     /// and IP version. Set before the QP can post (RTR precedes RTS).
     pub(crate) fn set_path(&self, mtu_code: u8, ipv6: bool) {
         if (1..=5).contains(&mtu_code) {
-            self.mtu_shift
-                .store(7 + u32::from(mtu_code), Ordering::Relaxed);
+            let shift = 7 + u32::from(mtu_code);
+            self.mtu_mask.store((1 << shift) - 1, Ordering::Relaxed);
+            self.mtu_shift.store(shift, Ordering::Relaxed);
         }
         self.ipv6.store(ipv6, Ordering::Relaxed);
     }
@@ -133,57 +145,69 @@ impl QpTraffic {
         1 << self.mtu_shift.load(Ordering::Relaxed)
     }
 
-    /// `(octets, frames)` an initiator request of `bytes` adds out and in (`None`: no data,
-    /// fast register and invalidate).
+    /// Packets of a `bytes` message on this QP's path.
     #[inline(always)]
-    fn shape(&self, dir: Direction, bytes: u64) -> ((u64, u64), (u64, u64)) {
-        let shift = self.mtu_shift.load(Ordering::Relaxed);
-        let pkts = packets(bytes, shift);
-        match dir {
-            Direction::Send => ((padded(bytes), pkts), (0, 0)),
-            Direction::SendInvalidate => ((padded(bytes) + IETH, pkts), (0, 0)),
-            Direction::Write => ((padded(bytes) + RETH, pkts), (0, 0)),
-            Direction::Read => {
-                let aeths = if pkts > 1 { 2 * AETH } else { AETH };
-                ((RETH, 1), (padded(bytes) + aeths, pkts))
-            }
-        }
+    fn packets(&self, bytes: u64) -> u64 {
+        packets(
+            bytes,
+            self.mtu_mask.load(Ordering::Relaxed),
+            self.mtu_shift.load(Ordering::Relaxed),
+        )
     }
 
     /// An initiator request of `bytes` is being handed to the device (the send queue's
-    /// poster); `None` moves no data.
+    /// poster); `None` moves no data. A READ's request frame is counted by `reads` (its
+    /// octets and frame are added at snapshot time), its response by `read_*`.
     #[inline(always)]
     pub(crate) fn posted(&self, dir: Option<Direction>, bytes: u64) {
         let Some(dir) = dir else { return };
-        let ((oo, of), (io, inf)) = self.shape(dir, bytes);
-        bump(&self.out_octets, oo);
-        bump(&self.out_frames, of);
-        if dir == Direction::Read {
-            bump(&self.read_octets, io);
-            bump(&self.read_frames, inf);
+        let pkts = self.packets(bytes);
+        match dir {
+            Direction::Send => bump(&self.out_octets, padded_plus(bytes, 0)),
+            Direction::SendInvalidate => bump(&self.out_octets, padded_plus(bytes, IETH)),
+            Direction::Write => bump(&self.out_octets, padded_plus(bytes, RETH)),
+            Direction::Read => {
+                bump(&self.reads, 1);
+                let aeths = if pkts > 1 { 2 * AETH } else { AETH };
+                bump(&self.read_octets, padded_plus(bytes, aeths));
+                bump(&self.read_frames, pkts);
+                return;
+            }
         }
+        bump(&self.out_frames, pkts);
     }
 
     /// [`Self::posted`] undone: the post refused the request after counting it.
     pub(crate) fn withdrawn(&self, dir: Option<Direction>, bytes: u64) {
         let Some(dir) = dir else { return };
-        let ((oo, of), (io, inf)) = self.shape(dir, bytes);
-        unbump(&self.out_octets, oo);
-        unbump(&self.out_frames, of);
-        if dir == Direction::Read {
-            unbump(&self.read_octets, io);
-            unbump(&self.read_frames, inf);
-        }
+        let pkts = self.packets(bytes);
+        let (octets, frames, n) = match dir {
+            Direction::Send => (&self.out_octets, &self.out_frames, padded_plus(bytes, 0)),
+            Direction::SendInvalidate => {
+                (&self.out_octets, &self.out_frames, padded_plus(bytes, IETH))
+            }
+            Direction::Write => (&self.out_octets, &self.out_frames, padded_plus(bytes, RETH)),
+            Direction::Read => {
+                unbump(&self.reads, 1);
+                let aeths = if pkts > 1 { 2 * AETH } else { AETH };
+                (
+                    &self.read_octets,
+                    &self.read_frames,
+                    padded_plus(bytes, aeths),
+                )
+            }
+        };
+        unbump(octets, n);
+        unbump(frames, pkts);
     }
 
     /// A receive completed with `bytes` (the receive CQ's poller); `invalidated`: it carried
     /// an IETH.
     #[inline(always)]
     pub(crate) fn received(&self, bytes: u64, invalidated: bool) {
-        let shift = self.mtu_shift.load(Ordering::Relaxed);
         let ieth = if invalidated { IETH } else { 0 };
-        bump(&self.recv_octets, padded(bytes) + ieth);
-        bump(&self.recv_frames, packets(bytes, shift));
+        bump(&self.recv_octets, padded_plus(bytes, ieth));
+        bump(&self.recv_frames, self.packets(bytes));
     }
 
     /// A run of receives of the poll's fast path (no invalidation among them): the sums of
@@ -198,6 +222,7 @@ impl QpTraffic {
     #[inline(always)]
     pub(crate) fn receive_run(&self) -> ReceiveRun {
         ReceiveRun {
+            mask: self.mtu_mask.load(Ordering::Relaxed),
             shift: self.mtu_shift.load(Ordering::Relaxed),
             octets: 0,
             frames: 0,
@@ -212,14 +237,17 @@ impl QpTraffic {
         } else {
             FRAME_OVERHEAD_IPV4
         };
+        let reads = l(&self.reads);
         let in_frames = l(&self.read_frames).wrapping_add(l(&self.recv_frames));
-        let out_frames = l(&self.out_frames);
+        let out_frames = l(&self.out_frames).wrapping_add(reads);
         Traffic {
             in_octets: l(&self.read_octets)
                 .wrapping_add(l(&self.recv_octets))
                 .wrapping_add(in_frames.wrapping_mul(per_frame)),
             in_frames,
-            out_octets: l(&self.out_octets).wrapping_add(out_frames.wrapping_mul(per_frame)),
+            out_octets: l(&self.out_octets)
+                .wrapping_add(reads.wrapping_mul(RETH))
+                .wrapping_add(out_frames.wrapping_mul(per_frame)),
             out_frames,
         }
     }
@@ -228,6 +256,7 @@ impl QpTraffic {
 /// Receives of one poll run, summed in registers and counted once.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReceiveRun {
+    mask: u64,
     shift: u32,
     octets: u64,
     frames: u64,
@@ -237,8 +266,8 @@ impl ReceiveRun {
     /// One more receive of `bytes` (no invalidation).
     #[inline(always)]
     pub(crate) fn add(&mut self, bytes: u64) {
-        self.octets += padded(bytes);
-        self.frames += packets(bytes, self.shift);
+        self.octets += padded_plus(bytes, 0);
+        self.frames += packets(bytes, self.mask, self.shift);
     }
 }
 
@@ -302,7 +331,7 @@ mod tests {
     #[test]
     fn packets_and_padding() {
         assert_eq!(
-            [0, 1, 1024, 1025, 4096, 4097].map(|l| packets(l, 10)),
+            [0, 1, 1024, 1025, 4096, 4097].map(|l| packets(l, 1023, 10)),
             [1, 1, 1, 2, 4, 5]
         );
         assert_eq!([0, 1, 3, 4, 5].map(padded), [0, 4, 4, 4, 8]);
