@@ -427,3 +427,31 @@ fn the_link_follows_the_port() {
     assert_eq!(ind.take(), [up]);
     rig.finish();
 }
+
+/// NDK on a NIC switch's vPort (NDKPI 2.0 Mode 2: a non-default SwitchId or VPortId in
+/// NDIS_OPEN_NDK_ADAPTER_PARAMETERS) is not offered: refused with NDIS_STATUS_NOT_SUPPORTED,
+/// never opened as the native adapter.
+#[test]
+fn a_non_default_switch_or_vport_is_refused() {
+    let rig = NdisRig::new(Mode::Deterministic, 1, &MiniportConfig::default());
+    let m = rig.mp(0);
+    let p = |switch, vport| NDIS_OPEN_NDK_ADAPTER_PARAMETERS {
+        Version: v(2, 1),
+        SwitchId: switch,
+        VPortId: vport,
+    };
+    for (switch, vport) in [(1, 0), (0, 1), (7, 9)] {
+        assert_eq!(
+            m.open_ndk_adapter_with(&p(switch, vport)).err(),
+            Some(NDIS_STATUS_NOT_SUPPORTED),
+            "switch {switch}, vPort {vport}"
+        );
+    }
+    assert_eq!(m.open_adapters(), 0, "nothing was opened");
+    let a = m
+        .open_ndk_adapter_with(&p(0, 0))
+        .expect("the default switch and vPort");
+    assert_eq!(m.open_adapters(), 1);
+    m.close_ndk_adapter(a);
+    rig.finish();
+}

@@ -589,3 +589,46 @@ fn every_counter_moves_by_exactly_what_the_workload_implies() {
     rig.mp(1).close_ndk_adapter(a1.ptr);
     rig.finish();
 }
+
+/// An adapter connecting to its own address: NDK_ADAPTER_FLAG_LOOPBACK_CONNECTIONS_SUPPORTED
+/// is advertised only if this moves data (issue 23 item 6), and it does not: the engine
+/// resolves every destination through the interface's neighbours, and a host's own address
+/// is none of them (netio keeps no neighbour entry for a local address either), so the
+/// connect fails cleanly once the resolution gives up, no REQ is sent and nothing is left.
+#[test]
+fn a_connect_to_the_adapters_own_address_fails_and_loopback_is_not_advertised() {
+    let mut o = RigOptions::new(Mode::Deterministic, 1, &MiniportConfig::default()).engines();
+    o.resolve_bound_ns = 100_000_000;
+    let rig = NdisRig::with(o);
+    let ip = rig.hosts[0].ip;
+    let a = rig.open(0, v(2, 1));
+    let info = a.query_info().unwrap();
+    assert_eq!(
+        info.AdapterFlags & NDK_ADAPTER_FLAG_LOOPBACK_CONNECTIONS_SUPPORTED,
+        0,
+        "loopback not advertised"
+    );
+    assert_eq!(
+        info.LargeRequestThreshold, 4096,
+        "Linux SMB's RDMA threshold"
+    );
+    let (s0, s1) = (Side::new(&a, 0xA0), Side::new(&a, 0xB0));
+    let listener = a.create_listener().unwrap();
+    assert_eq!(listener.listen(at(ip, 445)), STATUS_SUCCESS);
+    let c = a.create_connector().unwrap();
+    let st = c.connect(&s0.qp, at(ip, 0), at(ip, 445), 4, 4, &[]);
+    assert_eq!(st, STATUS_HOST_UNREACHABLE);
+    rig.pump.settle();
+    assert!(
+        listener.try_incoming().is_none(),
+        "no REQ reached the listener"
+    );
+    assert_eq!(c.close(), STATUS_SUCCESS);
+    let s = rig.statistics(0);
+    assert_eq!((s.ConnectFailure, s.ActiveConnection), (1, 0));
+    assert_eq!(listener.close(), STATUS_SUCCESS);
+    s0.close();
+    s1.close();
+    rig.mp(0).close_ndk_adapter(a.ptr);
+    rig.finish();
+}

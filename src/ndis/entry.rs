@@ -1178,7 +1178,7 @@ unsafe extern "system" fn open_ndk_adapter(
     if out.is_null() {
         return NDIS_STATUS_INVALID_PARAMETER;
     }
-    match m.open_ndk_adapter(params.Version) {
+    match m.open_ndk_adapter_with(params) {
         Ok(adapter) => {
             // SAFETY: `out` is NDIS's non-null out-parameter.
             unsafe { out.write(adapter) };

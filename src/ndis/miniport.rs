@@ -495,6 +495,23 @@ impl Miniport {
         }
     }
 
+    /// OPEN_NDK_ADAPTER_HANDLER with its NDIS 6.50 parameters: NDK on a NIC switch's vPort
+    /// (NDKPI 2.0 "Mode 2", a non-default `SwitchId` or `VPortId`) is not offered, and is
+    /// refused rather than opened as the native adapter (ndkpi.md §6.3).
+    ///
+    /// # Errors
+    /// NDIS_STATUS_NOT_SUPPORTED for a non-default switch or vPort; then as
+    /// [`Self::open_ndk_adapter`].
+    pub fn open_ndk_adapter_with(
+        &self,
+        p: &NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
+    ) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
+        if p.SwitchId != NDIS_DEFAULT_SWITCH_ID || p.VPortId != NDIS_DEFAULT_VPORT_ID {
+            return Err(NDIS_STATUS_NOT_SUPPORTED);
+        }
+        self.open_ndk_adapter(p.Version)
+    }
+
     /// OPEN_NDK_ADAPTER_HANDLER (PASSIVE_LEVEL): {1,0}..{1,2} and {2,0}..{2,1} open at the
     /// highest minor of their major (§1.7).
     ///

@@ -375,7 +375,9 @@ class Harness:
         if device == "model":
             if world is None:
                 import pvrdma_simbridge
-                world = pvrdma_simbridge.World(1)
+                # A port carrying 4096 (M41's configurable maximum): the RoCE MTU is then
+                # bounded by the keywords alone.
+                world = pvrdma_simbridge.World(1, port_mtu=5)
             self.world = world
             self.device = ModelDevice(self, world, node)
         else:
@@ -1124,6 +1126,8 @@ def main():
         full_run(hz, handlers, reg[0][4] if reg else b"", general)
 
 
+        restarts(hz, handlers)
+
     # MiniportDriverUnload
     hz.call(handlers["UnloadHandler"], [0], "MiniportDriverUnload")
     check(hz.deregistered == [DRIVER_HANDLE], "Unload deregistered the driver handle once")
@@ -1132,6 +1136,132 @@ def main():
 
 def u32(hz, addr):
     return struct.unpack("<I", hz.read(addr, 4))[0]
+
+
+def oid_call(hz, handlers, ctx, rtype, oid_value, payload, length, handler="OidRequestHandler"):
+    """One OID request (NDIS_OID_REQUEST x64: RequestType @4, DATA @0x20: Oid, the buffer,
+    its length, BytesWrittenOrRead @0x34, BytesNeeded @0x38): (status, done, needed, bytes)."""
+    buf = hz.alloc(max(length, 1), "oid_buffer")
+    hz.se.mem_write(buf, payload.ljust(length, b"\0")[:length])
+    req = hz.alloc(0x100, "oid_request")
+    hz.se.mem_write(req, struct.pack("<BBHiII", 0x96, 1, 0xF0, rtype, 0, 0) + b"\0" * 0xF0)
+    hz.se.mem_write(req + 0x20, struct.pack("<IIQII", oid_value, 0, buf, length, 0))
+    hz.in_oid = True
+    st = hz.call(handlers[handler], [ctx, req], f"{handler}({oid_value:#x})")
+    hz.in_oid = False
+    done, needed = struct.unpack("<II", hz.read(req + 0x34, 8))
+    return st, done, needed, hz.read(buf, max(length, 1))
+
+
+def restart(hz, handlers, registry, what):
+    """InitializeEx with `registry` as the adapter's keywords (NDIS restarts an adapter when
+    an advanced property changes): returns (status, MiniportAdapterContext, NDK attributes'
+    Enabled) after the checks every start makes."""
+    hz.registry = dict(registry)
+    hz.attributes, hz.config_reads, hz.error_log, hz.kept, hz.bind_mtus = [], [], [], [], []
+    st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, init_params(hz)], f"MiniportInitializeEx ({what})")
+    hz.check_kept(f"after InitializeEx ({what})")
+    check(st == NDIS_STATUS_SUCCESS, f"{what}: InitializeEx SUCCESS, whatever the keywords hold ({st:#x})")
+    check(hz.config_reads == KEYWORDS and not hz.config_open, f"{what}: the four keywords read, the configuration closed")
+    hz.pump()
+    regs = [a for a in hz.attributes if a[1] == 0x9E]
+    ndk = [a for a in hz.attributes if a[1] == 0xB3]
+    if not check(len(regs) == 1 and len(ndk) == 1, f"{what}: registration and NDK attributes set"):
+        return st, 0, None
+    return st, struct.unpack_from("<Q", regs[0][4], 8)[0], ndk[0][4][4]
+
+
+def restarts(hz, handlers):
+    """The keywords across restarts (Halt, then InitializeEx on the same device, as Windows
+    does for an advanced-property change) and OID_NDK_SET_STATE: *NetworkDirect 0 and 1,
+    values out of range (the INF default with an event-log entry each), a technology the
+    device does not carry (NDK off), the RoCE MTU bounded by the port (event) or carried
+    into every CREATE_BIND (scripted port 4096)."""
+    open_ndk, _ = struct.unpack_from("<QQ", hz.ndk_chars, 8)
+    log = lambda kw, value, used: (ADAPTER_HANDLE, NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION, [kw, value, used])  # noqa: E731
+
+    def set_state(ctx, value):
+        st, done, needed, _ = oid_call(hz, handlers, ctx, 1, OID_NDK_SET_STATE, bytes([value]), 1)
+        return st, done, needed
+
+    def open_status(ctx):
+        params = hz.alloc(12, "open_params")
+        hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
+        out = hz.alloc(8, "adapter_out")
+        st = hz.call(open_ndk, [ctx, params, out], "OpenNDKAdapter(2.1)")
+        return st, hz.q(out)
+
+    def roce_mtu(ctx):
+        st, done, _, out = oid_call(hz, handlers, ctx, 0, OID_PVRDMA_ROCE_MTU, b"", 4)
+        return struct.unpack("<I", out)[0] if (st, done) == (NDIS_STATUS_SUCCESS, 4) else None
+
+    def halt(ctx, what):
+        hz.pump()
+        hz.call(handlers["HaltHandlerEx"], [ctx, 0], f"MiniportHaltEx ({what})")
+        check(not hz.maps, f"{what}: Halt undid everything")
+
+    close_ndk = struct.unpack_from("<Q", hz.ndk_chars, 0x10)[0]
+    events_before = len(hz.pnp_events)
+
+    # *NetworkDirect = 0 (Disable-NetAdapterRdma), the other three out of range.
+    what = "*NetworkDirect 0, the rest out of range"
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirect": 0, "*NetworkDirectTechnology": 9,
+                                              "*NetworkDirectRoCEFrameSize": 1500, "*JumboPacket": 100}, what)
+    check(enabled == 0, f"{what}: NDK attributes Enabled = FALSE ({enabled})")
+    check(hz.error_log == [log(2, 9, 4), log(3, 1500, 1024), log(4, 100, 1514)],
+          f"{what}: one event-log entry per value out of range, with the value used ({hz.error_log})")
+    check(hz.bound_mtus() == [1024, 1024], f"{what}: CREATE_BIND carries 1024 ({hz.bound_mtus()})")
+    check(set_state(ctx, 1) == (NDIS_STATUS_NOT_SUPPORTED, 0, 1),
+          f"{what}: OID_NDK_SET_STATE(TRUE): NOT_SUPPORTED (NDK cannot be enabled)")
+    check(open_status(ctx)[0] == NDIS_STATUS_ADAPTER_NOT_READY, f"{what}: OpenNDKAdapter: ADAPTER_NOT_READY")
+    hz.run_work_items()
+    check(len(hz.pnp_events) == events_before, "no PnP event")
+    halt(ctx, what)
+
+    # *NetworkDirect = 1, RoCE frame size 2048 and jumbo frames, on a port carrying 4096.
+    what = "*NetworkDirect 1, 2048 on a 4096 port"
+    hz.port_mtu = 5
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirect": 1, "*NetworkDirectRoCEFrameSize": 2048,
+                                              "*JumboPacket": 9014}, what)
+    check(enabled == 1, f"{what}: NDK attributes Enabled = TRUE ({enabled})")
+    check(hz.error_log == [], f"{what}: nothing logged ({hz.error_log})")
+    check(hz.bound_mtus() == [2048, 2048], f"{what}: each CREATE_BIND carries 2048 ({hz.bound_mtus()})")
+    check(roce_mtu(ctx) == 2048, f"{what}: OID_PVRDMA_ROCE_MTU answers 2048")
+    general = next(a for a in hz.attributes if a[1] == 0x9F)
+    check(struct.unpack_from("<I", general[4], 0x10)[0] == 9000, f"{what}: MtuSize 9000")
+    st, adapter = open_status(ctx)
+    check(st == NDIS_STATUS_SUCCESS and adapter, f"{what}: OpenNDKAdapter: SUCCESS ({st:#x})")
+    hz.call(close_ndk, [ctx, adapter], "CloseNDKAdapter")
+    check(set_state(ctx, 0) == (NDIS_STATUS_SUCCESS, 1, 1), f"{what}: OID_NDK_SET_STATE(FALSE): SUCCESS")
+    hz.run_work_items()
+    check(open_status(ctx)[0] == NDIS_STATUS_ADAPTER_NOT_READY, f"{what}: disabled: OpenNDKAdapter ADAPTER_NOT_READY")
+    check(set_state(ctx, 1) == (NDIS_STATUS_SUCCESS, 1, 1), f"{what}: OID_NDK_SET_STATE(TRUE): SUCCESS")
+    hz.run_work_items()
+    check(hz.pnp_events[events_before:] == [NET_EVENT_NDK_DISABLE, NET_EVENT_NDK_ENABLE],
+          f"{what}: NetEventNDKDisable, then NetEventNDKEnable ({hz.pnp_events[events_before:]})")
+    halt(ctx, what)
+
+    # 4096 asked; the scripted port carries 1024, the model's 4096 with *JumboPacket 4088
+    # (Ethernet MTU 4074 carries 2048): the operational MTU is logged.
+    if hz.world is None:
+        what, keys, mtu = "4096 on a 1024 port", {"*NetworkDirectRoCEFrameSize": 4096, "*JumboPacket": 9014}, 1024
+        hz.port_mtu = 3
+    else:
+        what, keys, mtu = "4096 with *JumboPacket 4088", {"*NetworkDirectRoCEFrameSize": 4096, "*JumboPacket": 4088}, 2048
+    st, ctx, enabled = restart(hz, handlers, keys, what)
+    check(enabled == 1 and hz.error_log == [log(3, 4096, mtu)],
+          f"{what}: enabled; the operational RoCE MTU {mtu} logged ({enabled}, {hz.error_log})")
+    check(hz.bound_mtus() == [mtu, mtu] and roce_mtu(ctx) == mtu, f"{what}: CREATE_BIND and the OID say {mtu}")
+    halt(ctx, what)
+
+    # A transport the device does not carry: NDK off, logged.
+    what = "*NetworkDirectTechnology 1 (iWARP)"
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirectTechnology": 1}, what)
+    check(enabled == 0 and hz.error_log == [log(2, 1, 0)],
+          f"{what}: NDK attributes Enabled = FALSE, logged ({enabled}, {hz.error_log})")
+    check(set_state(ctx, 1)[0] == NDIS_STATUS_NOT_SUPPORTED, f"{what}: OID_NDK_SET_STATE(TRUE): NOT_SUPPORTED")
+    halt(ctx, what)
+    hz.registry = {}
 
 
 def check_general(data, pm, mtu, link):
