@@ -52,6 +52,7 @@ pub mod ndk;
 pub mod ndkpi;
 pub mod os;
 pub mod pvrdma;
+pub mod vmxnet3;
 
 /// The Windows build without the WDK (the image `tools/build-sys.sh` links, and the
 /// Windows-target check): non-paged pool and a bug check on panic, from `os::windows`.

@@ -183,6 +183,7 @@ impl Fabric {
             remote_gid: self.nodes[1 - from].gid,
             hop_limit: 64,
             traffic_class: 0,
+            flow_label: 0,
         }
     }
 

@@ -150,6 +150,7 @@ impl Exchange {
                 remote_gid: self.ends[1].gid,
                 hop_limit: 64,
                 traffic_class: 0,
+                flow_label: 0,
             },
             local_qpn: 0x11,
             starting_psn: 0x00AB_CDEF,
@@ -275,6 +276,7 @@ impl Exchange {
                         remote_gid: from.grh.sgid,
                         hop_limit: from.grh.hop_limit,
                         traffic_class: from.grh.traffic_class,
+                        flow_label: 0,
                     };
                     let now = self.now;
                     // A drop (a duplicate, say) is the CM's business; the capture shows it.

@@ -32,10 +32,10 @@ skips=()
 for t in "${slow[@]}"; do skips+=(--skip "$t"); done
 
 # The unit tests of the layers whose unsafe code Miri is for: the OS seam (os::), the device
-# layer (pvrdma::), the NDK layer's objects, dispatch thunks and queues (ndk::) and the NDIS
+# layers (pvrdma::, vmxnet3::), the NDK layer's objects, dispatch thunks and queues (ndk::) and the NDIS
 # core's parsers (ndis::). The CM (`#![deny(unsafe_code)]` throughout) runs natively only: its
 # virtual-time state-machine tests would take many minutes interpreted, with nothing to check.
-cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- os:: pvrdma:: ndk:: ndis:: "${skips[@]}"
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- os:: pvrdma:: vmxnet3:: ndk:: ndis:: "${skips[@]}"
 
 # The dispatch tables driven as a consumer drives them (tests/ndk_objects.rs, over a recording
 # fake of the hardware layer): the single-threaded tests of consumer-supplied arrays — SGE lists

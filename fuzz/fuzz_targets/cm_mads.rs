@@ -134,6 +134,7 @@ impl World {
             remote_gid: gid_from_ip(self.nodes[1 - from].ip),
             hop_limit: 64,
             traffic_class: 0,
+            flow_label: 0,
         }
     }
 

@@ -4,7 +4,10 @@
 //! * **Ports** implement [`FabricPort`] and are attached with [`Fabric::attach`] (or
 //!   [`Fabric::attach_with`], which hands the port its [`PortId`] and a [`FabricHandle`] before it
 //!   is stored). Ports transmit through [`FabricHandle::transmit`]; frames are routed by
-//!   destination MAC, broadcast `ff:ff:ff:ff:ff:ff` goes to every other port.
+//!   destination MAC (the port's MAC, or one of the addresses [`FabricHandle::set_port_macs`]
+//!   gave it, as a learning switch would), and broadcast and multicast (group bit set) go to
+//!   every other port: the receiving NIC filters them, as on a switch without IGMP/MLD
+//!   snooping.
 //! * **Time** is virtual, in nanoseconds. Every delivery, timer and link notification is an
 //!   event in one queue ordered by `(time, sequence number)`, so runs are deterministic:
 //!   [`Fabric::step`] handles the next event, [`Fabric::run_until_idle`] drains the queue,
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::pcap::PcapWriter;
 use crate::rng::Rng;
-use crate::wire::ethernet::{BROADCAST, EthernetFrame};
+use crate::wire::ethernet::EthernetFrame;
 use crate::wire::roce::RocePacket;
 
 /// Default one-way latency of every frame, in virtual nanoseconds.
@@ -277,6 +280,8 @@ impl Ord for Event {
 struct PortEntry {
     port: Option<Arc<dyn FabricPort>>,
     mac: [u8; 6],
+    /// Further unicast addresses the port answers to (see [`FabricHandle::set_port_macs`]).
+    aliases: Vec<[u8; 6]>,
     up: bool,
     egress: FaultConfig,
     ingress: FaultConfig,
@@ -509,7 +514,8 @@ impl State {
         src.counters.tx.bytes += frame.len() as u64;
         let dst_mac = EthernetFrame::new_checked(&frame[..]).ok().map(|f| f.dst());
         match dst_mac {
-            Some(BROADCAST) => {
+            // Broadcast and multicast (the group bit, which broadcast has too) flood.
+            Some(m) if m[0] & 1 != 0 => {
                 let targets: Vec<PortId> = (0..self.ports.len())
                     .filter(|&i| i != from.idx() && self.ports[i].port.is_some())
                     // CAST: port indices come from PortId(u32).
@@ -528,7 +534,7 @@ impl State {
             Some(mac) => match self
                 .ports
                 .iter()
-                .position(|e| e.port.is_some() && e.mac == mac)
+                .position(|e| e.port.is_some() && (e.mac == mac || e.aliases.contains(&mac)))
             {
                 // CAST: port indices come from PortId(u32).
                 Some(i) => self.route_copy(now, from, PortId(i as u32), frame),
@@ -905,6 +911,21 @@ impl FabricHandle {
         self.with(|s| s.entry(port).is_some_and(|e| e.up))
             .unwrap_or(false)
     }
+
+    /// The unicast addresses frames reach `port` by: `macs[0]` replaces the MAC read at
+    /// attach time, the rest are aliases (a vNIC whose guest changed its MAC while its RDMA
+    /// function keeps the old one, vmxnet3.md P2). An empty list changes nothing.
+    pub fn set_port_macs(&self, port: PortId, macs: &[[u8; 6]]) {
+        let Some((&first, rest)) = macs.split_first() else {
+            return;
+        };
+        self.with(|s| {
+            if let Some(e) = s.ports.get_mut(port.idx()) {
+                e.mac = first;
+                e.aliases = rest.iter().copied().filter(|m| *m != first).collect();
+            }
+        });
+    }
 }
 
 /// The fabric. See the module documentation.
@@ -978,6 +999,7 @@ impl Fabric {
         s.ports.push(PortEntry {
             port: Some(port),
             mac,
+            aliases: Vec::new(),
             up: true,
             egress: FaultConfig::none(),
             ingress: FaultConfig::none(),

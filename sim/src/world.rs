@@ -1,5 +1,8 @@
 //! The host-facing "world": a fabric and N PVRDMA device models joined by the RoCEv2
-//! transport (reference §14, §15 M23, M42; frames per cm.md §7).
+//! transport (reference §14, §15 M23, M42; frames per cm.md §7), and vNICs: vmxnet3 models,
+//! each optionally with a PVRDMA model at function 1 of its slot ([`World::add_vnic`];
+//! vmxnet3.md P1–P5). A standalone PVRDMA node ([`World::add_node`]) is the PVRDMA-alone
+//! configuration the tests written before the pairing use.
 //!
 //! Each node has its own host memory ([`DmaSpace`]), a [`Device`] (BAR1/UAR accessors for the
 //! driver under test), a MAC and a suggested GID (IPv4-mapped `::ffff:10.0.0.<n>` by default;
@@ -29,7 +32,9 @@ use crate::dsr::DeviceConfig;
 use crate::fabric::{Fabric, FaultConfig, PortCounters, PortId, ThreadMode};
 use crate::intr::InterruptSink;
 use crate::pcap::PcapWriter;
+use crate::slot::{RdmaFunction, Slot, SlotConfig, SlotError};
 use crate::transport::{self, PortLink, TransportCounters};
+use crate::vmxnet3::{Vmxnet3, Vmxnet3Config};
 use crate::wire::roce::{Gid, gid_from_ipv4};
 
 /// How one node is built.
@@ -60,6 +65,71 @@ impl NodeConfig {
         g[15] = i.wrapping_add(1);
         n.gid = g;
         n
+    }
+}
+
+/// How one vNIC is built: a vmxnet3 at function 0 and, optionally, a PVRDMA function beside
+/// it ([`crate::slot`], model rules P1–P5 of vmxnet3.md).
+#[derive(Clone, Debug)]
+pub struct VnicConfig {
+    /// The slot (vmxnet3 configuration and P2–P4 options); its MAC is the vNIC's.
+    pub slot: SlotConfig,
+    /// The PVRDMA function: its number (1–7) and node configuration (its MAC is replaced by
+    /// the vNIC's).
+    pub rdma: Option<(u8, NodeConfig)>,
+}
+
+impl VnicConfig {
+    /// vNIC `i` (0-based), Ethernet only, MAC `00:50:56:00:00:<i+1>`.
+    pub fn ethernet(i: u8) -> Self {
+        let mut slot = SlotConfig::default();
+        slot.vmxnet3.mac[5] = i.wrapping_add(1);
+        Self { slot, rdma: None }
+    }
+
+    /// vNIC `i` with a PVRDMA function at function 1 ([`NodeConfig::ipv4`]`(i)`).
+    pub fn paired(i: u8) -> Self {
+        Self {
+            rdma: Some((1, NodeConfig::ipv4(i))),
+            ..Self::ethernet(i)
+        }
+    }
+
+    /// This configuration with a different vmxnet3 configuration (its MAC is kept).
+    pub fn with_vmxnet3(mut self, cfg: Vmxnet3Config) -> Self {
+        let mac = self.slot.vmxnet3.mac;
+        self.slot.vmxnet3 = Vmxnet3Config { mac, ..cfg };
+        self
+    }
+}
+
+/// One vNIC on the fabric.
+#[derive(Debug)]
+pub struct Vnic {
+    slot: Slot,
+    node: Option<usize>,
+}
+
+impl Vnic {
+    /// The slot (both functions, the port, the coupling).
+    pub fn slot(&self) -> &Slot {
+        &self.slot
+    }
+    /// The vmxnet3 function.
+    pub fn vmxnet3(&self) -> &Arc<Vmxnet3> {
+        self.slot.vmxnet3()
+    }
+    /// The host memory of both functions.
+    pub fn dma(&self) -> &Arc<DmaSpace> {
+        self.slot.dma()
+    }
+    /// The vNIC's MAC as configured.
+    pub fn mac(&self) -> [u8; 6] {
+        self.slot.vmxnet3().with_core(|c| c.config().mac)
+    }
+    /// The PVRDMA function's node index in the world, if it has one.
+    pub fn node(&self) -> Option<usize> {
+        self.node
     }
 }
 
@@ -112,6 +182,7 @@ pub struct NodeCounters {
 pub struct World {
     fabric: Fabric,
     nodes: Vec<Node>,
+    vnics: Vec<Vnic>,
     threaded: bool,
 }
 
@@ -125,6 +196,7 @@ impl World {
         Self {
             fabric: Fabric::new(seed),
             nodes: Vec::new(),
+            vnics: Vec::new(),
             threaded: false,
         }
     }
@@ -152,6 +224,59 @@ impl World {
             mac,
         });
         self.nodes.len() - 1
+    }
+
+    /// Adds a vNIC with fresh host memory; returns its index among the vNICs. A PVRDMA
+    /// function is also a node (its index is [`Vnic::node`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SlotError`] when the PVRDMA function number breaks P1.
+    pub fn add_vnic(&mut self, cfg: VnicConfig) -> Result<usize, SlotError> {
+        let dma = Arc::new(DmaSpace::new());
+        let gid = cfg.rdma.as_ref().map(|(_, n)| n.gid);
+        let rdma = cfg.rdma.map(|(function, n)| RdmaFunction {
+            function,
+            config: n.device,
+        });
+        let slot = Slot::new(&self.fabric, dma.clone(), cfg.slot, rdma)?;
+        if self.threaded {
+            slot.vmxnet3().start_thread();
+        }
+        let node = match (slot.pvrdma(), slot.pvrdma_link(), gid) {
+            (Some(dev), Some(link), Some(gid)) => {
+                let mac = dev.with_core(|c| c.mac());
+                if self.threaded {
+                    dev.start_thread();
+                }
+                self.nodes.push(Node {
+                    dev: dev.clone(),
+                    dma,
+                    link: link.clone(),
+                    gid,
+                    mac,
+                });
+                Some(self.nodes.len() - 1)
+            }
+            _ => None,
+        };
+        self.vnics.push(Vnic { slot, node });
+        Ok(self.vnics.len() - 1)
+    }
+
+    /// vNIC `i`. Panics on a bad index (a test bug).
+    pub fn vnic(&self, i: usize) -> &Vnic {
+        &self.vnics[i]
+    }
+
+    /// Number of vNICs.
+    pub fn vnic_count(&self) -> usize {
+        self.vnics.len()
+    }
+
+    /// Link of vNIC `i`'s port up or down (both functions, P4).
+    pub fn set_vnic_link(&self, i: usize, up: bool) {
+        self.fabric.set_link(self.vnics[i].slot.port(), up);
     }
 
     /// Node `i`. Panics on a bad index (a test bug).
@@ -202,6 +327,15 @@ impl World {
                 }
                 let w = n.dev.process();
                 let d = n.dev.deliver_interrupts();
+                round |= w != 0 || d != 0;
+            }
+            for v in &self.vnics {
+                let vmx = v.slot.vmxnet3();
+                if !vmx.needs_pass() {
+                    continue;
+                }
+                let w = vmx.process();
+                let d = vmx.deliver_interrupts();
                 round |= w != 0 || d != 0;
             }
             if !round {
@@ -314,6 +448,13 @@ impl World {
 
     /// Threaded mode: device threads plus the fabric delivery thread (virtual time).
     pub fn start_threads(&mut self) {
+        self.start_threads_with(ThreadMode::Virtual);
+    }
+
+    /// As [`start_threads`](Self::start_threads), with the fabric's delivery thread in `mode`:
+    /// [`ThreadMode::ScaledReal`] at scale 1.0 when a real peer joins the fabric (an external
+    /// wire), whose answers take real time.
+    pub fn start_threads_with(&mut self, mode: ThreadMode) {
         if self.threaded {
             return;
         }
@@ -321,7 +462,10 @@ impl World {
         for n in &self.nodes {
             n.dev.start_thread();
         }
-        self.fabric.run_threaded(ThreadMode::Virtual);
+        for v in &self.vnics {
+            v.slot.vmxnet3().start_thread();
+        }
+        self.fabric.run_threaded(mode);
     }
 
     /// Stops the threads started by [`start_threads`](Self::start_threads).
@@ -333,13 +477,18 @@ impl World {
         for n in &self.nodes {
             n.dev.stop_thread();
         }
+        for v in &self.vnics {
+            v.slot.vmxnet3().stop_thread();
+        }
         self.threaded = false;
     }
 
     /// True when no frame or timer is in flight on the fabric and every device is idle
     /// ([`Device::is_idle`]); meant for threaded mode, where it can change at any moment.
     pub fn is_idle(&self) -> bool {
-        self.fabric.is_idle() && self.nodes.iter().all(|n| n.dev.is_idle())
+        self.fabric.is_idle()
+            && self.nodes.iter().all(|n| n.dev.is_idle())
+            && self.vnics.iter().all(|v| v.slot.vmxnet3().is_idle())
     }
 
     /// Whether threaded mode runs.

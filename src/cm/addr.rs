@@ -32,6 +32,16 @@ pub const fn tcp_port(service_id: u64) -> Option<u16> {
 /// A RoCEv2 GID: an IP address (IPv4 v4-mapped, `::ffff:a.b.c.d`; IPv6 as is).
 pub type Gid = [u8; 16];
 
+/// The RoCEv2 flow label Linux's rdma_cm gives a connection (cma.c
+/// `cma_get_roce_udp_flow_label`, Linux 6.1): `sport * 31 + dport`, masked to 20 bits, from
+/// the active side's source and destination ports. It travels in the REQ's Primary Flow Label;
+/// a RoCEv2 device derives the UDP source port of the connection's packets from it (ECMP
+/// entropy, `rdma_flow_label_to_udp_sport`). An IPv6 socket's own `sin6_flowinfo` would take
+/// precedence in Linux; NDK consumers pass none, so the ports decide.
+pub fn roce_flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (u32::from(src_port) * 31 + u32::from(dst_port)) & 0xF_FFFF
+}
+
 /// `rdma_ip2gid` (ib_addr.h).
 pub fn gid_from_ip(ip: IpAddr) -> Gid {
     match ip {

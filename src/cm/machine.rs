@@ -10,7 +10,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::net::{IpAddr, SocketAddr};
 
-use super::addr::{CmaAddrs, CmaHdr, Gid, tcp_port, tcp_service_id};
+use super::addr::{CmaAddrs, CmaHdr, Gid, roce_flow_label, tcp_port, tcp_service_id};
 use super::limits::{ReadLimits, active_effective, passive_offer, rep_limits};
 use super::msg::{
     Drep, Dreq, Message, Mra, REP_PRIVATE_DATA, Rej, Rep, Req, Rtu, msg_code, parse_any,
@@ -98,6 +98,8 @@ pub struct Path {
     pub hop_limit: u8,
     /// IP traffic class / TOS.
     pub traffic_class: u8,
+    /// IPv6 flow label (20 bits): the connection's, from the REQ (cm.md §3.2); 0 for a MAD.
+    pub flow_label: u32,
 }
 
 /// A connection: its local communication ID, which is unique among live connections.
@@ -379,6 +381,7 @@ impl Conn {
                 remote_gid: [0; 16],
                 hop_limit: 0,
                 traffic_class: 0,
+                flow_label: 0,
             },
             remote_id: 0,
             remote_guid: 0,
@@ -623,6 +626,7 @@ impl Cm {
         };
         c.owned = true;
         c.path = p.path;
+        c.path.flow_label = roce_flow_label(p.src.port(), p.dst.port());
         c.local_qpn = p.local_qpn & 0xFF_FFFF;
         c.local_psn = p.starting_psn & 0xFF_FFFF;
         c.path_mtu = p.path_mtu;
@@ -657,6 +661,7 @@ impl Cm {
         req.set_primary_remote_lid(0xFFFF);
         req.set_primary_local_gid(p.path.local_gid);
         req.set_primary_remote_gid(p.path.remote_gid);
+        req.set_primary_flow_label(c.path.flow_label);
         req.set_primary_traffic_class(p.path.traffic_class);
         req.set_primary_hop_limit(p.path.hop_limit);
         req.set_primary_local_ack_timeout(c.ack_timeout);
@@ -1142,6 +1147,8 @@ impl Cm {
         c.passive = true;
         c.listener = Some(listener);
         c.path = *path;
+        // The connection's flow label is the active side's (Linux `cm_format_path_from_req`).
+        c.path.flow_label = req.primary_flow_label();
         c.remote_id = peer_id;
         c.remote_guid = peer_guid;
         c.req_tid = tid;

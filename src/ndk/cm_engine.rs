@@ -785,6 +785,7 @@ impl CmEngine {
             remote_gid: from.grh.sgid,
             hop_limit: 64,
             traffic_class: from.grh.traffic_class,
+            flow_label: 0,
         };
         let r = self.input(|cm, now| cm.on_mad(now, &path, mad));
         if r.is_err() {

@@ -567,6 +567,7 @@ impl ObjRef<Connector> {
                 remote_gid: gid_from_ip(p.dst.ip()),
                 hop_limit: 64,
                 traffic_class: 0,
+                flow_label: 0,
             },
             local_qpn: qp.qpn(),
             starting_psn: engine.next_psn(),
@@ -1019,7 +1020,7 @@ impl ObjRef<Connector> {
                         sgid_index: self.engine.gid_index(&p.path.local_gid)?,
                         hop_limit: p.path.hop_limit,
                         traffic_class: p.path.traffic_class,
-                        flow_label: 0,
+                        flow_label: p.path.flow_label,
                     }),
                     ..QpModify::default()
                 }

@@ -560,6 +560,95 @@ impl Platform for HostPlatform {
     }
 }
 
+/// The device-specific parts a test harness supplies to [`HostNicPlatform`].
+pub struct HostNicDevice {
+    /// Memory BARs by index (`None` for a BAR the function does not have).
+    pub bars: Vec<Option<Arc<dyn RegisterIo>>>,
+    /// DMA allocator (memory registered with the model; logical = the model's bus address).
+    pub dma: Arc<dyn DmaAllocator>,
+    /// MSI-X messages granted.
+    pub vectors: u32,
+}
+
+/// A [`NicPlatform`](super::NicPlatform) for host tests: [`HostExecutor`] DPCs and timers, a
+/// clock ([`StdClock`] or the harness's virtual one), and the harness's [`HostNicDevice`]. The
+/// harness delivers device interrupts with [`HostNicPlatform::raise_interrupt`].
+pub struct HostNicPlatform {
+    dev: HostNicDevice,
+    executor: Arc<HostExecutor>,
+    scheduler: Arc<dyn DpcScheduler>,
+    clock: Arc<dyn Clock>,
+    irq: Mutex<Option<Arc<dyn InterruptHandler>>>,
+}
+
+impl HostNicPlatform {
+    /// A platform with `processors` DPC processors whose clock and timers follow `time`.
+    pub fn with_time(dev: HostNicDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        let clock: Arc<dyn Clock> = match &time {
+            HostTime::Wall => Arc::new(StdClock::default()),
+            HostTime::Virtual(c) => c.clone(),
+        };
+        let executor = HostExecutor::with_time(processors, time);
+        let scheduler: Arc<dyn DpcScheduler> = executor.clone();
+        Arc::new(HostNicPlatform {
+            dev,
+            executor,
+            scheduler,
+            clock,
+            irq: Mutex::new(None),
+        })
+    }
+
+    /// The executor (idle checks, shutdown).
+    pub fn executor(&self) -> &Arc<HostExecutor> {
+        &self.executor
+    }
+
+    /// Delivers MSI-X `vector` to the connected handler; false when none is connected or the
+    /// vector was not granted.
+    pub fn raise_interrupt(&self, vector: u32) -> bool {
+        if vector >= self.dev.vectors {
+            return false;
+        }
+        let h = self.irq.lock().unwrap().clone();
+        h.is_some_and(|h| h.isr(vector))
+    }
+
+    /// Whether an interrupt handler is connected.
+    pub fn interrupt_connected(&self) -> bool {
+        self.irq.lock().unwrap().is_some()
+    }
+}
+
+impl super::NicPlatform for HostNicPlatform {
+    fn dma(&self) -> &Arc<dyn DmaAllocator> {
+        &self.dev.dma
+    }
+    fn bar(&self, index: u32) -> Option<Arc<dyn RegisterIo>> {
+        self.dev.bars.get(index as usize).cloned().flatten()
+    }
+    fn scheduler(&self) -> &Arc<dyn DpcScheduler> {
+        &self.scheduler
+    }
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn interrupt_vectors(&self) -> u32 {
+        self.dev.vectors
+    }
+    fn connect_interrupt(&self, handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
+        let mut g = self.irq.lock().unwrap();
+        if g.is_some() {
+            return Err(OsError::Unavailable);
+        }
+        *g = Some(handler);
+        Ok(())
+    }
+    fn disconnect_interrupt(&self) {
+        *self.irq.lock().unwrap() = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::dpc::DpcHandler;

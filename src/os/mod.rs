@@ -16,6 +16,7 @@
 //!   `KeSetTimer` with a DPC.
 //! - [`Platform`]: the bundle handed to the device, plus a monotonic clock
 //!   (`KeQueryInterruptTimePrecise`) and a PASSIVE_LEVEL wait (`KeWaitForSingleObject`).
+//! - [`NicPlatform`]: the same services for a network function with numbered BARs (vmxnet3).
 //!
 //! The host implementation ([`host`], Linux only, uses std) supplies DPC threads, timers and a
 //! clock; the device-specific parts (BAR1, DMA registration, doorbell forwarding) come from the
@@ -28,6 +29,7 @@ pub mod dpc;
 pub mod mdl;
 pub mod mmio;
 pub mod net;
+pub mod nic;
 pub mod sync;
 
 /// The Windows kernel implementation ([`windows::WindowsPlatform`], DPCs, allocator).
@@ -49,6 +51,7 @@ use ::alloc::sync::Arc;
 pub use self::dma::{DmaAllocator, DmaBuffer, DmaRegion, DmaView, SharedDma};
 pub use self::dpc::{Dpc, DpcHandler, DpcScheduler, Processor, Timer};
 pub use self::mmio::{RegisterIo, Uar};
+pub use self::nic::NicPlatform;
 pub use self::sync::{SpinLock, SpinLockGuard};
 
 /// Failure of an OS service.

@@ -18,11 +18,14 @@
 //! Shared by integration tests and (through `#[path]`) examples and benches.
 #![allow(dead_code)]
 
+pub mod guest;
+pub mod interop;
 pub mod memory;
 pub mod ndis;
 pub mod ndk;
 pub mod objects;
 pub mod tshark;
+pub mod vmx;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;

@@ -37,6 +37,9 @@ use pvrdma_ndk::os::clock::Clock;
 use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::ObjectCounts;
+use pvrdma_sim::external::UdpWire;
+use pvrdma_sim::fabric::ThreadMode;
+use pvrdma_sim::wire::roce::gid_from_ipv4;
 use pvrdma_sim::world::{NodeConfig, World};
 
 use super::memory::{BuiltMdl, ConsumerMem};
@@ -48,6 +51,8 @@ use super::{
 
 /// Bound on every wait: a hang, not a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
+/// The same with a real peer: its guest runs under TCG on busy cores.
+const HANG_WITH_REAL_PEER: Duration = Duration::from_secs(120);
 
 // ------------------------------------------------------------------------------- waiting
 
@@ -61,6 +66,9 @@ pub struct Pump {
     platforms: Mutex<Vec<Arc<HostPlatform>>>,
     provider_polls: Arc<AtomicU64>,
     virtual_time: bool,
+    /// A real peer shares the fabric ([`ClusterConfig::real_time`]): it never goes idle, so
+    /// settling waits for the hosts' models and DPCs alone, and a wait allows it longer.
+    real_peer: bool,
     /// One thread moves virtual time at a time (provider waits on several threads pump).
     stepping: Mutex<()>,
     me: Weak<Pump>,
@@ -93,13 +101,17 @@ impl Pump {
     /// up through the miniport); give each host's platform [`Pump::platform_pump`] and
     /// [`Pump::add_platform`] it. Wall-clock time.
     pub fn new(world: Arc<World>, mode: Mode) -> Arc<Pump> {
-        Self::with_time(world, mode, false)
+        Self::with_time(world, mode, false, false)
     }
 
-    fn with_time(world: Arc<World>, mode: Mode, virtual_time: bool) -> Arc<Pump> {
+    fn with_time(world: Arc<World>, mode: Mode, virtual_time: bool, real_peer: bool) -> Arc<Pump> {
         assert!(
             !virtual_time || mode == Mode::Deterministic,
             "virtual time needs Mode::Deterministic (threaded hosts run on the wall clock)"
+        );
+        assert!(
+            !real_peer || mode == Mode::Threaded,
+            "a real peer needs Mode::Threaded (the fabric in real time)"
         );
         Arc::new_cyclic(|me| Pump {
             world,
@@ -107,6 +119,7 @@ impl Pump {
             platforms: Mutex::new(Vec::new()),
             provider_polls: Arc::new(AtomicU64::new(0)),
             virtual_time,
+            real_peer,
             stepping: Mutex::new(()),
             me: me.clone(),
             links: Mutex::new(Vec::new()),
@@ -182,10 +195,20 @@ impl Pump {
         self.provider_polls.load(Ordering::SeqCst)
     }
 
+    /// How long a wait may take before it counts as a hang.
+    fn hang(&self) -> Duration {
+        if self.real_peer {
+            HANG_WITH_REAL_PEER
+        } else {
+            HANG
+        }
+    }
+
     /// Waits until `cond` holds, pumping the world in deterministic mode (in virtual time one
-    /// event at a time: see [`Pump::step_virtual`]). Panics after 20 s of wall time.
+    /// event at a time: see [`Pump::step_virtual`]). Panics after 20 s of wall time (120 s with
+    /// a real peer, whose guest runs emulated).
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + HANG;
+        let deadline = Instant::now() + self.hang();
         while !cond() {
             assert!(
                 Instant::now() < deadline,
@@ -310,7 +333,9 @@ impl Pump {
             let models: Vec<&pvrdma_sim::Device> = (0..self.world.len())
                 .map(|i| &**self.world.device(i))
                 .collect();
-            settle_threaded(&models, &executors, Some(self.world.fabric()));
+            // A real peer never leaves the fabric idle: settle the hosts' side alone.
+            let fabric = (!self.real_peer).then(|| self.world.fabric());
+            settle_threaded(&models, &executors, fabric);
             return;
         }
         let deadline = Instant::now() + SETTLE_DEADLINE;
@@ -544,6 +569,16 @@ pub struct ClusterConfig {
     pub cm: bool,
     /// How long the resolvers take to give up on an unknown destination.
     pub resolve_bound_ns: u64,
+    /// The fabric's delivery thread follows the wall clock (`ThreadMode::ScaledReal` at
+    /// 1.0) instead of jumping to each event: a real peer on an external wire answers in real
+    /// time, and in virtual time the model's transport timers expire first. Threaded only;
+    /// settling then ignores the fabric, which a real peer never leaves idle.
+    pub real_time: bool,
+    /// Addresses from the benchmarking ranges instead of 10.0.0.x / fd00::x: host `i` holds
+    /// 198.18.0.`i+1` and 2001:2::`i+1` (RFC 2544 / RFC 5180), both interface addresses,
+    /// its GID (and `Host::ip`) the IPv6 one if [`ClusterConfig::ipv6`]. For an external
+    /// wire, whose inner addresses must come from these ranges.
+    pub benchmark_addresses: bool,
 }
 
 impl ClusterConfig {
@@ -561,6 +596,20 @@ impl ClusterConfig {
             virtual_time: false,
             cm: true,
             resolve_bound_ns: 50_000_000,
+            real_time: false,
+            benchmark_addresses: false,
+        }
+    }
+
+    /// Hosts that meet a real peer on an external wire ([`Cluster::attach_wire`]): threaded
+    /// in real time, benchmarking addresses, resolutions allowed 5 s (the peer answers ARP
+    /// from an emulated guest).
+    pub fn real_peer(hosts: u8) -> Self {
+        ClusterConfig {
+            real_time: true,
+            benchmark_addresses: true,
+            resolve_bound_ns: 5_000_000_000,
+            ..Self::new(Mode::Threaded, hosts)
         }
     }
 
@@ -619,6 +668,8 @@ pub struct Host {
     pub mac: [u8; 6],
     /// The host's IP address (its GID's).
     pub ip: std::net::IpAddr,
+    /// Every interface address of the host, `ip` first.
+    pub addresses: Vec<std::net::IpAddr>,
     /// The address resolver of a connection-managed cluster.
     pub resolver: Option<Arc<pvrdma_ndk::os::net::Neighbours>>,
     /// The model's objects once the connection engine started (its QP1's PD, MR, CQ and QP).
@@ -626,6 +677,15 @@ pub struct Host {
 }
 
 impl Host {
+    /// The host's address of `peer`'s family (its first if it has none of that family).
+    pub fn ip_for(&self, peer: std::net::IpAddr) -> std::net::IpAddr {
+        self.addresses
+            .iter()
+            .copied()
+            .find(|a| a.is_ipv4() == peer.is_ipv4())
+            .unwrap_or(self.ip)
+    }
+
     /// `pages` zeroed pages of consumer memory at consumer VA `va` in this host's memory.
     pub fn mem(&self, pages: usize, va: u64) -> ConsumerMem {
         ConsumerMem::new(&self.space, pages, va)
@@ -661,6 +721,8 @@ pub struct Cluster {
     /// Whether the hosts run connection engines ([`ClusterConfig::cm`]).
     cm: bool,
     links: links::Links,
+    /// External wires ([`Cluster::attach_wire`]), closed before the fabric stops.
+    wires: Mutex<Vec<Arc<UdpWire>>>,
     baseline: AllocStats,
     _serial: MutexGuard<'static, ()>,
 }
@@ -682,6 +744,9 @@ impl Cluster {
             } else {
                 NodeConfig::ipv4(i)
             };
+            if cfg.benchmark_addresses {
+                n.gid = gid_of(benchmark_addresses(i)[usize::from(cfg.ipv6)]);
+            }
             n.device.lazy_completion = cfg.lazy;
             if let Some(t) = cfg.tweak {
                 t(usize::from(i), &mut n);
@@ -689,10 +754,14 @@ impl Cluster {
             w.add_node(n);
         }
         if cfg.mode == Mode::Threaded {
-            w.start_threads();
+            w.start_threads_with(if cfg.real_time {
+                ThreadMode::ScaledReal { scale: 1.0 }
+            } else {
+                ThreadMode::Virtual
+            });
         }
         let world = Arc::new(w);
-        let pump = Pump::with_time(world.clone(), cfg.mode, cfg.virtual_time);
+        let pump = Pump::with_time(world.clone(), cfg.mode, cfg.virtual_time, cfg.real_time);
         let mut hosts = Vec::new();
         for i in 0..usize::from(cfg.hosts) {
             let node = world.node(i);
@@ -751,6 +820,19 @@ impl Cluster {
                 gid,
                 mac: node.mac(),
                 ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
+                addresses: {
+                    let ip = pvrdma_ndk::cm::addr::ip_from_gid(gid);
+                    let mut a = vec![ip];
+                    if cfg.benchmark_addresses {
+                        // CAST: hosts ≤ 254.
+                        a.extend(
+                            benchmark_addresses(i as u8)
+                                .into_iter()
+                                .filter(|&x| x != ip),
+                        );
+                    }
+                    a
+                },
                 resolver: None,
                 engine_objects: ObjectCounts::default(),
             });
@@ -768,6 +850,7 @@ impl Cluster {
             pump,
             cm: cfg.cm,
             links: links::Links::default(),
+            wires: Mutex::new(Vec::new()),
             baseline,
             _serial: guard,
         }
@@ -821,6 +904,7 @@ impl Cluster {
         let hosts = std::mem::take(&mut self.hosts);
         let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
         pump.part_all_links();
+        self.close_wires();
         self.links.close_listeners();
         pump.settle();
         for h in &hosts {
@@ -888,6 +972,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        self.close_wires();
         // The kit's connectors hold the pump: let the cycle go.
         self.pump.forget_links();
         self.links.forget();
@@ -901,6 +986,9 @@ impl Drop for Cluster {
 pub mod cm;
 #[allow(unused_imports)]
 pub use cm::*;
+pub mod peer;
+#[allow(unused_imports)]
+pub use peer::*;
 pub mod links;
 #[allow(unused_imports)]
 pub use links::KIT_READ_LIMIT;

@@ -152,6 +152,8 @@ pub struct Core {
     activity: Activity,
     /// `activity.received` when the latest `process` began.
     pass_began_at: u64,
+    /// The slot's coupling when this device is function 1 behind a vmxnet3 (vmxnet3.md P3).
+    coupling: Option<Arc<crate::slot::Coupling>>,
 }
 
 /// A command error injected by a test (not device behaviour): the `countdown`-th command
@@ -237,6 +239,7 @@ impl Device {
                 command_fault: None,
                 activity: Activity::default(),
                 pass_began_at: 0,
+                coupling: None,
             }),
             cv: Condvar::new(),
             sink: Mutex::new(None),
@@ -643,6 +646,16 @@ impl Core {
         self.active
     }
 
+    /// The MAC RoCE frames leave with (vmxnet3.md P2: the slot sets the vNIC's).
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.mac = mac;
+    }
+
+    /// Joins the device to its slot's coupling (vmxnet3.md P3).
+    pub fn set_coupling(&mut self, c: Option<Arc<crate::slot::Coupling>>) {
+        self.coupling = c;
+    }
+
     /// Port link state (QUERY_PORT state 4 when up).
     pub fn link_up(&self) -> bool {
         self.link_up
@@ -768,7 +781,10 @@ impl Core {
                 self.active = self.slots.is_some();
                 self.err = u32::from(!self.active);
             }
-            ctl::UNQUIESCE => self.err = 0,
+            // P3: while the slot holds this function quiesced, UNQUIESCE fails.
+            ctl::UNQUIESCE => {
+                self.err = u32::from(self.coupling.as_ref().is_some_and(|c| c.held()))
+            }
             ctl::RESET => {
                 self.reset();
                 self.err = 0;

@@ -1,6 +1,7 @@
 use super::*;
 use crate::wire::WireError;
 use crate::wire::bth::BthRepr;
+use crate::wire::ethernet::BROADCAST;
 use crate::wire::opcode;
 use crate::wire::psn::Psn;
 use crate::wire::roce::{ExtRepr, RocePacket, gid_from_ipv4};
@@ -215,6 +216,39 @@ fn broadcast_and_unknown_destination() {
         }
     );
     assert_eq!(f.pair_counters(a.id, c.id).delivered, 1);
+}
+
+#[test]
+fn multicast_floods_like_broadcast() {
+    let f = Fabric::new(1);
+    let a = add(&f, 1, None, None);
+    let b = add(&f, 2, None, None);
+    let c = add(&f, 3, None, None);
+    f.transmit(a.id, frame_v(1, [0x01, 0x00, 0x5E, 0, 0, 7], 4, true));
+    f.transmit(a.id, frame_v(1, [0x33, 0x33, 0, 0, 0, 1], 5, false));
+    f.run_until_idle();
+    assert!(a.rx().is_empty());
+    assert_eq!(b.rx_psns(), [4, 5]);
+    assert_eq!(c.rx_psns(), [4, 5]);
+}
+
+#[test]
+fn a_port_answers_to_the_macs_it_was_given() {
+    let f = Fabric::new(1);
+    let a = add(&f, 1, None, None);
+    let b = add(&f, 2, None, None);
+    f.handle().set_port_macs(b.id, &[mac(20), mac(21)]);
+    for (to, psn) in [(2u8, 1u32), (20, 2), (21, 3)] {
+        f.transmit(a.id, frame_v(1, mac(to), psn, true));
+    }
+    f.run_until_idle();
+    assert_eq!(b.rx_psns(), [2, 3], "the old MAC no longer routes");
+    assert_eq!(f.counters(a.id).tx.dropped.no_route, 1);
+    // An empty list changes nothing.
+    f.handle().set_port_macs(b.id, &[]);
+    f.transmit(a.id, frame_v(1, mac(20), 4, true));
+    f.run_until_idle();
+    assert_eq!(b.rx_psns(), [2, 3, 4]);
 }
 
 #[test]

@@ -89,6 +89,9 @@ pub struct PortLink {
     /// Set once by [`attach`]; [`PortLink::counters`] asks the device to publish through it.
     device: OnceLock<Weak<Device>>,
     read_delay_ns: AtomicU64,
+    /// Set when the device is function 1 of a slot (vmxnet3.md P3): frames are dropped
+    /// while the slot holds the RDMA function quiesced.
+    coupling: OnceLock<Arc<crate::slot::Coupling>>,
 }
 
 impl std::fmt::Debug for PortLink {
@@ -113,7 +116,18 @@ impl PortLink {
             published: Mutex::new(TransportCounters::default()),
             device: OnceLock::new(),
             read_delay_ns: AtomicU64::new(0),
+            coupling: OnceLock::new(),
         })
+    }
+
+    /// Joins the link to its slot's coupling (vmxnet3.md P3); later calls are ignored.
+    pub fn set_coupling(&self, c: Arc<crate::slot::Coupling>) {
+        let _ = self.coupling.set(c);
+    }
+
+    /// Whether the slot holds the RDMA function quiesced: its frames go nowhere.
+    fn held(&self) -> bool {
+        self.coupling.get().is_some_and(|c| c.held())
     }
 
     /// The fabric port id.
@@ -141,6 +155,13 @@ impl PortLink {
     }
 
     fn transmit(&self, frame: Vec<u8>) {
+        if self.held() {
+            if let Some(c) = self.coupling.get() {
+                c.count_held();
+            }
+            self.fabric.recycle(frame);
+            return;
+        }
         self.fabric.transmit(self.port, frame);
     }
 
@@ -204,16 +225,28 @@ impl FabricPort for DevicePort {
 /// with the device's configured MAC on the fabric. Returns the shared link (port id, counters).
 pub fn attach(dev: &Arc<Device>, fabric: &crate::fabric::Fabric) -> Arc<PortLink> {
     let mac = dev.with_core(|c| c.mac());
-    let (_, port) = fabric.attach_with(|id, handle| {
-        Arc::new(DevicePort {
-            link: PortLink::new(mac, id, handle),
-            dev: dev.clone(),
-        })
-    });
-    let link = port.link.clone();
+    let (_, port) =
+        fabric.attach_with(|id, handle| port_behind(dev, PortLink::new(mac, id, handle)));
+    port.link.clone()
+}
+
+/// Installs a [`RoceTransport`] over `link` in `dev` and returns the device's port, for a
+/// caller that attaches it to the fabric itself or, like a PCI slot's shared port
+/// ([`crate::slot`]), hands it the frames that are its own.
+pub fn port_behind(dev: &Arc<Device>, link: Arc<PortLink>) -> Arc<DevicePort> {
     let _ = link.device.set(Arc::downgrade(dev));
     dev.set_transport(Box::new(RoceTransport::new(link.clone())));
-    link
+    Arc::new(DevicePort {
+        link,
+        dev: dev.clone(),
+    })
+}
+
+impl DevicePort {
+    /// The link (port id, counters).
+    pub fn link(&self) -> &Arc<PortLink> {
+        &self.link
+    }
 }
 
 /// Timer token: QP handle in bits 63:32, kind in 31:30, generation in 29:0.
@@ -324,6 +357,15 @@ impl RoceTransport {
     fn transmit_all(&self, frames: &mut Vec<Vec<u8>>) {
         for f in frames.iter() {
             self.count_tx(f);
+        }
+        if self.link.held() {
+            for f in frames.drain(..) {
+                if let Some(c) = self.link.coupling.get() {
+                    c.count_held();
+                }
+                self.link.fabric.recycle(f);
+            }
+            return;
         }
         self.link
             .fabric

@@ -69,16 +69,21 @@ pub fn guid_from_mac(m: [u8; 6]) -> u64 {
 
 /// Gives every host a resolver knowing every host and starts its connection engine.
 pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
-    let all: Vec<(IpAddr, [u8; 6])> = hosts.iter().map(|h| (h.ip, h.mac)).collect();
+    let all: Vec<(IpAddr, [u8; 6])> = hosts
+        .iter()
+        .flat_map(|h| h.addresses.iter().map(|&ip| (ip, h.mac)))
+        .collect();
     for h in hosts.iter_mut() {
         let p: Arc<dyn Platform> = h.platform.clone();
         let n = Neighbours::new(p.clone(), 64, cfg.resolve_bound_ns).expect("resolver");
         for &(ip, mac) in &all {
-            if ip != h.ip {
+            if !h.addresses.contains(&ip) {
                 n.set_neighbour(ip, mac).expect("neighbour");
             }
         }
-        n.add_address(h.ip).expect("address");
+        for &ip in &h.addresses {
+            n.add_address(ip).expect("address");
+        }
         let seed = (cfg.seed as u32) ^ (h.index as u32).wrapping_mul(0x9E37_79B9);
         h.ndk
             .start_connections(p, n.clone(), EngineConfig::new(guid_from_mac(h.mac), seed))
