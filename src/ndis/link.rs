@@ -4,7 +4,7 @@
 //! - InitializeEx asks QUERY_PORT once: `state` ACTIVE (4) or ACTIVE_DEFER (5) is connected,
 //!   anything else disconnected; the speed is `active_width` lanes at `active_speed`'s lane
 //!   rate (pvrdma_verbs.h `pvrdma_port_width` / `pvrdma_port_speed`, the IB encodings,
-//!   docs/reference/pvrdma.md §8.1). The general attributes report it.
+//!   docs/reference/pvrdma.md §8 `pvrdma_port_attr`). The general attributes report it.
 //! - PORT_ERR and PORT_ACTIVE async events (pvrdma.md §13) arrive in the device's async DPC:
 //!   PORT_ERR indicates the link down at once (NDIS_STATUS_LINK_STATE); PORT_ACTIVE indicates
 //!   it up at the last known speed and asks QUERY_PORT again, whose answer (in the command

@@ -19,6 +19,8 @@ harness runs them (work items only between top-level calls, never inside an OID 
 """
 import argparse
 import ipaddress
+import json
+import os
 import random
 import struct
 import sys
@@ -319,7 +321,7 @@ class Harness:
         self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
-        self.se = speakeasy.Speakeasy()
+        self.se = speakeasy.Speakeasy(config=emulator_config())
         self.module = self.se.load_module(image)
         self.base = self.module.base
         self.cfg = self._cfg_targets()
@@ -527,6 +529,7 @@ class Harness:
 
     def read_config(self, a):
         pstatus, pparam, handle, keyword, ptype = a
+        ptype &= 0xFFFFFFFF  # an enum (int): the upper half of its stack slot is undefined
         length, _maxlen, buf = struct.unpack("<HH4xQ", self.read(keyword, 16))
         name = self.read(buf, length).decode("utf-16-le")
         self.config_reads.append(name)
@@ -572,7 +575,7 @@ class Harness:
                   f"NDIS_STATUS_LINK_STATE, a 0x28-byte NDIS_LINK_STATE ({i['header']}, {i['code']:#x}, {len(i['buffer'])})")
             b = i["buffer"].ljust(0x28, b"\0")
             t, rev, size = header(b)
-            state, duplex, xmit, rcv = struct.unpack_from("<IIQQ", b, 4)
+            state, duplex, xmit, rcv = struct.unpack_from("<II4xQQ", b, 4)
             check((t, rev, size, duplex) == (0x80, 1, 0x28, 2),
                   f"NDIS_LINK_STATE header (0x80, 1, 0x28), full duplex ({t:#x}, {rev}, {size:#x}, {duplex})")
             out.append((state, xmit, rcv))
@@ -944,8 +947,10 @@ class Harness:
         self.se.call(addr, args)
         runs = self.se.emu.runs[before:]
         run = runs[-1] if runs else None
-        ok = run is not None and not run.error
-        check(ok, f"{what} ran to completion" + ("" if ok else f" ({run.error if run else 'no run'})"))
+        # A run that stopped without finishing (no return value collected) did not complete.
+        ok = run is not None and not run.error and run.ret_val is not None
+        check(ok, f"{what} ran to completion"
+              + ("" if ok else f" ({run.error or 'stopped before returning' if run else 'no run'})"))
         # Every routine called here returns an NTSTATUS / NDIS_STATUS (32 bits) or nothing:
         # the upper half of rax is undefined.
         return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
@@ -969,6 +974,17 @@ class Harness:
         key = what.split("(")[0].split(":")[-1].strip()
         self.stack_marks[key] = max(self.stack_marks.get(key, 0), base - (lo + first))
         return st
+
+
+def emulator_config():
+    """speakeasy's default profile without its 60-second wall-clock limit per call: on a
+    loaded machine a debug image's InitializeEx took longer and was stopped part-way, silently
+    (no error, no return value). max_api_count still bounds a runaway call."""
+    path = os.path.join(os.path.dirname(speakeasy.__file__), "configs", "default.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["timeout"] = 0
+    return config
 
 
 # Set (--stack-report): every top-level call measures its stack high-water mark.
@@ -1418,6 +1434,14 @@ def full_run(hz, handlers, registration, general):
     st, done, _, _ = oid(regular, 0, OID_802_3_MULTICAST_LIST, b"", 64)
     check((st, done) == (NDIS_STATUS_NOT_SUPPORTED, 0), f"OID_802_3_MULTICAST_LIST (not listed): NOT_SUPPORTED ({st:#x})")
 
+    # NDKPI 2.0 Mode 2 (NDK on a NIC switch's vPort) is not offered: a non-default SwitchId
+    # or VPortId in NDIS_OPEN_NDK_ADAPTER_PARAMETERS is refused (ndkpi.md §6.3).
+    for switch, vport in [(1, 0), (0, 2)]:
+        params = hz.alloc(12, "open_params")
+        hz.se.mem_write(params, struct.pack("<HHII", 2, 1, switch, vport))
+        st = hz.call(open_ndk, [ctx, params, hz.scratch + 0x200], f"OpenNDKAdapter(2.1, switch {switch}, vPort {vport})")
+        check(st == NDIS_STATUS_NOT_SUPPORTED,
+              f"OpenNDKAdapter on switch {switch}, vPort {vport}: NDIS_STATUS_NOT_SUPPORTED ({st:#x})")
     adapters = []
     for major, minor in [(1, 0), (1, 2), (2, 0), (2, 1), (3, 0)]:
         params = hz.alloc(12, "open_params")

@@ -224,7 +224,8 @@ def settle(world, sides):
 def connect(world, server, client):
     """NdkListen on `server`, NdkConnect from `client`, the connect event, NdkAccept,
     NdkCompleteConnect. Returns (listener, server connector, client connector, disconnect
-    records by side) or None."""
+    records by side, the client connector's (local, peer) address, the listener's address)
+    or None."""
     sides = (server, client)
     cs, cc = server.c, client.c
     connect_event, connect_rec = cs.recorder("connect_event")
@@ -344,12 +345,14 @@ def link_flap(world, side):
     check(hz.link_indications() == [], f"{side.tag}: nothing indicated since InitializeEx")
     world.set_link(side.node, False)
     settle(world, (side,))
-    check(hz.link_indications() == [(2, run.NDIS_LINK_SPEED_UNKNOWN, run.NDIS_LINK_SPEED_UNKNOWN)],
-          f"{side.tag}: PORT_ERR: link state disconnected, speed unknown")
+    got = hz.link_indications()
+    check(got == [(2, run.NDIS_LINK_SPEED_UNKNOWN, run.NDIS_LINK_SPEED_UNKNOWN)],
+          f"{side.tag}: PORT_ERR: link state disconnected, speed unknown ({got})")
     world.set_link(side.node, True)
     settle(world, (side,))
-    check(hz.link_indications() == [(1, run.LINK_25G, run.LINK_25G)],
-          f"{side.tag}: PORT_ACTIVE: link state connected at 25 Gb/s, once")
+    got = hz.link_indications()
+    check(got == [(1, run.LINK_25G, run.LINK_25G)],
+          f"{side.tag}: PORT_ACTIVE: link state connected at 25 Gb/s, once ({got})")
 
 
 class WireModel:
