@@ -21,16 +21,12 @@ mod common;
 
 use common::guest::{COMMAND_TIMEOUT, Output};
 use common::interop::perftest::{
-    self, Kind, PERFTEST_PORT, Report, Role, Test, Tool, Verb, expected_remote_lines,
+    self, Kind, OUT_READS, PERFTEST_PORT, Report, Role, Test, Tool, Verb, expected_remote_lines,
     printed_remote, table_row,
 };
 use common::interop::rig::{Rig, Suite, family, linux_ok};
 use common::ndk::sa;
 use pvrdma_ndk::ndkpi::STATUS_CONNECTION_REFUSED;
-
-/// READs outstanding: the provider's IRD/ORD maximum (MaxInboundReadLimit and
-/// MaxOutboundReadLimit, 16); perftest asks rdma_cm for `-o` each way.
-const OUT_READS: u32 = 16;
 
 /// Iterations: enough to exercise the window (bandwidth: 8 outstanding) and the ping-pong,
 /// few enough for an emulated guest.
@@ -45,28 +41,9 @@ fn iterations(tool: Tool, size: usize) -> u32 {
 /// One case: the Linux program in `role` opposite the NDK side.
 fn case(r: &Rig<'_>, tool: Tool, linux: Role, size: usize) {
     let t = Test::new(tool, size, iterations(tool, size), OUT_READS);
-    let args = t.linux_args();
     let drops = r.wire.peer_drops();
     let start = std::time::Instant::now();
-    let (report, out) = match linux {
-        Role::Server => {
-            let server = r.guest().spawn(&format!("{} {args}", tool.name())).unwrap();
-            r.guest()
-                .wait_listening(PERFTEST_PORT, COMMAND_TIMEOUT)
-                .unwrap();
-            let report = perftest::client(&r.c, 0, sa(r.guest_ip(), PERFTEST_PORT), t);
-            (report, server.wait(COMMAND_TIMEOUT).unwrap())
-        }
-        Role::Client => {
-            let server = perftest::Server::listen(&r.c, 0, sa(r.host_ip(), PERFTEST_PORT), t);
-            let client = r
-                .guest()
-                .spawn(&format!("{} {args} {}", tool.name(), r.host_ip()))
-                .unwrap();
-            let report = server.serve(&r.c);
-            (report, client.wait(COMMAND_TIMEOUT).unwrap())
-        }
-    };
+    let (report, out) = perftest::run_against_linux(r, t, linux);
     check(&t, linux, &report, &out);
     // The wire held what the guest's socket had no room for: nothing was dropped on the way.
     assert_eq!(

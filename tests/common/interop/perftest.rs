@@ -52,10 +52,12 @@ use std::time::{Duration, Instant};
 
 use pvrdma_ndk::ndkpi::*;
 
+use super::super::guest::{COMMAND_TIMEOUT, Output};
 use super::super::ndk::peer::gid_of;
 use super::super::ndk::{
     Cluster, Connector, Cq, Listener, Pd, PendingClose, Qp, QpSpec, Registered, read, sa,
 };
+use super::rig::Rig;
 
 /// perftest's default port (`DEF_PORT`).
 pub const PERFTEST_PORT: u16 = 18515;
@@ -63,6 +65,9 @@ pub const PERFTEST_PORT: u16 = 18515;
 pub const VERSION: &str = "6.06";
 /// The oldest peer perftest accepts (`check_version_compatibility`), and so do we.
 const MIN_PEER_VERSION: f64 = 5.70;
+/// READs outstanding: the provider's IRD/ORD maximum (MaxInboundReadLimit and
+/// MaxOutboundReadLimit, the model's 16); perftest asks rdma_cm for `-o` each way.
+pub const OUT_READS: u32 = 16;
 /// `sizeof(struct pingpong_dest)` on x86-64: the control connection's message size.
 pub const DEST_LEN: usize = 56;
 /// `MAX_VERSION`.
@@ -1213,6 +1218,31 @@ impl Server {
             writes_first: false,
         };
         Run::new(c, self.host, self.t, Role::Server, peer, ctl, pd).exchange(Some(self.listener))
+    }
+}
+
+/// One run against the Linux guest of `r`: the Linux program in the `linux` role (started
+/// first when it is the server, waited for until it listens), the NDK side opposite; the
+/// NDK side's report and the program's output.
+pub fn run_against_linux(r: &Rig<'_>, t: Test, linux: Role) -> (Report, Output) {
+    let args = t.linux_args();
+    let name = t.tool.name();
+    match linux {
+        Role::Server => {
+            let server = r.guest().spawn(&format!("{name} {args}")).unwrap();
+            r.guest()
+                .wait_listening(t.port, COMMAND_TIMEOUT)
+                .unwrap_or_else(|e| panic!("{name} listens: {e}"));
+            let report = client(&r.c, 0, sa(r.guest_ip(), t.port), t);
+            (report, server.wait(COMMAND_TIMEOUT).unwrap())
+        }
+        Role::Client => {
+            let server = Server::listen(&r.c, 0, sa(r.host_ip(), t.port), t);
+            let cmd = format!("{name} {args} {}", r.host_ip());
+            let client = r.guest().spawn(&cmd).unwrap();
+            let report = server.serve(&r.c);
+            (report, client.wait(COMMAND_TIMEOUT).unwrap())
+        }
     }
 }
 
