@@ -23,6 +23,7 @@ pub mod interop;
 pub mod memory;
 pub mod ndk;
 pub mod objects;
+pub mod qtest;
 pub mod tshark;
 pub mod vmx;
 
