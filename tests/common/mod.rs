@@ -24,6 +24,7 @@ pub mod memory;
 pub mod ndis;
 pub mod ndk;
 pub mod objects;
+pub mod qtest;
 pub mod tshark;
 pub mod vmx;
 
