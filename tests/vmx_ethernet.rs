@@ -836,7 +836,7 @@ fn the_layer_runs_on_the_model_answering_as_qemu() {
         padded.resize(60, 0);
         let (s0, s1) = (c.host(0).take(), c.host(1).take());
         assert_eq!(s1.frames, [padded], "round {round}");
-        assert_eq!(s0.frames, [long.clone()], "round {round}");
+        assert_eq!(s0.frames, std::slice::from_ref(&long), "round {round}");
         assert_eq!((s0.faults, s1.faults), (vec![], vec![]));
         // The reset's ACTIVATE_DEV restores the permanent MAC again; the driver rewrites it.
         c.host(1).nic().reset().unwrap();

@@ -973,8 +973,8 @@ fn qemu_and_the_model_filter_and_size_received_frames_alike_but_where_listed() {
         ]
     };
     // Delivered (cast: 0 unicast, 1 multicast, 2 broadcast; length) on QEMU and on the model.
-    let delivered: std::sync::Mutex<(Vec<(usize, usize)>, Vec<(usize, usize)>)> =
-        Default::default();
+    type Deliveries = Vec<(usize, usize)>;
+    let delivered: std::sync::Mutex<(Deliveries, Deliveries)> = Default::default();
     let cast = |f: &[u8]| match f[0] {
         0xFF => 2,
         b if b & 1 != 0 => 1,
@@ -1017,7 +1017,8 @@ fn qemu_and_the_model_filter_and_size_received_frames_alike_but_where_listed() {
     let n = None;
     // (mode, multicast table, QEMU's outcome, the model's) per filter frame.
     let ub = RxMode::UNICAST | RxMode::BROADCAST;
-    let cases: [(RxMode, &[[u8; 6]], [Option<usize>; 8], [Option<usize>; 8]); 5] = [
+    type Outcomes = [Option<usize>; 8];
+    let cases: [(RxMode, &[[u8; 6]], Outcomes, Outcomes); 5] = [
         (
             ub,
             &[],

@@ -104,26 +104,28 @@ impl Qtest {
             let c = &mut *c;
             let mut out = None;
             let sent = c.writer.write_all(format!("{cmd}\n").as_bytes()).is_ok();
-            while sent {
-                c.line.clear();
-                match c.reader.read_line(&mut c.line) {
-                    Ok(n) if n > 0 => {}
-                    _ => break,
+            if sent {
+                loop {
+                    c.line.clear();
+                    match c.reader.read_line(&mut c.line) {
+                        Ok(n) if n > 0 => {}
+                        _ => break,
+                    }
+                    let line = c.line.trim();
+                    // Interrupt notifications (irq_intercept_*) are not replies; none is asked for.
+                    if line.starts_with("IRQ") {
+                        continue;
+                    }
+                    if let Some(rest) = line.strip_prefix("OK") {
+                        let v = rest.trim();
+                        out = if v.is_empty() {
+                            Some(0)
+                        } else {
+                            u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+                        };
+                    }
+                    break;
                 }
-                let line = c.line.trim();
-                // Interrupt notifications (irq_intercept_*) are not replies; none is asked for.
-                if line.starts_with("IRQ") {
-                    continue;
-                }
-                if let Some(rest) = line.strip_prefix("OK") {
-                    let v = rest.trim();
-                    out = if v.is_empty() {
-                        Some(0)
-                    } else {
-                        u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
-                    };
-                }
-                break;
             }
             if out.is_none() {
                 c.dead = !sent || c.line.is_empty();
@@ -255,7 +257,7 @@ impl GuestRam {
         let p = self.ptr(gpa, out.len()).expect("read inside guest RAM");
         for (i, o) in out.iter_mut().enumerate() {
             // SAFETY: `i < out.len()`: inside the checked range.
-            *o = unsafe { std::ptr::read_volatile(p.add(i)) };
+            *o = unsafe { std::ptr::read_volatile(p.wrapping_add(i)) };
         }
     }
 
@@ -264,7 +266,7 @@ impl GuestRam {
         let p = self.ptr(gpa, data.len()).expect("write inside guest RAM");
         for (i, d) in data.iter().enumerate() {
             // SAFETY: `i < data.len()`: inside the checked range.
-            unsafe { std::ptr::write_volatile(p.add(i), *d) }
+            unsafe { std::ptr::write_volatile(p.wrapping_add(i), *d) }
         }
     }
 
@@ -667,12 +669,13 @@ impl Qemu {
             .stderr(File::create(run_dir.join("stderr.txt")).expect("stderr file"));
         // SAFETY: `prctl` is async-signal-safe and touches no memory of this process: QEMU dies
         // with the thread that started it, even if the test process is killed.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let die_with_parent = || {
+            // SAFETY: as above: one async-signal-safe call on no memory of this process.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            Ok(())
+        };
+        // SAFETY: the closure calls only `prctl` (see it), safe between fork and exec.
+        unsafe { cmd.pre_exec(die_with_parent) };
         std::fs::write(run_dir.join("command.txt"), format!("{cmd:?}\n")).ok();
         let started = Instant::now();
         let mut child = cmd
