@@ -795,7 +795,7 @@ impl Command for DestroyQp {
 /// CREATE_BIND (GID registration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CreateBind {
-    /// Linux: 1024 ([`CreateBind::roce_v2`]).
+    /// Bytes; Linux: 1024 ([`CreateBind::roce_v2`]).
     pub mtu: u32,
     /// Linux: 0xFFF, no VLAN ([`CreateBind::roce_v2`]).
     pub vlan: u32,
@@ -809,11 +809,12 @@ pub struct CreateBind {
 
 impl CreateBind {
     /// The bind Linux's `pvrdma_add_gid` sends (pvrdma.md §4 step 10): GID table entry
-    /// `index` holds the RoCEv2 GID `gid` (`gid_type` 2, the flag value, M38), with MTU 1024
-    /// and no VLAN (0xFFF). The one place a CREATE_BIND is built.
-    pub const fn roce_v2(index: u32, gid: [u8; 16]) -> CreateBind {
+    /// `index` holds the RoCEv2 GID `gid` (`gid_type` 2, the flag value, M38), with no VLAN
+    /// (0xFFF) and MTU `mtu` (Linux: always 1024; the driver: the device's `gid_mtu`, the
+    /// operational RoCE MTU the miniport set). The one place a CREATE_BIND is built.
+    pub const fn roce_v2(index: u32, gid: [u8; 16], mtu: u32) -> CreateBind {
         CreateBind {
-            mtu: 1024,
+            mtu,
             vlan: 0xFFF,
             index,
             new_gid: gid,

@@ -185,6 +185,13 @@ impl RoceTransport {
                 r.epsn = r.epsn.add(psns);
                 if ack {
                     r.msn = r.msn.wrapping_add(1) & 0xFF_FFFF;
+                }
+                // The last packet of a SEND or WRITE is acknowledged, and so is any packet
+                // whose BTH AckReq bit asks for it: a requester such as Linux's rxe asks every
+                // 64 packets and stops at 128 unacknowledged PSNs, so left unanswered it waits
+                // for its retransmission timeout. A READ's answer is its responses.
+                let asked = pkt.bth.ack_req && pkt.bth.opcode != op::RC_RDMA_READ_REQUEST;
+                if ack || asked {
                     self.count(|c| c.acks_sent += 1);
                     let s = AethSyndrome::Ack {
                         credits: AethSyndrome::UNLIMITED_CREDITS,

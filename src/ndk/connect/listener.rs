@@ -11,6 +11,7 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
+use super::conn_stats::EndpointRole;
 use super::connector::Connector;
 use super::engine::CmEngine;
 use crate::cm::ListenerId;
@@ -122,7 +123,7 @@ impl ObjRef<Listener> {
         if !ip.is_unspecified() && !engine.is_local(ip) {
             return Err(NdkError::InvalidAddress);
         }
-        let port = engine.reserve_endpoint(ip, addr.port())?;
+        let port = engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Listener)?;
         let id = match engine.input(|cm, _| cm.listen(port, ip)) {
             Ok(id) => id,
             Err(e) => {

@@ -7,6 +7,7 @@
 //! an `Arc<dyn Connections>` (the trait the core defines), [`start`] puts it there and
 //! [`engine()`] finds it again for the connection objects and the layers above.
 
+pub mod conn_stats;
 pub mod connector;
 pub mod engine;
 pub mod listener;

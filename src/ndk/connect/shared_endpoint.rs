@@ -7,6 +7,7 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
+use super::conn_stats::EndpointRole;
 use super::engine::CmEngine;
 use crate::ndk::adapter::Adapter;
 use crate::ndk::error::{NdkError, NdkResult};
@@ -54,7 +55,7 @@ impl SharedEndpoint {
         if !adapter.lifetime().try_get() {
             return Err(NdkError::InvalidDeviceRequest);
         }
-        let port = match engine.reserve_endpoint(ip, addr.port()) {
+        let port = match engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Shared) {
             Ok(p) => p,
             Err(e) => {
                 adapter.put();

@@ -142,9 +142,11 @@ impl Verbs {
 
     /// CREATE_BIND: GID table entry `index` holds the RoCEv2 GID `gid`; packets sent from
     /// `sgid_index = index` carry it as their source address, and the device accepts
-    /// packets addressed to it (M38). An index the table does not have fails.
+    /// packets addressed to it (M38). An index the table does not have fails. The bind's MTU
+    /// is the device's `gid_mtu` (the operational RoCE MTU the miniport set).
     pub fn bind_gid(&self, index: u32, gid: [u8; 16], done: Done<()>) {
-        submit_then(self.dev().cmd(), &CreateBind::roce_v2(index, gid), done);
+        let bind = CreateBind::roce_v2(index, gid, self.dev().gid_mtu());
+        submit_then(self.dev().cmd(), &bind, done);
     }
 
     /// DESTROY_BIND: clears GID table entry `index` if it holds `gid`.
