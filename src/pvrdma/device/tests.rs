@@ -2,7 +2,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::os::host::{HostDevice, HostPlatform};
+use crate::os::host::HostPlatform;
 use crate::os::{DmaAllocator, DmaRegion};
 use crate::pvrdma::testdev::{Access, FakeDevice, Mode};
 use std::sync::Mutex;
@@ -50,22 +50,7 @@ fn rig(version: u32) -> Rig {
         fail_at: Mutex::new(0),
         freed_while_live: Mutex::new(0),
     });
-    let platform = HostPlatform::new(
-        HostDevice {
-            bar1: fake.clone(),
-            dma: dma.clone(),
-            doorbell: None,
-            uar_pfn: 0x1_2345,
-            pump: None,
-        },
-        2,
-    );
-    let w = Arc::downgrade(&platform);
-    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-        if let Some(p) = w.upgrade() {
-            p.raise_interrupt(v);
-        }
-    }));
+    let platform = fake.platform(dma.clone(), 0x1_2345);
     Rig {
         fake,
         platform,

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::os::Platform;
-use crate::os::host::{HostDevice, HostPlatform};
 use crate::pvrdma::cmd::code;
 use crate::pvrdma::device::DeviceConfig;
 use crate::pvrdma::testdev::FakeDevice;
@@ -40,22 +39,7 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 #[test]
 fn create_response_naming_a_live_handle_keeps_the_live_object_and_quarantines_the_new_ring() {
     let fake = FakeDevice::new(20);
-    let platform = HostPlatform::new(
-        HostDevice {
-            bar1: fake.clone(),
-            dma: fake.dma.clone(),
-            doorbell: None,
-            uar_pfn: 0x1_2345,
-            pump: None,
-        },
-        2,
-    );
-    let w = Arc::downgrade(&platform);
-    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-        if let Some(p) = w.upgrade() {
-            p.raise_interrupt(v);
-        }
-    }));
+    let platform = fake.platform(fake.dma.clone(), 0x1_2345);
     let p: Arc<dyn Platform> = platform.clone();
     let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
     {
@@ -141,22 +125,7 @@ fn create_response_naming_a_live_handle_keeps_the_live_object_and_quarantines_th
 #[test]
 fn create_cq_response_with_other_than_the_requested_entries_fails_and_destroys_the_cq() {
     let fake = FakeDevice::new(20);
-    let platform = HostPlatform::new(
-        HostDevice {
-            bar1: fake.clone(),
-            dma: fake.dma.clone(),
-            doorbell: None,
-            uar_pfn: 0x1_2345,
-            pump: None,
-        },
-        2,
-    );
-    let w = Arc::downgrade(&platform);
-    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-        if let Some(p) = w.upgrade() {
-            p.raise_interrupt(v);
-        }
-    }));
+    let platform = fake.platform(fake.dma.clone(), 0x1_2345);
     let p: Arc<dyn Platform> = platform.clone();
     let dev = Device::probe(p, &DeviceConfig::default()).expect("probe");
     let hw = Verbs::new(Arc::new(dev)).expect("verbs");
