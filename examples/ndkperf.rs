@@ -592,7 +592,7 @@ fn print_config(a: &Args) {
         " Times are wall clock of the whole simulation (driver + device model on one thread);"
     );
     println!(
-        " DB/IRQ/DPC per WR are exact (both hosts); provider[ns/WR] is the time inside provider calls."
+        " DB/IRQ/DPC per WR are exact (both hosts); the provider's own cost: benches/instructions.sh."
     );
 }
 
