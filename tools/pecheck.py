@@ -97,18 +97,66 @@ def unguarded_indirect_calls(pe):
     """Addresses of `call reg` / `call [reg...]` in executable sections: indirect calls that
     do not go through `__guard_dispatch_icall_fptr` (a RIP-relative memory operand). A call
     through a register that was last loaded from the import address table is an import call
-    (CFG does not check those; LLVM hoists the IAT load out of loops): found by scanning back
-    linearly to the register's last write, which is a heuristic across branches."""
+    (CFG does not check those; LLVM hoists the IAT load out of loops, and may load it on one
+    branch and call it after a jump): every definition of the register that reaches the call
+    is found by walking back over the call's predecessors (the instruction before, unless it
+    is an unconditional jump or a return or the instruction starts a function in .pdata, and
+    every direct jump to it); the call is an import call only if each of them is a load from
+    the IAT (copies between registers followed)."""
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = True
     iat = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IAT"]]
     in_iat = lambda rva: iat.VirtualAddress <= rva < iat.VirtualAddress + iat.Size  # noqa: E731
+    pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXCEPTION"]])
+    starts = {e.struct.BeginAddress for e in getattr(pe, "DIRECTORY_ENTRY_EXCEPTION", [])}
     found = []
     for sec in pe.sections:
         if not sec.Characteristics & SCN_MEM_EXECUTE:
             continue
         code = sec.get_data()[: sec.Misc_VirtualSize]
         insns = list(md.disasm(code, sec.VirtualAddress))
+        jumps_to = {}
+        for k, insn in enumerate(insns):
+            if insn.group(capstone.CS_GRP_JUMP) and insn.operands \
+                    and insn.operands[0].type == capstone.x86.X86_OP_IMM:
+                jumps_to.setdefault(insn.operands[0].imm, []).append(k)
+
+        def predecessors(k):
+            preds = list(jumps_to.get(insns[k].address, ()))
+            if k > 0 and insns[k].address not in starts:
+                prev = insns[k - 1]
+                if prev.mnemonic not in ("jmp", "ret", "int3", "ud2"):
+                    preds.append(k - 1)
+            return preds
+
+        def import_call(k, reg):
+            # Backward walk over (instruction, register) states, bounded: whatever the walk
+            # cannot settle within the budget counts as unguarded.
+            todo = [(p, reg) for p in predecessors(k)]
+            seen = set()
+            while todo:
+                if len(seen) > 4000:
+                    return False
+                j, r = todo.pop()
+                if (j, r) in seen:
+                    continue
+                seen.add((j, r))
+                prev = insns[j]
+                _, written = prev.regs_access()
+                if r not in written:
+                    todo.extend((p, r) for p in predecessors(j))
+                    continue
+                src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
+                if src is not None and src.type == capstone.x86.X86_OP_REG:
+                    todo.extend((p, src.reg) for p in predecessors(j))  # a copy: follow it
+                    continue
+                if (src is not None and src.type == capstone.x86.X86_OP_MEM
+                        and src.mem.base == capstone.x86.X86_REG_RIP
+                        and in_iat(prev.address + prev.size + src.mem.disp)):
+                    continue
+                return False
+            return bool(seen)
+
         for i, insn in enumerate(insns):
             if insn.mnemonic != "call" or not insn.operands:
                 continue
@@ -117,23 +165,8 @@ def unguarded_indirect_calls(pe):
                 continue
             if op.type == capstone.x86.X86_OP_MEM and op.mem.base in (0, capstone.x86.X86_REG_RIP):
                 continue
-            if op.type == capstone.x86.X86_OP_REG:
-                reg = op.reg
-                for prev in reversed(insns[max(0, i - 400):i]):
-                    _, written = prev.regs_access()
-                    if reg not in written:
-                        continue
-                    src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
-                    if src is not None and src.type == capstone.x86.X86_OP_REG:
-                        reg = src.reg  # a copy: follow the source register
-                        continue
-                    if (src is not None and src.type == capstone.x86.X86_OP_MEM
-                            and src.mem.base == capstone.x86.X86_REG_RIP
-                            and in_iat(prev.address + prev.size + src.mem.disp)):
-                        reg = None
-                    break
-                if reg is None:
-                    continue
+            if op.type == capstone.x86.X86_OP_REG and import_call(i, op.reg):
+                continue
             found.append(insn.address)
     return found
 
