@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use common::memory::ConsumerMem;
 use common::objects::*;
 use common::{Harness, Mode};
+use pvrdma_host::current_processor;
 use pvrdma_ndk::os::Processor;
-use pvrdma_ndk::os::host::current_processor;
 use pvrdma_ndk::pvrdma::cmd::{
     CreateMr, DestroyMr, QpAttrMask, QpState, QpType, QueryQp, mr_flags,
 };

@@ -37,6 +37,10 @@ for t in "${slow[@]}"; do skips+=(--skip "$t"); done
 # virtual-time state-machine tests would take many minutes interpreted, with nothing to check.
 cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- os:: pvrdma:: vmxnet3:: ndk:: ndis:: "${skips[@]}"
 
+# The host test infrastructure the rest runs on (the dev-only crate host/): the DPC executor's
+# threads and serialisation, wall-clock and virtual timers, the platform's UAR page.
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-host
+
 # The dispatch tables driven as a consumer drives them (tests/ndk_objects.rs, over the device
 # model): the single-threaded tests of consumer-supplied arrays — SGE lists
 # and page arrays whose declared count is over its limit, and result arrays written by polls.

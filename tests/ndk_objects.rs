@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{PlatformSink, SimBar1, SimDma};
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndk::completion::{tag, wr_id};
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::{NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::{Device, DeviceConfig};

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use common::Mode;
 use common::ndk::{Cluster, ClusterConfig};
+use pvrdma_host::held_spin_locks;
 use pvrdma_ndk::ndk::connect::qp1::{
     MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error,
 };
-use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_sim::fabric::FaultConfig;
 
 /// Hosts without a connection engine: each test opens QP1 itself (one per device).

@@ -25,11 +25,11 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::{NdkDevice, Qp};
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::net::Neighbours;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};

@@ -22,7 +22,7 @@ use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::alloc::stats;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::{DeviceConfig, DmaSpace};

@@ -67,6 +67,20 @@ impl Uar {
         self
     }
 
+    /// Host only: adds the doorbell-forwarding hook, or refuses with [`OsError::Unavailable`](super::OsError::Unavailable)
+    /// in a `bare-doorbell` build, which has no hook (a harness that needs the model to hear
+    /// its doorbells cannot run there).
+    #[cfg(not(target_os = "windows"))]
+    pub fn try_with_hook(self, hook: DoorbellHook) -> Result<Self, super::OsError> {
+        #[cfg(not(feature = "bare-doorbell"))]
+        return Ok(self.with_hook(hook));
+        #[cfg(feature = "bare-doorbell")]
+        {
+            drop(hook);
+            Err(super::OsError::Unavailable)
+        }
+    }
+
     /// The doorbell word at byte offset `off`, reduced to an aligned offset inside the page
     /// (`off & 0xFFC`), so no value can reach outside the mapping.
     fn word(&self, off: u32) -> NonNull<u32> {

@@ -153,10 +153,23 @@ impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
 }
 
 /// Debug host builds count the spin locks each thread holds, so tests can prove that no
-/// consumer callback runs under one ([`crate::os::host::held_spin_locks`]). Elsewhere the
-/// hooks are empty.
+/// consumer callback runs under one ([`held_spin_locks`]). Elsewhere the hooks are empty.
 #[cfg(all(debug_assertions, not(target_os = "windows")))]
-use super::host::held_lock_count as held;
+mod held {
+    use core::cell::Cell;
+
+    std::thread_local! {
+        pub(super) static HELD_SPIN_LOCKS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub fn acquired() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_add(1)));
+    }
+
+    pub fn released() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_sub(1)));
+    }
+}
 
 #[cfg(not(all(debug_assertions, not(target_os = "windows"))))]
 mod held {
@@ -165,6 +178,21 @@ mod held {
     #[inline(always)]
     pub fn released() {}
 }
+
+/// Spin locks the calling thread holds right now. Counted in debug host builds only (always 0
+/// otherwise): a consumer callback must see 0 (the driver never calls out with one of its
+/// spin locks held).
+#[cfg(not(target_os = "windows"))]
+pub fn held_spin_locks() -> u32 {
+    #[cfg(debug_assertions)]
+    return held::HELD_SPIN_LOCKS.with(core::cell::Cell::get);
+    #[cfg(not(debug_assertions))]
+    0
+}
+
+/// Whether [`held_spin_locks`] counts (debug host builds).
+#[cfg(not(target_os = "windows"))]
+pub const SPIN_LOCKS_COUNTED: bool = cfg!(debug_assertions);
 
 // The DMA barriers, per architecture. Where the device sits matters on ARM64: it is an observer
 // in the outer shareable domain, and the memory it is told about through a doorbell is Normal
@@ -273,7 +301,6 @@ mod tests {
     #[cfg(debug_assertions)]
     #[test]
     fn held_spin_locks_are_counted_per_thread() {
-        use crate::os::host::held_spin_locks;
         let (a, b) = (SpinLock::new(()), SpinLock::new(()));
         assert_eq!(held_spin_locks(), 0);
         let ga = a.lock();

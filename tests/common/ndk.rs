@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
@@ -33,7 +34,6 @@ use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::clock::Clock;
-use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::ObjectCounts;
@@ -433,9 +433,7 @@ impl Notes {
 pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
     // SAFETY: the context is an `Arc<Notes>` its object wrapper keeps alive past close.
     let n = unsafe { &*(ctx as *const Notes) };
-    n.1.lock()
-        .unwrap()
-        .push(pvrdma_ndk::os::host::current_processor());
+    n.1.lock().unwrap().push(pvrdma_host::current_processor());
     n.0.lock().unwrap().push(st);
 }
 

@@ -254,7 +254,7 @@ struct Rec(Mutex<Vec<std::string::String>>, AtomicU64);
 
 impl Rec {
     fn note(&self, what: std::string::String) {
-        if crate::os::host::held_spin_locks() != 0 {
+        if crate::os::sync::held_spin_locks() != 0 {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
         self.0.lock().unwrap().push(what);

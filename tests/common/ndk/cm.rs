@@ -11,10 +11,10 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pvrdma_host::held_spin_locks;
 use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
-use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_ndk::os::net::Neighbours;
 
 use super::{
