@@ -833,13 +833,22 @@ pub fn frame_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Option<Vec<Ve
     )
 }
 
-/// The Path Packet Payload MTU code (1 = 256 … 5 = 4096) of every CM REQ in `pcap`, as
-/// Wireshark decodes it (`infiniband.cm.req.pppmtu`). `None` without tshark.
-pub fn req_path_mtus(pcap: &Path) -> Option<Vec<u64>> {
-    let rows = frame_fields(pcap, "infiniband.cm.req", &["infiniband.cm.req.pppmtu"])?;
-    Some(
-        rows.iter()
+/// What one tshark run reads out of `pcap`: the Path Packet Payload MTU code (1 = 256 …
+/// 5 = 4096) of every CM REQ, as Wireshark decodes it (`infiniband.cm.req.pppmtu`), and the
+/// BTH opcodes of the RC SEND packets (First/Middle/Last/Only: 0, 1, 2, 4) sent from `src`, in
+/// capture order. `None` without tshark.
+pub fn req_path_mtus_and_rc_sends(pcap: &Path, src: &str) -> Option<(Vec<u64>, Vec<String>)> {
+    let filter = format!("infiniband.cm.req || (infiniband.bth.opcode <= 4 && ip.src == {src})");
+    let rows = frame_fields(
+        pcap,
+        &filter,
+        &["infiniband.cm.req.pppmtu", "infiniband.bth.opcode"],
+    )?;
+    let (reqs, sends): (Vec<_>, Vec<_>) = rows.iter().partition(|r| !r[0].is_empty());
+    Some((
+        reqs.iter()
             .map(|r| parse_uint(&r[0]).expect("a decoded path MTU"))
             .collect(),
-    )
+        sends.iter().map(|r| r[1].clone()).collect(),
+    ))
 }
