@@ -617,8 +617,18 @@ impl EthMiniport {
             i.set_state(EthState::Removed);
             return NDIS_STATUS_SUCCESS;
         }
-        if lent == 0 {
-            i.set_state(EthState::Paused);
+        // The last return may race this check: whichever side moves Pausing to Paused
+        // completes the pause, exactly once (here by the status, there by pause_complete).
+        let done = lent == 0
+            && i.state
+                .compare_exchange(
+                    EthState::Pausing as u8,
+                    EthState::Paused as u8,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok();
+        if done {
             NDIS_STATUS_SUCCESS
         } else {
             NDIS_STATUS_PENDING
