@@ -86,6 +86,9 @@ pub struct GuestConfig {
     pub extra_qemu_args: Vec<String>,
     /// Appended to the kernel's command line (the init ignores what it does not know).
     pub extra_kernel_args: Vec<String>,
+    /// The image directory (`vmlinux`, `initrd.img`) instead of [`image_dir`]'s: the SMB
+    /// Direct image of tools/peer/build-smbd.sh ([`smbd_image_dir`]).
+    pub image: Option<PathBuf>,
 }
 
 impl GuestConfig {
@@ -108,6 +111,7 @@ impl GuestConfig {
             pcap: None,
             extra_qemu_args: Vec::new(),
             extra_kernel_args: Vec::new(),
+            image: None,
         }
     }
 
@@ -228,16 +232,33 @@ pub fn qemu_path() -> Result<PathBuf> {
 /// The directory holding the guest's `vmlinux` (booted through its PVH entry) and
 /// `initrd.img`.
 pub fn image_dir() -> Result<PathBuf> {
-    let dir = match std::env::var_os("PVRDMA_PEER_DIR") {
+    image_dir_of(
+        "PVRDMA_PEER_DIR",
+        "peer/guest/current",
+        "tools/peer/build-guest.sh",
+    )
+}
+
+/// The SMB Direct image (ksmbd.ko and cifs.ko with SMB Direct, ksmbd-tools): `$PVRDMA_SMBD_DIR`,
+/// else `<target>/peer/smbd/current` (`tools/peer/build-smbd.sh`).
+pub fn smbd_image_dir() -> Result<PathBuf> {
+    image_dir_of(
+        "PVRDMA_SMBD_DIR",
+        "peer/smbd/current",
+        "tools/peer/build-smbd.sh",
+    )
+}
+
+fn image_dir_of(var: &str, under_target: &str, script: &str) -> Result<PathBuf> {
+    let dir = match std::env::var_os(var) {
         Some(d) => PathBuf::from(d),
-        None => target_dir().join("peer/guest/current"),
+        None => target_dir().join(under_target),
     };
     if dir.join("vmlinux").is_file() && dir.join("initrd.img").is_file() {
         Ok(dir)
     } else {
         err(format!(
-            "no guest image in {} (PVRDMA_PEER_DIR or <target>/peer/guest/current): run \
-             tools/peer/build-guest.sh",
+            "no guest image in {} ({var} or <target>/{under_target}): run {script}",
             dir.display()
         ))
     }
@@ -434,7 +455,10 @@ impl Guest {
     /// rxe0 up. The error of a failed or timed-out boot carries the console's tail.
     pub fn boot(config: GuestConfig) -> Result<Guest> {
         let qemu = qemu_path()?;
-        let image = image_dir()?;
+        let image = match &config.image {
+            Some(d) => d.clone(),
+            None => image_dir()?,
+        };
         let seq = RUN_SEQ.fetch_add(1, Ordering::Relaxed);
         let run_dir = target_dir().join("tmp/peer-guests").join(format!(
             "{}-{}-{}",

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use pvrdma_sim::external::UdpWire;
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 
+#[cfg(doc)]
+use super::super::guest::smbd_image_dir;
 use super::super::guest::{
     COMMAND_TIMEOUT, Guest, GuestConfig, Output, RXE_SEQUENCE_ERRORS, counter_delta, free_udp_port,
 };
@@ -50,8 +52,17 @@ pub struct Rig<'p> {
 impl Peer {
     /// Boots the guest (numbered [`GUEST`]).
     pub fn boot() -> Peer {
+        Peer::boot_image(None)
+    }
+
+    /// Boots the guest from `image` (the SMB Direct image: [`smbd_image_dir`]), or the
+    /// default image.
+    pub fn boot_image(image: Option<std::path::PathBuf>) -> Peer {
         let (guest_port, wire_port) = (free_udp_port(), free_udp_port());
-        let cfg = GuestConfig::numbered(GUEST, guest_port, wire_port);
+        let cfg = GuestConfig {
+            image,
+            ..GuestConfig::numbered(GUEST, guest_port, wire_port)
+        };
         let guest = Guest::boot(cfg).unwrap_or_else(|e| panic!("the Linux guest boots: {e}"));
         eprintln!("guest booted in {:?}", guest.boot_time());
         Peer { guest, wire_port }
@@ -142,11 +153,21 @@ pub struct Suite {
 impl Suite {
     /// Boots a guest for the suite `name`.
     pub fn new(name: &'static str) -> Suite {
+        Suite::with_peer(name, Peer::boot())
+    }
+
+    /// A suite against an already booted guest.
+    pub fn with_peer(name: &'static str, peer: Peer) -> Suite {
         Suite {
             name,
-            peer: Peer::boot(),
+            peer,
             rows: Vec::new(),
         }
+    }
+
+    /// The guest.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
     }
 
     /// Runs `case` on a fresh rig and checks the guest's rxe counters moved no sequence
