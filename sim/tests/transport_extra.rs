@@ -242,6 +242,38 @@ fn delayed_read_responses_expose_a_missing_fence() {
     );
 }
 
+/// A multi-packet SEND into an empty receive queue: the FIRST packet gets an RNR NAK and the
+/// MIDDLE one, now out of sequence, a PSN sequence NAK for the same PSN (the model's responder
+/// and rxe's both send it). The requester waits out the RNR timer and resends once; the
+/// sequence NAK neither resends at once nor spends the transport retry count (it did: with
+/// infinite RNR retry, the SEND failed RETRY_EXC_ERR within microseconds, 7 sequence NAKs and
+/// no RNR wait at all). Once a receive is posted the SEND completes.
+#[test]
+fn sequence_nak_behind_an_rnr_nak_waits_for_the_rnr_timer() {
+    let (world, mut a, mut b) = rc_pair(54, |p| {
+        p.min_rnr_timer = 14; // 1.28 ms
+        p.retry_cnt = 7;
+        p.rnr_retry = 7;
+    });
+    let data = pattern(54, 3000);
+    a.write(0, &data);
+    a.post_send(&send_wqe(&a, 1, wr::SEND, SIGNALED, 0, 3000));
+    // Ten RNR periods: ten RNR retries, none of the transport's.
+    world.advance_time(10 * 1_280_000 + 500_000);
+    let ca = world.counters(0).transport;
+    assert!(a.send_cqes().is_empty(), "the SEND is still waiting");
+    assert_eq!(ca.rnr_retries, 10, "{ca:?}");
+    assert_eq!(ca.rnr_naks_received, 11, "{ca:?}");
+    assert_eq!(ca.retries, 0, "no transport retry spent: {ca:?}");
+    b.recv_at(9, 0, 4096);
+    world.run_until_idle();
+    let s = a.send_cqes();
+    assert_eq!((s[0].wr_id, s[0].status), (1, st::SUCCESS));
+    let r = b.recv_cqes();
+    assert_eq!((r[0].wr_id, r[0].status, r[0].byte_len), (9, 0, 3000));
+    assert_eq!(b.read(0, 3000), data);
+}
+
 /// A request packet with AckReq set is acknowledged even in the middle of a message, with its
 /// own PSN and the MSN of the last completed message; packets without it are not (rxe's
 /// requester keeps at most 128 PSNs unacknowledged and sets AckReq every 64: without these
