@@ -1751,3 +1751,76 @@ fn a_rej_on_an_established_connection_aborts_it_into_timewait() {
     assert_eq!(f.inject(0, &m2), Err(Dropped::UnknownConnection));
     assert_eq!(f.inject(0, &m), Err(Dropped::WrongState), "REJ in TIMEWAIT");
 }
+
+/// The passive side runs a connection at the REQ's path MTU when it carries it, and refuses a
+/// larger one with REJ 26 (Invalid MTU) before any state exists: the peer learns at once,
+/// instead of at its first full-size packet.
+#[test]
+fn a_req_above_the_passive_sides_mtu_gets_rej_26() {
+    for (max, asked, accepted) in [
+        (5u8, 5u8, true),
+        (3, 3, true),
+        (3, 2, true),
+        (3, 4, false),
+        (1, 5, false),
+    ] {
+        let mut f = Fabric::new(4);
+        f.nodes[1].cm = {
+            let mut cfg = *f.nodes[1].cm.config();
+            cfg.max_path_mtu = max;
+            Cm::new(cfg).unwrap()
+        };
+        f.listen(1);
+        let qpn = f.nodes[0].take_qpn();
+        let params = ConnectParams {
+            src: SocketAddr::new(f.nodes[0].ip, 50000),
+            dst: SocketAddr::new(f.nodes[1].ip, PORT),
+            path: f.path(0),
+            local_qpn: qpn,
+            starting_psn: 0x1234,
+            limits: ReadLimits::new(4, 4),
+            path_mtu: asked,
+            retry_count: 7,
+            rnr_retry_count: 6,
+            private_data: &[],
+        };
+        let now = f.now;
+        let active = f.nodes[0].cm.connect(now, &params).unwrap();
+        f.pump();
+        assert!(f.run_until(100 * MS, |f| !f.nodes[0].events_of(active).is_empty()));
+        let what = format!("passive max {max}, REQ {asked}");
+        if accepted {
+            assert_eq!(f.nodes[0].events_of(active), [Event::Accepted], "{what}");
+            // Both sides' RTR carries the REQ's MTU.
+            for n in 0..2 {
+                let mtu = f.nodes[n]
+                    .mods
+                    .iter()
+                    .find_map(|(_, _, t)| match t {
+                        QpTransition::Rtr(p) => Some(p.path_mtu),
+                        _ => None,
+                    })
+                    .expect("an RTR");
+                assert_eq!(mtu, asked, "{what}: node {n}'s RTR");
+            }
+        } else {
+            assert_eq!(
+                f.nodes[0].events_of(active),
+                [Event::Rejected { reason: 26 }],
+                "{what}"
+            );
+            assert_eq!(
+                f.nodes[1].cm.live_connections(),
+                0,
+                "{what}: no passive state"
+            );
+            assert!(
+                f.nodes[1].events.is_empty(),
+                "{what}: the listener heard nothing"
+            );
+            let rej = f.nodes[1].last_sent(attr::REJ);
+            let rej = Rej::new_checked(&rej[..]).unwrap();
+            assert_eq!((rej.message_rejected(), rej.reason()), (0, 26), "{what}");
+        }
+    }
+}

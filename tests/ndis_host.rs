@@ -2,339 +2,65 @@
 //! against the device model, the test playing NDIS. Each host's InitializeEx gets a
 //! translated resource list (parsed by `parse_resources`) for a platform over its model;
 //! then NDK is enabled, NDK_ADAPTERs are opened at every version, two miniport instances
-//! move data over QPs wired with the test-only wiring (the connection manager does not
-//! exist yet), OID_NDK_STATISTICS must equal the bytes and messages moved exactly, NDK is
+//! move data over QPs wired with the test-only wiring (no connection engine here:
+//! tests/ndis_connections.rs connects through it), OID_NDK_STATISTICS must equal the frames
+//! and octets the messages put on the wire exactly, NDK is
 //! disabled with live objects (NDIS's adapter close waits for their consumer), Halt runs,
 //! and nothing is left: no model object, no DMA region, pool accounting at its baseline.
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::memory::{BuiltMdl, ConsumerMem};
-use common::ndk::{Adapter, Cq, Mr, PSN_AB, PSN_BA, Pd, Pump, Qp, QpSpec, fill, sge, verify};
+use common::ndis::*;
+use common::ndk::{PSN_AB, PSN_BA, Pump, Qp, fill, verify};
 use common::objects::{rc_rtr_rts, rts_attrs};
 use common::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndk::set_qp_connected;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
-use pvrdma_ndk::os::alloc::{AllocStats, stats};
+use pvrdma_ndk::os::alloc::stats;
 use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
-use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{NodeConfig, World};
 
 const LOCAL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE;
 const REMOTE: u32 = LOCAL | NDK_MR_FLAG_ALLOW_REMOTE_READ | NDK_MR_FLAG_ALLOW_REMOTE_WRITE;
-const HANG: Duration = Duration::from_secs(20);
 
-/// Where the harness says the BARs are: BAR2 page 0 is the platform's UAR PFN.
-const BAR0: u64 = 0xFD00_0000;
-const BAR1: u64 = 0xFD10_0000;
-
-/// The translated resource list of a PVRDMA function as NDIS passes it to InitializeEx.
-fn resource_list() -> Vec<CM_PARTIAL_RESOURCE_DESCRIPTOR> {
-    vec![
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(BAR0, 0x4000),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(BAR1, 0x100),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(DEFAULT_UAR_PFN << 12, 0x1000),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x60),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x61),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x62),
-    ]
-}
-
-fn v(major: u16, minor: u16) -> NDK_VERSION {
-    NDK_VERSION {
-        Major: major,
-        Minor: minor,
+/// Test-only QP wiring (tests/common `connect`, over the miniports' devices).
+fn wire(rig: &NdisRig, a: &Qp, b: &Qp) {
+    let qpn = |q: &Qp| {
+        let h = q.handle();
+        rig.hosts[q.host()]
+            .model
+            .with_core(|core| core.qp_info(h))
+            .expect("QP in the model")
+            .qpn
+    };
+    let (qa, qb) = (qpn(a), qpn(b));
+    for (me, peer, peer_qpn, sq, rq) in [(a, b, qb, PSN_AB, PSN_BA), (b, a, qa, PSN_BA, PSN_AB)] {
+        let ph = &rig.hosts[peer.host()];
+        let mut at = rts_attrs(peer_qpn);
+        at.sq_psn = sq;
+        at.rq_psn = rq;
+        at.ah_attr.dgid = ph.gid;
+        at.ah_attr.dmac = ph.mac;
+        at.ah_attr.sgid_index = 0;
+        let dev = rig.hosts[me.host()].mp().device().expect("device");
+        rc_rtr_rts(&dev, me.handle(), at).expect("RTR/RTS");
+    }
+    for q in [a, b] {
+        // SAFETY: a live QP of this provider.
+        unsafe { set_qp_connected(q.ptr, true) };
     }
 }
 
-/// One simulated machine with the miniport "NDIS" initialized on it.
-struct NdisHost {
-    platform: Arc<HostPlatform>,
-    dma: Arc<SimDma>,
-    space: Arc<pvrdma_sim::DmaSpace>,
-    model: Arc<pvrdma_sim::Device>,
-    miniport: Option<Arc<Miniport>>,
-    gid: [u8; 16],
-    mac: [u8; 6],
-}
-
-impl NdisHost {
-    fn mp(&self) -> &Miniport {
-        self.miniport.as_ref().expect("miniport not torn down")
-    }
-
-    fn model_objects(&self) -> ObjectCounts {
-        self.model.with_core(|c| c.object_counts())
-    }
-}
-
-/// Hosts on one fabric, each brought up through `Miniport::initialize_with`.
-struct NdisRig {
-    world: Arc<World>,
-    hosts: Vec<NdisHost>,
-    pump: Arc<Pump>,
-    baseline: AllocStats,
-    _serial: MutexGuard<'static, ()>,
-}
-
-impl NdisRig {
-    fn new(mode: Mode, n: u8, cfg: &MiniportConfig) -> NdisRig {
-        let guard = serial();
-        let baseline = stats();
-        let mut w = World::new(0x5EED);
-        for i in 0..n {
-            w.add_node(NodeConfig::ipv4(i));
-        }
-        if mode == Mode::Threaded {
-            w.start_threads();
-        }
-        let world = Arc::new(w);
-        let pump = Pump::new(world.clone(), mode);
-        let mut hosts = Vec::new();
-        for i in 0..usize::from(n) {
-            let node = world.node(i);
-            let model = node.device().clone();
-            let space = node.dma().clone();
-            let dma = SimDma::new(space.clone());
-            let m = model.clone();
-            let platform = HostPlatform::new(
-                HostDevice {
-                    bar1: SimBar1::new(model.clone()),
-                    dma: dma.clone(),
-                    doorbell: Some(Arc::new(move |off, val| m.uar_write32(off, val))),
-                    uar_pfn: DEFAULT_UAR_PFN,
-                    pump: Some(pump.platform_pump()),
-                },
-                2,
-            );
-            world.set_interrupt_sink(i, Arc::new(PlatformSink(Arc::downgrade(&platform))));
-            pump.add_platform(platform.clone());
-            // InitializeEx: the resource list, bring-up, then the address the host owns.
-            let res = parse_resources(&resource_list()).expect("resources");
-            let p: Arc<dyn Platform> = platform.clone();
-            let miniport = Miniport::initialize_with(p, &res, cfg).expect("InitializeEx");
-            miniport.add_gid(0, node.gid()).expect("CREATE_BIND");
-            hosts.push(NdisHost {
-                platform,
-                dma,
-                space,
-                model,
-                miniport: Some(miniport),
-                gid: node.gid(),
-                mac: node.mac(),
-            });
-        }
-        NdisRig {
-            world,
-            hosts,
-            pump,
-            baseline,
-            _serial: guard,
-        }
-    }
-
-    fn mp(&self, i: usize) -> &Miniport {
-        self.hosts[i].mp()
-    }
-
-    /// OpenNDKAdapterHandler, wrapped for consumer calls.
-    fn open(&self, host: usize, version: NDK_VERSION) -> Adapter {
-        let p = self
-            .mp(host)
-            .open_ndk_adapter(version)
-            .expect("open adapter");
-        Adapter::from_raw(p, self.pump.clone(), host)
-    }
-
-    /// Test-only QP wiring (tests/common `connect`, over the miniports' devices).
-    fn wire(&self, a: &Qp, b: &Qp) {
-        let qpn = |q: &Qp| {
-            let h = q.handle();
-            self.hosts[q.host()]
-                .model
-                .with_core(|core| core.qp_info(h))
-                .expect("QP in the model")
-                .qpn
-        };
-        let (qa, qb) = (qpn(a), qpn(b));
-        for (me, peer, peer_qpn, sq, rq) in [(a, b, qb, PSN_AB, PSN_BA), (b, a, qa, PSN_BA, PSN_AB)]
-        {
-            let ph = &self.hosts[peer.host()];
-            let mut at = rts_attrs(peer_qpn);
-            at.sq_psn = sq;
-            at.rq_psn = rq;
-            at.ah_attr.dgid = ph.gid;
-            at.ah_attr.dmac = ph.mac;
-            at.ah_attr.sgid_index = 0;
-            let dev = self.hosts[me.host()].mp().device().expect("device");
-            rc_rtr_rts(&dev, me.handle(), at).expect("RTR/RTS");
-        }
-        for q in [a, b] {
-            // SAFETY: a live QP of this provider.
-            unsafe { set_qp_connected(q.ptr, true) };
-        }
-    }
-
-    fn query(&self, host: usize, oid: NDIS_OID, buf: &mut [u8]) -> OidResult {
-        self.mp(host).query_oid(oid, buf)
-    }
-
-    fn statistics(&self, host: usize) -> NDIS_NDK_PERFORMANCE_COUNTERS {
-        let mut b = statistics_buffer();
-        let r = self.query(host, OID_NDK_STATISTICS, &mut b);
-        assert_eq!(r, OidResult::done(0xF8));
-        decode_counters(&b)
-    }
-
-    /// Halt (if the test did not), then: the models hold no object, the miniports were the
-    /// last holders of their devices (RESET), and everything the driver allocated is back.
-    fn finish(mut self) {
-        self.pump.settle();
-        for h in &self.hosts {
-            if let Some(m) = &h.miniport {
-                m.halt();
-            }
-        }
-        let pump = self.pump.clone();
-        let hosts = std::mem::take(&mut self.hosts);
-        pump.wait_for("the models to hold no object", || {
-            hosts
-                .iter()
-                .all(|h| h.model_objects() == ObjectCounts::default())
-        });
-        pump.settle();
-        let mut keep = Vec::new();
-        for mut h in hosts {
-            let m = h.miniport.take().expect("miniport");
-            assert!(m.device().is_none(), "Halt let go of the device");
-            assert_eq!(Arc::strong_count(&m), 1, "miniport still referenced");
-            drop(m);
-            assert!(!h.model.with_core(|c| c.is_active()), "RESET once released");
-            keep.push((h.platform, h.dma, h.space));
-        }
-        for n in 0..self.world.len() {
-            self.world.device(n).stop_thread();
-        }
-        self.world.fabric().stop();
-        for (platform, dma, space) in &keep {
-            let ex = platform.executor().clone();
-            let deadline = Instant::now() + HANG;
-            while !ex.is_idle() {
-                assert!(Instant::now() < deadline, "DPCs did not drain at teardown");
-                std::thread::yield_now();
-            }
-            ex.shutdown();
-            assert_eq!(dma.live(), 0, "DMA regions leaked");
-            assert_eq!(dma.allocs(), dma.frees());
-            assert_eq!(space.region_count(), 0, "regions left in the DmaSpace");
-            assert_eq!(space.bytes_registered(), 0);
-        }
-        pump.clear_platforms();
-        drop(keep);
-        assert_eq!(
-            stats(),
-            self.baseline,
-            "pool/DMA accounting not back at baseline"
-        );
-    }
-}
-
-impl Drop for NdisRig {
-    fn drop(&mut self) {
-        for h in &self.hosts {
-            h.platform.executor().shutdown();
-        }
-    }
-}
-
-/// An NDIS_NDK_STATISTICS_INFO buffer as NDIS hands it over: header filled, 0xF8 bytes.
-fn statistics_buffer() -> Vec<u8> {
-    let mut b = vec![0u8; 0xF8];
-    b[..4].copy_from_slice(&[0x80, 1, 0xF8, 0]);
-    b
-}
-
-fn decode_counters(b: &[u8]) -> NDIS_NDK_PERFORMANCE_COUNTERS {
-    assert_eq!(&b[..8], &[0x80, 1, 0xF8, 0, 0, 0, 0, 0], "header and Flags");
-    let f = |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap());
-    for i in 5..25 {
-        assert_eq!(f(i), 0, "Reserved{:02} must be 0", i - 4);
-    }
-    NDIS_NDK_PERFORMANCE_COUNTERS {
-        Connect: f(0),
-        Accept: f(1),
-        ConnectFailure: f(2),
-        ConnectionError: f(3),
-        ActiveConnection: f(4),
-        CQError: f(25),
-        RDMAInOctets: f(26),
-        RDMAOutOctets: f(27),
-        RDMAInFrames: f(28),
-        RDMAOutFrames: f(29),
-        ..Default::default()
-    }
-}
-
-/// Consumer memory registered through an MR of `pd`.
-struct Region {
-    mem: ConsumerMem,
-    _mdl: BuiltMdl,
-    mr: Mr,
-}
-
-impl Region {
-    fn new(rig: &NdisRig, host: usize, pd: &Pd, pages: usize, va: u64, flags: u32) -> Region {
-        let mem = ConsumerMem::new(&rig.hosts[host].space, pages, va);
-        let len = pages * 4096;
-        let mdl = mem.mdl(0, len as u32);
-        let mr = pd.create_mr(false).expect("NdkCreateMr");
-        assert_eq!(mr.register(&mdl, len, flags), STATUS_SUCCESS);
-        Region { mem, _mdl: mdl, mr }
-    }
-
-    fn sge(&self, off: u64, len: u32) -> NDK_SGE {
-        sge(self.mem.va + off, len, self.mr.local_token())
-    }
-
-    fn close(self) {
-        assert_eq!(self.mr.deregister(), STATUS_SUCCESS);
-        assert_eq!(self.mr.close(), STATUS_SUCCESS);
-        drop(self.mem);
-    }
-}
-
-/// One side's objects.
-struct Side {
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-}
-
-impl Side {
-    fn new(a: &Adapter, ctx: usize) -> Side {
-        let pd = a.create_pd().expect("PD");
-        let cq = a.create_cq(64, None).expect("CQ");
-        let qp = pd.create_qp(&cq, &cq, QpSpec::new(ctx)).expect("QP");
-        Side { pd, cq, qp }
-    }
-
-    fn close(self) {
-        self.qp.close();
-        self.cq.close();
-        self.pd.close();
-    }
-}
-
+/// `(in frames, in octets)` and `(out frames, out octets)` on the wire's terms.
 fn expect_traffic(
     c: &NDIS_NDK_PERFORMANCE_COUNTERS,
-    (in_octets, in_frames, out_octets, out_frames): (u64, u64, u64, u64),
-    active: u64,
+    ((in_frames, in_octets), (out_frames, out_octets)): ((u64, u64), (u64, u64)),
     what: &str,
 ) {
     assert_eq!(
@@ -348,11 +74,16 @@ fn expect_traffic(
         "{what}: RDMA in octets/frames, out octets/frames"
     );
     assert_eq!(
-        (c.Connect, c.Accept, c.ConnectFailure, c.ConnectionError),
-        (0, 0, 0, 0),
-        "{what}: no connection manager yet"
+        (
+            c.Connect,
+            c.Accept,
+            c.ConnectFailure,
+            c.ConnectionError,
+            c.ActiveConnection
+        ),
+        (0, 0, 0, 0, 0),
+        "{what}: QPs wired raw are no connection of the (absent) connection engine"
     );
-    assert_eq!(c.ActiveConnection, active, "{what}: connected QPs");
     assert_eq!(c.CQError, 0, "{what}: CQ errors");
 }
 
@@ -413,7 +144,7 @@ fn lifecycle(mode: Mode) {
     let a1 = rig.open(1, v(2, 1));
     let s0 = Side::new(&a0, 0xA0);
     let s1 = Side::new(&a1, 0xB0);
-    rig.wire(&s0.qp, &s1.qp);
+    wire(&rig, &s0.qp, &s1.qp);
     let m0 = Region::new(&rig, 0, &s0.pd, 4, 0x1000_0000, REMOTE);
     let m1 = Region::new(&rig, 1, &s1.pd, 4, 0x2000_0000, REMOTE);
     let (send, write, read, back) = (1000u32, 5000u32, 3000u32, 17u32);
@@ -471,13 +202,25 @@ fn lifecycle(mode: Mode) {
     verify(&m0.mem, 12288, &wdata[..read as usize]);
     rig.pump.settle();
 
-    // Host 0: in = the reply received + the read; out = the send + the write.
-    // Host 1: in = the send received; out = the reply. (A peer's write or read of host 1's
-    // memory completes nothing on host 1, so host 1 does not count it: host 0 does.)
-    let want0 = (u64::from(back + read), 2, u64::from(send + write), 2);
-    let want1 = (u64::from(send), 1, u64::from(back), 1);
-    expect_traffic(&rig.statistics(0), want0, 1, "host 0");
-    expect_traffic(&rig.statistics(1), want1, 1, "host 1");
+    // On the wire's terms at the wiring's path MTU 1024, IPv4 (tests/common/ndis.rs
+    // WireModel). Host 0: in = the reply received + the read's response; out = the send,
+    // the write and the read's request. Host 1: in = the send received; out = the reply.
+    // (A peer's write or read of host 1's memory completes nothing on host 1, so host 1
+    // does not count it: host 0 does.)
+    let w = WireModel::ipv4(1024);
+    let (send, write, read, back) = (
+        u64::from(send),
+        u64::from(write),
+        u64::from(read),
+        u64::from(back),
+    );
+    let want0 = (
+        total(&[w.send(back), w.read_response(read)]),
+        total(&[w.send(send), w.write(write), w.read_request()]),
+    );
+    let want1 = (w.send(send), w.send(back));
+    expect_traffic(&rig.statistics(0), want0, "host 0");
+    expect_traffic(&rig.statistics(1), want1, "host 1");
     // OID_GEN_STATISTICS counts the same traffic (all of this function's traffic is RDMA).
     let mut g = vec![0u8; 0x98];
     g[..4].copy_from_slice(&[0x80, 1, 0x98, 0]);
@@ -488,11 +231,11 @@ fn lifecycle(mode: Mode) {
     let at = |o: usize| u64::from_le_bytes(g[o..o + 8].try_into().unwrap());
     assert_eq!(
         (at(0x18), at(0x20), at(0x38), at(0x40)),
-        (want0.0, want0.1, want0.2, want0.3)
+        (want0.0.1, want0.0.0, want0.1.1, want0.1.0)
     );
     let mut ok = [0u8; 8];
     assert_eq!(rig.query(1, OID_GEN_XMIT_OK, &mut ok), OidResult::done(8));
-    assert_eq!(u64::from_le_bytes(ok), 1);
+    assert_eq!(u64::from_le_bytes(ok), want1.1.0, "host 1's frames out");
 
     // Disable NDK with the objects live: opens stop at once, NDIS hears NetEventNDKDisable
     // and closes each NDK_ADAPTER, and each close waits for its consumer to close the
@@ -537,8 +280,8 @@ fn lifecycle(mode: Mode) {
         assert_eq!(rig.mp(h).open_adapters(), 0);
     }
     // Closed QPs' traffic stays counted; no connection is active any more.
-    expect_traffic(&rig.statistics(0), want0, 0, "host 0 after close");
-    expect_traffic(&rig.statistics(1), want1, 0, "host 1 after close");
+    expect_traffic(&rig.statistics(0), want0, "host 0 after close");
+    expect_traffic(&rig.statistics(1), want1, "host 1 after close");
     // Re-enabling is announced; then Halt.
     assert_eq!(
         rig.mp(0).set_oid(OID_NDK_SET_STATE, &[1]),
@@ -791,10 +534,7 @@ fn ndk_oids_with_correct_short_and_malformed_buffers() {
 
 #[test]
 fn network_direct_zero_reports_disabled_and_refuses_enable() {
-    let cfg = MiniportConfig {
-        network_direct: false,
-        ..MiniportConfig::default()
-    };
+    let cfg = MiniportConfig::network_direct(false);
     let rig = NdisRig::new(Mode::Deterministic, 1, &cfg);
     let m = rig.mp(0);
     assert!(!m.ndk_enabled());

@@ -13,11 +13,23 @@
 //!
 //! Meant for [`crate::fabric::ThreadMode::ScaledReal`] at scale 1.0: the guest runs in real
 //! time, so the fabric must too, or the model's transport timers expire before it can answer.
+//!
+//! **A lossless wire.** RoCE expects a lossless fabric (PFC pauses a sender before a queue
+//! overflows); a UDP socket drops what does not fit in its receive buffer. QEMU reads its
+//! socket only while the guest's NIC has buffers, and the socket holds Linux's default
+//! `net.core.rmem_default` (208 KiB, about 90 frames of 1 KiB payload), so a burst from the
+//! device model (a 1 MiB message is 1024 frames sent at once) would lose most of its frames
+//! and the guest's RC transport would retransmit. So frames for the peer go through a queue
+//! whose sender pauses while the peer's socket is half full: it reads the socket's receive
+//! queue from the kernel's UDP table (`/proc/net/udp`, the peer is on this host's loopback)
+//! and sends only what fits in half of its buffer, then looks again. A peer not in the table
+//! (not started, or gone) is sent to without pausing.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -46,6 +58,8 @@ pub struct WireCounters {
     pub answered: u64,
     /// Datagrams that could not be sent.
     pub tx_errors: u64,
+    /// Times the sender paused for the peer's socket to drain (see the module docs).
+    pub paused: u64,
 }
 
 #[derive(Default)]
@@ -55,6 +69,14 @@ struct Counters {
     rx_bad: AtomicU64,
     answered: AtomicU64,
     tx_errors: AtomicU64,
+    paused: AtomicU64,
+}
+
+/// Frames the fabric routed to the peer, waiting for room in its socket.
+#[derive(Default)]
+struct Egress {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    ready: Condvar,
 }
 
 /// A fabric port joined to a UDP socket (see the module docs).
@@ -67,6 +89,9 @@ pub struct UdpWire {
     attached: OnceLock<(PortId, FabricHandle)>,
     stop: AtomicBool,
     reader: Mutex<Option<JoinHandle<()>>>,
+    egress: Egress,
+    sender: Mutex<Option<JoinHandle<()>>>,
+    peer_socket: PeerSocket,
     counters: Counters,
 }
 
@@ -109,8 +134,16 @@ impl UdpWire {
             attached: OnceLock::new(),
             stop: AtomicBool::new(false),
             reader: Mutex::new(None),
+            egress: Egress::default(),
+            sender: Mutex::new(None),
+            peer_socket: PeerSocket::new(cfg.peer),
             counters: Counters::default(),
         });
+        let me = wire.clone();
+        let sender = std::thread::Builder::new()
+            .name("udp-wire-tx".into())
+            .spawn(move || me.send_loop())?;
+        *wire.sender.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
         let id = fabric.attach(wire.clone());
         let _ = wire.attached.set((id, fabric.handle()));
         let me = wire.clone();
@@ -119,6 +152,12 @@ impl UdpWire {
             .spawn(move || me.read_loop())?;
         *wire.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader);
         Ok(wire)
+    }
+
+    /// Datagrams the peer's socket has dropped since it was opened (its receive buffer was
+    /// full), from the kernel's UDP table; `None` when the peer's socket is not in it.
+    pub fn peer_drops(&self) -> Option<u64> {
+        self.peer_socket.read().map(|q| q.drops)
     }
 
     /// The local socket's address.
@@ -143,6 +182,7 @@ impl UdpWire {
             rx_bad: c.rx_bad.load(Ordering::Relaxed),
             answered: c.answered.load(Ordering::Relaxed),
             tx_errors: c.tx_errors.load(Ordering::Relaxed),
+            paused: c.paused.load(Ordering::Relaxed),
         }
     }
 
@@ -176,6 +216,11 @@ impl UdpWire {
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(r) = reader {
             let _ = r.join();
+        }
+        self.egress.ready.notify_all();
+        let sender = self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(s) = sender {
+            let _ = s.join();
         }
         if let Some(id) = self.port() {
             fabric.detach(id);
@@ -223,13 +268,125 @@ impl UdpWire {
     }
 }
 
+impl UdpWire {
+    /// Sends the queued frames in order, each once half the peer's socket buffer has room
+    /// for it (the module docs); ends at [`UdpWire::close`], dropping what is still queued.
+    fn send_loop(&self) {
+        // Bytes the peer's socket can take before the sender looks again.
+        let mut room = 0u64;
+        loop {
+            let frame = {
+                let mut q = self.egress.queue.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Some(f) = q.pop_front() {
+                        break f;
+                    }
+                    q = self
+                        .egress
+                        .ready
+                        .wait_timeout(q, READ_TIMEOUT)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            };
+            let cost = truesize(frame.len());
+            let mut paused = false;
+            while room < cost {
+                room = match self.peer_socket.read() {
+                    Some(q) => (self.peer_socket.capacity / 2).saturating_sub(q.queued),
+                    None => u64::MAX,
+                };
+                if room < cost {
+                    if !paused {
+                        paused = true;
+                        self.counters.paused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(PAUSE);
+                }
+            }
+            room -= cost;
+            self.send_direct(&frame);
+        }
+    }
+}
+
 impl FabricPort for UdpWire {
     fn mac(&self) -> [u8; 6] {
         self.mac
     }
 
     fn receive(&self, frame: &[u8], _now_ns: u64) {
-        self.send_direct(frame);
+        let mut q = self.egress.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_back(frame.to_vec());
+        drop(q);
+        self.egress.ready.notify_one();
+    }
+}
+
+/// How long the sender waits before it looks at a full peer socket again.
+const PAUSE: Duration = Duration::from_micros(200);
+
+/// What a datagram of `len` bytes costs in a receiving socket's buffer (its skb's truesize:
+/// the data rounded up to a kmalloc size, plus the skb's own bookkeeping), overestimated.
+fn truesize(len: usize) -> u64 {
+    (len as u64 + 512).next_power_of_two() + 512
+}
+
+/// The peer's UDP socket in the kernel's table (Linux; elsewhere never found).
+struct PeerSocket {
+    /// `ADDR:PORT` as `/proc/net/udp` writes a local address (hex, the address in host
+    /// order of the 32-bit word).
+    local: String,
+    /// Its receive buffer: `net.core.rmem_default` (QEMU does not set SO_RCVBUF).
+    capacity: u64,
+}
+
+/// One reading of [`PeerSocket`].
+#[derive(Clone, Copy, Debug)]
+struct PeerQueue {
+    /// Bytes in its receive queue.
+    queued: u64,
+    /// Datagrams dropped (buffer full).
+    drops: u64,
+}
+
+impl PeerSocket {
+    fn new(peer: SocketAddr) -> PeerSocket {
+        let local = match peer.ip() {
+            IpAddr::V4(a) => format!("{:08X}:{:04X}", u32::from_ne_bytes(a.octets()), peer.port()),
+            // Only IPv4 loopback peers are looked up.
+            IpAddr::V6(_) => String::new(),
+        };
+        let capacity = std::fs::read_to_string("/proc/sys/net/core/rmem_default")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(212_992);
+        PeerSocket { local, capacity }
+    }
+
+    /// The socket's line of `/proc/net/udp`: `sl local rem st tx_queue:rx_queue ... drops`.
+    fn read(&self) -> Option<PeerQueue> {
+        if self.local.is_empty() {
+            return None;
+        }
+        let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+        table.lines().skip(1).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.get(1) != Some(&self.local.as_str()) {
+                return None;
+            }
+            let (_, rx) = f.get(4)?.split_once(':')?;
+            Some(PeerQueue {
+                queued: u64::from_str_radix(rx, 16).ok()?,
+                drops: f.last()?.parse().ok()?,
+            })
+        })
     }
 }
 

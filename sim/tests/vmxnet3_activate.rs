@@ -382,3 +382,47 @@ fn a_failed_activation_can_be_retried_after_the_driver_fixes_its_values() {
     // Another buffer in the same space: still not the device's to touch.
     let _unused = DmaBuffer::new(&n.dma, 1);
 }
+
+#[test]
+fn activate_restores_the_permanent_mac_only_when_configured_as_qemu() {
+    let permanent = Vmxnet3Config::default().mac;
+    let custom = [0x02, 0x22, 0x33, 0x44, 0x55, 0x66];
+    for (restores, after_activate) in [(false, custom), (true, permanent)] {
+        let cfg = Vmxnet3Config {
+            activate_restores_mac: restores,
+            ..Vmxnet3Config::default()
+        };
+        let n = MockNic::new(cfg, dflt());
+        n.select();
+        n.bar1_w(0x28, 0x4433_2202);
+        n.bar1_w(0x30, 0x6655);
+        assert_eq!(n.dev.with_core(|c| c.mac()), custom);
+        assert_eq!(n.activate(), 0);
+        assert_eq!(
+            n.dev.with_core(|c| c.mac()),
+            after_activate,
+            "restores {restores}"
+        );
+        assert_eq!(
+            n.bar1_r(0x28),
+            u32::from_le_bytes(after_activate[..4].try_into().unwrap())
+        );
+        // Written again once active, it stays (what a driver does for QEMU).
+        n.bar1_w(0x28, 0x4433_2202);
+        n.bar1_w(0x30, 0x6655);
+        assert_eq!(n.dev.with_core(|c| c.mac()), custom);
+        // The permanent MAC is the configured one throughout.
+        assert_eq!(n.cmd(0xF00D_0003), 0x0056_5000);
+    }
+}
+
+#[test]
+fn the_qemu_profile_answers_get_conf_intr_and_get_link_as_qemu() {
+    let n = MockNic::up(Vmxnet3Config::qemu(), dflt());
+    assert_eq!(n.cmd(0xF00D_0008), 0, "GET_CONF_INTR: AUTO type, AUTO mask");
+    assert_eq!(
+        n.cmd(0xF00D_0002),
+        (1000 << 16) | 1,
+        "GET_LINK: 1000 Mbps, up"
+    );
+}

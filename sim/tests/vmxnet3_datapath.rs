@@ -894,3 +894,52 @@ fn get_stats_writes_upt1_counters() {
     // The queue descriptors are read by offset: status lies before the stats.
     let _ = RXQ_DESC;
 }
+
+#[test]
+fn rx_completions_carry_the_configured_type() {
+    for (ty, cfg) in [(3, Vmxnet3Config::default()), (0, Vmxnet3Config::qemu())] {
+        let n = MockNic::up(cfg, MockConfig::default());
+        assert!(n.dev.receive_frame(&frame(OWN, PEER, 0x0800, 200)));
+        n.run();
+        let (_, comps) = one_frame(&n);
+        assert_eq!(comps.len(), 1);
+        assert_eq!(comps[0].kind, ty);
+    }
+}
+
+#[test]
+fn short_frames_are_padded_to_the_configured_minimum() {
+    let short = frame(OWN, PEER, 0x0806, 42);
+    let mut runt = frame(OWN, PEER, 0x0806, 14);
+    runt.truncate(13);
+    // Default: a frame arrives as it was sent; a runt is dropped.
+    let n = MockNic::default_up();
+    assert!(n.dev.receive_frame(&short));
+    n.run();
+    assert_eq!(one_frame(&n).0, short);
+    assert!(!n.dev.receive_frame(&runt));
+    assert_eq!(n.dev.counters().rx_errors, 1);
+    // Padded to 60 bytes (QEMU): both arrive, zero-filled.
+    let n = MockNic::up(
+        Vmxnet3Config {
+            rx_min_frame: 60,
+            ..Vmxnet3Config::default()
+        },
+        MockConfig::default(),
+    );
+    for f in [&short, &runt] {
+        assert!(n.dev.receive_frame(f));
+        n.run();
+        let (got, comps) = one_frame(&n);
+        assert_eq!(comps[0].len, 60);
+        assert_eq!(&got[..f.len()], &f[..]);
+        assert!(got[f.len()..].iter().all(|&b| b == 0));
+    }
+    let s = n.stats(true);
+    assert_eq!((s[2], s[3]), (2, 120), "counted at their padded length");
+    // A frame of 60 bytes or more is untouched.
+    let full = frame(OWN, PEER, 0x0800, 61);
+    assert!(n.dev.receive_frame(&full));
+    n.run();
+    assert_eq!(one_frame(&n).0, full);
+}

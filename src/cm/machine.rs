@@ -58,6 +58,11 @@ pub struct CmConfig {
     pub packet_life_time: u8,
     /// Service Timeout of the MRAs this CM sends (rdma_cm: 24, ≈ 68.7 s).
     pub mra_service_timeout: u8,
+    /// The largest path MTU code (1 = 256 … 5 = 4096) this side runs connections at: a REQ
+    /// asking more is refused with REJ 26 (Invalid MTU), since the peer's packets would
+    /// exceed what this port carries (Linux rdma_cm accepts the REQ's value unchecked). 5 by
+    /// default; the miniport sets its operational `*NetworkDirectRoCEFrameSize`.
+    pub max_path_mtu: u8,
 }
 
 impl CmConfig {
@@ -76,6 +81,7 @@ impl CmConfig {
             max_cm_retries: 15,
             packet_life_time: 18,
             mra_service_timeout: 24,
+            max_path_mtu: 5,
         }
     }
 }
@@ -1123,6 +1129,10 @@ impl Cm {
         };
         if req.transport_service_type() != 0 {
             self.reply_rej(path, tid, req, reject_reason::CONSUMER_REJECT);
+            return Ok(());
+        }
+        if !(1..=self.cfg.max_path_mtu).contains(&req.path_mtu()) {
+            self.reply_rej(path, tid, req, reject_reason::INVALID_MTU);
             return Ok(());
         }
         let Ok(slot) = self.alloc() else {

@@ -171,6 +171,8 @@ pub mod reject_reason {
     pub const STALE_CONNECTION: u16 = 10;
     /// Invalid GID.
     pub const INVALID_GID: u16 = 12;
+    /// A path MTU this side does not carry.
+    pub const INVALID_MTU: u16 = 26;
     /// Consumer reject (and every rdma_cm-level refusal).
     pub const CONSUMER_REJECT: u16 = 28;
     /// Invalid class version.

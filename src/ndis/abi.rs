@@ -397,10 +397,14 @@ pub const NDIS_OBJECT_TYPE_OID_REQUEST: u8 = 0x96;
 pub const NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES: u8 = 0x9E;
 pub const NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES: u8 = 0x9F;
 
-/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS.MajorNdisVersion` / `MinorNdisVersion`: NDIS 6.30,
-/// the first version with NDK.
+/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS.MajorNdisVersion` / `MinorNdisVersion`: NDIS 6.85,
+/// Windows Server 2022's version and the one its certification checks expect (smb-direct.md
+/// §1.1, Test-NetHLK); Server 2025 (6.89) loads it unchanged. NDK needs 6.30; the NDKPI 2.x
+/// fields (RdmaTechnology, SwitchId/VPortId, NET_PNP_EVENT_NOTIFICATION revision 2) need
+/// 6.50. Learn, "Introduction to NDIS 6.85": characteristics REVISION_3, and the 6.85
+/// revision of every structure (here NDIS_SG_DMA_DESCRIPTION REVISION_2).
 pub const NDIS_MINIPORT_MAJOR_VERSION: u8 = 6;
-pub const NDIS_MINIPORT_MINOR_VERSION: u8 = 30;
+pub const NDIS_MINIPORT_MINOR_VERSION: u8 = 85;
 
 /// An untyped NDIS handler slot (`NULL` = not provided).
 pub type NDIS_HANDLER = Option<unsafe extern "system" fn()>;
@@ -464,9 +468,9 @@ pub type MINIPORT_DEVICE_PNP_EVENT_NOTIFY_HANDLER = unsafe extern "system" fn(
 pub type MINIPORT_SHUTDOWN_HANDLER =
     unsafe extern "system" fn(MiniportAdapterContext: NDIS_HANDLE, ShutdownAction: i32);
 
-/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS`, REVISION_2 (NDIS 6.1+: the direct-OID handlers,
-/// required for miniports that implement RDMA). REVISION_3 (6.80) only adds the synchronous
-/// OID handler, which this driver does not provide.
+/// `NDIS_MINIPORT_DRIVER_CHARACTERISTICS`, REVISION_3 (NDIS 6.80+, required of a 6.85
+/// driver): REVISION_2's direct-OID handlers (required for miniports that implement RDMA)
+/// and the synchronous OID handler, which is optional (RSSv2 only) and left NULL here.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct NDIS_MINIPORT_DRIVER_CHARACTERISTICS {
@@ -493,8 +497,17 @@ pub struct NDIS_MINIPORT_DRIVER_CHARACTERISTICS {
     pub CancelOidRequestHandler: Option<MINIPORT_CANCEL_HANDLER>,
     pub DirectOidRequestHandler: Option<MINIPORT_OID_REQUEST_HANDLER>,
     pub CancelDirectOidRequestHandler: Option<MINIPORT_CANCEL_HANDLER>,
+    pub SynchronousOidRequestHandler: NDIS_HANDLER,
 }
 pub const NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2: u8 = 2;
+pub const NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_3: u8 = 3;
+pub const NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_3: u16 = through(
+    offset_of!(
+        NDIS_MINIPORT_DRIVER_CHARACTERISTICS,
+        SynchronousOidRequestHandler
+    ),
+    size_of::<NDIS_HANDLER>(),
+);
 pub const NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2: u16 = through(
     offset_of!(
         NDIS_MINIPORT_DRIVER_CHARACTERISTICS,
@@ -575,11 +588,18 @@ pub struct NDIS_SG_DMA_DESCRIPTION {
     pub SharedMemAllocateCompleteHandler: NDIS_HANDLER,
     /// Out: set by NdisMRegisterScatterGatherDma.
     pub ScatterGatherListSize: u32,
+    /// NDIS 6.85 (REVISION_2): a PDO to use for DMA instead of the miniport's; NULL.
+    pub PdoOverride: *mut core::ffi::c_void,
 }
 pub const NDIS_SG_DMA_DESCRIPTION_REVISION_1: u8 = 1;
 pub const NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1: u16 = through(
     offset_of!(NDIS_SG_DMA_DESCRIPTION, ScatterGatherListSize),
     size_of::<u32>(),
+);
+pub const NDIS_SG_DMA_DESCRIPTION_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_2: u16 = through(
+    offset_of!(NDIS_SG_DMA_DESCRIPTION, PdoOverride),
+    size_of::<*mut core::ffi::c_void>(),
 );
 pub const NDIS_SG_DMA_64_BIT_ADDRESS: u32 = 0x0000_0001;
 
@@ -832,6 +852,7 @@ pub const NDIS_SIZEOF_MINIPORT_INTERRUPT_CHARACTERISTICS_REVISION_1: u16 = throu
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2 == 0x98);
+    assert!(NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_3 == 0xA0);
     assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, SetOptionsHandler) == 0x10);
     assert!(offset_of!(NDIS_MINIPORT_DRIVER_CHARACTERISTICS, CheckForHangHandlerEx) == 0x60);
     assert!(
@@ -846,6 +867,16 @@ const _: () = {
     assert!(offset_of!(NDIS_MINIPORT_INIT_PARAMETERS, AllocatedResources) == 8);
     assert!(size_of::<NDIS_MINIPORT_INIT_PARAMETERS>() == 0x40);
     assert!(NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1 == 0x24);
+    assert!(NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_2 == 0x30);
+    assert!(NDIS_SIZEOF_NDIS_PM_CAPABILITIES_REVISION_2 == 0x3C);
+    assert!(NDIS_SIZEOF_CONFIGURATION_OBJECT_REVISION_1 == 0x18);
+    assert!(offset_of!(NDIS_CONFIGURATION_PARAMETER, ParameterData) == 8);
+    assert!(size_of::<NDIS_CONFIGURATION_PARAMETER>() == 0x18);
+    assert!(NDIS_SIZEOF_STATUS_INDICATION_REVISION_1 == 0x70);
+    assert!(offset_of!(NDIS_STATUS_INDICATION, StatusBuffer) == 0x30);
+    assert!(offset_of!(NDIS_STATUS_INDICATION, Guid) == 0x3C);
+    assert!(NDIS_SIZEOF_LINK_STATE_REVISION_1 == 0x28);
+    assert!(offset_of!(NDIS_LINK_STATE, XmitLinkSpeed) == 0x10);
     assert!(offset_of!(NDIS_SG_DMA_DESCRIPTION, ProcessSGListHandler) == 0x10);
     assert!(NDIS_SIZEOF_MINIPORT_ADAPTER_REGISTRATION_ATTRIBUTES_REVISION_2 == 0x1C);
     assert!(offset_of!(NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES, MaxXmitLinkSpeed) == 0x18);
@@ -973,8 +1004,12 @@ pub const NdisMedium802_3: u32 = 0;
 pub const NdisPhysicalMedium802_3: u32 = 14;
 /// `NDIS_LINK_SPEED_UNKNOWN`.
 pub const NDIS_LINK_SPEED_UNKNOWN: u64 = u64::MAX;
+/// `NDIS_MEDIA_CONNECT_STATE::MediaConnectStateUnknown`.
+pub const MediaConnectStateUnknown: u32 = 0;
 /// `NDIS_MEDIA_CONNECT_STATE::MediaConnectStateConnected`.
 pub const MediaConnectStateConnected: u32 = 1;
+/// `NDIS_MEDIA_CONNECT_STATE::MediaConnectStateDisconnected`.
+pub const MediaConnectStateDisconnected: u32 = 2;
 /// `NDIS_MEDIA_DUPLEX_STATE::MediaDuplexStateFull`.
 pub const MediaDuplexStateFull: u32 = 2;
 
@@ -1057,3 +1092,135 @@ pub const NDIS_STATISTICS_FLAGS_VALID_DIRECTED_BYTES_XMIT: u32 = 0x0008_0000;
 /// `NDIS_DEVICE_PNP_EVENT::NdisDevicePnPEventSurpriseRemoved` (ndis.h enum: QueryRemoved 0,
 /// Removed 1, SurpriseRemoved 2, QueryStopped 3, Stopped 4, PowerProfileChanged 5).
 pub const NdisDevicePnPEventSurpriseRemoved: u32 = 2;
+
+// ==== issue 23: power-management capabilities, status indications, configuration ====
+// (Learn: ns-ntddndis-_ndis_pm_capabilities, ns-ndis-_ndis_status_indication,
+// ns-ntddndis-_ndis_link_state, ns-ndis-_ndis_configuration_object,
+// ns-ndis-_ndis_configuration_parameter, nf-ndis-ndiswriteerrorlogentry; netevent.h.)
+
+/// `NDIS_PM_CAPABILITIES` (ntddndis.h; REVISION_2 for NDIS 6.30+). The general attributes'
+/// `PowerManagementCapabilitiesEx` is mandatory for NDIS 6.20+ drivers; a function with no
+/// wake-up support reports zeros and `NdisDeviceStateUnspecified` (0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_PM_CAPABILITIES {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub Flags: u32,
+    pub SupportedWoLPacketPatterns: u32,
+    pub NumTotalWoLPatterns: u32,
+    pub MaxWoLPatternSize: u32,
+    pub MaxWoLPatternOffset: u32,
+    pub MaxWoLPacketSaveBuffer: u32,
+    pub SupportedProtocolOffloads: u32,
+    pub NumArpOffloadIPv4Addresses: u32,
+    pub NumNSOffloadIPv6Addresses: u32,
+    /// `NDIS_DEVICE_POWER_STATE`.
+    pub MinMagicPacketWakeUp: i32,
+    pub MinPatternWakeUp: i32,
+    pub MinLinkChangeWakeUp: i32,
+    pub SupportedWakeUpEvents: u32,
+    pub MediaSpecificWakeUpEvents: u32,
+}
+pub const NDIS_PM_CAPABILITIES_REVISION_2: u8 = 2;
+pub const NDIS_SIZEOF_NDIS_PM_CAPABILITIES_REVISION_2: u16 = through(
+    offset_of!(NDIS_PM_CAPABILITIES, MediaSpecificWakeUpEvents),
+    size_of::<u32>(),
+);
+/// `NDIS_DEVICE_POWER_STATE::NdisDeviceStateUnspecified`.
+pub const NdisDeviceStateUnspecified: i32 = 0;
+
+/// `NDIS_STATUS_INDICATION` (ndis.h), passed to NdisMIndicateStatusEx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_STATUS_INDICATION {
+    pub Header: NDIS_OBJECT_HEADER,
+    pub SourceHandle: NDIS_HANDLE,
+    pub PortNumber: NDIS_PORT_NUMBER,
+    pub StatusCode: NDIS_STATUS,
+    pub Flags: u32,
+    pub DestinationHandle: NDIS_HANDLE,
+    pub RequestId: *mut core::ffi::c_void,
+    pub StatusBuffer: *mut core::ffi::c_void,
+    pub StatusBufferSize: u32,
+    pub Guid: GUID,
+    pub NdisReserved: [*mut core::ffi::c_void; 4],
+}
+pub const NDIS_OBJECT_TYPE_STATUS_INDICATION: u8 = 0x98;
+pub const NDIS_STATUS_INDICATION_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_STATUS_INDICATION_REVISION_1: u16 = through(
+    offset_of!(NDIS_STATUS_INDICATION, NdisReserved),
+    size_of::<[*mut core::ffi::c_void; 4]>(),
+);
+/// `NDIS_STATUS_LINK_STATE`: the status buffer is an [`NDIS_LINK_STATE`].
+pub const NDIS_STATUS_LINK_STATE: NDIS_STATUS = 0x4001_0017;
+
+/// `NDIS_LINK_STATE` (ntddndis.h), the NDIS_STATUS_LINK_STATE buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NDIS_LINK_STATE {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// `NDIS_MEDIA_CONNECT_STATE`.
+    pub MediaConnectState: u32,
+    /// `NDIS_MEDIA_DUPLEX_STATE`.
+    pub MediaDuplexState: u32,
+    pub XmitLinkSpeed: u64,
+    pub RcvLinkSpeed: u64,
+    /// `NDIS_SUPPORTED_PAUSE_FUNCTIONS`.
+    pub PauseFunctions: u32,
+    pub AutoNegotiationFlags: u32,
+}
+pub const NDIS_LINK_STATE_REVISION_1: u8 = 1;
+pub const NDIS_SIZEOF_LINK_STATE_REVISION_1: u16 = through(
+    offset_of!(NDIS_LINK_STATE, AutoNegotiationFlags),
+    size_of::<u32>(),
+);
+
+/// `NDIS_CONFIGURATION_OBJECT` (ndis.h), for NdisOpenConfigurationEx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_CONFIGURATION_OBJECT {
+    pub Header: NDIS_OBJECT_HEADER,
+    /// The MiniportAdapterHandle InitializeEx received (the adapter's own keywords).
+    pub NdisHandle: NDIS_HANDLE,
+    pub Flags: u32,
+}
+pub const NDIS_OBJECT_TYPE_CONFIGURATION_OBJECT: u8 = 0xA9;
+pub const NDIS_CONFIGURATION_OBJECT_REVISION_1: u8 = 1;
+/// `sizeof(NDIS_CONFIGURATION_OBJECT)`, as the WDK's macro is.
+pub const NDIS_SIZEOF_CONFIGURATION_OBJECT_REVISION_1: u16 =
+    size_of::<NDIS_CONFIGURATION_OBJECT>() as u16;
+
+/// `UNICODE_STRING` / `NDIS_STRING`: lengths in bytes, not NUL-terminated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_STRING {
+    pub Length: u16,
+    pub MaximumLength: u16,
+    pub Buffer: *mut u16,
+}
+
+/// `NDIS_PARAMETER_TYPE::NdisParameterInteger`: NDIS converts a decimal REG_SZ (what an
+/// INF enum keyword stores) or a REG_DWORD to a ULONG.
+pub const NdisParameterInteger: i32 = 0;
+
+/// `NDIS_CONFIGURATION_PARAMETER` (ndis.h): the type, then a union of IntegerData (its
+/// first ULONG), an NDIS_STRING and BINARY_DATA, pointer-aligned; kept as raw words here.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NDIS_CONFIGURATION_PARAMETER {
+    pub ParameterType: i32,
+    pub ParameterData: [u64; 2],
+}
+
+impl NDIS_CONFIGURATION_PARAMETER {
+    /// The union's `IntegerData`.
+    pub const fn integer_data(&self) -> u32 {
+        // CAST: the low ULONG of the union's first word (little-endian).
+        self.ParameterData[0] as u32
+    }
+}
+
+/// `NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION` = `EVENT_NDIS_UNSUPPORTED_CONFIGURATION`
+/// (netevent.h; "%2: The supplied configuration is not supported."), the event
+/// NdisWriteErrorLogEntry logs under the INF's netevent.dll message file.
+pub const NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION: u32 = 0xC000_1391;

@@ -9,14 +9,10 @@
 
 use super::abi::*;
 use super::counters::SUPPORTED_STATISTICS;
+use super::link::LinkState;
 use super::oid::SUPPORTED_OIDS;
 
-/// Ethernet payload (no jumbo frames: RoCE frames are sized by the RDMA MTU, not this).
-pub const MTU: u32 = 1500;
-/// Ethernet header.
-pub const ETH_HEADER: u32 = 14;
-/// The lookahead NDIS may ask for (the whole frame).
-pub const MAX_LOOKAHEAD: u32 = MTU;
+pub use super::config::ETH_HEADER;
 /// Packet filters OID_GEN_CURRENT_PACKET_FILTER accepts (there is no receive path to filter).
 pub const SUPPORTED_PACKET_FILTERS: u32 = NDIS_PACKET_TYPE_DIRECTED
     | NDIS_PACKET_TYPE_MULTICAST
@@ -66,19 +62,20 @@ pub struct GeneralAttributes {
 
 impl GeneralAttributes {
     /// For a function whose MAC registers read `mac` (M3: format unconfirmed; only shown to
-    /// NDIS). The device reports no link speed: NDIS_LINK_SPEED_UNKNOWN.
-    pub fn new(mac: [u8; 6]) -> Self {
+    /// NDIS), an Ethernet MTU of `mtu` (`*JumboPacket` less the header), the link as
+    /// QUERY_PORT reported it and the port's speed as its maximum.
+    pub fn new(mac: [u8; 6], mtu: u32, link: &LinkState, max_speed_bps: u64) -> Self {
         GeneralAttributes {
             media_type: NdisMedium802_3,
             physical_medium_type: NdisPhysicalMedium802_3,
-            mtu: MTU,
-            max_xmit_link_speed: NDIS_LINK_SPEED_UNKNOWN,
-            max_rcv_link_speed: NDIS_LINK_SPEED_UNKNOWN,
-            xmit_link_speed: NDIS_LINK_SPEED_UNKNOWN,
-            rcv_link_speed: NDIS_LINK_SPEED_UNKNOWN,
-            media_connect_state: MediaConnectStateConnected,
+            mtu,
+            max_xmit_link_speed: max_speed_bps,
+            max_rcv_link_speed: max_speed_bps,
+            xmit_link_speed: link.speed_bps,
+            rcv_link_speed: link.speed_bps,
+            media_connect_state: link.media_connect_state(),
             media_duplex_state: MediaDuplexStateFull,
-            lookahead_size: MAX_LOOKAHEAD,
+            lookahead_size: mtu,
             max_multicast_list_size: 0,
             mac_address_length: 6,
             permanent_mac_address: mac,
@@ -110,10 +107,22 @@ mod tests {
             mac_from_registers(0x5600_5000 | 0x0c, 0xAB_29),
             [0x0c, 0x50, 0x00, 0x56, 0x29, 0xAB]
         );
-        let g = GeneralAttributes::new([1, 2, 3, 4, 5, 6]);
+        let link = LinkState {
+            connected: true,
+            speed_bps: 25_000_000_000,
+        };
+        let g = GeneralAttributes::new([1, 2, 3, 4, 5, 6], 1500, &link, 25_000_000_000);
         assert_eq!(
             (g.mtu, g.lookahead_size, g.mac_address_length),
             (1500, 1500, 6)
+        );
+        assert_eq!(
+            (
+                g.xmit_link_speed,
+                g.max_rcv_link_speed,
+                g.media_connect_state
+            ),
+            (25_000_000_000, 25_000_000_000, MediaConnectStateConnected)
         );
         assert!(g.supported_oids.contains(&OID_NDK_STATISTICS));
     }

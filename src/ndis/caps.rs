@@ -1,21 +1,111 @@
 //! NDIS_NDK_CAPABILITIES from the device caps (ndkpi.md §6.4). The per-consumer part is the
 //! NDK_ADAPTER_INFO that NdkQueryAdapterInfo returns (`ndk::adapter::adapter_info`, the one
 //! derivation); the adapter-wide counts come from the same caps.
+//!
+//! [`NdisBlock`] holds every structure InitializeEx hands NDIS a pointer to that NDIS may
+//! keep: the capabilities, the NDK_ADAPTER_INFO they point at, and the power-management
+//! capabilities of the general attributes. Whether NDIS copies them is unconfirmed
+//! (ndkpi.md Appendix C), so they live in one heap block for the adapter's life, never on
+//! InitializeEx's stack (the emulated run poisons that stack after InitializeEx returns and
+//! reads the capabilities through NDIS's pointer again).
 #![deny(unsafe_code)]
+
+use alloc::boxed::Box;
 
 use super::abi::*;
 use crate::ndk::HwCaps;
+use crate::ndk::adapter::adapter_info;
 use crate::ndkpi::{NDK_ADAPTER_INFO, NDK_VERSION};
+use crate::os::alloc::try_box;
 use crate::pvrdma::dsr::Caps;
+
+/// See the module docs.
+pub struct NdisBlock {
+    info: NDK_ADAPTER_INFO,
+    caps: NDIS_NDK_CAPABILITIES,
+    pm: NDIS_PM_CAPABILITIES,
+}
+
+// SAFETY: the only pointer inside is `caps.NdkInfo`, to `info` in the same immutable heap
+// block; nothing writes the block after `new`, so sharing it across threads is sharing
+// plain data.
+#[allow(unsafe_code)]
+unsafe impl Send for NdisBlock {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Sync for NdisBlock {}
+
+impl NdisBlock {
+    /// The block for a device with `hw` / `dev` caps.
+    ///
+    /// # Errors
+    /// `None` when the allocation fails.
+    pub fn new(hw: &HwCaps, dev: &Caps) -> Option<Box<NdisBlock>> {
+        let info = adapter_info(hw, CAPS_VERSION);
+        let mut b = try_box(NdisBlock {
+            info,
+            caps: ndk_capabilities(hw, dev, &info),
+            pm: pm_capabilities(),
+        })
+        .ok()?
+        .into_inner();
+        // The block is on the heap now: point the capabilities at its own NDK_ADAPTER_INFO.
+        b.caps.NdkInfo = core::ptr::from_ref(&b.info).cast_mut();
+        Some(b)
+    }
+
+    /// NDIS_NDK_CAPABILITIES.
+    pub fn caps(&self) -> &NDIS_NDK_CAPABILITIES {
+        &self.caps
+    }
+
+    /// The pointer NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES carries (NDIS only reads through it).
+    pub fn caps_ptr(&self) -> *mut NDIS_NDK_CAPABILITIES {
+        core::ptr::from_ref(&self.caps).cast_mut()
+    }
+
+    /// The general attributes' `PowerManagementCapabilitiesEx` (NDIS only reads through it).
+    pub fn pm_ptr(&self) -> *mut NDIS_PM_CAPABILITIES {
+        core::ptr::from_ref(&self.pm).cast_mut()
+    }
+
+    /// The NDK_ADAPTER_INFO the capabilities point at.
+    pub fn info(&self) -> &NDK_ADAPTER_INFO {
+        &self.info
+    }
+}
+
+/// NDIS_PM_CAPABILITIES (REVISION_2): no wake-up of any kind, no protocol offload (the
+/// function has no receive path to wake on). Mandatory for NDIS 6.20+ drivers
+/// (Learn, NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES.PowerManagementCapabilitiesEx).
+pub fn pm_capabilities() -> NDIS_PM_CAPABILITIES {
+    NDIS_PM_CAPABILITIES {
+        Header: NDIS_OBJECT_HEADER {
+            Type: NDIS_OBJECT_TYPE_DEFAULT,
+            Revision: NDIS_PM_CAPABILITIES_REVISION_2,
+            Size: NDIS_SIZEOF_NDIS_PM_CAPABILITIES_REVISION_2,
+        },
+        MinMagicPacketWakeUp: NdisDeviceStateUnspecified,
+        MinPatternWakeUp: NdisDeviceStateUnspecified,
+        MinLinkChangeWakeUp: NdisDeviceStateUnspecified,
+        ..NDIS_PM_CAPABILITIES::default()
+    }
+}
 
 /// The version whose NDK_ADAPTER_INFO the capabilities carry: the highest this provider
 /// opens (Project decision (a)).
 pub const CAPS_VERSION: NDK_VERSION = NDK_VERSION { Major: 2, Minor: 1 };
 
 /// Counters of NDIS_NDK_PERFORMANCE_COUNTERS this provider does not keep: none. Connect,
-/// Accept, ConnectFailure and ConnectionError are kept and are 0 until the connection
-/// manager exists (no NDK connection can be made before), ActiveConnection counts connected
-/// QPs, CQError and the RDMA traffic counters are counted (`counters.rs`).
+/// Accept, ConnectFailure, ConnectionError and ActiveConnection come from the connection
+/// engine (`ndk::conn_stats`), CQError from the CQs, the four RDMA traffic counters from the
+/// QPs (`ndk::traffic`). The traffic counters see what this host posts and completes, not
+/// the responder side of a READ or WRITE a peer aims at it (the device serves those alone,
+/// and PVRDMA has no traffic counter to ask, pvrdma.md §8), nor ACKs. The mask has one bit
+/// per counter, so a counter that is kept but partial cannot be marked: setting its bit
+/// would hide the traffic that is counted (NDIS reports a marked counter as unsupported,
+/// and Test-NetStack's RDMA stages read exactly these counters). docs/DEPLOY.md says which
+/// workloads are affected.
 pub const MISSING_COUNTER_MASK: u64 = 0;
 
 /// The capabilities, `NdkInfo` pointing at `info` (which must live as long as the miniport
@@ -68,7 +158,6 @@ pub fn ndk_attributes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndk::adapter::adapter_info;
 
     #[test]
     fn from_model_caps() {
@@ -97,6 +186,26 @@ mod tests {
         assert_eq!(
             (a.Header.Type, a.Header.Revision, a.Header.Size, a.Enabled),
             (0xB3, 1, 0x10, 0)
+        );
+    }
+
+    #[test]
+    fn the_block_points_into_itself_and_outlives_a_move() {
+        let hw = HwCaps::MODEL_DEFAULT;
+        let dev = Caps::default();
+        let b = NdisBlock::new(&hw, &dev).unwrap();
+        let info = core::ptr::from_ref(b.info());
+        let moved = b;
+        assert!(core::ptr::eq(moved.caps().NdkInfo, info));
+        assert!(core::ptr::eq(moved.caps_ptr(), moved.caps()));
+        let pm = pm_capabilities();
+        assert_eq!(
+            (pm.Header.Type, pm.Header.Revision, pm.Header.Size),
+            (0x80, 2, 0x3C)
+        );
+        assert_eq!(
+            (pm.MinMagicPacketWakeUp, pm.Flags, pm.SupportedWakeUpEvents),
+            (0, 0, 0)
         );
     }
 }

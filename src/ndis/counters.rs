@@ -1,9 +1,14 @@
 //! NDIS_NDK_PERFORMANCE_COUNTERS (the "RDMA Activity" counter set, ndkpi.md §6.6) and the
-//! general statistics, from what the NDK layer counted (`ndk::traffic`: payload bytes and
-//! messages per QP; CQs that failed; connected QPs).
+//! general statistics, from what the NDK layer counted: the traffic per QP on the wire's
+//! terms (`ndk::traffic`: RoCEv2 packets, whole Ethernet frames), CQs that failed, and the
+//! connection engine's counts (`ndk::conn_stats`: Connect, Accept, ConnectFailure,
+//! ConnectionError; ActiveConnection is the connections OID_NDK_CONNECTIONS lists).
+//! Every counter is kept (MissingCounterMask 0, `caps.rs`); what the traffic counters cannot
+//! see is in `ndk::traffic`'s docs.
 #![deny(unsafe_code)]
 
 use super::abi::*;
+use crate::ndk::conn_stats::ConnCounters;
 use crate::ndk::traffic::Traffic;
 
 /// What the counters are assembled from.
@@ -11,14 +16,17 @@ use crate::ndk::traffic::Traffic;
 pub struct CounterSource {
     pub traffic: Traffic,
     pub cq_errors: u64,
-    pub active_connections: u64,
+    pub connections: ConnCounters,
 }
 
-/// The NDK counter set. Connect, Accept, ConnectFailure and ConnectionError stay 0 until
-/// the connection manager counts them; Reserved fields are 0 as NDIS requires.
+/// The NDK counter set; Reserved fields are 0 as NDIS requires.
 pub fn performance_counters(s: &CounterSource) -> NDIS_NDK_PERFORMANCE_COUNTERS {
     NDIS_NDK_PERFORMANCE_COUNTERS {
-        ActiveConnection: s.active_connections,
+        Connect: s.connections.connect,
+        Accept: s.connections.accept,
+        ConnectFailure: s.connections.connect_failure,
+        ConnectionError: s.connections.connection_error,
+        ActiveConnection: s.connections.active,
         CQError: s.cq_errors,
         RDMAInOctets: s.traffic.in_octets,
         RDMAOutOctets: s.traffic.out_octets,
@@ -176,14 +184,20 @@ mod tests {
                 out_frames: 4,
             },
             cq_errors: 5,
-            active_connections: 6,
+            connections: ConnCounters {
+                connect: 7,
+                accept: 8,
+                connect_failure: 9,
+                connection_error: 10,
+                active: 6,
+            },
         };
         let c = performance_counters(&src);
         let b = statistics_info_bytes(&c);
         assert_eq!(&b[..8], &[0x80, 1, 0xF8, 0, 0, 0, 0, 0]);
         // Connect..ConnectionError, then ActiveConnection at counter 4.
-        for i in 0..4 {
-            assert_eq!(u64_at(&b, 8 + 8 * i), 0);
+        for (i, want) in [7, 8, 9, 10].into_iter().enumerate() {
+            assert_eq!(u64_at(&b, 8 + 8 * i), want);
         }
         assert_eq!(u64_at(&b, 8 + 0x20), 6);
         for i in 5..25 {

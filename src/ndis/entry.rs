@@ -14,15 +14,18 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering, fence};
 
 use super::abi::*;
 use super::attributes::GeneralAttributes;
-use super::miniport::{MemRange, Miniport, OidResult, parse_resources};
+use super::config::{ConfigEvent, Keyword, Registry};
+use super::link::{LinkState, StatusSink};
+use super::miniport::{MemRange, Miniport, MiniportConfig, OidResult, parse_resources};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
 use crate::os::Platform;
 use crate::os::windows::imports::{
-    DbgPrintEx, NdisAllocateIoWorkItem, NdisFreeIoWorkItem, NdisMDeregisterInterruptEx,
-    NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma, NdisMMapIoSpace,
-    NdisMNetPnPEvent, NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver,
-    NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes,
-    NdisMUnmapIoSpace, NdisQueueIoWorkItem, NdisSetOptionalHandlers,
+    DbgPrintEx, NdisAllocateIoWorkItem, NdisCloseConfiguration, NdisFreeIoWorkItem,
+    NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma,
+    NdisMIndicateStatusEx, NdisMMapIoSpace, NdisMNetPnPEvent, NdisMRegisterInterruptEx,
+    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
+    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisOpenConfigurationEx, NdisQueueIoWorkItem,
+    NdisReadConfiguration, NdisSetOptionalHandlers, NdisWriteErrorLogEntry,
 };
 use crate::os::windows::{
     MappedBar, NdisSharedMemory, WindowsPlatform, WindowsResolver, WindowsScheduler,
@@ -59,8 +62,8 @@ pub unsafe extern "system" fn DriverEntry(
     let mut chars = NDIS_MINIPORT_DRIVER_CHARACTERISTICS {
         Header: header(
             NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS,
-            NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2,
-            NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_2,
+            NDIS_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_3,
+            NDIS_SIZEOF_MINIPORT_DRIVER_CHARACTERISTICS_REVISION_3,
         ),
         MajorNdisVersion: NDIS_MINIPORT_MAJOR_VERSION,
         MinorNdisVersion: NDIS_MINIPORT_MINOR_VERSION,
@@ -86,6 +89,8 @@ pub unsafe extern "system" fn DriverEntry(
         // Required for miniports that implement RDMA (Learn); served like ordinary requests.
         DirectOidRequestHandler: Some(oid_request),
         CancelDirectOidRequestHandler: Some(cancel),
+        // Optional (RSSv2 only): this miniport has no OID that needs the synchronous path.
+        SynchronousOidRequestHandler: None,
     };
     let mut handle: NDIS_HANDLE = null_mut();
     // SAFETY: the characteristics and the handle are valid for the call (NDIS copies the
@@ -183,11 +188,12 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
     worker.queued.store(false, Ordering::Relaxed);
     fence(Ordering::SeqCst);
     while let Some(event) = worker.miniport.next_ndk_pnp_event() {
+        // REVISION_2 (NDIS 6.50+): the default switch and vPort, the only ones NDK is offered on.
         let mut notification = NET_PNP_EVENT_NOTIFICATION {
             Header: header(
                 NDIS_OBJECT_TYPE_DEFAULT,
-                NET_PNP_EVENT_NOTIFICATION_REVISION_1,
-                NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_1,
+                NET_PNP_EVENT_NOTIFICATION_REVISION_2,
+                NDIS_SIZEOF_NET_PNP_EVENT_NOTIFICATION_REVISION_2,
             ),
             PortNumber: 0,
             NetPnPEvent: NET_PNP_EVENT {
@@ -200,10 +206,10 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
                 TdiClientReserved: [0; 4],
             },
             Flags: 0,
-            SwitchId: 0,
-            VPortId: 0,
+            SwitchId: NDIS_DEFAULT_SWITCH_ID,
+            VPortId: NDIS_DEFAULT_VPORT_ID,
         };
-        // SAFETY: a REVISION_1 notification valid for the call; PASSIVE_LEVEL in a work item,
+        // SAFETY: a REVISION_2 notification valid for the call; PASSIVE_LEVEL in a work item,
         // no lock held (a disable waits here until NDIS has closed every NDK_ADAPTER).
         let status =
             unsafe { NdisMNetPnPEvent(worker.adapter_handle, (&raw mut notification).cast()) };
@@ -442,14 +448,15 @@ unsafe fn initialize_adapter(
     let mut dma = NDIS_SG_DMA_DESCRIPTION {
         Header: header(
             NDIS_OBJECT_TYPE_SG_DMA_DESCRIPTION,
-            NDIS_SG_DMA_DESCRIPTION_REVISION_1,
-            NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_1,
+            NDIS_SG_DMA_DESCRIPTION_REVISION_2,
+            NDIS_SIZEOF_SG_DMA_DESCRIPTION_REVISION_2,
         ),
         Flags: NDIS_SG_DMA_64_BIT_ADDRESS,
         MaximumPhysicalMapping: u32::MAX,
         ProcessSGListHandler: Some(process_sg_list),
         SharedMemAllocateCompleteHandler: None,
         ScatterGatherListSize: 0,
+        PdoOverride: null_mut(),
     };
     // SAFETY: valid description and out-handle; PASSIVE_LEVEL.
     let status = unsafe {
@@ -496,10 +503,16 @@ unsafe fn initialize_adapter(
     if status != NDIS_STATUS_SUCCESS {
         return status;
     }
-    let miniport = match Miniport::initialize(platform, &res) {
+    // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+    let cfg = unsafe { read_config(handle) };
+    let miniport = match Miniport::initialize_with(platform, &res, &cfg) {
         Ok(m) => m,
         Err(s) => return s,
     };
+    for event in miniport.config_events().iter() {
+        // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+        unsafe { log_config_event(handle, event) };
+    }
     ctx.miniport = Some(miniport.clone());
     // SAFETY: the adapter handle InitializeEx received; PASSIVE_LEVEL.
     let work_item = unsafe { NdisAllocateIoWorkItem(handle) };
@@ -536,24 +549,249 @@ unsafe fn initialize_adapter(
         return s;
     }
 
+    let reported = miniport.link();
     let mut general = general_attributes(&miniport.general_attributes());
-    // SAFETY: a general-attributes structure, valid for the call.
+    // Owned by the miniport for the adapter's life: NDIS may keep the pointer.
+    general.PowerManagementCapabilitiesEx = miniport.pm_capabilities_ptr().cast();
+    // SAFETY: a general-attributes structure, valid for the call; the PM capabilities it
+    // points to live as long as the miniport.
     let status = unsafe { set_attributes(handle, (&raw mut general).cast()) };
     if status != NDIS_STATUS_SUCCESS {
         return status;
     }
-    let mut caps = miniport.ndk_capabilities();
-    let mut ndk = NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES {
+    // The capabilities (and the NDK_ADAPTER_INFO they point at) are the miniport's, alive
+    // until Halt: NDIS may keep the pointer (ndkpi.md §6.4). `Enabled` is the state at this
+    // moment (`*NetworkDirect`, §6.5).
+    let mut ndk =
+        super::caps::ndk_attributes(miniport.ndk_enabled(), miniport.ndk_capabilities_ptr());
+    // SAFETY: the NDK attributes, valid for the call; the capabilities outlive it.
+    let status = unsafe { set_attributes(handle, (&raw mut ndk).cast()) };
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
+    match crate::os::alloc::try_arc(NdisStatusSink { handle }) {
+        Ok(sink) => miniport.set_status_sink(sink, reported),
+        Err(_) => return NDIS_STATUS_RESOURCES,
+    }
+    NDIS_STATUS_SUCCESS
+}
+
+/// The adapter's keywords (NdisOpenConfigurationEx on its handle, NdisReadConfiguration),
+/// or the INF defaults when the registry cannot be opened.
+///
+/// # Safety
+///
+/// `handle` must be the MiniportAdapterHandle of a running InitializeEx; PASSIVE_LEVEL.
+unsafe fn read_config(handle: NDIS_HANDLE) -> MiniportConfig {
+    let mut object = NDIS_CONFIGURATION_OBJECT {
         Header: header(
-            NDIS_OBJECT_TYPE_MINIPORT_ADAPTER_NDK_ATTRIBUTES,
-            NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1,
-            NDIS_SIZEOF_MINIPORT_ADAPTER_NDK_ATTRIBUTES_REVISION_1,
+            NDIS_OBJECT_TYPE_CONFIGURATION_OBJECT,
+            NDIS_CONFIGURATION_OBJECT_REVISION_1,
+            NDIS_SIZEOF_CONFIGURATION_OBJECT_REVISION_1,
         ),
-        Enabled: 1,
-        NdkCapabilities: &mut caps,
+        NdisHandle: handle,
+        Flags: 0,
     };
-    // SAFETY: the NDK attributes and the capabilities they point to are valid for the call.
-    unsafe { set_attributes(handle, (&raw mut ndk).cast()) }
+    let mut config: NDIS_HANDLE = null_mut();
+    // SAFETY: a valid configuration object and out-handle; PASSIVE_LEVEL.
+    let status = unsafe { NdisOpenConfigurationEx((&raw mut object).cast(), &mut config) };
+    if status != NDIS_STATUS_SUCCESS || config.is_null() {
+        // SAFETY: a NUL-terminated format with one %x and its u32; PASSIVE_LEVEL.
+        unsafe {
+            DbgPrintEx(
+                77,
+                0,
+                c"pvrdma: NdisOpenConfigurationEx failed (%x): INF defaults\n"
+                    .as_ptr()
+                    .cast(),
+                status as u32,
+            )
+        };
+        return MiniportConfig::default();
+    }
+    let cfg = MiniportConfig::from_registry(&AdapterRegistry(config));
+    // SAFETY: opened above; nothing read from it is kept past this point.
+    unsafe { NdisCloseConfiguration(config) };
+    cfg
+}
+
+/// NdisReadConfiguration over an open configuration handle.
+struct AdapterRegistry(NDIS_HANDLE);
+
+/// Longest keyword name read (in UTF-16 units).
+const MAX_KEYWORD: usize = 40;
+
+impl Registry for AdapterRegistry {
+    fn integer(&self, keyword: &str) -> Option<u32> {
+        let mut wide = [0u16; MAX_KEYWORD];
+        if keyword.len() > MAX_KEYWORD || !keyword.is_ascii() {
+            return None;
+        }
+        for (d, b) in wide.iter_mut().zip(keyword.bytes()) {
+            *d = u16::from(b);
+        }
+        // CAST: at most 80 bytes.
+        let bytes = (keyword.len() * 2) as u16;
+        let mut name = NDIS_STRING {
+            Length: bytes,
+            MaximumLength: bytes,
+            Buffer: wide.as_mut_ptr(),
+        };
+        let mut status: NDIS_STATUS = NDIS_STATUS_FAILURE;
+        let mut value: *mut c_void = null_mut();
+        // SAFETY: the open configuration handle, a counted keyword valid for the call and two
+        // out-parameters; PASSIVE_LEVEL.
+        unsafe {
+            NdisReadConfiguration(
+                &mut status,
+                &mut value,
+                self.0,
+                (&raw mut name).cast(),
+                NdisParameterInteger,
+            )
+        };
+        if status != NDIS_STATUS_SUCCESS {
+            return None;
+        }
+        let p = value.cast::<NDIS_CONFIGURATION_PARAMETER>();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: NDIS returned a parameter it owns until the handle closes.
+        let param = unsafe { p.read_unaligned() };
+        (param.ParameterType == NdisParameterInteger).then(|| param.integer_data())
+    }
+}
+
+/// The keyword's name as a C string (for the debugger).
+fn keyword_cstr(k: Keyword) -> &'static core::ffi::CStr {
+    match k {
+        Keyword::NetworkDirect => c"*NetworkDirect",
+        Keyword::NetworkDirectTechnology => c"*NetworkDirectTechnology",
+        Keyword::RoceFrameSize => c"*NetworkDirectRoCEFrameSize",
+        Keyword::JumboPacket => c"*JumboPacket",
+    }
+}
+
+/// Writes `event` to the System event log (NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION with
+/// the keyword number and its values) and to the debugger.
+///
+/// # Safety
+///
+/// `handle` must be the adapter's MiniportAdapterHandle; IRQL <= DISPATCH_LEVEL.
+unsafe fn log_config_event(handle: NDIS_HANDLE, event: &ConfigEvent) {
+    let [a, b, c] = event.log_values();
+    // SAFETY: the adapter handle and three ULONG values, as NumberOfErrorValues says.
+    unsafe {
+        NdisWriteErrorLogEntry(
+            handle,
+            NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION,
+            3,
+            a,
+            b,
+            c,
+        )
+    };
+    match *event {
+        ConfigEvent::OutOfRange {
+            keyword,
+            value,
+            used,
+        } => {
+            // SAFETY: a NUL-terminated format, a NUL-terminated %s and two u32 %u.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: %s = %u is not a value this adapter accepts; %u is used\n"
+                        .as_ptr()
+                        .cast(),
+                    keyword_cstr(keyword).as_ptr(),
+                    value,
+                    used,
+                )
+            }
+        }
+        ConfigEvent::UnsupportedTechnology { value } => {
+            // SAFETY: a NUL-terminated format and one u32 %u.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: *NetworkDirectTechnology = %u is not RoCEv2 (4), this device's only transport: NDK is off\n"
+                        .as_ptr()
+                        .cast(),
+                    value,
+                )
+            }
+        }
+        ConfigEvent::OperationalMtu {
+            configured,
+            operational,
+        } => {
+            // SAFETY: a NUL-terminated format and two u32 %u.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: *NetworkDirectRoCEFrameSize = %u; the operational RoCE MTU is %u (port or Ethernet MTU)\n"
+                        .as_ptr()
+                        .cast(),
+                    configured,
+                    operational,
+                )
+            }
+        }
+        ConfigEvent::PortQueryFailed => {
+            // SAFETY: a NUL-terminated format without conversions.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: QUERY_PORT failed: link unknown, RoCE MTU at most 1024\n"
+                        .as_ptr()
+                        .cast(),
+                )
+            }
+        }
+    };
+}
+
+/// NDIS_STATUS_LINK_STATE indications (NdisMIndicateStatusEx), from the device's DPCs.
+struct NdisStatusSink {
+    handle: NDIS_HANDLE,
+}
+
+// SAFETY: an NDIS handle, usable from any thread at the IRQLs NdisMIndicateStatusEx allows;
+// the miniport drops the sink at Halt, before NDIS invalidates the handle.
+unsafe impl Send for NdisStatusSink {}
+// SAFETY: as above.
+unsafe impl Sync for NdisStatusSink {}
+
+impl StatusSink for NdisStatusSink {
+    fn link_state(&self, state: &LinkState) {
+        let mut link = state.ndis_link_state();
+        let mut indication = NDIS_STATUS_INDICATION {
+            Header: header(
+                NDIS_OBJECT_TYPE_STATUS_INDICATION,
+                NDIS_STATUS_INDICATION_REVISION_1,
+                NDIS_SIZEOF_STATUS_INDICATION_REVISION_1,
+            ),
+            SourceHandle: self.handle,
+            PortNumber: 0,
+            StatusCode: NDIS_STATUS_LINK_STATE,
+            Flags: 0,
+            DestinationHandle: null_mut(),
+            RequestId: null_mut(),
+            StatusBuffer: (&raw mut link).cast(),
+            StatusBufferSize: u32::from(NDIS_SIZEOF_LINK_STATE_REVISION_1),
+            Guid: crate::ndkpi::GUID::default(),
+            NdisReserved: [null_mut(); 4],
+        };
+        // SAFETY: the adapter handle and an indication with its buffer, valid for the call
+        // (NDIS copies what it keeps); IRQL <= DISPATCH_LEVEL.
+        unsafe { NdisMIndicateStatusEx(self.handle, (&raw mut indication).cast()) };
+    }
 }
 
 /// Connects the adapter's interrupts (MSI-X, or a line) to `platform`, which the device
@@ -940,7 +1178,7 @@ unsafe extern "system" fn open_ndk_adapter(
     if out.is_null() {
         return NDIS_STATUS_INVALID_PARAMETER;
     }
-    match m.open_ndk_adapter(params.Version) {
+    match m.open_ndk_adapter_with(params) {
         Ok(adapter) => {
             // SAFETY: `out` is NDIS's non-null out-parameter.
             unsafe { out.write(adapter) };

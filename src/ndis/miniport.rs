@@ -13,26 +13,31 @@
 //!   and never frees memory the device or a consumer may still use.
 #![deny(unsafe_code)]
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::abi::*;
-use super::attributes::{GeneralAttributes, MAX_LOOKAHEAD, mac_from_registers};
-use super::caps::{CAPS_VERSION, ndk_capabilities};
+use super::attributes::{GeneralAttributes, mac_from_registers};
+use super::caps::NdisBlock;
+use super::config::{
+    ConfigEvent, ConfigEvents, EmptyRegistry, Keywords, Registry, mtu_code, operational_mtu,
+};
 use super::counters::CounterSource;
+use super::link::{LinkHook, LinkState, StatusSink, port_speed_bps};
 use super::state::{Lifecycle, NdkState};
-use crate::ndk::adapter::{Adapter, adapter_info};
+use crate::ndk::adapter::Adapter;
 use crate::ndk::object::ObjRef;
 use crate::ndk::pvrdma_hw::PvrdmaHardware;
 use crate::ndk::{Hardware, HwCaps, NdkDevice};
-use crate::ndkpi::{NDK_ADAPTER, NDK_ADAPTER_INFO, NDK_VERSION};
+use crate::ndkpi::{NDK_ADAPTER, NDK_VERSION};
 use crate::os::alloc::try_arc;
 use crate::os::{Platform, SpinLock};
 use crate::pvrdma::PvrdmaError;
-use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS};
-use crate::pvrdma::device::{Device, DeviceConfig};
-use crate::pvrdma::dsr::Caps;
+use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS, QueryPort};
+use crate::pvrdma::device::{Device, DeviceConfig, DeviceEvents};
+use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::regs::{self, Ctl, IMR_ALL_MASKED};
 
 pub use super::oid::OidResult;
@@ -41,11 +46,13 @@ pub use super::resources::{MemRange, Resources, parse_resources};
 /// How long Halt waits for NDK_ADAPTERs NDIS left open to close after DEVICE_FATAL.
 pub const HALT_GRACE_NS: u64 = 5_000_000_000;
 
-/// What InitializeEx read from the registry, and Halt's bound.
+/// What InitializeEx read from the registry ([`super::config`]), and Halt's bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MiniportConfig {
-    /// The `*NetworkDirect` keyword ≠ 0 (its INF default is 1, §6.7).
-    pub network_direct: bool,
+    /// The keywords, validated.
+    pub keywords: Keywords,
+    /// What reading them found wrong (each is logged; none fails InitializeEx).
+    pub events: ConfigEvents,
     /// Halt's wait for adapters left open.
     pub halt_grace_ns: u64,
     /// The device command timeout.
@@ -54,11 +61,28 @@ pub struct MiniportConfig {
 
 impl Default for MiniportConfig {
     fn default() -> Self {
+        MiniportConfig::from_registry(&EmptyRegistry)
+    }
+}
+
+impl MiniportConfig {
+    /// The configuration the adapter's registry keywords give.
+    pub fn from_registry(reg: &dyn Registry) -> Self {
+        let mut events = ConfigEvents::default();
+        let keywords = Keywords::read(reg, &mut events);
         MiniportConfig {
-            network_direct: true,
+            keywords,
+            events,
             halt_grace_ns: HALT_GRACE_NS,
             cmd_timeout_ns: DEFAULT_TIMEOUT_NS,
         }
+    }
+
+    /// The defaults with `*NetworkDirect` = `enabled`.
+    pub fn network_direct(enabled: bool) -> Self {
+        let mut c = MiniportConfig::default();
+        c.keywords.network_direct = enabled;
+        c
     }
 }
 
@@ -76,12 +100,21 @@ pub struct Miniport {
     /// `None` once halted.
     stack: SpinLock<Option<Stack>>,
     state: NdkState,
-    hw_caps: HwCaps,
-    dev_caps: Caps,
-    /// The NDK_ADAPTER_INFO the capabilities point at (kept for the adapter's lifetime,
-    /// §6.4).
-    info: NDK_ADAPTER_INFO,
+    /// What NDIS holds pointers to (capabilities, adapter info, PM capabilities), for the
+    /// adapter's life (§6.4).
+    ndis: Box<NdisBlock>,
     mac: [u8; 6],
+    keywords: Keywords,
+    /// InitializeEx's configuration events (the FFI layer logs them).
+    events: ConfigEvents,
+    /// The RoCE path MTU in use (bytes): REQ/REP, RTR, CREATE_BIND.
+    roce_mtu: u32,
+    /// The port's speed at InitializeEx (QUERY_PORT), the link's maximum.
+    port_speed_bps: u64,
+    link: SpinLock<LinkState>,
+    /// Bumped by every port event; a QUERY_PORT answer older than the last event is dropped.
+    link_generation: AtomicU64,
+    status_sink: SpinLock<Option<Arc<dyn StatusSink>>>,
     /// The NDK_ADAPTERs opened and not yet closed (a memory count each: the close count is
     /// the consumer's, taken back by the close).
     open: SpinLock<Vec<ObjRef<Adapter>>>,
@@ -139,27 +172,73 @@ impl Miniport {
         .map_err(bring_up_status)?;
         let dev = try_arc(dev).map_err(|_| NDIS_STATUS_RESOURCES)?;
         let dev_caps = *dev.caps();
+        // The port: link state and speed, and the MTU it carries (pvrdma.md M41).
+        let mut events = cfg.events;
+        let keywords = cfg.keywords;
+        let (link, port_mtu_code, port_speed) = match dev.cmd().execute(&QueryPort { port_num: 1 })
+        {
+            Ok(p) => (
+                LinkState::from_port(&p),
+                p.active_mtu,
+                port_speed_bps(p.active_width, p.active_speed).unwrap_or(NDIS_LINK_SPEED_UNKNOWN),
+            ),
+            Err(_) => {
+                events.push(ConfigEvent::PortQueryFailed);
+                (LinkState::UNKNOWN, 0, NDIS_LINK_SPEED_UNKNOWN)
+            }
+        };
+        let roce_mtu = operational_mtu(
+            keywords.roce_frame_size,
+            port_mtu_code,
+            keywords.ethernet_mtu(),
+        );
+        if roce_mtu != keywords.roce_frame_size {
+            events.push(ConfigEvent::OperationalMtu {
+                configured: keywords.roce_frame_size,
+                operational: roce_mtu,
+            });
+        }
+        // Before any GID is bound: every CREATE_BIND carries the operational MTU.
+        dev.set_gid_mtu(roce_mtu);
         let hw = PvrdmaHardware::new(dev.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
         let ndk = NdkDevice::new(hw.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
         hw.attach(&ndk).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        let hw_caps = *hw.caps();
+        let hw_caps: HwCaps = *hw.caps();
+        let ndis = NdisBlock::new(&hw_caps, &dev_caps).ok_or(NDIS_STATUS_RESOURCES)?;
         let bar1 = platform.bar1();
         let mac = mac_from_registers(regs::MACL.read(bar1), regs::MACH.read(bar1));
-        try_arc(Miniport {
+        let m = try_arc(Miniport {
             resources: *res,
-            stack: SpinLock::new(Some(Stack { ndk, hw, dev })),
-            state: NdkState::new(cfg.network_direct),
-            hw_caps,
-            dev_caps,
-            info: adapter_info(&hw_caps, CAPS_VERSION),
+            stack: SpinLock::new(Some(Stack {
+                ndk: ndk.clone(),
+                hw,
+                dev: dev.clone(),
+            })),
+            state: NdkState::new(keywords.network_direct),
+            ndis,
             mac,
+            keywords,
+            events,
+            roce_mtu,
+            port_speed_bps: port_speed,
+            link: SpinLock::new(link),
+            link_generation: AtomicU64::new(0),
+            status_sink: SpinLock::new(None),
             open: SpinLock::new(Vec::new()),
             packet_filter: AtomicU32::new(0),
-            lookahead: AtomicU32::new(MAX_LOOKAHEAD),
+            lookahead: AtomicU32::new(keywords.ethernet_mtu()),
             halt_grace_ns: cfg.halt_grace_ns,
             platform,
         })
-        .map_err(|_| NDIS_STATUS_RESOURCES)
+        .map_err(|_| NDIS_STATUS_RESOURCES)?;
+        // Port events reach the link from here on (DEVICE_FATAL still reaches the NDK device).
+        let hook: Arc<dyn DeviceEvents> = try_arc(LinkHook {
+            miniport: Arc::downgrade(&m),
+            ndk: Arc::downgrade(&ndk),
+        })
+        .map_err(|_| NDIS_STATUS_RESOURCES)?;
+        dev.set_device_events(Some(hook));
+        Ok(m)
     }
 
     /// The resources InitializeEx was given.
@@ -167,10 +246,105 @@ impl Miniport {
         &self.resources
     }
 
-    /// NDIS_NDK_CAPABILITIES for NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES; `NdkInfo` points into
-    /// this miniport, valid while it lives.
-    pub fn ndk_capabilities(&self) -> NDIS_NDK_CAPABILITIES {
-        ndk_capabilities(&self.hw_caps, &self.dev_caps, &self.info)
+    /// NDIS_NDK_CAPABILITIES for NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES; it and the
+    /// NDK_ADAPTER_INFO it points at live as long as the miniport.
+    pub fn ndk_capabilities(&self) -> &NDIS_NDK_CAPABILITIES {
+        self.ndis.caps()
+    }
+
+    /// The pointer the NDK attributes hand NDIS (valid while the miniport lives).
+    pub fn ndk_capabilities_ptr(&self) -> *mut NDIS_NDK_CAPABILITIES {
+        self.ndis.caps_ptr()
+    }
+
+    /// The general attributes' `PowerManagementCapabilitiesEx` (valid while the miniport
+    /// lives).
+    pub fn pm_capabilities_ptr(&self) -> *mut NDIS_PM_CAPABILITIES {
+        self.ndis.pm_ptr()
+    }
+
+    /// What InitializeEx found wrong in the configuration, for the event log.
+    pub fn config_events(&self) -> &ConfigEvents {
+        &self.events
+    }
+
+    /// The keywords in effect.
+    pub fn keywords(&self) -> &Keywords {
+        &self.keywords
+    }
+
+    /// The RoCE path MTU in use, in bytes (`*NetworkDirectRoCEFrameSize` bounded by the port
+    /// and the Ethernet MTU, [`super::config::operational_mtu`]).
+    pub fn roce_mtu(&self) -> u32 {
+        self.roce_mtu
+    }
+
+    /// The link as NDIS was last told.
+    pub fn link(&self) -> LinkState {
+        *self.link.lock()
+    }
+
+    /// Where link indications go from now on (the FFI layer installs NdisMIndicateStatusEx
+    /// once InitializeEx has set the attributes). A change since the attributes is indicated
+    /// at once.
+    pub fn set_status_sink(&self, sink: Arc<dyn StatusSink>, reported: LinkState) {
+        *self.status_sink.lock() = Some(sink.clone());
+        let now = self.link();
+        if now != reported {
+            sink.link_state(&now);
+        }
+    }
+
+    /// A device-wide event of the port (the device's async DPC).
+    pub(super) fn port_event(self: &Arc<Self>, kind: EqeType) {
+        let up = match kind {
+            EqeType::PortActive => true,
+            EqeType::PortErr => false,
+            _ => return,
+        };
+        let generation = self
+            .link_generation
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1);
+        let state = if up {
+            LinkState {
+                connected: true,
+                speed_bps: self.port_speed_bps,
+            }
+        } else {
+            LinkState::UNKNOWN
+        };
+        self.update_link(state);
+        if !up {
+            return;
+        }
+        // The speed may have changed while the port was down: ask again.
+        let Some(dev) = self.device() else { return };
+        let me = Arc::downgrade(self);
+        let _ = dev.cmd().submit(&QueryPort { port_num: 1 }, move |r| {
+            if let (Some(m), Ok(p)) = (me.upgrade(), r)
+                && m.link_generation.load(Ordering::Acquire) == generation
+            {
+                m.update_link(LinkState::from_port(&p));
+            }
+        });
+    }
+
+    /// Records `state` and indicates it if it differs from what NDIS was last told.
+    fn update_link(&self, state: LinkState) {
+        let changed = {
+            let mut l = self.link.lock();
+            let changed = *l != state;
+            *l = state;
+            changed
+        };
+        if !changed {
+            return;
+        }
+        let sink = self.status_sink.lock().clone();
+        if let Some(s) = sink {
+            s.link_state(&state);
+        }
     }
 
     /// NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES.Enabled: whether NDK is enabled now.
@@ -180,7 +354,17 @@ impl Miniport {
 
     /// The general attributes.
     pub fn general_attributes(&self) -> GeneralAttributes {
-        GeneralAttributes::new(self.mac)
+        GeneralAttributes::new(
+            self.mac,
+            self.keywords.ethernet_mtu(),
+            &self.link(),
+            self.port_speed_bps,
+        )
+    }
+
+    /// The Ethernet MTU the adapter reports (`*JumboPacket` less the header).
+    pub fn ethernet_mtu(&self) -> u32 {
+        self.keywords.ethernet_mtu()
     }
 
     /// The NDK PnP event the FFI layer's work item must issue next with NdisMNetPnPEvent,
@@ -200,7 +384,7 @@ impl Miniport {
         let dev = self.device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
         dev.cmd()
             .execute(&CreateBind {
-                mtu: 1024,
+                mtu: dev.gid_mtu(),
                 vlan: 0xFFF,
                 index,
                 new_gid: gid,
@@ -228,7 +412,9 @@ impl Miniport {
         let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
         // CAST: the low bits of the clock are the randomness wanted.
         let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
-        let cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
+        let mut cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
+        // The operational RoCE MTU is one of the five IB MTUs by construction.
+        cfg.path_mtu = mtu_code(self.roce_mtu).unwrap_or(cfg.path_mtu);
         ndk.start_connections(self.platform.clone(), resolver, cfg)
             .map_err(|e| match e {
                 crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
@@ -254,6 +440,9 @@ impl Miniport {
     /// MiniportHaltEx (PASSIVE_LEVEL): see the module docs.
     pub fn halt(&self) {
         self.state.move_to(Lifecycle::Halted);
+        // NDIS's handle dies with Halt: no indication after this point.
+        let sink = self.status_sink.lock().take();
+        drop(sink);
         if self.open_adapters() != 0 {
             if let Some(ndk) = self.ndk_device() {
                 ndk.device_fatal();
@@ -304,6 +493,23 @@ impl Miniport {
         {
             ndk.device_fatal();
         }
+    }
+
+    /// OPEN_NDK_ADAPTER_HANDLER with its NDIS 6.50 parameters: NDK on a NIC switch's vPort
+    /// (NDKPI 2.0 "Mode 2", a non-default `SwitchId` or `VPortId`) is not offered, and is
+    /// refused rather than opened as the native adapter (ndkpi.md §6.3).
+    ///
+    /// # Errors
+    /// NDIS_STATUS_NOT_SUPPORTED for a non-default switch or vPort; then as
+    /// [`Self::open_ndk_adapter`].
+    pub fn open_ndk_adapter_with(
+        &self,
+        p: &NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
+    ) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
+        if p.SwitchId != NDIS_DEFAULT_SWITCH_ID || p.VPortId != NDIS_DEFAULT_VPORT_ID {
+            return Err(NDIS_STATUS_NOT_SUPPORTED);
+        }
+        self.open_ndk_adapter(p.Version)
     }
 
     /// OPEN_NDK_ADAPTER_HANDLER (PASSIVE_LEVEL): {1,0}..{1,2} and {2,0}..{2,1} open at the
@@ -361,10 +567,18 @@ impl Miniport {
             Some(ndk) => CounterSource {
                 traffic: ndk.traffic(),
                 cq_errors: ndk.cq_errors(),
-                active_connections: ndk.connected_qps(),
+                connections: ndk
+                    .connections()
+                    .map(|e| e.conn_counters())
+                    .unwrap_or_default(),
             },
             None => CounterSource::default(),
         }
+    }
+
+    /// The connection engine (None before it starts, after Halt, or without one).
+    pub fn connection_engine(&self) -> Option<Arc<crate::ndk::cm_engine::CmEngine>> {
+        self.ndk_device().and_then(|n| n.connections())
     }
 
     pub(super) fn packet_filter(&self) -> u32 {

@@ -6,16 +6,20 @@
 //! marshals to: [`miniport::Miniport`] (one per adapter), [`resources`] (the PCI resource
 //! list), [`state`] (NDK enable/disable and the lifecycle), [`oid`] (OID requests),
 //! [`caps`] (NDK capabilities and attributes), [`attributes`] (general attributes),
-//! [`counters`] (the RDMA Activity counters).
+//! [`counters`] (the RDMA Activity counters), [`config`] (the registry keywords),
+//! [`link`] (link state and speed from the port).
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod abi;
 pub mod attributes;
 pub mod caps;
+pub mod config;
 pub mod counters;
 /// The NDIS entry points (DriverEntry, the Miniport* handlers): FFI only.
 #[cfg(target_os = "windows")]
 pub mod entry;
+pub mod link;
+pub mod lists;
 pub mod miniport;
 pub mod oid;
 pub mod resources;
@@ -25,6 +29,8 @@ pub mod state;
 mod layout;
 
 pub use abi::*;
+pub use config::{ConfigEvent, ConfigEvents, Keyword, Keywords, Registry};
+pub use link::{LinkState, StatusSink};
 pub use miniport::{Miniport, MiniportConfig};
 pub use oid::OidResult;
 pub use resources::{MemRange, Resources, parse_resources};

@@ -87,7 +87,14 @@ pub const SUPPORTED_OIDS: &[NDIS_OID] = &[
     OID_NDK_STATISTICS,
     OID_NDK_CONNECTIONS,
     OID_NDK_LOCAL_ENDPOINTS,
+    OID_PVRDMA_ROCE_MTU,
 ];
+
+/// A private OID (NDIS: the high byte of a vendor's OID is 0xFF) answering the RoCE path MTU
+/// in use, in bytes, as a ULONG: `*NetworkDirectRoCEFrameSize` after the port and Ethernet
+/// bounds (the INF requirement that the operational value be observable; it is also in the
+/// event log when it differs). Query only.
+pub const OID_PVRDMA_ROCE_MTU: NDIS_OID = 0xFF50_5601;
 
 /// Writes `bytes` at the start of `buf`, or says how many are needed.
 fn answer(buf: &mut [u8], bytes: &[u8]) -> OidResult {
@@ -159,33 +166,21 @@ fn object_query(buf: &mut [u8], needed: usize, fill: impl FnOnce(&mut [u8])) -> 
     }
 }
 
-/// OID_NDK_CONNECTIONS / OID_NDK_LOCAL_ENDPOINTS with `count` entries of `entry` bytes.
-/// No NDK connection, listener or shared endpoint exists before the connection manager, so
-/// `count` is 0 and the answer is the header, Flags, Count 0 and the mapped-to-TCP flag
-/// FALSE (RoCEv2 does not map ND connections to TCP ones).
-fn list_query(buf: &mut [u8], size_for: fn(u32) -> usize, count: u32) -> OidResult {
-    let needed = size_for(count);
-    object_query(buf, needed, |out| {
-        out.fill(0);
-        put_header(out, 1, ndis_header_size(needed));
-        if let Some(c) = out.get_mut(8..12) {
-            c.copy_from_slice(&count.to_le_bytes());
-        }
-    })
-}
-
 impl Miniport {
     /// A query OID request.
     pub fn query_oid(&self, oid: NDIS_OID, buf: &mut [u8]) -> OidResult {
-        let frame = MTU + ETH_HEADER;
+        let mtu = self.ethernet_mtu();
+        let frame = mtu + ETH_HEADER;
         match oid {
             OID_NDK_STATISTICS => {
                 let info = statistics_info_bytes(&performance_counters(&self.counter_source()));
                 object_query(buf, STATISTICS_INFO_LEN, |out| out.copy_from_slice(&info))
             }
-            OID_NDK_CONNECTIONS => list_query(buf, NDIS_SIZEOF_NDK_CONNECTIONS_REVISION_1, 0),
+            OID_NDK_CONNECTIONS => {
+                super::lists::connections(self.connection_engine().as_deref(), buf)
+            }
             OID_NDK_LOCAL_ENDPOINTS => {
-                list_query(buf, NDIS_SIZEOF_NDK_LOCAL_ENDPOINTS_REVISION_1, 0)
+                super::lists::local_endpoints(self.connection_engine().as_deref(), buf)
             }
             OID_GEN_STATISTICS => {
                 let s = gen_statistics_bytes(&self.counter_source().traffic);
@@ -217,10 +212,11 @@ impl Miniport {
             }
             OID_GEN_HARDWARE_STATUS => answer_u32(buf, NdisHardwareStatusReady),
             OID_GEN_MEDIA_SUPPORTED | OID_GEN_MEDIA_IN_USE => answer_u32(buf, NdisMedium802_3),
-            OID_GEN_MAXIMUM_LOOKAHEAD => answer_u32(buf, MAX_LOOKAHEAD),
+            OID_GEN_MAXIMUM_LOOKAHEAD => answer_u32(buf, mtu),
             OID_GEN_CURRENT_LOOKAHEAD => answer_u32(buf, self.lookahead()),
             OID_GEN_CURRENT_PACKET_FILTER => answer_u32(buf, self.packet_filter()),
-            OID_GEN_MAXIMUM_FRAME_SIZE => answer_u32(buf, MTU),
+            OID_GEN_MAXIMUM_FRAME_SIZE => answer_u32(buf, mtu),
+            OID_PVRDMA_ROCE_MTU => answer_u32(buf, self.roce_mtu()),
             OID_GEN_MAXIMUM_TOTAL_SIZE
             | OID_GEN_TRANSMIT_BLOCK_SIZE
             | OID_GEN_RECEIVE_BLOCK_SIZE => answer_u32(buf, frame),
@@ -265,7 +261,7 @@ impl Miniport {
             },
             OID_GEN_CURRENT_LOOKAHEAD => match read_u32(buf) {
                 None => OidResult::needs(NDIS_STATUS_INVALID_LENGTH, 4),
-                Some(l) if l > MAX_LOOKAHEAD => OidResult::needs(NDIS_STATUS_INVALID_DATA, 4),
+                Some(l) if l > self.ethernet_mtu() => OidResult::needs(NDIS_STATUS_INVALID_DATA, 4),
                 Some(l) => {
                     self.set_lookahead(l);
                     OidResult::done(4)

@@ -50,9 +50,12 @@ pub fn negotiate_version(requested: NDK_VERSION) -> Result<NDK_VERSION, NDIS_STA
     }
 }
 
-/// `LargeRequestThreshold`: a hint only; above one 64 KiB SMB Direct fragment RDMA beats
-/// send/receive copies.
-const LARGE_REQUEST_THRESHOLD: u32 = 64 * 1024;
+/// `LargeRequestThreshold`: a hint of the size from which RDMA READ/WRITE beats copying
+/// through send/receive. 4 KiB, the Linux SMB client's `rdma_readwrite_threshold`
+/// (smb-direct.md §1.4): SMB Direct's sends carry 1364 bytes, so an I/O above a page costs
+/// several fragments while one registration and one RDMA operation move it (whether Windows
+/// SMB reads the hint is unconfirmed; docs/DEPLOY.md).
+pub const LARGE_REQUEST_THRESHOLD: u32 = 4 * 1024;
 /// REQ private data (92 B) minus the rdma_cm header (36 B) (cm.md §5.2).
 const MAX_CALLER_DATA: u32 = 56;
 /// One limit for REP (196 B) and REJ (148 B) private data (cm.md).
@@ -362,13 +365,6 @@ impl NdkDevice {
         self.live_qps.fold(self.closed_traffic.get(), |t, q| {
             t.plus(q.traffic().snapshot())
         })
-    }
-
-    /// QPs accepting initiator requests (connected), the ActiveConnection counter until
-    /// the connection manager counts connections itself.
-    pub fn connected_qps(&self) -> u64 {
-        self.live_qps
-            .fold(0u64, |n, q| n.wrapping_add(u64::from(q.is_connected())))
     }
 
     pub(crate) fn count_cq_error(&self) {

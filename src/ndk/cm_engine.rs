@@ -29,6 +29,7 @@ use alloc::sync::{Arc, Weak};
 use core::net::{IpAddr, SocketAddr};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
+use super::conn_stats::{ConnCounters, ConnStats, EndpointRole};
 use super::connector::Connector;
 use super::error::HwError;
 use super::hw::{Hardware, HwDone};
@@ -47,7 +48,7 @@ pub const MAX_GIDS: usize = 16;
 /// Neighbours remembered (IP → MAC); the oldest entry makes room.
 const NEIGHBOURS: usize = 64;
 /// Local endpoints in use at once (connectors, listeners, shared endpoints).
-const ENDPOINTS: usize = 1024;
+pub const ENDPOINTS: usize = 1024;
 /// The IANA dynamic range NdkConnect and NdkListen take port 0 from (ndkpi.md §5.10).
 const EPHEMERAL_FIRST: u16 = 49152;
 const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
@@ -69,7 +70,8 @@ pub struct EngineConfig {
     pub seed: u32,
     /// QP1's queues.
     pub qp1: Qp1Config,
-    /// Path MTU code of every connection (3 = 1024, the GID's MTU).
+    /// Path MTU code of every connection this side starts, and the largest it accepts
+    /// (3 = 1024, Linux's; the miniport sets the operational `*NetworkDirectRoCEFrameSize`).
     pub path_mtu: u8,
 }
 
@@ -129,6 +131,7 @@ fn bump(c: &AtomicU64) {
 struct Endpoint {
     ip: IpAddr,
     port: u16,
+    role: EndpointRole,
 }
 
 struct Endpoints {
@@ -148,7 +151,7 @@ impl Endpoints {
             .any(|e| e.port == port && (covers(e.ip, ip) || covers(ip, e.ip)))
     }
 
-    fn reserve(&mut self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+    fn reserve(&mut self, ip: IpAddr, port: u16, role: EndpointRole) -> Result<u16, NTSTATUS> {
         let free = self
             .slots
             .iter()
@@ -174,7 +177,7 @@ impl Endpoints {
             found.ok_or(STATUS_TOO_MANY_ADDRESSES)?
         };
         if let Some(slot) = self.slots.get_mut(free) {
-            *slot = Some(Endpoint { ip, port });
+            *slot = Some(Endpoint { ip, port, role });
         }
         Ok(port)
     }
@@ -257,6 +260,8 @@ pub struct CmEngine {
     psn: AtomicU32,
     stopped: AtomicBool,
     counters: Counters,
+    /// The NDIS connection counters (ndkpi.md §6.6).
+    conn_stats: ConnStats,
 }
 
 struct Sink(Weak<CmEngine>);
@@ -356,6 +361,7 @@ impl CmEngine {
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
         cm_cfg.listeners = cfg.listeners;
+        cm_cfg.max_path_mtu = cfg.path_mtu;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
         let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
@@ -390,6 +396,7 @@ impl CmEngine {
             psn: AtomicU32::new(cfg.seed.rotate_left(11)),
             stopped: AtomicBool::new(false),
             counters: Counters::default(),
+            conn_stats: ConnStats::default(),
         })
         .map_err(nr)?;
         *engine.me.lock() = Arc::downgrade(&engine);
@@ -604,7 +611,23 @@ impl CmEngine {
     /// STATUS_SHARING_VIOLATION (in use), STATUS_TOO_MANY_ADDRESSES (no ephemeral port
     /// left), STATUS_INSUFFICIENT_RESOURCES (the endpoint table is full).
     pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
-        self.endpoints.lock().reserve(ip, port)
+        self.endpoints
+            .lock()
+            .reserve(ip, port, EndpointRole::Connector)
+    }
+
+    /// [`Self::reserve_endpoint`] for a listener or a shared endpoint (the endpoints
+    /// OID_NDK_LOCAL_ENDPOINTS lists).
+    ///
+    /// # Errors
+    /// As [`Self::reserve_endpoint`].
+    pub fn reserve_endpoint_as(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        role: EndpointRole,
+    ) -> Result<u16, NTSTATUS> {
+        self.endpoints.lock().reserve(ip, port, role)
     }
 
     /// Gives `ip:port` back.
@@ -903,5 +926,70 @@ impl CmEngine {
             Some((l, c)) => l.deliver_connect(c),
             None => self.release(conn),
         }
+    }
+}
+
+/// A connection OID_NDK_CONNECTIONS lists: established, or disconnecting (DREQ sent or
+/// received), while its connector holds it.
+fn listed(state: Option<crate::cm::State>) -> bool {
+    use crate::cm::State;
+    matches!(
+        state,
+        Some(State::Established | State::DreqSent | State::DreqRcvd)
+    )
+}
+
+// ----- what NDIS reads (issue 23: OID_NDK_CONNECTIONS, OID_NDK_LOCAL_ENDPOINTS, counters) -----
+impl CmEngine {
+    /// The connection counters ([`super::conn_stats`]).
+    pub fn conn_stats(&self) -> &ConnStats {
+        &self.conn_stats
+    }
+
+    /// Calls `f(local, remote)` for every connection a connector holds that is established
+    /// or disconnecting; returns how many. One consistent snapshot: the CM's lock and the
+    /// connector table's (that order, as a connect registers its connector) are held
+    /// throughout, so no connection changes state or appears meanwhile. `f` runs under
+    /// spin locks: it must not block or call back into the engine.
+    pub fn connections(&self, mut f: impl FnMut(SocketAddr, SocketAddr)) -> usize {
+        let cm = self.cm.lock();
+        let conns = self.conns.lock();
+        let mut n = 0;
+        for (id, _) in conns.iter().flatten() {
+            if !listed(cm.state(*id)) {
+                continue;
+            }
+            if let Some((local, remote)) = cm.addresses(*id) {
+                f(local, remote);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Calls `f(local, listener)` for every listener (`true`) and shared endpoint (`false`)
+    /// address in use; returns how many. One consistent snapshot under the endpoint table's
+    /// lock (`f` as for [`Self::connections`]).
+    pub fn local_endpoints(&self, mut f: impl FnMut(SocketAddr, bool)) -> usize {
+        let e = self.endpoints.lock();
+        let mut n = 0;
+        for ep in e.slots.iter().flatten() {
+            let listener = match ep.role {
+                EndpointRole::Listener => true,
+                EndpointRole::Shared => false,
+                EndpointRole::Connector => continue,
+            };
+            f(SocketAddr::new(ep.ip, ep.port), listener);
+            n += 1;
+        }
+        n
+    }
+
+    /// The connection counters, ActiveConnection being the connections
+    /// [`Self::connections`] lists.
+    pub fn conn_counters(&self) -> ConnCounters {
+        // CAST: at most the connection table's capacity.
+        let active = self.connections(|_, _| {}) as u64;
+        self.conn_stats.snapshot(active)
     }
 }

@@ -177,6 +177,16 @@ struct Link {
     shared: Option<ObjRef<SharedEndpoint>>,
     /// The (local, remote) pair claimed on the shared endpoint.
     tuple: Option<(SocketAddr, SocketAddr)>,
+    /// A connection attempt is under way and not yet counted (Connect, Accept or
+    /// ConnectFailure, [`super::conn_stats`]).
+    attempt: bool,
+}
+
+impl Link {
+    /// Ends the attempt under way, if any: whether there was one to count.
+    fn end_attempt(&mut self) -> bool {
+        core::mem::take(&mut self.attempt)
+    }
 }
 
 /// Who the connector is a successor of.
@@ -201,7 +211,7 @@ impl NdkObject for Connector {
         &self.life
     }
     fn teardown(&self) {
-        let (conn, qp, request, endpoint) = {
+        let (conn, qp, request, endpoint, attempt) = {
             let mut l = self.link.lock();
             l.phase = Phase::Done;
             (
@@ -209,8 +219,13 @@ impl NdkObject for Connector {
                 l.qp.take(),
                 l.request.take(),
                 l.endpoint.take(),
+                l.end_attempt(),
             )
         };
+        // Closed before the attempt ended: it failed.
+        if attempt {
+            self.engine.conn_stats().attempt_failed();
+        }
         if let Some(r) = request {
             r.complete(STATUS_CANCELLED);
         }
@@ -323,6 +338,8 @@ impl Connector {
                     endpoint: None,
                     shared: None,
                     tuple: None,
+                    // A passive connector is an inbound attempt from the start.
+                    attempt: phase == Phase::Incoming,
                 }),
                 wire: SpinLock::new(Wire {
                     busy: false,
@@ -502,6 +519,8 @@ impl ObjRef<Connector> {
             l.request = Some(request);
             l.endpoint = endpoint;
             l.shared = shared.cloned();
+            // NdkConnect pends from here on: an attempt (the resolution may end it inline).
+            l.attempt = true;
         }
         let this = self.clone();
         let done = resolve_done(move |r| this.resolved(r, &pending));
@@ -511,7 +530,11 @@ impl ObjRef<Connector> {
                 Ok(())
             }
             Err(_) => {
-                self.link.lock().request = None;
+                {
+                    let mut l = self.link.lock();
+                    l.request = None;
+                    l.attempt = false;
+                }
                 self.unwind_connect();
                 Err(STATUS_INSUFFICIENT_RESOURCES)
             }
@@ -589,13 +612,16 @@ impl ObjRef<Connector> {
     }
 
     fn connect_failed(&self, status: NTSTATUS) {
-        let request = {
+        let (request, attempt) = {
             let mut l = self.link.lock();
             if !matches!(l.phase, Phase::Resolving | Phase::Connecting) {
                 return;
             }
-            l.request.take()
+            (l.request.take(), l.end_attempt())
         };
+        if attempt {
+            self.engine.conn_stats().attempt_failed();
+        }
         self.unwind_connect();
         if let Some(r) = request {
             r.complete(status);
@@ -651,7 +677,13 @@ impl ObjRef<Connector> {
             return Err(STATUS_CONNECTION_INVALID);
         };
         match self.engine.input(|cm, _| cm.complete_connect(conn)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Counted here unless an event of the established connection came first.
+                if self.link.lock().end_attempt() {
+                    self.engine.conn_stats().established(false);
+                }
+                Ok(())
+            }
             Err(e) => {
                 let mut l = self.link.lock();
                 let aborted = l.aborted;
@@ -763,7 +795,12 @@ impl ObjRef<Connector> {
             (conn, before)
         };
         match self.engine.input(|cm, _| cm.reject(conn, private_data)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if self.link.lock().end_attempt() {
+                    self.engine.conn_stats().attempt_failed();
+                }
+                Ok(())
+            }
             Err(e) => {
                 let mut l = self.link.lock();
                 if l.aborted {
@@ -942,6 +979,11 @@ impl ObjRef<Connector> {
         if matches!(t, QpTransition::Error) {
             qp.set_connected(false);
         }
+        if let QpTransition::Rtr(p) = &t {
+            // The traffic counters' packets and per-frame overhead (ndk::traffic).
+            qp.traffic()
+                .set_path(p.path_mtu, ip_from_gid(p.path.remote_gid).is_ipv6());
+        }
         mark_qp_used(&qp);
         let this = self.clone();
         let q2 = qp.clone();
@@ -1013,11 +1055,17 @@ impl ObjRef<Connector> {
     /// any, fails with `status`.
     fn fail(&self, status: NTSTATUS) {
         self.wire.lock().clear();
-        let (conn, request) = {
+        let (conn, request, attempt, established) = {
             let mut l = self.link.lock();
+            let established = l.phase == Phase::Established;
             l.phase = Phase::Done;
-            (l.conn, l.request.take())
+            (l.conn, l.request.take(), l.end_attempt(), established)
         };
+        if attempt {
+            self.engine.conn_stats().attempt_failed();
+        } else if established {
+            self.engine.conn_stats().connection_error();
+        }
         if let Some(conn) = conn {
             self.engine.release(conn);
         }
@@ -1030,6 +1078,8 @@ impl ObjRef<Connector> {
     fn on_event(&self, e: Event) {
         let mut complete: Option<(Arc<RequestHandoff>, NTSTATUS)> = None;
         let mut notify = None;
+        // What the event does to the counters (ndk::conn_stats), applied with no lock held.
+        let (mut established, mut failed, mut broken) = (None, false, false);
         {
             let mut l = self.link.lock();
             let take = |l: &mut Link, st: NTSTATUS| l.request.take().map(|r| (r, st));
@@ -1040,30 +1090,46 @@ impl ObjRef<Connector> {
                 }
                 (Phase::Connecting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
+                    failed = l.end_attempt();
                     complete = take(&mut l, STATUS_CONNECTION_REFUSED);
                 }
                 (Phase::Connecting, Event::TimedOut) => {
                     l.phase = Phase::Done;
+                    failed = l.end_attempt();
                     complete = take(&mut l, STATUS_IO_TIMEOUT);
                 }
-                (Phase::Replied | Phase::Incoming, Event::Rejected { .. }) => l.aborted = true,
+                (Phase::Replied | Phase::Incoming, Event::Rejected { .. }) => {
+                    l.aborted = true;
+                    failed = l.end_attempt();
+                }
                 (Phase::Accepting, Event::Established) => {
                     l.phase = Phase::Established;
+                    if l.end_attempt() {
+                        established = Some(true);
+                    }
                     complete = take(&mut l, STATUS_SUCCESS);
                 }
                 (Phase::Accepting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
                     l.aborted = true;
+                    failed = l.end_attempt();
                     complete = take(&mut l, STATUS_CONNECTION_ABORTED);
                 }
                 (Phase::Accepting, Event::TimedOut) => {
                     l.phase = Phase::Done;
+                    failed = l.end_attempt();
                     complete = take(&mut l, STATUS_IO_TIMEOUT);
                 }
                 (
                     Phase::Established,
                     Event::DisconnectRequested | Event::Rejected { .. } | Event::TimedOut,
                 ) => {
+                    // NdkCompleteConnect's own count may not have run yet: the connection
+                    // was established before it ended.
+                    if l.end_attempt() {
+                        established = Some(false);
+                    }
+                    broken = !matches!(e, Event::DisconnectRequested);
                     l.phase = Phase::PeerClosed;
                     if !l.notified {
                         l.notified = true;
@@ -1089,6 +1155,16 @@ impl ObjRef<Connector> {
                 }
                 _ => {}
             }
+        }
+        let stats = self.engine.conn_stats();
+        if let Some(passive) = established {
+            stats.established(passive);
+        }
+        if failed {
+            stats.attempt_failed();
+        }
+        if broken {
+            stats.connection_error();
         }
         if let Some((r, st)) = complete {
             r.complete(st);

@@ -676,7 +676,7 @@ impl Cq {
             return self.fill_run(out, 0, head);
         };
         slot.received(qp.context(), request_context, len);
-        qp.traffic().received(u64::from(len));
+        qp.traffic().received(u64::from(len), false);
         let head = reader.next(head);
         if out.len() == 1 {
             reader.consume(head);
@@ -836,7 +836,7 @@ impl Cq {
         let Some(dst) = dst.get_mut(..budget) else {
             return 0;
         };
-        let mut bytes = 0u64;
+        let mut run = qp.traffic().receive_run();
         let mut at = first;
         for slot in dst.iter_mut() {
             let c = ring.at(at);
@@ -853,14 +853,14 @@ impl Cq {
                 break;
             }
             slot.received(ctx, request_context, len);
-            bytes += u64::from(len);
+            run.add(u64::from(len));
             w.advance();
             at = at.wrapping_add(1);
         }
         w.close();
         let taken = at.wrapping_sub(first);
         if taken != 0 {
-            qp.traffic().received_many(bytes, u64::from(taken));
+            qp.traffic().received_run(&run);
         }
         taken as usize
     }
@@ -988,7 +988,8 @@ impl Cq {
         };
         let sane = !ok || (c.byte_len <= limit && c.wc_flags & both != both);
         if ok && sane && rec.op == NdkOperationTypeReceive {
-            qp.traffic().received(u64::from(c.byte_len));
+            qp.traffic()
+                .received(u64::from(c.byte_len), c.wc_flags & WITH_INVALIDATE != 0);
         }
         let done = if sane {
             Completion {

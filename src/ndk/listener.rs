@@ -13,6 +13,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use super::adapter::Adapter;
 use super::cm_engine::{CmEngine, cm_status};
+use super::conn_stats::EndpointRole;
 use super::connector::Connector;
 use super::dispatch;
 use super::object::{Lifetime, NdkObject, ObjRef, header};
@@ -125,7 +126,7 @@ impl ObjRef<Listener> {
         if !ip.is_unspecified() && !engine.is_local(ip) {
             return Err(STATUS_INVALID_ADDRESS);
         }
-        let port = engine.reserve_endpoint(ip, addr.port())?;
+        let port = engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Listener)?;
         let id = match engine.input(|cm, _| cm.listen(port, ip)) {
             Ok(id) => id,
             Err(e) => {

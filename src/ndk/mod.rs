@@ -26,6 +26,7 @@
 pub mod adapter;
 pub mod cm_engine;
 pub mod completion;
+pub mod conn_stats;
 pub mod connector;
 pub mod consumer_array;
 pub mod cq;

@@ -751,9 +751,9 @@ impl Qp {
         flags: u32,
         invalidate: Option<u32>,
     ) -> NdkResult<()> {
-        let (kind, ex) = match invalidate {
-            Some(k) => (&SEND_INV, k),
-            None => (&SEND, 0),
+        let (kind, ex, dir) = match invalidate {
+            Some(k) => (&SEND_INV, k, Direction::SendInvalidate),
+            None => (&SEND, 0, Direction::Send),
         };
         self.post_initiator(
             flags,
@@ -770,7 +770,7 @@ impl Qp {
                 })
             },
             || {},
-            Some(Direction::Out),
+            Some(dir),
         )
     }
 
@@ -808,7 +808,11 @@ impl Qp {
                 })
             },
             || {},
-            Some(if read { Direction::In } else { Direction::Out }),
+            Some(if read {
+                Direction::Read
+            } else {
+                Direction::Write
+            }),
         )
     }
 

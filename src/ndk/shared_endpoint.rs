@@ -9,6 +9,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use super::adapter::Adapter;
 use super::cm_engine::CmEngine;
+use super::conn_stats::EndpointRole;
 use super::dispatch;
 use super::object::{Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
@@ -57,7 +58,7 @@ impl SharedEndpoint {
         if !adapter.lifetime().try_get() {
             return Err(STATUS_INVALID_DEVICE_REQUEST);
         }
-        let port = match engine.reserve_endpoint(ip, addr.port()) {
+        let port = match engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Shared) {
             Ok(p) => p,
             Err(e) => {
                 adapter.put();

@@ -20,7 +20,7 @@
 #![deny(unsafe_code)]
 
 use alloc::sync::{Arc, Weak};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::os::alloc::try_arc;
 use crate::os::dma::PAGE_SIZE;
@@ -48,6 +48,8 @@ pub const CQNE_SIZE: usize = 4;
 pub const MAX_MSG_SZ: u32 = 0x8000_0000;
 /// MSI-X vectors (M21).
 pub const VECTORS: u32 = 3;
+/// CREATE_BIND's `mtu` until [`Device::set_gid_mtu`]: Linux's fixed 1024.
+pub const DEFAULT_GID_MTU: u32 = 1024;
 /// Vector of command responses.
 pub const VECTOR_CMD: u32 = 0;
 /// Vector of async events.
@@ -198,6 +200,10 @@ struct Shared {
     srqs: SpinLock<HandleTable<Arc<dyn SrqEvents>>>,
     /// The handler of port and device-wide events (DEVICE_FATAL), read by the async drain.
     device_events: SpinLock<Option<Arc<dyn DeviceEvents>>>,
+    /// CREATE_BIND's `mtu` (bytes): the RoCE MTU the layer above runs the port at (Linux
+    /// always sends 1024, pvrdma.md §5 step 10; the miniport sets the operational
+    /// `*NetworkDirectRoCEFrameSize` before binding any GID).
+    gid_mtu: AtomicU32,
     dpcs: SpinLock<Option<[Dpc; 3]>>,
     counters: Counters,
     interrupts: [AtomicU64; 3],
@@ -568,6 +574,7 @@ impl Device {
             qps: SpinLock::new(qps),
             srqs: SpinLock::new(srqs),
             device_events: SpinLock::new(None),
+            gid_mtu: AtomicU32::new(DEFAULT_GID_MTU),
             dpcs: SpinLock::new(None),
             counters: Counters::default(),
             interrupts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
@@ -601,7 +608,7 @@ impl Device {
         // 10. GIDs.
         for (i, gid) in config.gids.iter().enumerate() {
             cmd.execute(&CreateBind {
-                mtu: 1024,
+                mtu: DEFAULT_GID_MTU,
                 vlan: 0xFFF,
                 index: i as u32,
                 new_gid: *gid,
@@ -622,6 +629,15 @@ impl Device {
     /// Capabilities read at bring-up.
     pub fn caps(&self) -> &Caps {
         &self.shared.caps
+    }
+
+    /// The `mtu` every later CREATE_BIND carries (bytes).
+    pub fn set_gid_mtu(&self, bytes: u32) {
+        self.shared.gid_mtu.store(bytes, Ordering::Relaxed);
+    }
+    /// See [`Device::set_gid_mtu`] (1024 until set).
+    pub fn gid_mtu(&self) -> u32 {
+        self.shared.gid_mtu.load(Ordering::Relaxed)
     }
 
     /// The command channel (NDK objects submit their commands here).

@@ -70,6 +70,9 @@ pub mod comp {
     pub const TYPE_TX: u32 = 0;
     /// Rx completion type.
     pub const TYPE_RX: u32 = 3;
+    /// The type QEMU writes into Rx completions: it zeroes the descriptor and never sets the
+    /// field (vmxnet3.md V9). Linux and DPDK look at the type only for LRO completions.
+    pub const TYPE_RX_QEMU: u32 = 0;
 }
 
 /// A Tx completion, decoded.
@@ -111,10 +114,12 @@ pub struct RxComp {
 }
 
 impl RxComp {
-    /// Decodes the four dwords (the generation already matched); anything but RXCOMP is
-    /// refused (LRO completions need a feature this driver does not enable).
+    /// Decodes the four dwords (the generation already matched); anything but RXCOMP (3, or
+    /// 0 as QEMU leaves it) is refused (LRO completions need a feature this driver does not
+    /// enable).
     pub fn parse(d: [u32; 4]) -> Result<Self, BadCompletion> {
-        if (d[3] >> comp::TYPE_SHIFT) & comp::TYPE_MASK != comp::TYPE_RX {
+        let ty = (d[3] >> comp::TYPE_SHIFT) & comp::TYPE_MASK;
+        if ty != comp::TYPE_RX && ty != comp::TYPE_RX_QEMU {
             return Err(BadCompletion);
         }
         Ok(RxComp {
@@ -159,5 +164,14 @@ mod tests {
         let mut lro = d;
         lro[3] = (4 << 24) | (1 << 31);
         assert_eq!(RxComp::parse(lro), Err(BadCompletion));
+        // QEMU leaves the type 0 (it zeroes the descriptor and never sets it).
+        let mut qemu = d;
+        qemu[3] = 1 << 31;
+        assert_eq!(RxComp::parse(qemu), RxComp::parse(d));
+        for ty in [1, 2, 5, 0x7F] {
+            let mut other = d;
+            other[3] = (ty << 24) | (1 << 31);
+            assert_eq!(RxComp::parse(other), Err(BadCompletion), "type {ty}");
+        }
     }
 }

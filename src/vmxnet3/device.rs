@@ -3,7 +3,8 @@
 //!
 //! Bring-up follows Linux/DPDK/iPXE (§3.4): VRRS/UVRS negotiation, RESET_DEV, the permanent
 //! MAC, GET_CONF_INTR, DMA memory, DriverShared (intrCtrl DISABLE_ALL), the interrupt handler,
-//! MACL/MACH, DSAL then DSAH, Rx buffers posted, ACTIVATE_DEV (read back 0), RXPROD, interrupts
+//! MACL/MACH, DSAL then DSAH, Rx buffers posted, ACTIVATE_DEV (read back 0), MACL/MACH again for
+//! a configured MAC (QEMU restores the permanent one at activation), RXPROD, interrupts
 //! enabled, GET_LINK. Once DSAH is written a guard makes any later failure stop the device
 //! (QUIESCE_DEV, RESET_DEV) before its memory is freed; dropping the [`Vmxnet3`] does the same.
 //!
@@ -344,14 +345,19 @@ impl Shared {
         }
     }
 
-    /// MAC, DriverShared address, buffers, ACTIVATE_DEV, RXPROD, interrupts on.
+    /// Writes the MAC in use to MACL/MACH (MACH commits both).
+    fn write_mac(&self, b1: &dyn RegisterIo) {
+        let (l, h) = mac_to_regs(*self.mac.lock());
+        bar1::MACL.write(b1, l);
+        bar1::MACH.write(b1, h);
+    }
+
+    /// MAC, DriverShared address, buffers, ACTIVATE_DEV, the MAC again, RXPROD, interrupts on.
     fn activate(&self) -> Result<(), Vmxnet3Error> {
         let (Some(b0), Some(b1)) = (self.bar0(), self.bar1()) else {
             return Err(Vmxnet3Error::NoBars);
         };
-        let (l, h) = mac_to_regs(*self.mac.lock());
-        bar1::MACL.write(b1, l);
-        bar1::MACH.write(b1, h);
+        self.write_mac(b1);
         let addr = self.page.logical();
         // CAST: the two halves of the address.
         bar1::DSAL.write(b1, addr as u32);
@@ -366,6 +372,12 @@ impl Shared {
             } else {
                 Vmxnet3Error::ActivateFailed(r)
             });
+        }
+        // QEMU's ACTIVATE_DEV puts the permanent MAC back (vmxnet3.md V3): a configured one
+        // must be written again once the device is active. Before it too, for a device that
+        // takes the MAC at activation.
+        if *self.mac.lock() != self.perm_mac {
+            self.write_mac(b1);
         }
         if let Some(p) = bar0::rxprod(0) {
             p.write(b0, fill);

@@ -21,8 +21,10 @@
 pub mod guest;
 pub mod interop;
 pub mod memory;
+pub mod ndis;
 pub mod ndk;
 pub mod objects;
+pub mod qtest;
 pub mod tshark;
 pub mod vmx;
 

@@ -784,3 +784,44 @@ pub fn assert_cm_exchange(
 ) -> Option<CmCapture> {
     check_cm_capture(pcap, &[CmExpect::new(active, passive)])
 }
+
+/// Runs tshark over `pcap` with RoCEv2 decoding, keeps the frames matching the display
+/// `filter` and returns the `fields` of each, in capture order (a field absent from a frame
+/// is an empty string; repeated occurrences are joined with `|`). `None` where tshark is
+/// not installed.
+pub fn frame_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Option<Vec<Vec<String>>> {
+    if !tshark_available() {
+        return None;
+    }
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r")
+        .arg(pcap)
+        .args(["-d", "udp.port==4791,infiniband", "-Y", filter])
+        .args(["-T", "fields", "-E", "separator=/t", "-E", "aggregator=|"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("tshark runs");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').map(str::to_owned).collect())
+            .collect(),
+    )
+}
+
+/// The Path Packet Payload MTU code (1 = 256 … 5 = 4096) of every CM REQ in `pcap`, as
+/// Wireshark decodes it (`infiniband.cm.req.pppmtu`). `None` without tshark.
+pub fn req_path_mtus(pcap: &Path) -> Option<Vec<u64>> {
+    let rows = frame_fields(pcap, "infiniband.cm.req", &["infiniband.cm.req.pppmtu"])?;
+    Some(
+        rows.iter()
+            .map(|r| parse_uint(&r[0]).expect("a decoded path MTU"))
+            .collect(),
+    )
+}

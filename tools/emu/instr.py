@@ -189,7 +189,7 @@ def main():
     conn = connect(world, b, a)
     if conn is None:
         return 1
-    listener, incoming, outgoing, disc = conn
+    listener, incoming, outgoing, disc, _, _ = conn
     hz, c = a.hz, a.c
     results = hz.alloc(16 * run.NDK_RESULT_SIZE, "results")
     sge = c.sge(a.buf, 64, a.lkey)

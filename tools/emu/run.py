@@ -19,6 +19,8 @@ harness runs them (work items only between top-level calls, never inside an OID 
 """
 import argparse
 import ipaddress
+import json
+import os
 import random
 import struct
 import sys
@@ -43,12 +45,29 @@ MINIPORT_HANDLERS = [
     "ReturnNetBufferListsHandler", "CancelSendHandler", "CheckForHangHandlerEx",
     "ResetHandlerEx", "DevicePnPEventNotifyHandler", "ShutdownHandlerEx",
     "CancelOidRequestHandler", "DirectOidRequestHandler", "CancelDirectOidRequestHandler",
+    "SynchronousOidRequestHandler",
 ]
-# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead).
-MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "ResetHandlerEx"}
+# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead;
+# the synchronous OID path is for RSSv2 only).
+MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "ResetHandlerEx", "SynchronousOidRequestHandler"}
 HANDLERS_OFFSET = 0x10
-CHARACTERISTICS_REVISION_2_SIZE = HANDLERS_OFFSET + 8 * len(MINIPORT_HANDLERS)  # 0x98
+# REVISION_3 (NDIS 6.80+; required of an NDIS 6.85 driver, Learn "Introduction to NDIS
+# 6.85") ends after SynchronousOidRequestHandler.
+CHARACTERISTICS_REVISION_3_SIZE = HANDLERS_OFFSET + 8 * len(MINIPORT_HANDLERS)  # 0xA0
 
+NDIS_STATUS_FAILURE = 0xC0000001
+# The adapter's registry (NdisOpenConfigurationEx / NdisReadConfiguration), and what the
+# driver writes to the event log (NdisWriteErrorLogEntry; netevent.h).
+CONFIG_HANDLE = 0xC0F1_0000_0001
+NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION = 0xC0001391
+KEYWORDS = ["*NetworkDirect", "*NetworkDirectTechnology", "*NetworkDirectRoCEFrameSize", "*JumboPacket"]
+# NdisMIndicateStatusEx (ndis.h NDIS_STATUS_INDICATION, x64 0x70 bytes; ntddndis.h
+# NDIS_LINK_STATE, 0x28 bytes).
+NDIS_STATUS_LINK_STATE = 0x40010017
+LINK_25G = 25_000_000_000  # QUERY_PORT width 1X (1), speed EDR (32): 25 Gb/s
+NDIS_LINK_SPEED_UNKNOWN = 0xFFFF_FFFF_FFFF_FFFF
+# The driver's private OID for the operational RoCE MTU (src/ndis/oid.rs).
+OID_PVRDMA_ROCE_MTU = 0xFF505601
 STATUS_SUCCESS = 0
 STATUS_PENDING = 0x103
 STATUS_BUFFER_TOO_SMALL = 0xC0000023
@@ -94,7 +113,8 @@ REG_VERSION, REG_DSRLOW, REG_DSRHIGH, REG_CTL, REG_REQUEST, REG_ERR = 0x00, 0x04
 DEVICE_VERSION = 20
 DSR_CMD_SLOT, DSR_RESP_SLOT, DSR_CAPS = 16, 24, 72
 CMD_REQ_MAX, RESP_BIT = 184, 0x8000_0000
-CMD_CREATE_MR, CMD_CREATE_CQ, CMD_CREATE_QP, CMD_DESTROY_QP = 4, 6, 9, 12
+CMD_QUERY_PORT, CMD_CREATE_MR, CMD_CREATE_CQ, CMD_CREATE_QP, CMD_DESTROY_QP = 0, 4, 6, 9, 12
+CMD_CREATE_BIND = 15
 CMD_NAMES = {0: "QUERY_PORT", 1: "QUERY_PKEY", 2: "CREATE_PD", 3: "DESTROY_PD", 4: "CREATE_MR",
              5: "DESTROY_MR", 6: "CREATE_CQ", 7: "RESIZE_CQ", 8: "DESTROY_CQ", 9: "CREATE_QP",
              10: "MODIFY_QP", 11: "QUERY_QP", 12: "DESTROY_QP", 15: "CREATE_BIND", 16: "DESTROY_BIND"}
@@ -301,7 +321,7 @@ class Harness:
         self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
-        self.se = speakeasy.Speakeasy()
+        self.se = speakeasy.Speakeasy(config=emulator_config())
         self.module = self.se.load_module(image)
         self.base = self.module.base
         self.cfg = self._cfg_targets()
@@ -341,10 +361,25 @@ class Harness:
         self.bad_accesses = []
         self.isr_log = []
         self.stack_marks = {}
+        # The adapter's registry: keyword -> the integer NdisReadConfiguration returns (a
+        # keyword left out is absent).
+        self.registry = {}
+        self.config_open = set()
+        self.config_reads = []
+        self.error_log = []
+        self.status_indications = []
+        # (name, address, bytes as NDIS got them): what InitializeEx handed NDIS pointers to.
+        self.kept = []
+        # The scripted device's QUERY_PORT active MTU (IB code; pvrdma.md M41) and the MTU
+        # each CREATE_BIND carried.
+        self.port_mtu = 3
+        self.bind_mtus = []
         if device == "model":
             if world is None:
                 import pvrdma_simbridge
-                world = pvrdma_simbridge.World(1)
+                # A port carrying 4096 (M41's configurable maximum): the RoCE MTU is then
+                # bounded by the keywords alone.
+                world = pvrdma_simbridge.World(1, port_mtu=5)
             self.world = world
             self.device = ModelDevice(self, world, node)
         else:
@@ -410,6 +445,12 @@ class Harness:
         h("ndis", "NdisFreeIoWorkItem", 1, self.free_work_item)
         h("ndis", "NdisMNetPnPEvent", 2, self.net_pnp_event)
         h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
+        h("ndis", "NdisOpenConfigurationEx", 2, self.open_config)
+        h("ndis", "NdisReadConfiguration", 5, self.read_config)
+        h("ndis", "NdisCloseConfiguration", 1, self.close_config)
+        # Variadic: the handle, the code, the count, then up to three ULONGs.
+        h("ndis", "NdisWriteErrorLogEntry", 6, self.error_log_entry)
+        h("ndis", "NdisMIndicateStatusEx", 2, self.indicate_status)
         h("netio", "NotifyUnicastIpAddressChange", 5, self.notify_address_change)
         h("netio", "CancelMibChangeNotify2", 1, self.cancel_notify)
         h("netio", "GetUnicastIpAddressTable", 2, self.unicast_table)
@@ -446,7 +487,7 @@ class Harness:
 
     def register_miniport(self, a):
         _drv, _reg, _ctx, chars, phandle = a
-        self.chars = self.read(chars, CHARACTERISTICS_REVISION_2_SIZE)
+        self.chars = self.read(chars, CHARACTERISTICS_REVISION_3_SIZE)
         self.se.mem_write(phandle, struct.pack("<Q", DRIVER_HANDLE))
         return NDIS_STATUS_SUCCESS
 
@@ -461,9 +502,109 @@ class Harness:
         data = self.read(attrs, size)
         extra = None
         if t == 0xB3 and size >= 0x10:  # NDK attributes: the capabilities they point to
-            extra = self.read(struct.unpack_from("<Q", data, 8)[0], 0x38)
+            caps = struct.unpack_from("<Q", data, 8)[0]
+            extra = self.read(caps, 0x38)
+            info = struct.unpack_from("<Q", extra, 0x30)[0]
+            self.kept += [("NDIS_NDK_CAPABILITIES", caps, extra),
+                          ("NDK_ADAPTER_INFO", info, self.read(info, 0x68))]
+        if t == 0x9F and size >= 0xE0:  # general attributes: PowerManagementCapabilitiesEx
+            pm = struct.unpack_from("<Q", data, 0xD8)[0]
+            if pm:
+                extra = self.read(pm, 0x3C)
+                self.kept.append(("NDIS_PM_CAPABILITIES", pm, extra))
         self.attributes.append((handle, t, rev, size, data, extra))
         return NDIS_STATUS_SUCCESS
+
+    # ---- the registry, the event log, status indications ----
+    def open_config(self, a):
+        obj, phandle = a
+        t, rev, size = header(self.read(obj, 4))
+        ndis_handle, flags = struct.unpack("<QI", self.read(obj + 8, 12))
+        check((t, rev, size) == (0xA9, 1, 0x18) and ndis_handle == ADAPTER_HANDLE and flags == 0,
+              f"NdisOpenConfigurationEx: NDIS_CONFIGURATION_OBJECT (0xA9, 1, 0x18) for the adapter handle "
+              f"({t:#x}, {rev}, {size:#x}, {ndis_handle:#x}, {flags})")
+        self.config_open.add(CONFIG_HANDLE)
+        self.se.mem_write(phandle, struct.pack("<Q", CONFIG_HANDLE))
+        return NDIS_STATUS_SUCCESS
+
+    def read_config(self, a):
+        pstatus, pparam, handle, keyword, ptype = a
+        ptype &= 0xFFFFFFFF  # an enum (int): the upper half of its stack slot is undefined
+        length, _maxlen, buf = struct.unpack("<HH4xQ", self.read(keyword, 16))
+        name = self.read(buf, length).decode("utf-16-le")
+        self.config_reads.append(name)
+        check(handle in self.config_open and ptype == 0,
+              f"NdisReadConfiguration({name}) on the open handle, NdisParameterInteger ({handle:#x}, {ptype})")
+        if name in self.registry:
+            # NDIS_CONFIGURATION_PARAMETER: ParameterType @0, the union (IntegerData) @8.
+            param = self.alloc(0x18, "config_parameter")
+            self.se.mem_write(param, struct.pack("<iIIIQ", 0, 0, self.registry[name] & 0xFFFFFFFF, 0, 0))
+            self.se.mem_write(pparam, struct.pack("<Q", param))
+            self.se.mem_write(pstatus, struct.pack("<I", NDIS_STATUS_SUCCESS))
+        else:
+            self.se.mem_write(pstatus, struct.pack("<I", NDIS_STATUS_FAILURE))
+        return 0
+
+    def close_config(self, a):
+        check(a[0] in self.config_open, f"NdisCloseConfiguration of the open handle ({a[0]:#x})")
+        self.config_open.discard(a[0])
+        return 0
+
+    def error_log_entry(self, a):
+        handle, code, n, *values = a
+        self.error_log.append((handle, code & 0xFFFFFFFF, [v & 0xFFFFFFFF for v in values[:n]]))
+        return 0
+
+    def indicate_status(self, a):
+        handle, ind = a
+        data = self.read(ind, 0x70)
+        source, port, code, flags = struct.unpack_from("<QIII", data, 8)
+        buf, size = struct.unpack_from("<QI", data, 0x30)
+        self.status_indications.append({"handle": handle, "header": header(data), "source": source, "port": port,
+                                        "code": code, "flags": flags, "buffer": self.read(buf, size) if buf else b""})
+        return 0
+
+    def link_indications(self):
+        """(connected, xmit speed, rcv speed) of each NDIS_STATUS_LINK_STATE indicated, after
+        checking each indication's and link state's header."""
+        out = []
+        for i in self.status_indications:
+            check(i["header"] == (0x98, 1, 0x70) and i["handle"] == ADAPTER_HANDLE and i["source"] == ADAPTER_HANDLE
+                  and i["code"] == NDIS_STATUS_LINK_STATE and len(i["buffer"]) == 0x28,
+                  f"NdisMIndicateStatusEx: NDIS_STATUS_INDICATION (0x98, 1, 0x70) from the adapter, "
+                  f"NDIS_STATUS_LINK_STATE, a 0x28-byte NDIS_LINK_STATE ({i['header']}, {i['code']:#x}, {len(i['buffer'])})")
+            b = i["buffer"].ljust(0x28, b"\0")
+            t, rev, size = header(b)
+            state, duplex, xmit, rcv = struct.unpack_from("<II4xQQ", b, 4)
+            check((t, rev, size, duplex) == (0x80, 1, 0x28, 2),
+                  f"NDIS_LINK_STATE header (0x80, 1, 0x28), full duplex ({t:#x}, {rev}, {size:#x}, {duplex})")
+            out.append((state, xmit, rcv))
+        self.status_indications = []
+        return out
+
+    def bound_mtus(self):
+        """The MTU of each CREATE_BIND: as the scripted device recorded them, or as the model's
+        GID table holds them now."""
+        if self.world is None:
+            return list(self.bind_mtus)
+        return [mtu for _i, _gid, _ty, mtu in self.world.gids(self.device.node)]
+
+    def poison_stack(self):
+        """Overwrites the stack every call ran on below its entry (speakeasy starts each call 40
+        bytes below the stack base): what a routine left on its stack is gone, as it is on
+        Windows once the frame is reused."""
+        base = self.se.emu.stack_base
+        lo = base - kernel_stack
+        self.se.mem_write(lo, b"\xDB" * (base - 0x30 - lo))
+        return lo, base
+
+    def check_kept(self, what):
+        """Every structure InitializeEx handed NDIS a pointer to is off the stack and reads
+        as it did when NDIS got it."""
+        lo, base = self.poison_stack()
+        for name, addr, data in self.kept:
+            check(not lo <= addr < base, f"{what}: {name} at {addr:#x} is not on the kernel stack")
+            check(self.read(addr, len(data)) == data, f"{what}: {name} reads as NDIS got it after the stack was poisoned")
 
     def alloc_work_item(self, a):
         check(a[0] == ADAPTER_HANDLE, f"NdisAllocateIoWorkItem for the adapter handle ({a[0]:#x})")
@@ -486,16 +627,19 @@ class Harness:
         return 0
 
     def net_pnp_event(self, a):
-        # NET_PNP_EVENT_NOTIFICATION REVISION_1 (ndkpi.md §6.5, x64): Header, PortNumber @4,
-        # NET_PNP_EVENT @8 {NetEvent, Buffer @0x10, BufferLength @0x18}, Flags @0xA0; 0xA4.
+        # NET_PNP_EVENT_NOTIFICATION REVISION_2 (NDIS 6.50+; ndkpi.md §6.5, x64): Header,
+        # PortNumber @4, NET_PNP_EVENT @8 {NetEvent, Buffer @0x10, BufferLength @0x18},
+        # Flags @0xA0, SwitchId @0xA4, VPortId @0xA8; 0xAC.
         handle, n = a
-        d = self.read(n, 0xA4)
+        d = self.read(n, 0xAC)
         event = struct.unpack_from("<i", d, 8)[0]
         check(handle == ADAPTER_HANDLE, "NdisMNetPnPEvent for the adapter handle")
-        check(header(d) == (0x80, 1, 0xA4), f"NET_PNP_EVENT_NOTIFICATION header {header(d)} = (0x80, 1, 0xA4)")
+        check(header(d) == (0x80, 2, 0xAC), f"NET_PNP_EVENT_NOTIFICATION header {header(d)} = (0x80, 2, 0xAC)")
         port, buf, buflen, flags = (struct.unpack_from("<I", d, 4)[0], struct.unpack_from("<Q", d, 0x10)[0],
                                     struct.unpack_from("<I", d, 0x18)[0], struct.unpack_from("<I", d, 0xA0)[0])
         check((port, buf, buflen, flags) == (0, 0, 0, 0), f"PortNumber, Buffer, BufferLength, Flags all 0 ({port}, {buf:#x}, {buflen}, {flags:#x})")
+        switch, vport = struct.unpack_from("<II", d, 0xA4)
+        check((switch, vport) == (0, 0), f"the default switch and vPort ({switch}, {vport})")
         check(not self.in_oid and self.in_work_item, f"NdisMNetPnPEvent({event}) from the work item, not from an OID handler")
         self.pnp_events.append(event)
         return NDIS_STATUS_SUCCESS
@@ -577,7 +721,7 @@ class Harness:
 
     def register_dma(self, a):
         handle, desc, phandle = a
-        self.dma_desc = self.read(desc, 0x28)
+        self.dma_desc = self.read(desc, 0x30)
         self.maps["dma"] = handle
         self.se.mem_write(phandle, struct.pack("<Q", DMA_HANDLE))
         return NDIS_STATUS_SUCCESS
@@ -723,6 +867,11 @@ class Harness:
             # Handles: distinct per command kind, so no create names a live handle.
             handle = len(self.requests)
             struct.pack_into("<I", resp, 16, handle)
+            if code == CMD_QUERY_PORT:  # pvrdma_port_attr (pvrdma.md M41): ACTIVE, 1X EDR
+                struct.pack_into("<IIII", resp, 16, 4, self.port_mtu, self.port_mtu, 16)
+                struct.pack_into("<BBB", resp, 16 + 43, 1, 32, 5)
+            elif code == CMD_CREATE_BIND:
+                self.bind_mtus.append(struct.unpack_from("<I", req, 16)[0])
             # The data each create answers with (pvrdma.md §"Layouts"), granted as asked.
             if code == CMD_CREATE_CQ:
                 struct.pack_into("<I", resp, 20, struct.unpack_from("<I", req, 28)[0])  # cqe
@@ -798,8 +947,10 @@ class Harness:
         self.se.call(addr, args)
         runs = self.se.emu.runs[before:]
         run = runs[-1] if runs else None
-        ok = run is not None and not run.error
-        check(ok, f"{what} ran to completion" + ("" if ok else f" ({run.error if run else 'no run'})"))
+        # A run that stopped without finishing (no return value collected) did not complete.
+        ok = run is not None and not run.error and run.ret_val is not None
+        check(ok, f"{what} ran to completion"
+              + ("" if ok else f" ({run.error or 'stopped before returning' if run else 'no run'})"))
         # Every routine called here returns an NTSTATUS / NDIS_STATUS (32 bits) or nothing:
         # the upper half of rax is undefined.
         return (run.ret_val & 0xFFFF_FFFF if run and run.ret_val is not None else None)
@@ -823,6 +974,17 @@ class Harness:
         key = what.split("(")[0].split(":")[-1].strip()
         self.stack_marks[key] = max(self.stack_marks.get(key, 0), base - (lo + first))
         return st
+
+
+def emulator_config():
+    """speakeasy's default profile without its 60-second wall-clock limit per call: on a
+    loaded machine a debug image's InitializeEx took longer and was stopped part-way, silently
+    (no error, no return value). max_api_count still bounds a runaway call."""
+    path = os.path.join(os.path.dirname(speakeasy.__file__), "configs", "default.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["timeout"] = 0
+    return config
 
 
 # Set (--stack-report): every top-level call measures its stack high-water mark.
@@ -927,9 +1089,9 @@ def main():
     if hz.chars is None:
         return finish(hz)
     c = hz.chars
-    check(header(c) == (0x8A, 2, CHARACTERISTICS_REVISION_2_SIZE),
-          f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_2, 0x98)")
-    check(c[4:6] == bytes([6, 30]), f"NDIS version {c[4]}.{c[5]} = 6.30")
+    check(header(c) == (0x8A, 3, CHARACTERISTICS_REVISION_3_SIZE),
+          f"characteristics header {header(c)} = (NDIS_OBJECT_TYPE_MINIPORT_DRIVER_CHARACTERISTICS, REVISION_3, 0xA0)")
+    check(c[4:6] == bytes([6, 85]), f"NDIS version {c[4]}.{c[5]} = 6.85 (Windows Server 2022)")
     handlers = miniport_handlers(c)
     for n, va in handlers.items():
         if n in MINIPORT_NULL_HANDLERS:
@@ -950,6 +1112,11 @@ def main():
 
     params = init_params(hz)
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, params], "MiniportInitializeEx")
+    hz.check_kept("after InitializeEx")
+    check(hz.config_reads == KEYWORDS and not hz.config_open,
+          f"InitializeEx read {KEYWORDS} and closed the configuration ({hz.config_reads})")
+    check(hz.error_log == [], f"no keyword set, nothing logged ({hz.error_log})")
+    check(hz.bound_mtus() == [1024, 1024], f"both CREATE_BINDs carry the default RoCE MTU 1024 ({hz.bound_mtus()})")
     reg = [a for a in hz.attributes if a[1] == 0x9E]
     if check(len(reg) == 1 and hz.attributes[0] is reg[0], "registration attributes set once, first"):
         _h, t, rev, size, data, _ = reg[0]
@@ -965,13 +1132,17 @@ def main():
         for _h, t, rev, size, data, extra in hz.attributes:
             if t == 0x9F:
                 check((rev, size) == (2, 0xE0), f"general attributes REVISION_2, size 0xE0 ({rev}, {size:#x})")
+                check_general(data, extra, 1500, (1, LINK_25G))
             if t == 0xB3:
                 check((rev, size) == (1, 0x10), f"NDK attributes REVISION_1, size 0x10 ({rev}, {size:#x})")
                 check(data[4] == 1, "NDK Enabled")
                 check(header(extra) == (0x80, 1, 0x38), f"NDK capabilities header {header(extra)} = (0x80, 1, 0x38)")
+                check(struct.unpack_from("<Q", extra, 0x28)[0] == 0, "MissingCounterMask 0 (every counter kept)")
         general = next(a[4] for a in hz.attributes if a[1] == 0x9F)
         full_run(hz, handlers, reg[0][4] if reg else b"", general)
 
+
+        restarts(hz, handlers)
 
     # MiniportDriverUnload
     hz.call(handlers["UnloadHandler"], [0], "MiniportDriverUnload")
@@ -983,13 +1154,157 @@ def u32(hz, addr):
     return struct.unpack("<I", hz.read(addr, 4))[0]
 
 
+def oid_call(hz, handlers, ctx, rtype, oid_value, payload, length, handler="OidRequestHandler"):
+    """One OID request (NDIS_OID_REQUEST x64: RequestType @4, DATA @0x20: Oid, the buffer,
+    its length, BytesWrittenOrRead @0x34, BytesNeeded @0x38): (status, done, needed, bytes)."""
+    buf = hz.alloc(max(length, 1), "oid_buffer")
+    hz.se.mem_write(buf, payload.ljust(length, b"\0")[:length])
+    req = hz.alloc(0x100, "oid_request")
+    hz.se.mem_write(req, struct.pack("<BBHiII", 0x96, 1, 0xF0, rtype, 0, 0) + b"\0" * 0xF0)
+    hz.se.mem_write(req + 0x20, struct.pack("<IIQII", oid_value, 0, buf, length, 0))
+    hz.in_oid = True
+    st = hz.call(handlers[handler], [ctx, req], f"{handler}({oid_value:#x})")
+    hz.in_oid = False
+    done, needed = struct.unpack("<II", hz.read(req + 0x34, 8))
+    return st, done, needed, hz.read(buf, max(length, 1))
+
+
+def restart(hz, handlers, registry, what):
+    """InitializeEx with `registry` as the adapter's keywords (NDIS restarts an adapter when
+    an advanced property changes): returns (status, MiniportAdapterContext, NDK attributes'
+    Enabled) after the checks every start makes."""
+    hz.registry = dict(registry)
+    hz.attributes, hz.config_reads, hz.error_log, hz.kept, hz.bind_mtus = [], [], [], [], []
+    st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, init_params(hz)], f"MiniportInitializeEx ({what})")
+    hz.check_kept(f"after InitializeEx ({what})")
+    check(st == NDIS_STATUS_SUCCESS, f"{what}: InitializeEx SUCCESS, whatever the keywords hold ({st:#x})")
+    check(hz.config_reads == KEYWORDS and not hz.config_open, f"{what}: the four keywords read, the configuration closed")
+    hz.pump()
+    regs = [a for a in hz.attributes if a[1] == 0x9E]
+    ndk = [a for a in hz.attributes if a[1] == 0xB3]
+    if not check(len(regs) == 1 and len(ndk) == 1, f"{what}: registration and NDK attributes set"):
+        return st, 0, None
+    return st, struct.unpack_from("<Q", regs[0][4], 8)[0], ndk[0][4][4]
+
+
+def restarts(hz, handlers):
+    """The keywords across restarts (Halt, then InitializeEx on the same device, as Windows
+    does for an advanced-property change) and OID_NDK_SET_STATE: *NetworkDirect 0 and 1,
+    values out of range (the INF default with an event-log entry each), a technology the
+    device does not carry (NDK off), the RoCE MTU bounded by the port (event) or carried
+    into every CREATE_BIND (scripted port 4096)."""
+    open_ndk, _ = struct.unpack_from("<QQ", hz.ndk_chars, 8)
+    log = lambda kw, value, used: (ADAPTER_HANDLE, NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION, [kw, value, used])  # noqa: E731
+
+    def set_state(ctx, value):
+        st, done, needed, _ = oid_call(hz, handlers, ctx, 1, OID_NDK_SET_STATE, bytes([value]), 1)
+        return st, done, needed
+
+    def open_status(ctx):
+        params = hz.alloc(12, "open_params")
+        hz.se.mem_write(params, struct.pack("<HHII", 2, 1, 0, 0))
+        out = hz.alloc(8, "adapter_out")
+        st = hz.call(open_ndk, [ctx, params, out], "OpenNDKAdapter(2.1)")
+        return st, hz.q(out)
+
+    def roce_mtu(ctx):
+        st, done, _, out = oid_call(hz, handlers, ctx, 0, OID_PVRDMA_ROCE_MTU, b"", 4)
+        return struct.unpack("<I", out)[0] if (st, done) == (NDIS_STATUS_SUCCESS, 4) else None
+
+    def halt(ctx, what):
+        hz.pump()
+        hz.call(handlers["HaltHandlerEx"], [ctx, 0], f"MiniportHaltEx ({what})")
+        check(not hz.maps, f"{what}: Halt undid everything")
+
+    close_ndk = struct.unpack_from("<Q", hz.ndk_chars, 0x10)[0]
+    events_before = len(hz.pnp_events)
+
+    # *NetworkDirect = 0 (Disable-NetAdapterRdma), the other three out of range.
+    what = "*NetworkDirect 0, the rest out of range"
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirect": 0, "*NetworkDirectTechnology": 9,
+                                              "*NetworkDirectRoCEFrameSize": 1500, "*JumboPacket": 100}, what)
+    check(enabled == 0, f"{what}: NDK attributes Enabled = FALSE ({enabled})")
+    check(hz.error_log == [log(2, 9, 4), log(3, 1500, 1024), log(4, 100, 1514)],
+          f"{what}: one event-log entry per value out of range, with the value used ({hz.error_log})")
+    check(hz.bound_mtus() == [1024, 1024], f"{what}: CREATE_BIND carries 1024 ({hz.bound_mtus()})")
+    check(set_state(ctx, 1) == (NDIS_STATUS_NOT_SUPPORTED, 0, 1),
+          f"{what}: OID_NDK_SET_STATE(TRUE): NOT_SUPPORTED (NDK cannot be enabled)")
+    check(open_status(ctx)[0] == NDIS_STATUS_ADAPTER_NOT_READY, f"{what}: OpenNDKAdapter: ADAPTER_NOT_READY")
+    hz.run_work_items()
+    check(len(hz.pnp_events) == events_before, "no PnP event")
+    halt(ctx, what)
+
+    # *NetworkDirect = 1, RoCE frame size 2048 and jumbo frames, on a port carrying 4096.
+    what = "*NetworkDirect 1, 2048 on a 4096 port"
+    hz.port_mtu = 5
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirect": 1, "*NetworkDirectRoCEFrameSize": 2048,
+                                              "*JumboPacket": 9014}, what)
+    check(enabled == 1, f"{what}: NDK attributes Enabled = TRUE ({enabled})")
+    check(hz.error_log == [], f"{what}: nothing logged ({hz.error_log})")
+    check(hz.bound_mtus() == [2048, 2048], f"{what}: each CREATE_BIND carries 2048 ({hz.bound_mtus()})")
+    check(roce_mtu(ctx) == 2048, f"{what}: OID_PVRDMA_ROCE_MTU answers 2048")
+    general = next(a for a in hz.attributes if a[1] == 0x9F)
+    check(struct.unpack_from("<I", general[4], 0x10)[0] == 9000, f"{what}: MtuSize 9000")
+    st, adapter = open_status(ctx)
+    check(st == NDIS_STATUS_SUCCESS and adapter, f"{what}: OpenNDKAdapter: SUCCESS ({st:#x})")
+    hz.call(close_ndk, [ctx, adapter], "CloseNDKAdapter")
+    check(set_state(ctx, 0) == (NDIS_STATUS_SUCCESS, 1, 1), f"{what}: OID_NDK_SET_STATE(FALSE): SUCCESS")
+    hz.run_work_items()
+    check(open_status(ctx)[0] == NDIS_STATUS_ADAPTER_NOT_READY, f"{what}: disabled: OpenNDKAdapter ADAPTER_NOT_READY")
+    check(set_state(ctx, 1) == (NDIS_STATUS_SUCCESS, 1, 1), f"{what}: OID_NDK_SET_STATE(TRUE): SUCCESS")
+    hz.run_work_items()
+    check(hz.pnp_events[events_before:] == [NET_EVENT_NDK_DISABLE, NET_EVENT_NDK_ENABLE],
+          f"{what}: NetEventNDKDisable, then NetEventNDKEnable ({hz.pnp_events[events_before:]})")
+    halt(ctx, what)
+
+    # 4096 asked; the scripted port carries 1024, the model's 4096 with *JumboPacket 4088
+    # (Ethernet MTU 4074 carries 2048): the operational MTU is logged.
+    if hz.world is None:
+        what, keys, mtu = "4096 on a 1024 port", {"*NetworkDirectRoCEFrameSize": 4096, "*JumboPacket": 9014}, 1024
+        hz.port_mtu = 3
+    else:
+        what, keys, mtu = "4096 with *JumboPacket 4088", {"*NetworkDirectRoCEFrameSize": 4096, "*JumboPacket": 4088}, 2048
+    st, ctx, enabled = restart(hz, handlers, keys, what)
+    check(enabled == 1 and hz.error_log == [log(3, 4096, mtu)],
+          f"{what}: enabled; the operational RoCE MTU {mtu} logged ({enabled}, {hz.error_log})")
+    check(hz.bound_mtus() == [mtu, mtu] and roce_mtu(ctx) == mtu, f"{what}: CREATE_BIND and the OID say {mtu}")
+    halt(ctx, what)
+
+    # A transport the device does not carry: NDK off, logged.
+    what = "*NetworkDirectTechnology 1 (iWARP)"
+    st, ctx, enabled = restart(hz, handlers, {"*NetworkDirectTechnology": 1}, what)
+    check(enabled == 0 and hz.error_log == [log(2, 1, 0)],
+          f"{what}: NDK attributes Enabled = FALSE, logged ({enabled}, {hz.error_log})")
+    check(set_state(ctx, 1)[0] == NDIS_STATUS_NOT_SUPPORTED, f"{what}: OID_NDK_SET_STATE(TRUE): NOT_SUPPORTED")
+    halt(ctx, what)
+    hz.registry = {}
+
+
+def check_general(data, pm, mtu, link):
+    """NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES: MtuSize @0x10, the four link speeds @0x18,
+    MediaConnectState @0x38; PowerManagementCapabilitiesEx @0xD8 (mandatory from NDIS 6.20:
+    NDIS_PM_CAPABILITIES REVISION_2, 0x3C bytes, no wake-up)."""
+    got_mtu = struct.unpack_from("<I", data, 0x10)[0]
+    max_x, x, max_r, r = struct.unpack_from("<QQQQ", data, 0x18)
+    state = struct.unpack_from("<I", data, 0x38)[0]
+    check(got_mtu == mtu, f"general attributes MtuSize {mtu} ({got_mtu})")
+    connected, speed = link
+    check((state, x, r) == (connected, speed, speed) and max_x == max_r == LINK_25G,
+          f"general attributes: MediaConnectState {connected}, link speed {speed}, maximum {LINK_25G} "
+          f"(QUERY_PORT 1X EDR) ({state}, {x}, {r}, {max_x})")
+    check(pm is not None and header(pm) == (0x80, 2, 0x3C) and pm[4:] == bytes(0x38),
+          f"PowerManagementCapabilitiesEx: NDIS_PM_CAPABILITIES (0x80, 2, 0x3C), no wake-up "
+          f"({header(pm) if pm else None})")
+
+
 def full_run(hz, handlers, registration, general):
     """The real core: OIDs, the NDK adapter for each version, a few NDK calls, Halt."""
     ctx = struct.unpack_from("<Q", registration, 8)[0]
     check(hz.dsr != 0, "bring-up handed the device its DSR")
     # NDIS_SG_DMA_DESCRIPTION: header, Flags, MaximumPhysicalMapping, ProcessSGListHandler @0x10.
     d = hz.dma_desc
-    check(header(d) == (0x83, 1, 0x24), f"SG DMA description header {header(d)} = (0x83, 1, 0x24)")
+    check(header(d) == (0x83, 2, 0x30), f"SG DMA description header {header(d)} = (0x83, REVISION_2 (NDIS 6.85), 0x30)")
+    check(struct.unpack_from("<Q", d, 0x28)[0] == 0, "SG DMA PdoOverride NULL")
     check(struct.unpack_from("<I", d, 4)[0] & 1, "NDIS_SG_DMA_64_BIT_ADDRESS")
     check(hz.is_cfg_target(struct.unpack_from("<Q", d, 0x10)[0]), "ProcessSGListHandler is a CFG target")
     # NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS: four line handlers @8, MsiSupported @0x28,
@@ -1119,6 +1434,14 @@ def full_run(hz, handlers, registration, general):
     st, done, _, _ = oid(regular, 0, OID_802_3_MULTICAST_LIST, b"", 64)
     check((st, done) == (NDIS_STATUS_NOT_SUPPORTED, 0), f"OID_802_3_MULTICAST_LIST (not listed): NOT_SUPPORTED ({st:#x})")
 
+    # NDKPI 2.0 Mode 2 (NDK on a NIC switch's vPort) is not offered: a non-default SwitchId
+    # or VPortId in NDIS_OPEN_NDK_ADAPTER_PARAMETERS is refused (ndkpi.md §6.3).
+    for switch, vport in [(1, 0), (0, 2)]:
+        params = hz.alloc(12, "open_params")
+        hz.se.mem_write(params, struct.pack("<HHII", 2, 1, switch, vport))
+        st = hz.call(open_ndk, [ctx, params, hz.scratch + 0x200], f"OpenNDKAdapter(2.1, switch {switch}, vPort {vport})")
+        check(st == NDIS_STATUS_NOT_SUPPORTED,
+              f"OpenNDKAdapter on switch {switch}, vPort {vport}: NDIS_STATUS_NOT_SUPPORTED ({st:#x})")
     adapters = []
     for major, minor in [(1, 0), (1, 2), (2, 0), (2, 1), (3, 0)]:
         params = hz.alloc(12, "open_params")

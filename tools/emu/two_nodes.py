@@ -75,9 +75,10 @@ def parse_sockaddr(b):
 class Side:
     """One host: an emulated driver on node `node` and a consumer of its adapter."""
 
-    def __init__(self, image, world, node, ip, neighbours, ip6=None):
+    def __init__(self, image, world, node, ip, neighbours, ip6=None, registry=None):
         rows = [(run.NET_LUID, ip)] + ([(run.NET_LUID, ip6)] if ip6 else [])
         self.hz = Harness(image, device="model", world=world, node=node, unicast_rows=rows, neighbours=neighbours)
+        self.hz.registry = dict(registry or {})
         self.hz.guard_cfg()
         self.node, self.ip, self.world = node, ip, world
         self.handlers, self.ctx, self.close_ndk, self.adapter = run.bring_up(self.hz)
@@ -155,6 +156,39 @@ class Side:
                 got.append(struct.unpack_from("<IIQQ", self.hz.read(self.results + i * run.NDK_RESULT_SIZE, 0x18)))
         return got
 
+    def oid(self, rtype, oid_value, payload, length, handler="OidRequestHandler"):
+        return run.oid_call(self.hz, self.handlers, self.ctx, rtype, oid_value, payload, length, handler)
+
+    def counters(self):
+        """OID_NDK_STATISTICS through the direct OID path, decoded (ndkpi.md §6.6)."""
+        st, done, _, out = self.oid(0, run.OID_NDK_STATISTICS, struct.pack("<BBH", 0x80, 1, 0xF8), 0xF8,
+                                    "DirectOidRequestHandler")
+        check((st, done) == (run.NDIS_STATUS_SUCCESS, 0xF8), f"{self.tag}: OID_NDK_STATISTICS ({st:#x}, {done})")
+        f = struct.unpack_from("<30Q", out, 8)
+        check(all(v == 0 for v in f[5:25]), f"{self.tag}: Reserved01..20 are 0")
+        return {"connect": f[0], "accept": f[1], "failure": f[2], "error": f[3], "active": f[4],
+                "in": (f[28], f[26]), "out": (f[29], f[27])}
+
+    def lists(self):
+        """OID_NDK_CONNECTIONS and OID_NDK_LOCAL_ENDPOINTS decoded: [(local, remote)],
+        [(local, listener)] (header, Count and Size checked against each other)."""
+        out = []
+        for oid, entry in ((run.OID_NDK_CONNECTIONS, 0x40), (run.OID_NDK_LOCAL_ENDPOINTS, 0x24)):
+            length = 0x10 + entry * 80
+            st, done, _, b = self.oid(0, oid, struct.pack("<BBH", 0x80, 1, length), length)
+            count = struct.unpack_from("<I", b, 8)[0]
+            size = 0x10 + entry * count
+            check((st, done) == (run.NDIS_STATUS_SUCCESS, size) and run.header(b) == (0x80, 1, size) and b[12] == 0,
+                  f"{self.tag}: {oid:#x}: SUCCESS, header (0x80, 1, {size:#x}), Count {count}, not mapped to TCP "
+                  f"({st:#x}, {done:#x}, {run.header(b)})")
+            if entry == 0x40:
+                out.append([(parse_sockaddr(b[0x10 + i * 0x40:]), parse_sockaddr(b[0x10 + i * 0x40 + 0x1C:]))
+                            for i in range(count)])
+            else:
+                out.append([(parse_sockaddr(b[0x10 + i * 0x24:]), b[0x10 + i * 0x24 + 0x1D] == 1)
+                            for i in range(count)])
+        return out
+
     def write_bytes(self, off, data):
         self.hz.se.mem_write(self.buf + off, data)
 
@@ -190,7 +224,8 @@ def settle(world, sides):
 def connect(world, server, client):
     """NdkListen on `server`, NdkConnect from `client`, the connect event, NdkAccept,
     NdkCompleteConnect. Returns (listener, server connector, client connector, disconnect
-    records by side) or None."""
+    records by side, the client connector's (local, peer) address, the listener's address)
+    or None."""
     sides = (server, client)
     cs, cc = server.c, client.c
     connect_event, connect_rec = cs.recorder("connect_event")
@@ -244,7 +279,7 @@ def connect(world, server, client):
     s_peer = server.address(cs.slot(incoming, CONN_PEER_ADDRESS), incoming, f"{server.tag}: NdkGetPeerAddress")
     check(c_peer == s_local == at and s_peer == c_local and c_local[0] == client.ip and c_local[1] >= EPHEMERAL_FIRST,
           f"the connectors' addresses match: client {c_local} -> {c_peer}, server {s_local} <- {s_peer}")
-    return listener, incoming, conn, disc
+    return listener, incoming, conn, disc, (c_local, c_peer), at
 
 
 def put(hz, data):
@@ -303,6 +338,90 @@ def rdma(world, a, b, seed):
     check(seen == dma == remote + b"\0" * (0x400 - 700), f"{b.tag} -> {a.tag}: RDMA READ of 700 bytes read exactly")
 
 
+def link_flap(world, side):
+    """The port goes down and up: NDIS_STATUS_LINK_STATE disconnected, then connected at the
+    speed QUERY_PORT reports (1X EDR: 25 Gb/s), from the device's async events."""
+    hz = side.hz
+    check(hz.link_indications() == [], f"{side.tag}: nothing indicated since InitializeEx")
+    world.set_link(side.node, False)
+    settle(world, (side,))
+    got = hz.link_indications()
+    check(got == [(2, run.NDIS_LINK_SPEED_UNKNOWN, run.NDIS_LINK_SPEED_UNKNOWN)],
+          f"{side.tag}: PORT_ERR: link state disconnected, speed unknown ({got})")
+    world.set_link(side.node, True)
+    settle(world, (side,))
+    got = hz.link_indications()
+    check(got == [(1, run.LINK_25G, run.LINK_25G)],
+          f"{side.tag}: PORT_ACTIVE: link state connected at 25 Gb/s, once ({got})")
+
+
+class WireModel:
+    """What a message puts on the wire, packet by packet (IBTA 9.2-9.4, this harness's own
+    arithmetic): Ethernet 14, IPv4 20 / IPv6 40, UDP 8, BTH 12, extension headers, the
+    payload padded to 4, ICRC 4 and FCS 4 bytes per packet."""
+
+    def __init__(self, mtu, ipv6=False):
+        self.mtu, self.ip = mtu, 40 if ipv6 else 20
+
+    def frame(self, ext, payload):
+        return 14 + self.ip + 8 + 12 + ext + -(-payload // 4) * 4 + 4 + 4
+
+    def payloads(self, n):
+        return [min(self.mtu, n - i) for i in range(0, n, self.mtu)] or [0]
+
+    def send(self, n):
+        p = self.payloads(n)
+        return len(p), sum(self.frame(0, b) for b in p)
+
+    def write(self, n):
+        f, o = self.send(n)
+        return f, o + 16
+
+    def read_request(self):
+        return 1, self.frame(16, 0)
+
+    def read_response(self, n):
+        p = self.payloads(n)
+        return len(p), sum(self.frame(4 if i in (0, len(p) - 1) else 0, b) for i, b in enumerate(p))
+
+
+def total(parts):
+    return tuple(map(sum, zip(*parts)))
+
+
+# RC opcodes (IBTA Table 38).
+SENDS = (0, 1, 2, 4, 22, 23)
+WRITES = (6, 7, 8, 10)
+READ_REQUEST = 12
+READ_RESPONSES = (13, 14, 15, 16)
+
+
+def roce_frames(path):
+    """(source IP, destination IP, BTH opcode, frame length) of each RoCEv2 frame of a pcap
+    (classic pcap, native byte order, Ethernet; IPv4 or IPv6, UDP 4791)."""
+    data = open(path, "rb").read()
+    out, at = [], 24
+    while at + 16 <= len(data):
+        incl = struct.unpack_from("<I", data, at + 8)[0]
+        f = data[at + 16:at + 16 + incl]
+        at += 16 + incl
+        if f[12:14] == b"\x08\x00":
+            src, dst, udp = f[26:30], f[30:34], 34
+        elif f[12:14] == b"\x86\xdd":
+            src, dst, udp = f[22:38], f[38:54], 54
+        else:
+            continue
+        if struct.unpack_from(">H", f, udp + 2)[0] == 4791:
+            out.append((src, dst, f[udp + 8], len(f)))
+    return out
+
+
+def on_wire(frames, pick):
+    """(frames, octets) of the picked frames, each with its FCS (a capture has none)."""
+    picked = [f for f in frames if pick(f)]
+    return len(picked), sum(f[3] + 4 for f in picked)
+
+
 def defer_chain(world, a, b, n=4):
     """`b` posts `n` RECEIVEs, `a` `n` SENDs, all but the last DEFERred: one doorbell each;
     both CQs armed, each notification once, through the emulated ISR and DPC."""
@@ -345,6 +464,7 @@ def defer_chain(world, a, b, n=4):
               f"({calls - calls_before[s.node]}, {ctx:#x}, {status:#x})")
         vectors = s.hz.isr_log[isr[s.node]:]
         check((2, 1) in vectors, f"{s.tag}: the emulated ISR claimed the CQ vector (2) ({vectors})")
+    return [len(c) for c in chunks]
 
 
 def finish_checks(s):
@@ -370,17 +490,55 @@ def direction(image, image2, listener_node, ipv6=False):
     for s in sides:
         s.enable_ndk()
         s.objects()
+    link_flap(world, client)
+    pcap = f"/tmp/pvrdma-emu-{os.getpid()}-{server.node}.pcap"
+    world.capture(pcap)
     check(world.object_counts(0) == world.object_counts(1) == (2, 3, 2, 2, 0),
           f"each node's model holds its own PD, MRs, CQ, QP and QP1's ({world.object_counts(0)}, {world.object_counts(1)})")
     conn = connect(world, server, client)
     if conn is None:
         return [s.hz for s in sides]
-    listener, incoming, outgoing, disc = conn
+    listener, incoming, outgoing, disc, (c_local, c_peer), at = conn
+    # The connection as Windows reads it (OID_NDK_CONNECTIONS / LOCAL_ENDPOINTS, counters).
+    check(client.lists() == [[(c_local, c_peer)], []], f"{client.tag}: lists the connection, no local endpoint")
+    check(server.lists() == [[(c_peer, c_local)], [(at, True)]], f"{server.tag}: lists the connection and the listener")
+    st, done, needed, _ = client.oid(0, run.OID_NDK_CONNECTIONS, struct.pack("<BBH", 0x80, 1, 0x10), 0x10)
+    check((st, done, needed) == (run.NDIS_STATUS_BUFFER_TOO_SHORT, 0, 0x50),
+          f"{client.tag}: OID_NDK_CONNECTIONS in 0x10 bytes: BUFFER_TOO_SHORT, BytesNeeded 0x50 ({st:#x}, {done}, {needed:#x})")
+    before = {s.node: s.counters() for s in sides}
+    conn_of = lambda c: (c["connect"], c["accept"], c["failure"], c["error"], c["active"])  # noqa: E731
+    check(conn_of(before[client.node]) == (1, 0, 0, 0, 1) and conn_of(before[server.node]) == (0, 1, 0, 0, 1),
+          f"Connect 1 on the client, Accept 1 on the server, one active connection each "
+          f"({conn_of(before[client.node])}, {conn_of(before[server.node])})")
     send_receive(world, client, server, 1000, 1)
     send_receive(world, server, client, 700, 2)
     rdma(world, client, server, 3)
     rdma(world, server, client, 4)
-    defer_chain(world, client, server)
+    chain = defer_chain(world, client, server)
+    settle(world, sides)
+    world.capture(None)
+    # The traffic counters on the wire's terms (WireModel, IBTA 9.2-9.4, path MTU 1024), and
+    # the same from the frames the model put on the wire (ACKs and QP1's MADs aside).
+    w = WireModel(1024, ipv6)
+    want = {
+        client.node: (total([w.send(700), w.read_response(700)]),
+                      total([w.send(1000), w.write(512), w.read_request()] + [w.send(n) for n in chain])),
+        server.node: (total([w.send(1000), w.read_response(700)] + [w.send(n) for n in chain]),
+                      total([w.send(700), w.write(512), w.read_request()])),
+    }
+    frames = roce_frames(pcap)
+    for s in sides:
+        now = s.counters()
+        got = (tuple(a - b for a, b in zip(now["in"], before[s.node]["in"])),
+               tuple(a - b for a, b in zip(now["out"], before[s.node]["out"])))
+        me = ipaddress.ip_address(s.ip).packed
+        wire = (on_wire(frames, lambda f: f[1] == me and f[2] in SENDS + READ_RESPONSES),
+                on_wire(frames, lambda f: f[0] == me and f[2] in SENDS + WRITES + (READ_REQUEST,)))
+        check(got == want[s.node] == wire,
+              f"{s.tag}: RDMA (in, out) (frames, octets) moved by {got}: the workload implies {want[s.node]}, "
+              f"the wire carried {wire}")
+    if not os.environ.get("PVRDMA_KEEP_PCAP"):
+        os.remove(pcap)
 
     # The active side's NdkDisconnect completes when the peer's DREP arrives, which its
     # consumer's NdkDisconnect (after the disconnect event) sends (cm.md §9.6).
@@ -402,6 +560,11 @@ def direction(image, image2, listener_node, ipv6=False):
     server.c.close(listener, f"{server.tag}: NdkCloseListener")
     settle(world, sides)
     for s in sides:
+        c = s.counters()
+        check(s.lists() == [[], []] and c["active"] == 0 and (c["connect"], c["accept"]) == (
+              (1, 0) if s is client else (0, 1)) and (c["failure"], c["error"]) == (0, 0),
+              f"{s.tag}: parted: nothing listed, no active connection, Connect/Accept kept, no failure or error")
+    for s in sides:
         s.close()
     for s in sides:
         binds, unbinds = s.hz.requests.count(15), s.hz.requests.count(16)
@@ -420,12 +583,196 @@ def direction(image, image2, listener_node, ipv6=False):
     return [s.hz for s in sides]
 
 
+def make_sides(image, world, registry=None):
+    macs = [bytes(world.identity(i)[0]) for i in (0, 1)]
+    return [Side(image, world, i, IPS[i], {IPS[1 - i]: macs[1 - i], IPS6[1 - i]: macs[1 - i]}, IPS6[i],
+                 registry=registry) for i in (0, 1)]
+
+
+def req_path_mtus(pcap):
+    """The Path Packet Payload MTU code of every CM REQ in `pcap`, as Wireshark decodes it
+    (`infiniband.cm.req.pppmtu`); None without tshark."""
+    import shutil
+    import subprocess
+    if not shutil.which("tshark"):
+        return None
+    out = subprocess.run(["tshark", "-r", pcap, "-d", "udp.port==4791,infiniband", "-Y", "infiniband.cm.req",
+                          "-T", "fields", "-e", "infiniband.cm.req.pppmtu"],
+                         capture_output=True, text=True, check=True).stdout
+    return [int(v, 0) for v in out.split()]
+
+
+def mtu_sweep(image):
+    """Each *NetworkDirectRoCEFrameSize (256 ... 4096, *JumboPacket 9014, ports carrying 4096):
+    OID_PVRDMA_ROCE_MTU answers it, every CREATE_BIND carries it (the model's GID table), the
+    REQ on the wire carries its IB code (Wireshark decodes it), and a SEND of three MTUs and a
+    byte leaves as four packets (RC SEND First, Middle, Middle, Last)."""
+    harnesses = []
+    for code, size in enumerate((256, 512, 1024, 2048, 4096), start=1):
+        world = pvrdma_simbridge.World(2, port_mtu=5)
+        sides = make_sides(image, world, {"*NetworkDirectRoCEFrameSize": size, "*JumboPacket": 9014})
+        server, client = sides
+        print(f"-- *NetworkDirectRoCEFrameSize {size}")
+        for s in sides:
+            st, done, _, out = s.oid(0, run.OID_PVRDMA_ROCE_MTU, b"", 4)
+            mtu = struct.unpack("<I", out)[0]
+            binds = [m for _i, _g, _t, m in world.gids(s.node)]
+            check((st, done, mtu, binds, s.hz.error_log) == (run.NDIS_STATUS_SUCCESS, 4, size, [size, size], []),
+                  f"{s.tag}: RoCE MTU {size} in OID_PVRDMA_ROCE_MTU and both CREATE_BINDs, nothing logged "
+                  f"({mtu}, {binds}, {s.hz.error_log})")
+            s.enable_ndk()
+            s.objects()
+        pcap = f"/tmp/pvrdma-emu-mtu{size}-{os.getpid()}.pcap"
+        world.capture(pcap)
+        conn = connect(world, server, client)
+        if conn is None:
+            return harnesses + [s.hz for s in sides]
+        listener, incoming, outgoing, disc, _, _ = conn
+        n = 3 * size + 1
+        data = random.Random(size).randbytes(n)
+        client.write_bytes(0, data)
+        st = server.hz.call(server.c.slot(server.qp, run.QP_RECEIVE),
+                            [server.qp, 7, server.c.sge(server.buf, BUF, server.lkey), 1], f"{server.tag}: NdkReceive")
+        check(st == run.STATUS_SUCCESS, f"{server.tag}: NdkReceive ({st:#x})")
+        st = client.c.invoke(client.c.slot(client.qp, run.QP_SEND), [client.qp, 8, client.c.sge(client.buf, n, client.lkey), 1, 0],
+                             f"{client.tag}: NdkSend({n})")
+        settle(world, sides)
+        got = server.reap(1, f"{server.tag}: NdkGetCqResults")
+        check(got == [(0, n, QP_CONTEXT[server.node], 7)] and server.bytes_at(0, n)[1] == data,
+              f"{size}: {n} bytes arrived whole ({got})")
+        client.reap(1, f"{client.tag}: NdkGetCqResults")
+        world.capture(None)
+        me = ipaddress.ip_address(client.ip).packed
+        ops = [f[2] for f in roce_frames(pcap) if f[0] == me and f[2] in SENDS]
+        check(ops == [0, 1, 1, 2], f"{size}: the SEND left as First, Middle, Middle, Last ({ops})")
+        mtus = req_path_mtus(pcap)
+        if mtus is None:
+            print("WARNING: tshark is not installed: the REQ's path MTU is not decoded")
+        else:
+            check(mtus == [code], f"{size}: the REQ's path MTU as Wireshark decodes it is {code} ({mtus})")
+        if not os.environ.get("PVRDMA_KEEP_PCAP"):
+            os.remove(pcap)
+        part(world, server, client, listener, incoming, outgoing, disc)
+        harnesses += [s.hz for s in sides]
+    return harnesses
+
+
+def churn(image, n):
+    """`n` connections come and go between the two nodes (node 0 listens on port 445, each
+    connection on a QP pair of its own); after every connect and every parting, each side's
+    OID_NDK_CONNECTIONS lists exactly the connections its connectors hold (the addresses
+    NdkGetLocalAddress / NdkGetPeerAddress report), OID_NDK_LOCAL_ENDPOINTS the listener
+    alone, and Connect / Accept / ActiveConnection count them."""
+    world = pvrdma_simbridge.World(2)
+    sides = make_sides(image, world)
+    server, client = sides
+    for s in sides:
+        s.enable_ndk()
+        s.objects()
+    cs, cc = server.c, client.c
+    connect_event, connect_rec = cs.recorder("connect_event")
+    listener = cs.create(cs.slot(server.adapter, AD_CREATE_LISTENER), [server.adapter, connect_event, 0x1157],
+                         f"{server.tag}: NdkCreateListener")
+    cs.request(cs.slot(listener, LISTENER_LISTEN), [listener, put(server.hz, sockaddr(server.ip, 445)), 16],
+               f"{server.tag}: NdkListen({server.ip}:445)")
+    at = (server.ip, 445)
+    live = []  # (client connector, server connector, client QP, server QP, (local, remote))
+
+    def expect(what):
+        pairs = [c[4] for c in live]
+        got_c, got_s = client.lists(), server.lists()
+        check(sorted(got_c[0]) == sorted(pairs) and got_c[1] == [],
+              f"{what}: the client lists its {len(pairs)} connections exactly")
+        check(sorted(got_s[0]) == sorted((r, l) for l, r in pairs) and got_s[1] == [(at, True)],
+              f"{what}: the server lists the {len(pairs)} connections and its listener exactly")
+        cc_, sc_ = client.counters(), server.counters()
+        check((cc_["active"], sc_["active"]) == (len(pairs), len(pairs)),
+              f"{what}: ActiveConnection {len(pairs)} on both ({cc_['active']}, {sc_['active']})")
+        return cc_, sc_
+
+    for i in range(n):
+        qc = cc.create(cc.slot(client.pd, run.PD_CREATE_QP), [client.pd, client.cq, client.cq, 0x1000 + i, 4, 4, 1, 1, 0],
+                       f"{client.tag}: NdkCreateQp {i}")
+        qs = cs.create(cs.slot(server.pd, run.PD_CREATE_QP), [server.pd, server.cq, server.cq, 0x2000 + i, 4, 4, 1, 1, 0],
+                       f"{server.tag}: NdkCreateQp {i}")
+        conn = cc.create(cc.slot(client.adapter, AD_CREATE_CONNECTOR), [client.adapter], f"{client.tag}: NdkCreateConnector")
+        calls = cs.record(connect_rec)[3]
+        st, cdone = client.start(cc.slot(conn, CONN_CONNECT),
+                                 [conn, qc, put(client.hz, sockaddr(client.ip, 0)), 16, put(client.hz, sockaddr(*at)), 16,
+                                  4, 4, 0, 0], f"{client.tag}: NdkConnect {i}", 0xC000 + i)
+        settle(world, sides)
+        _, incoming, _, calls2 = cs.record(connect_rec)
+        if not check(calls2 == calls + 1 and incoming, f"connection {i}: the listener's connect event"):
+            break
+        st, adone = server.start(cs.slot(incoming, CONN_ACCEPT), [incoming, qs, 4, 4, 0, 0, 0, 0],
+                                 f"{server.tag}: NdkAccept {i}", 0xA000 + i)
+        settle(world, sides)
+        client.completed(cdone, 0xC000 + i, f"{client.tag}: NdkConnect {i}")
+        st, _ = client.start(cc.slot(conn, CONN_COMPLETE_CONNECT), [conn, 0, 0], f"{client.tag}: NdkCompleteConnect {i}", 0)
+        settle(world, sides)
+        server.completed(adone, 0xA000 + i, f"{server.tag}: NdkAccept {i}")
+        local = client.address(cc.slot(conn, CONN_LOCAL_ADDRESS), conn, f"{client.tag}: NdkGetLocalAddress {i}")
+        peer = client.address(cc.slot(conn, CONN_PEER_ADDRESS), conn, f"{client.tag}: NdkGetPeerAddress {i}")
+        live.append((conn, incoming, qc, qs, (local, peer)))
+        c0, s0 = expect(f"{i + 1} connected")
+        check((c0["connect"], s0["accept"]) == (i + 1, i + 1), f"Connect and Accept {i + 1}")
+    total_made = len(live)
+    for k in range(len(live)):
+        # Alternately the newest and the oldest goes.
+        conn, incoming, qc, qs, _ = live.pop(-1 if k % 2 == 0 else 0)
+        st, done = client.start(cc.slot(conn, CONN_DISCONNECT), [conn], f"{client.tag}: NdkDisconnect", 0xD000 + k)
+        settle(world, sides)
+        st, sdone = server.start(cs.slot(incoming, CONN_DISCONNECT), [incoming], f"{server.tag}: NdkDisconnect", 0xE000 + k)
+        settle(world, sides)
+        client.completed(done, 0xD000 + k, f"{client.tag}: NdkDisconnect {k}")
+        server.completed(sdone, 0xE000 + k, f"{server.tag}: NdkDisconnect {k}")
+        cc.close(conn, f"{client.tag}: NdkCloseConnector")
+        cs.close(incoming, f"{server.tag}: NdkCloseConnector")
+        cc.close(qc, f"{client.tag}: NdkCloseQp")
+        cs.close(qs, f"{server.tag}: NdkCloseQp")
+        settle(world, sides)
+        c0, s0 = expect(f"{len(live)} left")
+    c0, s0 = client.counters(), server.counters()
+    check((c0["connect"], c0["failure"], c0["error"], s0["accept"], s0["failure"], s0["error"])
+          == (total_made, 0, 0, total_made, 0, 0), f"after {total_made} connections: no failure, no error")
+    cs.close(listener, f"{server.tag}: NdkCloseListener")
+    settle(world, sides)
+    check(client.lists() == server.lists() == [[], []], "nothing listed at the end")
+    for s in sides:
+        s.close()
+        finish_checks(s)
+    return [s.hz for s in sides]
+
+
+def part(world, server, client, listener, incoming, outgoing, disc):
+    """NdkDisconnect both ways, the connectors and the listener closed, both sides shut down."""
+    sides = (server, client)
+    st, done = client.start(client.c.slot(outgoing, CONN_DISCONNECT), [outgoing], f"{client.tag}: NdkDisconnect", 0xD15C)
+    settle(world, sides)
+    st, sdone = server.start(server.c.slot(incoming, CONN_DISCONNECT), [incoming], f"{server.tag}: NdkDisconnect", 0xD15D)
+    settle(world, sides)
+    server.completed(sdone, 0xD15D, f"{server.tag}: NdkDisconnect")
+    client.completed(done, 0xD15C, f"{client.tag}: NdkDisconnect")
+    client.c.close(outgoing, f"{client.tag}: NdkCloseConnector")
+    server.c.close(incoming, f"{server.tag}: NdkCloseConnector")
+    if listener is not None:
+        server.c.close(listener, f"{server.tag}: NdkCloseListener")
+    settle(world, sides)
+    for s in sides:
+        s.close()
+        finish_checks(s)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
     ap.add_argument("image2", nargs="?")
     ap.add_argument("--listener", choices=["0", "1", "both"], default="both")
     ap.add_argument("--ipv6", action="store_true", help="connect over the nodes' IPv6 addresses")
+    ap.add_argument("--mtu-sweep", action="store_true",
+                    help="instead: each *NetworkDirectRoCEFrameSize in the REQ on the wire, CREATE_BIND and the data")
+    ap.add_argument("--connections", type=int, default=0,
+                    help="instead: N connections come and go; the OID lists and counters at each step")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--stack-report", action="store_true",
                     help="measure each top-level call's stack high-water mark (run.py's)")
@@ -433,16 +780,26 @@ def main():
     run.verbose = args.verbose
     run.measure_stack = args.stack_report
     harnesses = []
-    for listener in ((0, 1) if args.listener == "both" else (int(args.listener),)):
-        harnesses += direction(args.image, args.image2, listener, args.ipv6)
+    if args.mtu_sweep:
+        harnesses = mtu_sweep(args.image)
+    elif args.connections:
+        harnesses = churn(args.image, args.connections)
+    else:
+        for listener in ((0, 1) if args.listener == "both" else (int(args.listener),)):
+            harnesses += direction(args.image, args.image2, listener, args.ipv6)
     if args.stack_report:
         run.stack_report(harnesses)
     if run.failures:
         print(f"{len(run.failures)} check(s) failed", file=sys.stderr)
         return 1
-    print(f"two nodes end to end: {run.passed} checks passed, "
-          f"{'both directions' if args.listener == 'both' else 'node ' + args.listener + ' listening'}, "
-          f"over IPv{6 if args.ipv6 else 4}")
+    if args.mtu_sweep:
+        print(f"two nodes, RoCE MTU sweep: {run.passed} checks passed")
+    elif args.connections:
+        print(f"two nodes, {args.connections} connections: {run.passed} checks passed")
+    else:
+        print(f"two nodes end to end: {run.passed} checks passed, "
+              f"{'both directions' if args.listener == 'both' else 'node ' + args.listener + ' listening'}, "
+              f"over IPv{6 if args.ipv6 else 4}")
     return 0
 
 

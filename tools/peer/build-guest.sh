@@ -123,15 +123,15 @@ in_root_realpath() {
         ((n < 40)) || peer_die "symlink loop at $path in $root"
     done
     # Collapse ./ and ../ (the usr-merge links make /lib/... and /usr/lib/... the same file).
-    local IFS=/ part out=()
+    local IFS=/ part parts=()
     for part in $path; do
         case $part in
         '' | .) ;;
-        ..) ((${#out[@]})) && unset 'out[${#out[@]}-1]' ;;
-        *) out+=("$part") ;;
+        ..) ((${#parts[@]})) && unset 'parts[${#parts[@]}-1]' ;;
+        *) parts+=("$part") ;;
         esac
     done
-    path="/${out[*]}"
+    path="/${parts[*]}"
     case $path in
     /lib/* | /lib64/* | /bin/* | /sbin/*) path=/usr$path ;;
     esac
@@ -182,7 +182,9 @@ for p in "$pkgroot"/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so; do
     cp "$pkgroot$real" "$img/usr/lib/x86_64-linux-gnu/libibverbs/${p##*/}"
     elves+=("$img/usr/lib/x86_64-linux-gnu/libibverbs/${p##*/}")
 done
-[ -f "$img/etc/libibverbs.d/rxe.driver" ] && ((${#elves[@]})) || peer_die "no rxe provider"
+if [ ! -f "$img/etc/libibverbs.d/rxe.driver" ] || ((${#elves[@]} == 0)); then
+    peer_die "no rxe provider"
+fi
 cp -a "$pkgroot/etc/iproute2" "$img/etc/"
 
 # ---- the project's programs, against the guest's own headers and libraries
@@ -218,8 +220,9 @@ add_lib() {
             break
         fi
     done
-    [ -n "$real" ] && [ -f "$pkgroot$real" ] ||
+    if [ -z "$real" ] || [ ! -f "$pkgroot$real" ]; then
         peer_die "$soname (needed by $why) is in none of the packages: ${runtime[*]}"
+    fi
     cp "$pkgroot$real" "$img/usr/lib/x86_64-linux-gnu/$soname"
     have[$soname]=1
     next+=("$img/usr/lib/x86_64-linux-gnu/$soname")

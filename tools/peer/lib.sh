@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by tools/peer/*.sh (sourced, not run): the cargo target directory, apt's package lists,
 # dependency closures read from Debian's package metadata, and private downloads and unpacking
 # that never touch the machine's installed packages (dpkg -x into the project's own folders).

@@ -49,7 +49,7 @@ for pv in "${pvs[@]}"; do
     debs+=("$(peer_deb_path "$cache/debs" "$pv")")
 done
 
-rm -rf "$cache/root.new" "$cache/bin"
+rm -rf "${cache:?}/root.new" "${cache:?}/bin"
 peer_unpack "$cache/root.new" "${debs[@]}"
 rm -rf "$cache/root"
 mv "$cache/root.new" "$cache/root"
@@ -64,8 +64,8 @@ exec "$root/usr/bin/qemu-system-x86_64" -L "$root/usr/share/qemu" -L "$root/usr/
 WRAP
 chmod +x "$wrapper.new"
 for elf in "$root/usr/bin/qemu-system-x86_64" "$root/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so"; do
-    if missing=$(LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" ldd "$elf" | grep 'not found'); then
-        peer_die "$elf still lacks libraries: $missing"
+    if lacking=$(LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" ldd "$elf" | grep 'not found'); then
+        peer_die "$elf still lacks libraries: $lacking"
     fi
 done
 "$wrapper.new" --version >&2 || peer_die "the unpacked qemu-system-x86_64 does not run"

@@ -560,6 +560,7 @@ impl Core {
         *slot = Some(GidEntry {
             gid: v.bytes(cmd::gid_field::CREATE_BIND_GID),
             gid_type: c.gid_type,
+            mtu: c.mtu,
         });
         Ok(())
     }

@@ -92,6 +92,8 @@ pub struct GidEntry {
     pub gid: [u8; 16],
     /// `gid_type` byte as sent.
     pub gid_type: u8,
+    /// CREATE_BIND's `mtu` as sent (recorded only: the model routes by GID alone).
+    pub mtu: u32,
 }
 
 /// A device-produced ring (async events or CQ notifications).

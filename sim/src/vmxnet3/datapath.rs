@@ -307,6 +307,16 @@ impl Core {
             self.counters.rx_inactive += 1;
             return false;
         }
+        // QEMU pads short frames before filtering them (an option, V9).
+        let padded;
+        let frame = if frame.len() < self.cfg.rx_min_frame {
+            let mut p = frame.to_vec();
+            p.resize(self.cfg.rx_min_frame, 0);
+            padded = p;
+            &padded[..]
+        } else {
+            frame
+        };
         if frame.len() < 14 {
             self.counters.rx_errors += 1;
             return false;
@@ -480,6 +490,7 @@ impl Core {
             }
             at += t.len;
         }
+        let ctype = self.cfg.rx_completion_type & 0x7F;
         let Some(a) = self.conf.as_mut() else {
             self.rx_takes = takes;
             return false;
@@ -509,7 +520,7 @@ impl Core {
                 desc::set(&mut d, desc::RCD_TS, 1);
                 desc::set(&mut d, desc::RCD_TCI, u32::from(tci));
             }
-            desc::set(&mut d, desc::RCD_TYPE, desc::TYPE_RXCOMP);
+            desc::set(&mut d, desc::RCD_TYPE, ctype);
             desc::set(&mut d, desc::RCD_GEN, comp.generation);
             ok &= write_completion(&self.dma, comp.at(comp.next), &d);
             comp.advance();

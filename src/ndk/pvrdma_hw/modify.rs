@@ -21,8 +21,8 @@ use crate::pvrdma::device::CqEvents;
 /// `IB_QP1_QKEY` (cm.md §2): the Q_Key of every MAD sent to or received by QP1.
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
-/// What Linux's `pvrdma_add_gid` sends as CREATE_BIND's MTU and VLAN (pvrdma.md §4 step 10).
-const BIND_MTU: u32 = 1024;
+/// What Linux's `pvrdma_add_gid` sends as CREATE_BIND's VLAN (pvrdma.md §4 step 10); the MTU is
+/// the device's `gid_mtu` (the operational RoCE MTU the miniport set).
 const BIND_NO_VLAN: u32 = 0xFFF;
 /// CREATE_BIND `gid_type` of a RoCEv2 GID (the flag value, M38).
 const GID_TYPE_ROCE_V2: u8 = 2;
@@ -149,7 +149,7 @@ impl PvrdmaHardware {
 
     pub(super) fn bind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
         let cmd = CreateBind {
-            mtu: BIND_MTU,
+            mtu: self.dev().gid_mtu(),
             vlan: BIND_NO_VLAN,
             index,
             new_gid: gid,

@@ -245,6 +245,50 @@ unsafe extern "system" {
     ) -> NDIS_STATUS;
 }
 
+// The adapter's registry keywords, link indications and event-log entries (issue 23).
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `NDIS_STATUS NdisOpenConfigurationEx(PNDIS_CONFIGURATION_OBJECT ConfigObject,
+    /// PNDIS_HANDLE ConfigurationHandle)`: with the MiniportAdapterHandle, the adapter's own
+    /// keywords (its driver key, where the INF's `HKR` values live). PASSIVE_LEVEL.
+    pub fn NdisOpenConfigurationEx(
+        ConfigObject: PNDIS_STRUCT,
+        ConfigurationHandle: *mut NDIS_HANDLE,
+    ) -> NDIS_STATUS;
+    /// `VOID NdisReadConfiguration(PNDIS_STATUS Status, PNDIS_CONFIGURATION_PARAMETER
+    /// *ParameterValue, NDIS_HANDLE ConfigurationHandle, PNDIS_STRING Keyword,
+    /// NDIS_PARAMETER_TYPE ParameterType)`: the value stays NDIS's until the handle closes.
+    /// PASSIVE_LEVEL.
+    pub fn NdisReadConfiguration(
+        Status: *mut NDIS_STATUS,
+        ParameterValue: *mut PNDIS_STRUCT,
+        ConfigurationHandle: NDIS_HANDLE,
+        Keyword: PNDIS_STRUCT,
+        ParameterType: i32,
+    );
+    /// `VOID NdisCloseConfiguration(NDIS_HANDLE ConfigurationHandle)`. PASSIVE_LEVEL.
+    pub fn NdisCloseConfiguration(ConfigurationHandle: NDIS_HANDLE);
+    /// `VOID NdisMIndicateStatusEx(NDIS_HANDLE MiniportAdapterHandle,
+    /// PNDIS_STATUS_INDICATION StatusIndication)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMIndicateStatusEx(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        StatusIndication: PNDIS_STRUCT,
+    );
+}
+
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "C" {
+    /// `VOID NdisWriteErrorLogEntry(NDIS_HANDLE NdisAdapterHandle, NDIS_ERROR_CODE ErrorCode,
+    /// ULONG NumberOfErrorValues, ...)`: the ULONG values follow. Written to the System log
+    /// under the service's EventMessageFile (netevent.dll, the INF). IRQL <= DISPATCH_LEVEL.
+    pub fn NdisWriteErrorLogEntry(
+        NdisAdapterHandle: NDIS_HANDLE,
+        ErrorCode: u32,
+        NumberOfErrorValues: u32,
+        ...
+    );
+}
+
 // The IP helper routines (netioapi.h, Learn under .../ddi/netioapi/). Each: PASSIVE_LEVEL.
 #[link(name = "netio.sys", kind = "raw-dylib", modifiers = "+verbatim")]
 unsafe extern "system" {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cmatose;
+pub mod perftest;
 pub mod rig;
 pub mod rping;
 

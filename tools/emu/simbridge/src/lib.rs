@@ -87,14 +87,17 @@ impl World {
 #[pymethods]
 impl World {
     /// `nodes` IPv4 nodes (MAC 00:50:56:00:00:<i+1>, GID ::ffff:10.0.0.<i+1>); fault rolls
-    /// derive from `seed`.
+    /// derive from `seed`; `port_mtu` is QUERY_PORT's active MTU code of every node (M41:
+    /// 3 = 1024, or up to 5 = 4096).
     #[new]
-    #[pyo3(signature = (nodes = 1, seed = 1))]
-    fn new(nodes: u8, seed: u64) -> Self {
+    #[pyo3(signature = (nodes = 1, seed = 1, port_mtu = 3))]
+    fn new(nodes: u8, seed: u64, port_mtu: u32) -> Self {
         let mut world = SimWorld::new(seed);
         let mut states = Vec::new();
         for i in 0..nodes {
-            let index = world.add_node(NodeConfig::ipv4(i));
+            let mut cfg = NodeConfig::ipv4(i);
+            cfg.device.port_mtu = port_mtu;
+            let index = world.add_node(cfg);
             let vectors = Arc::new(VectorQueue::default());
             world.set_interrupt_sink(index, vectors.clone());
             states.push(NodeState {
@@ -320,6 +323,45 @@ impl World {
     /// Whether the node's device is active (CTL ACTIVATE seen, no RESET since).
     fn is_active(&self, node: usize) -> PyResult<bool> {
         Ok(self.device(node)?.with_core(|c| c.is_active()))
+    }
+
+    /// The node's GID table as CREATE_BIND left it: (index, GID, gid_type, mtu).
+    fn gids(&self, node: usize) -> PyResult<Vec<(u32, [u8; 16], u8, u32)>> {
+        Ok(self
+            .device(node)?
+            .with_core(|c| c.gids())
+            .into_iter()
+            .map(|(i, e)| (i, e.gid, e.gid_type, e.mtu))
+            .collect())
+    }
+
+    /// Takes the node's port link down or up (the device posts PORT_ERR / PORT_ACTIVE and
+    /// QUERY_PORT answers DOWN / ACTIVE, M22, M41).
+    fn set_link(&self, node: usize, up: bool) -> PyResult<()> {
+        self.node(node)?;
+        self.world.set_link(node, up);
+        Ok(())
+    }
+
+    /// Captures every frame the fabric delivers from now on into the pcap file `path`
+    /// (nanosecond timestamps), or stops capturing with `None`.
+    #[pyo3(signature = (path = None))]
+    fn capture(&self, path: Option<String>) -> PyResult<()> {
+        let writer = match path {
+            Some(p) => {
+                let f = std::fs::File::create(p)
+                    .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+                let out: Box<dyn std::io::Write + Send> = Box::new(std::io::BufWriter::new(f));
+                Some(
+                    pvrdma_sim::pcap::PcapWriter::new(out, pvrdma_sim::pcap::TsResolution::Nano)
+                        .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
+        // The previous writer (if any) flushes as it drops.
+        drop(self.world.set_capture(writer));
+        Ok(())
     }
 
     /// The node's MAC and the GID its host should bind.
