@@ -861,6 +861,24 @@ impl<'c> Smbd<'c> {
             .ok_or_else(|| self.error.clone().unwrap())
     }
 
+    /// The cluster the endpoint lives on.
+    pub fn cluster(&self) -> &'c Cluster {
+        self.c
+    }
+
+    /// Waits until a message is in the inbox (the peer runs by itself).
+    pub fn wait_inbox(&mut self) -> Result<(), SmbdError> {
+        let c = self.c;
+        c.wait_for("an MS-SMBD message", || {
+            self.poll();
+            !self.inbox.is_empty() || self.error.is_some()
+        });
+        match (&self.error, self.inbox.is_empty()) {
+            (Some(e), true) => Err(e.clone()),
+            _ => Ok(()),
+        }
+    }
+
     /// Waits until every queued fragment is posted and completed.
     pub fn flush_wait(&mut self) -> Result<(), SmbdError> {
         let c = self.c;
