@@ -577,6 +577,11 @@ pub struct ClusterConfig {
     /// its GID (and `Host::ip`) the IPv6 one if [`ClusterConfig::ipv6`]. For an external
     /// wire, whose inner addresses must come from these ranges.
     pub benchmark_addresses: bool,
+    /// The connection engines' path MTU code (`EngineConfig::path_mtu`; 3 = 1024, 5 = 4096).
+    pub path_mtu: u8,
+    /// The engines' CM Response Timeout and Max CM Retries (`EngineConfig`; rdma_cm's 20
+    /// and 15 by default).
+    pub cm_timing: (u8, u8),
 }
 
 impl ClusterConfig {
@@ -596,6 +601,11 @@ impl ClusterConfig {
             resolve_bound_ns: 50_000_000,
             real_time: false,
             benchmark_addresses: false,
+            path_mtu: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).path_mtu,
+            cm_timing: {
+                let e = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0);
+                (e.cm_response_timeout, e.max_cm_retries)
+            },
         }
     }
 

@@ -89,7 +89,12 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
             &h.ndk,
             p,
             n.clone(),
-            EngineConfig::new(guid_from_mac(h.mac), seed),
+            EngineConfig {
+                path_mtu: cfg.path_mtu,
+                cm_response_timeout: cfg.cm_timing.0,
+                max_cm_retries: cfg.cm_timing.1,
+                ..EngineConfig::new(guid_from_mac(h.mac), seed)
+            },
         )
         .expect("connection engine starts");
         h.resolver = Some(n);

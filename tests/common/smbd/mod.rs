@@ -12,6 +12,9 @@
 //! Windows' defaults (MS-SMBD Appendix B <2>) are [`SmbdConfig::windows`].
 #![allow(dead_code)]
 
+pub mod client;
+pub mod ntlm;
+pub mod responder;
 pub mod smb2;
 pub mod transport;
 pub mod wire;

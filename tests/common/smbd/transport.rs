@@ -169,6 +169,12 @@ pub struct Smbd<'c> {
     next_buf_va: u64,
     error: Option<SmbdError>,
     pub stats: Stats,
+    /// Interrupt-driven completion, as Windows' SMB Direct runs: after a poll drains the CQ,
+    /// NdkArmCq(NDK_CQ_NOTIFY_ANY) and poll once more (a completion that raced the arm);
+    /// armed again only after the notification came. Off: the CQ is polled only.
+    pub interrupt_driven: bool,
+    /// Notifications seen when the CQ was last armed (`None`: not armed).
+    armed_at: Option<usize>,
 }
 
 /// Polls both endpoints until `cond` holds (two simulated hosts in one thread).
@@ -240,6 +246,8 @@ impl<'c> Smbd<'c> {
             next_op: 0,
             next_buf_va: BUF_VA,
             error: None,
+            interrupt_driven: false,
+            armed_at: None,
             stats: Stats {
                 send_credits_min: u32::MAX,
                 ..Stats::default()
@@ -723,6 +731,18 @@ impl<'c> Smbd<'c> {
                 self.complete(&r);
             }
         }
+        if !self.interrupt_driven {
+            return;
+        }
+        let notified = self.cq.notifications().len();
+        if self.armed_at.is_some_and(|at| notified == at) {
+            return;
+        }
+        self.cq.arm(NDK_CQ_NOTIFY_ANY);
+        self.armed_at = Some(notified);
+        for r in self.cq.results_ex(32) {
+            self.complete(&r);
+        }
     }
 
     fn complete(&mut self, r: &NDK_RESULT_EX) {
@@ -859,6 +879,24 @@ impl<'c> Smbd<'c> {
         self.inbox
             .pop_front()
             .ok_or_else(|| self.error.clone().unwrap())
+    }
+
+    /// The cluster the endpoint lives on.
+    pub fn cluster(&self) -> &'c Cluster {
+        self.c
+    }
+
+    /// Waits until a message is in the inbox (the peer runs by itself).
+    pub fn wait_inbox(&mut self) -> Result<(), SmbdError> {
+        let c = self.c;
+        c.wait_for("an MS-SMBD message", || {
+            self.poll();
+            !self.inbox.is_empty() || self.error.is_some()
+        });
+        match (&self.error, self.inbox.is_empty()) {
+            (Some(e), true) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 
     /// Waits until every queued fragment is posted and completed.
