@@ -387,3 +387,30 @@ fn the_layer_table_counts_each_folders_files() {
         wrong.join("\n")
     );
 }
+
+/// Inside `ndis`, the pairing (`ndis/pair/`) sits below both miniports: the PVRDMA one
+/// implements its `RdmaFunction` (`ndis/rdma.rs`) and the Ethernet one holds its `NicNdk`,
+/// so nothing under `pair/` names either of them.
+#[test]
+fn the_pairing_names_neither_miniport() {
+    let hits = naming(
+        "src/ndis/pair",
+        &[],
+        &[
+            "super::super::miniport",
+            "super::super::ethernet",
+            "super::super::rdma",
+            "super::super::entry",
+            "ndis::miniport",
+            "ndis::ethernet",
+            "ndis::rdma",
+            "Miniport",
+            "EthMiniport",
+        ],
+    );
+    assert!(
+        hits.is_empty(),
+        "ndis/pair names a miniport:\n{}",
+        hits.join("\n")
+    );
+}

@@ -57,6 +57,10 @@ pub struct MiniportConfig {
     pub halt_grace_ns: u64,
     /// The device command timeout.
     pub cmd_timeout_ns: u64,
+    /// The function is one half of a paired slot (`super::pair`): it registers no NDK of its
+    /// own (`Enabled` FALSE, OID_NDK_SET_STATE cannot enable it) and serves the Ethernet
+    /// function's through `super::pair::RdmaFunction`.
+    pub paired: bool,
 }
 
 impl Default for MiniportConfig {
@@ -75,6 +79,7 @@ impl MiniportConfig {
             events,
             halt_grace_ns: HALT_GRACE_NS,
             cmd_timeout_ns: DEFAULT_TIMEOUT_NS,
+            paired: false,
         }
     }
 
@@ -121,6 +126,10 @@ pub struct Miniport {
     packet_filter: AtomicU32,
     lookahead: AtomicU32,
     halt_grace_ns: u64,
+    /// The interface the paired Ethernet function attached (`super::rdma`).
+    pub(super) iface: SpinLock<Option<super::pair::NetInterface>>,
+    /// UNQUIESCE writes after a link up that the device refused (ERR ≠ 0).
+    pub(super) unquiesce_failures: AtomicU64,
 }
 
 /// A bring-up failure as InitializeEx returns it.
@@ -211,7 +220,7 @@ impl Miniport {
                 hw,
                 dev: dev.clone(),
             })),
-            state: NdkState::new(keywords.network_direct),
+            state: NdkState::new(keywords.network_direct && !cfg.paired),
             ndis,
             mac,
             keywords,
@@ -225,6 +234,8 @@ impl Miniport {
             packet_filter: AtomicU32::new(0),
             lookahead: AtomicU32::new(keywords.ethernet_mtu()),
             halt_grace_ns: cfg.halt_grace_ns,
+            iface: SpinLock::new(None),
+            unquiesce_failures: AtomicU64::new(0),
             platform,
         })
         .map_err(|_| NDIS_STATUS_RESOURCES)?;
@@ -241,6 +252,15 @@ impl Miniport {
     /// The resources InitializeEx was given.
     pub fn resources(&self) -> &Resources {
         &self.resources
+    }
+
+    /// The platform the adapter runs on.
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    pub(super) fn ndis_block(&self) -> &NdisBlock {
+        &self.ndis
     }
 
     /// NDIS_NDK_CAPABILITIES for NDIS_MINIPORT_ADAPTER_NDK_ATTRIBUTES; it and the
@@ -327,8 +347,13 @@ impl Miniport {
         });
     }
 
+    /// The port's speed at InitializeEx.
+    pub(super) fn port_speed_bps(&self) -> u64 {
+        self.port_speed_bps
+    }
+
     /// Records `state` and indicates it if it differs from what NDIS was last told.
-    fn update_link(&self, state: LinkState) {
+    pub(super) fn update_link(&self, state: LinkState) {
         let changed = {
             let mut l = self.link.lock();
             let changed = *l != state;
@@ -398,8 +423,20 @@ impl Miniport {
         &self,
         resolver: Arc<dyn crate::os::net::AddressResolver>,
     ) -> Result<(), NDIS_STATUS> {
+        self.start_connections_as(resolver, self.mac)
+    }
+
+    /// As [`Miniport::start_connections`], with the node GUID from `mac` (the paired
+    /// interface's).
+    ///
+    /// # Errors
+    /// As [`Miniport::start_connections`].
+    pub(super) fn start_connections_as(
+        &self,
+        resolver: Arc<dyn crate::os::net::AddressResolver>,
+        m: [u8; 6],
+    ) -> Result<(), NDIS_STATUS> {
         let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
-        let m = self.mac;
         let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
         // CAST: the low bits of the clock are the randomness wanted.
         let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
@@ -512,6 +549,16 @@ impl Miniport {
     /// NDIS_STATUS_BAD_VERSION; NDIS_STATUS_RESOURCES.
     pub fn open_ndk_adapter(&self, version: NDK_VERSION) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
         self.state.may_open()?;
+        self.open_filed(version, || self.state.may_open())
+    }
+
+    /// Opens an NDK_ADAPTER and files it in the list Halt waits on; `may_open` is checked
+    /// again under the list's lock.
+    pub(super) fn open_filed(
+        &self,
+        version: NDK_VERSION,
+        may_open: impl Fn() -> Result<(), NDIS_STATUS>,
+    ) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
         let ndk = self.ndk_device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
         let ptr = ndk.open_adapter(version)?;
         let adapter = borrow_opened(ptr).ok_or(NDIS_STATUS_RESOURCES)?;
@@ -519,7 +566,7 @@ impl Miniport {
             let mut open = self.open.lock();
             // Checked again under the list's lock: a Halt that began meanwhile waits only
             // for adapters it can see.
-            let ok = open.try_reserve(1).is_ok() && self.state.may_open().is_ok();
+            let ok = open.try_reserve(1).is_ok() && may_open().is_ok();
             if ok {
                 open.push(adapter.clone());
             }
@@ -527,7 +574,7 @@ impl Miniport {
         };
         if !filed {
             adapter.close_blocking();
-            return Err(match self.state.may_open() {
+            return Err(match may_open() {
                 Ok(()) => NDIS_STATUS_RESOURCES,
                 Err(st) => st,
             });

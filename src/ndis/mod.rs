@@ -24,6 +24,10 @@ pub mod link;
 pub mod lists;
 pub mod miniport;
 pub mod oid;
+/// The pairing of the vNIC's Ethernet and RDMA functions (issue 25).
+pub mod pair;
+/// The PVRDMA miniport as the paired slot's RDMA function.
+pub mod rdma;
 pub mod resources;
 pub mod state;
 

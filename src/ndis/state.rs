@@ -14,6 +14,9 @@
 //!   under it (§6.3). The event stays pending meanwhile, outside any lock of ours.
 //! - Pause and Restart concern the NDIS send/receive path, which this function does not
 //!   have: NDK keeps running while paused.
+//! - On the Ethernet function of a paired slot (`super::pair`) NDK is served by another
+//!   function: while it is absent ([`NdkState::set_present`]) NDK is disabled whatever was
+//!   asked, and its arrival and departure are announced like an OID_NDK_SET_STATE.
 #![deny(unsafe_code)]
 
 use super::abi::*;
@@ -35,6 +38,8 @@ struct Inner {
     wanted: bool,
     /// What NDIS was last told (InitializeEx's attribute or the last event handed out).
     announced: bool,
+    /// The function that serves NDK is here (always, unless paired).
+    present: bool,
     lifecycle: Lifecycle,
 }
 
@@ -47,19 +52,37 @@ pub struct NdkState {
 impl NdkState {
     /// After InitializeEx: enabled exactly when `*NetworkDirect` allows it.
     pub fn new(network_direct: bool) -> Self {
+        Self::with_presence(network_direct, true)
+    }
+
+    /// After InitializeEx of an adapter whose NDK is served by a paired function, `present`
+    /// or not yet: enabled exactly when `*NetworkDirect` allows it and the function is here.
+    pub fn with_presence(network_direct: bool, present: bool) -> Self {
         NdkState {
             inner: SpinLock::new(Inner {
                 allowed: network_direct,
                 wanted: network_direct,
-                announced: network_direct,
+                announced: network_direct && present,
+                present,
                 lifecycle: Lifecycle::Running,
             }),
         }
     }
 
-    /// Whether NDK is enabled (the wanted state).
+    /// Whether NDK is enabled: asked for, and its function here.
     pub fn enabled(&self) -> bool {
-        self.inner.lock().wanted
+        let s = self.inner.lock();
+        s.wanted && s.present
+    }
+
+    /// The function serving NDK arrived (`true`) or left; the change is announced through
+    /// [`NdkState::next_event`] like an OID_NDK_SET_STATE. Returns whether the enabled
+    /// state changed.
+    pub fn set_present(&self, present: bool) -> bool {
+        let mut s = self.inner.lock();
+        let before = s.wanted && s.present;
+        s.present = present;
+        before != (s.wanted && s.present)
     }
 
     /// The lifecycle.
@@ -88,11 +111,12 @@ impl NdkState {
     /// The NDK PnP event NDIS must be told next, if any (taken: the caller issues it).
     pub fn next_event(&self) -> Option<NET_PNP_EVENT_CODE> {
         let mut s = self.inner.lock();
-        if s.lifecycle == Lifecycle::Halted || s.wanted == s.announced {
+        let effective = s.wanted && s.present;
+        if s.lifecycle == Lifecycle::Halted || effective == s.announced {
             return None;
         }
-        s.announced = s.wanted;
-        Some(if s.wanted {
+        s.announced = effective;
+        Some(if effective {
             NetEventNDKEnable
         } else {
             NetEventNDKDisable
@@ -105,7 +129,7 @@ impl NdkState {
     /// NDIS_STATUS_ADAPTER_NOT_READY while disabled or after Halt.
     pub fn may_open(&self) -> Result<(), NDIS_STATUS> {
         let s = self.inner.lock();
-        if s.wanted && s.lifecycle != Lifecycle::Halted {
+        if s.wanted && s.present && s.lifecycle != Lifecycle::Halted {
             Ok(())
         } else {
             Err(NDIS_STATUS_ADAPTER_NOT_READY)
@@ -162,6 +186,32 @@ mod tests {
         assert_eq!(s.set(true), Err(NDIS_STATUS_NOT_SUPPORTED));
         assert_eq!(s.set(false), Ok(()));
         assert_eq!(s.next_event(), None);
+    }
+
+    #[test]
+    fn presence_of_the_paired_function_gates_ndk() {
+        // The Ethernet function starts before the RDMA function: disabled, nothing to say.
+        let s = NdkState::with_presence(true, false);
+        assert!(!s.enabled());
+        assert_eq!(s.may_open(), Err(NDIS_STATUS_ADAPTER_NOT_READY));
+        assert_eq!(s.next_event(), None);
+        assert!(s.set_present(true));
+        assert_eq!(s.may_open(), Ok(()));
+        assert_eq!(s.next_event(), Some(NetEventNDKEnable));
+        assert!(s.set_present(false));
+        assert_eq!(s.may_open(), Err(NDIS_STATUS_ADAPTER_NOT_READY));
+        assert_eq!(s.next_event(), Some(NetEventNDKDisable));
+        // Disabled by OID while absent: its return changes nothing NDIS sees.
+        assert_eq!(s.set(false), Ok(()));
+        assert!(!s.set_present(true));
+        assert_eq!(s.next_event(), None);
+        assert_eq!(s.set(true), Ok(()));
+        assert_eq!(s.next_event(), Some(NetEventNDKEnable));
+        // `*NetworkDirect` 0: presence never enables.
+        let off = NdkState::with_presence(false, false);
+        assert!(!off.set_present(true));
+        assert_eq!(off.next_event(), None);
+        assert!(!off.enabled());
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub struct Pump {
     world: Arc<World>,
     mode: Mode,
     platforms: Mutex<Vec<Arc<HostPlatform>>>,
+    /// DPC executors of other host platforms (a vmxnet3 function's, `HostNicPlatform`).
+    executors: Mutex<Vec<Arc<HostExecutor>>>,
     provider_polls: Arc<AtomicU64>,
     virtual_time: bool,
     /// A real peer shares the fabric ([`ClusterConfig::real_time`]): it never goes idle, so
@@ -117,6 +119,7 @@ impl Pump {
             world,
             mode,
             platforms: Mutex::new(Vec::new()),
+            executors: Mutex::new(Vec::new()),
             provider_polls: Arc::new(AtomicU64::new(0)),
             virtual_time,
             real_peer,
@@ -183,9 +186,15 @@ impl Pump {
         self.platforms.lock().unwrap().push(p);
     }
 
+    /// Adds another platform's DPC executor for [`Pump::settle`] and waits to drain.
+    pub fn add_executor(&self, e: Arc<HostExecutor>) {
+        self.executors.lock().unwrap().push(e);
+    }
+
     /// Forgets the platforms (at teardown).
     pub fn clear_platforms(&self) {
         self.platforms.lock().unwrap().clear();
+        self.executors.lock().unwrap().clear();
     }
 
     /// Times a provider wait (`Platform::wait_until` on any host) found its condition false
@@ -256,7 +265,12 @@ impl Pump {
             }
         };
         let platforms = self.platforms.lock().unwrap().clone();
-        let executors: Vec<&HostExecutor> = platforms.iter().map(|p| &**p.executor()).collect();
+        let extra = self.executors.lock().unwrap().clone();
+        let executors: Vec<&HostExecutor> = platforms
+            .iter()
+            .map(|p| &**p.executor())
+            .chain(extra.iter().map(|e| &**e))
+            .collect();
         let deadline = Instant::now() + HANG;
         let mut ran = false;
         loop {
@@ -307,6 +321,7 @@ impl Pump {
             .unwrap()
             .iter()
             .all(|p| p.executor().is_idle())
+            && self.executors.lock().unwrap().iter().all(|e| e.is_idle())
     }
 
     /// Deterministic: runs devices, fabric and DPCs until an iteration finds nothing to do.

@@ -20,6 +20,9 @@
 //!   with traffic in flight; waiting frames stay queued and go out after it. Surprise
 //!   removal stops register access; Halt frees the receive NBLs after the device.
 //! - Link: the device's LINK events become NDIS_STATUS_LINK_STATE, never twice the same.
+//! - NDK (a paired slot, issue 25): the adapter's NDK surface ([`NicNdk`], `ndis::pair`) is
+//!   installed with [`EthMiniport::set_ndk`]; the NDK OIDs go to it, and so do link changes
+//!   (after NDIS has been told) and a surprise removal.
 #![deny(unsafe_code)]
 
 use alloc::sync::Arc;
@@ -28,6 +31,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use super::super::abi::*;
 use super::super::link::LinkState;
+use super::super::pair::NicNdk;
 use super::super::resources::Resources;
 use super::abi::*;
 use super::nbl::{SgError, net_buffer_sg};
@@ -273,6 +277,8 @@ struct Inner {
     reset_asked: AtomicBool,
     /// The device is activated (InitializeEx, restart) and not quiesced since.
     active: AtomicBool,
+    /// The NDK surface of a paired slot.
+    ndk: SpinLock<Option<Arc<NicNdk>>>,
 }
 
 #[derive(Clone, Copy)]
@@ -372,6 +378,7 @@ impl EthMiniport {
             counters: Counters::default(),
             reset_asked: AtomicBool::new(false),
             active: AtomicBool::new(true),
+            ndk: SpinLock::new(None),
         })
         .map_err(nr)?;
         let client: Arc<dyn NicClient> = inner.clone();
@@ -463,6 +470,21 @@ impl EthMiniport {
         if now != reported {
             sink.link_state(&now);
         }
+    }
+
+    /// Installs (or removes) the NDK surface of the paired slot; it hears the link as it is
+    /// now.
+    pub fn set_ndk(&self, ndk: Option<Arc<NicNdk>>) {
+        let old = core::mem::replace(&mut *self.inner.ndk.lock(), ndk.clone());
+        drop(old);
+        if let Some(n) = ndk {
+            n.link_changed(self.link().connected);
+        }
+    }
+
+    /// The NDK surface, if paired.
+    pub fn ndk(&self) -> Option<Arc<NicNdk>> {
+        self.inner.ndk.lock().clone()
     }
 
     /// The miniport's own counts.
@@ -722,6 +744,9 @@ impl EthMiniport {
             nic.mark_removed();
         }
         i.fail_waiting(NDIS_STATUS_REQUEST_ABORTED);
+        if let Some(n) = self.ndk() {
+            n.surprise_removed();
+        }
     }
 
     /// MiniportHaltEx (PASSIVE_LEVEL; NDIS has paused the adapter and holds no receive NBL):
@@ -1005,8 +1030,15 @@ impl Inner {
             *l = state;
             changed
         };
-        if changed && let Some(s) = self.sink() {
+        if !changed {
+            return;
+        }
+        if let Some(s) = self.sink() {
             s.link_state(&state);
+        }
+        let ndk = self.ndk.lock().clone();
+        if let Some(n) = ndk {
+            n.link_changed(state.connected);
         }
     }
 }

@@ -59,6 +59,15 @@ pub const ETH_SUPPORTED_OIDS: &[NDIS_OID] = &[
     OID_802_3_XMIT_MORE_COLLISIONS,
 ];
 
+/// What a paired adapter answers besides: the four NDK OIDs (ndkpi.md §6.6), served by the
+/// slot's RDMA function (`ndis::pair::NicNdk`).
+pub const NDK_OIDS: &[NDIS_OID] = &[
+    OID_NDK_SET_STATE,
+    OID_NDK_STATISTICS,
+    OID_NDK_CONNECTIONS,
+    OID_NDK_LOCAL_ENDPOINTS,
+];
+
 /// The statistics OID_GEN_STATISTICS fills.
 pub const ETH_SUPPORTED_STATISTICS: u32 = NDIS_STATISTICS_FLAGS_VALID_DIRECTED_FRAMES_RCV
     | NDIS_STATISTICS_FLAGS_VALID_MULTICAST_FRAMES_RCV
@@ -169,12 +178,20 @@ impl EthMiniport {
     /// A query OID request.
     pub fn query_oid(&self, oid: NDIS_OID, buf: &mut [u8]) -> OidResult {
         let frame = ETH_MTU + ETH_HEADER;
+        let ndk = self.ndk();
+        if let Some(r) = ndk.as_ref().and_then(|n| n.query_oid(oid, buf)) {
+            return r;
+        }
         match oid {
             OID_GEN_SUPPORTED_LIST => {
-                let needed = ETH_SUPPORTED_OIDS.len() * 4;
+                let extra = if ndk.is_some() { NDK_OIDS } else { &[] };
+                let needed = (ETH_SUPPORTED_OIDS.len() + extra.len()) * 4;
                 match buf.get_mut(..needed) {
                     Some(out) => {
-                        for (c, o) in out.chunks_exact_mut(4).zip(ETH_SUPPORTED_OIDS) {
+                        for (c, o) in out
+                            .chunks_exact_mut(4)
+                            .zip(ETH_SUPPORTED_OIDS.iter().chain(extra))
+                        {
                             c.copy_from_slice(&o.to_le_bytes());
                         }
                         OidResult::done(needed)
@@ -278,6 +295,9 @@ impl EthMiniport {
 
     /// A set OID request.
     pub fn set_oid(&self, oid: NDIS_OID, buf: &[u8]) -> OidResult {
+        if let Some(r) = self.ndk().and_then(|n| n.set_oid(oid, buf)) {
+            return r;
+        }
         match oid {
             OID_GEN_CURRENT_PACKET_FILTER => match read_u32(buf) {
                 None => OidResult::needs(NDIS_STATUS_INVALID_LENGTH, 4),
