@@ -1840,3 +1840,94 @@ fn a_req_above_the_passive_sides_mtu_gets_rej_26() {
         }
     }
 }
+
+/// Issue 22, the sans-IO half (the wire tests are tests/ndk_cm_wire.rs): `on_mad` takes the
+/// packet's destination GID as the port's only one, so a REQ naming another gets REJ 12
+/// (`cm_req_handler`: Local ID 0, ARI the port's GID 0) and no connection; and an accept whose
+/// modify failed (`Cm::accept_failed`) is a REJ for the REQ, reason 28, sent around the
+/// connection, which goes IDLE and is freed at its release.
+#[test]
+fn a_req_naming_a_gid_not_ours_gets_rej_12_and_a_failed_accept_rejects_the_req() {
+    let mut f = Fabric::new(4);
+    f.listen(1);
+    f.nodes[1].auto.accept = false;
+    let active = f.connect(0, PORT, b"");
+    f.run_until(100 * MS, |f| !f.nodes[1].events.is_empty());
+    let passive = last_request(&f.nodes[1]);
+    let req = f.nodes[0].last_sent(attr::REQ);
+
+    let mut other = req;
+    {
+        let mut r = Req::new_unchecked(&mut other[..]);
+        r.set_local_comm_id(0x7777);
+        r.set_local_qpn(0x999);
+        r.set_primary_remote_gid(gid_from_ip("10.9.9.9".parse().unwrap()));
+    }
+    let live = f.nodes[1].cm.live_connections();
+    assert_eq!(f.inject(1, &other), Ok(()));
+    let rej = f.nodes[1].last_sent(attr::REJ);
+    let r = Rej::new_checked(&rej[..]).unwrap();
+    assert_eq!(
+        (
+            r.local_comm_id(),
+            r.remote_comm_id(),
+            r.message_rejected(),
+            r.reason()
+        ),
+        (0, 0x7777, 0, 12)
+    );
+    assert_eq!(r.ari(), &f.nodes[1].gid[..]);
+    assert_eq!(tid_of(&rej), tid_of(&req));
+    assert_eq!(f.nodes[1].cm.live_connections(), live);
+    assert_eq!(f.nodes[1].events.len(), 1, "no second connect request");
+
+    assert_eq!(
+        f.nodes[1].cm.accept_failed(passive),
+        Err(CmError::InvalidState),
+        "no accept under way"
+    );
+    let p = AcceptParams {
+        local_qpn: 0x222,
+        starting_psn: 1,
+        limits: ReadLimits::new(4, 4),
+        rnr_retry_count: 6,
+        private_data: &[],
+    };
+    f.nodes[1].cm.accept(f.now, passive, &p).unwrap();
+    // The caller performs the RTR, it fails: the REP queued behind it is dropped.
+    let mut rep_dropped = false;
+    while let Some(a) = f.nodes[1].cm.poll_action() {
+        rep_dropped |= matches!(a, Action::Send { conn: Some(c), .. } if c == passive);
+    }
+    assert!(rep_dropped);
+    f.nodes[1].cm.accept_failed(passive).unwrap();
+    match f.nodes[1].cm.poll_action() {
+        Some(Action::Send {
+            conn: None, mad, ..
+        }) => {
+            let r = Rej::new_checked(&mad[..]).unwrap();
+            assert_eq!(
+                (
+                    r.local_comm_id(),
+                    r.remote_comm_id(),
+                    r.message_rejected(),
+                    r.reason()
+                ),
+                (passive.0, active.0, 0, 28)
+            );
+            assert_eq!(r.ari().len(), 0);
+            assert_eq!(tid_of(&mad), tid_of(&req));
+        }
+        a => panic!("a REJ around the connection, got {a:?}"),
+    }
+    assert_eq!(f.nodes[1].cm.poll_action(), None);
+    assert_eq!(f.nodes[1].cm.state(passive), Some(State::Idle));
+    assert_eq!(f.nodes[1].cm.next_timer(), None, "no REP retransmission");
+    f.nodes[1].cm.release(f.now, passive).unwrap();
+    assert_eq!(
+        f.nodes[1].cm.poll_action(),
+        None,
+        "the release sends nothing more"
+    );
+    assert_eq!(f.nodes[1].cm.live_connections(), 0);
+}

@@ -10,7 +10,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::net::{IpAddr, SocketAddr};
 
-use super::addr::{CmaAddrs, CmaHdr, Gid, roce_flow_label, tcp_port, tcp_service_id};
+use super::addr::{CmaAddrs, CmaHdr, Gid, ip_from_gid, roce_flow_label, tcp_port, tcp_service_id};
 use super::limits::{ReadLimits, active_effective, passive_offer, rep_limits};
 use super::msg::{
     Drep, Dreq, Message, Mra, REP_PRIVATE_DATA, Rej, Rep, Req, Rtu, msg_code, parse_any,
@@ -753,6 +753,37 @@ impl Cm {
         Ok(())
     }
 
+    /// NdkAccept's QP could not be taken to RTR or RTS (the device refused a MODIFY_QP, or
+    /// there is no address vector for it), so the REP it queued never left: the caller sends
+    /// it only behind both modifies and drops it, and every later send of the connection,
+    /// once one failed. The REQ is rejected as Linux's `__rdma_accept` rejects it when
+    /// `cma_accept_ib` fails (`cma_modify_qp_err`, then `rdma_reject(..,
+    /// IB_CM_REJ_CONSUMER_DEFINED)`, whose `ib_send_cm_rej` runs in REQ_RCVD or
+    /// MRA_REQ_SENT: MsgREJected REQ, no ARI, no private data), a REJ sent around the
+    /// connection (`conn: None`). The connection goes IDLE and stays the consumer's until
+    /// it releases it; taking the QP to ERR is the caller's.
+    ///
+    /// # Errors
+    /// [`CmError::UnknownConnection`]; [`CmError::InvalidState`] when no accept is under
+    /// way (the peer's REJ or DREQ ended it first); [`CmError::QueueFull`].
+    pub fn accept_failed(&mut self, conn: ConnId) -> Result<(), CmError> {
+        self.check_room()?;
+        let c = self.owned_mut(conn)?;
+        if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
+            return Err(CmError::InvalidState);
+        }
+        let mad = conn_rej(c, msg_code::REQ, reject_reason::CONSUMER_REJECT, &[], &[]);
+        c.state = State::Idle;
+        c.deadline = None;
+        let path = c.path;
+        self.push(Action::Send {
+            conn: None,
+            path,
+            mad,
+        });
+        Ok(())
+    }
+
     /// NdkReject: a pending request (passive, REJ for the REQ) or an accepted connect not yet
     /// completed (active, REJ for the REP; the QP goes to ERR). Reason 28, consumer reject.
     ///
@@ -1025,13 +1056,31 @@ impl Cm {
     /// # Errors
     /// Why the MAD was dropped with no effect at all (nothing queued, no state changed).
     pub fn on_mad(&mut self, now: u64, path: &Path, bytes: &[u8]) -> Result<(), Dropped> {
+        self.on_mad_from(now, path, &[Some(path.local_gid)], bytes)
+    }
+
+    /// [`Cm::on_mad`] on a port whose GID table is `gids` (by GID index; `None` for a free
+    /// entry). A REQ's primary path must form an address vector on it: its Primary Remote
+    /// GID (this side) one of `gids` and of the Primary Local GID's family, else REJ 12 with
+    /// GID index 0 as the ARI, as Linux's `cm_req_handler` sends when `cm_init_av_by_path`
+    /// fails (cm.md §4.2). [`Cm::on_mad`] takes the packet's destination GID as the only one.
+    ///
+    /// # Errors
+    /// As [`Cm::on_mad`].
+    pub fn on_mad_from(
+        &mut self,
+        now: u64,
+        path: &Path,
+        gids: &[Option<Gid>],
+        bytes: &[u8],
+    ) -> Result<(), Dropped> {
         let msg = parse_any(bytes).map_err(Dropped::Malformed)?;
         if self.actions.len() + MAX_ACTIONS_PER_INPUT > self.cfg.actions {
             return Err(Dropped::QueueFull);
         }
         let tid = msg.transaction_id();
         match msg {
-            Message::Req(m) => self.on_req(path, tid, &m),
+            Message::Req(m) => self.on_req(now, path, gids, tid, &m),
             Message::Rep(m) => self.on_rep(&m),
             Message::Rtu(m) => self.on_rtu(&m),
             Message::Rej(m) => self.on_rej(now, &m),
@@ -1102,7 +1151,14 @@ impl Cm {
 
     // ----- message handlers -----
 
-    fn on_req(&mut self, path: &Path, tid: u64, req: &Req<&[u8]>) -> Result<(), Dropped> {
+    fn on_req(
+        &mut self,
+        now: u64,
+        path: &Path,
+        gids: &[Option<Gid>],
+        tid: u64,
+        req: &Req<&[u8]>,
+    ) -> Result<(), Dropped> {
         let (peer_id, peer_guid) = (req.local_comm_id(), req.local_ca_guid());
         // A REQ we already hold (cm_dup_req_handler): MRA while the consumer decides, REJ 10
         // in TIMEWAIT, silence otherwise (our REP retransmits on its own).
@@ -1132,15 +1188,16 @@ impl Cm {
         // peer's device handed out again right after a disconnect connects at once; cm.md
         // §4's "(QPN, CA GUID) still in timewait" is stricter than the Linux source.
         let peer_qpn = req.local_qpn();
-        if self
-            .find(|c| {
-                knows_remote_qpn(c.state, c.passive)
-                    && c.remote_qpn == peer_qpn
-                    && c.remote_guid == peer_guid
-            })
-            .is_some()
-        {
+        if let Some(old) = self.find(|c| {
+            knows_remote_qpn(c.state, c.passive)
+                && c.remote_qpn == peer_qpn
+                && c.remote_guid == peer_guid
+        }) {
+            // Linux `cm_match_req` ("Check for stale connections"): REJ 10 to the REQ
+            // (`cm_issue_rej`), then `ib_send_cm_dreq` on the connection that names the QP,
+            // so a restarted peer reusing its QPN is refused only until that one is gone.
             self.reply_rej(path, tid, req, reject_reason::STALE_CONNECTION);
+            self.disconnect_stale(now, old);
             return Ok(());
         }
         let Some(port) = tcp_port(req.service_id()) else {
@@ -1153,6 +1210,19 @@ impl Cm {
             .any(|l| l.live && !l.paused && l.port == port)
         {
             self.reply_rej(path, tid, req, reject_reason::INVALID_SERVICE_ID);
+            return Ok(());
+        }
+        // The path from the REQ's GIDs (Linux `cm_format_paths_from_req`: this side is the
+        // Primary Remote GID, the peer the Primary Local GID), which must form an address
+        // vector on this port (`cm_init_av_by_path`; for RoCE `roce_resolve_route_from_path`
+        // refuses GIDs of two families, and the route from a source address that is not
+        // the interface's): else REJ 12, as Linux's `cm_req_handler` sends it, and the
+        // listener never hears of it.
+        let (local_gid, remote_gid) = (req.primary_remote_gid(), req.primary_local_gid());
+        let bound = gids.iter().flatten().any(|g| *g == local_gid);
+        if !bound || ip_from_gid(local_gid).is_ipv4() != ip_from_gid(remote_gid).is_ipv4() {
+            let ari = gids.first().copied().flatten();
+            self.reject_invalid_gid(path, tid, req, ari);
             return Ok(());
         }
         // Listener exists: anything wrong from here on is rdma_cm's REJ 28 (cm.md §5.2).
@@ -1184,6 +1254,8 @@ impl Cm {
         c.passive = true;
         c.listener = Some(listener);
         c.path = *path;
+        c.path.local_gid = local_gid;
+        c.path.remote_gid = remote_gid;
         // The connection's flow label is the active side's (Linux `cm_format_path_from_req`).
         c.path.flow_label = req.primary_flow_label();
         c.remote_id = peer_id;
@@ -1474,6 +1546,53 @@ impl Cm {
         });
     }
 
+    /// REJ 12 (Invalid GID) to `req` as Linux's `cm_req_handler` sends it when the REQ's
+    /// path forms no address vector: `ib_send_cm_rej` on the ID it made for the REQ, still
+    /// in REQ_RCVD, so `cm_format_rej` writes Local Communication ID 0 and MsgREJected REQ;
+    /// the REQ's TID; the port's GID index 0 as a 16-byte ARI (none if that entry is free,
+    /// as when `rdma_query_gid` fails). No connection is made for it.
+    fn reject_invalid_gid(&mut self, path: &Path, tid: u64, req: &Req<&[u8]>, ari: Option<Gid>) {
+        let mut mad = new_cm_mad(attr::REJ, tid);
+        let mut rej = Rej::new_unchecked(&mut mad[..]);
+        rej.set_local_comm_id(0);
+        rej.set_remote_comm_id(req.local_comm_id());
+        rej.set_message_rejected(msg_code::REQ);
+        rej.set_reason(reject_reason::INVALID_GID);
+        if let Some(g) = ari {
+            // 16 bytes always fit the 72-byte ARI.
+            let _ = rej.set_ari(&g);
+        }
+        self.push(Action::Send {
+            conn: None,
+            path: *path,
+            mad,
+        });
+    }
+
+    /// The established connection a stale REQ showed to be dead: DREQ (retransmitted as
+    /// any), QP to ERR, and the consumer told as by the peer's DREQ. Linux's
+    /// `ib_send_cm_dreq` does nothing outside ESTABLISHED (`cm_send_dreq_locked`), nor
+    /// does this; Linux leaves the QP to the consumer's `rdma_disconnect`, this takes it
+    /// to ERR at once, since the peer's QPN now names the peer's new connection.
+    fn disconnect_stale(&mut self, now: u64, slot: usize) {
+        let tid_high = self.cfg.tid_high;
+        let Some(c) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if c.state != State::Established {
+            return;
+        }
+        let conn = ConnId(c.id);
+        let (qpn, path, mad) = start_dreq(now, c, tid_high);
+        self.push_modify(slot, conn, qpn, QpTransition::Error);
+        self.push(Action::Send {
+            conn: Some(conn),
+            path,
+            mad,
+        });
+        self.push_event(slot, Event::DisconnectRequested);
+    }
+
     fn match_listener(&self, port: u16, dst: IpAddr) -> Option<ListenerId> {
         let usable = |l: &&Listener| l.live && !l.paused && l.port == port;
         let id = |(i, l): (usize, &Listener)| ListenerId {
@@ -1649,7 +1768,7 @@ fn conn_rej(c: &Conn, rejected: u8, reason: u16, ari: &[u8], private: &[u8]) -> 
     rej.set_remote_comm_id(c.remote_id);
     rej.set_message_rejected(rejected);
     rej.set_reason(reason);
-    // Both fit: callers pass at most 8 bytes of ARI and checked the private data.
+    // Both fit: callers pass at most 16 bytes of ARI (a GID) and checked the private data.
     let _ = rej.set_ari(ari);
     let _ = rej.set_private_data(private);
     mad

@@ -29,6 +29,8 @@
 //! | QP1 receive completion (GRH stripped, 256 bytes) | [`Cm::on_mad`] with the packet's [`Path`] |
 //! | a timer DPC set to [`Cm::next_timer`] | [`Cm::on_timer`] |
 //! | QP async event COMM_EST (first data before the RTU) | [`Cm::established`] |
+//! | NdkAccept's RTR or RTS MODIFY_QP failed (the REP not sent) | [`Cm::accept_failed`] |
+//! | QP1 receive, with the port's GID table (a REQ's path is checked against it) | [`Cm::on_mad_from`] |
 //!
 //! Actions: [`Action::Send`] posts the 256-byte MAD on QP1 to the path's GID (Q_Key
 //! 0x80010000); [`Action::ModifyQp`] issues MODIFY_QP (RTR/RTS with the peer's QPN, PSN,

@@ -108,6 +108,9 @@ struct Wire {
     len: usize,
     /// Actions dropped for a full queue (a `Send` only: the CM retransmits).
     dropped: u32,
+    /// An accept's MODIFY_QP failed: nothing of this connection is performed any more, so
+    /// the REP queued behind it (or on its way here from the engine's pump) never leaves.
+    refused: bool,
 }
 
 impl Wire {
@@ -325,6 +328,7 @@ impl Connector {
                     head: 0,
                     len: 0,
                     dropped: 0,
+                    refused: false,
                 }),
             },
         )
@@ -899,6 +903,9 @@ impl ObjRef<Connector> {
     fn in_order(&self, d: Deferred) {
         {
             let mut w = self.wire.lock();
+            if w.refused {
+                return;
+            }
             if w.busy {
                 w.push(d);
                 return;
@@ -1027,22 +1034,51 @@ impl ObjRef<Connector> {
 
     /// The QP could not be taken where the CM needs it: the connection ends here (its
     /// queued actions are dropped, the CM connection released) and the pending request, if
-    /// any, fails with `e`.
+    /// any, fails with `e`. During NdkAccept the REP has not left (it waits behind the
+    /// RTR and RTS): the connector performs nothing of the connection any more, the QP goes
+    /// to ERR and the REQ is rejected as Linux's `__rdma_accept` does ([`Cm::accept_failed`];
+    /// the CM connection stays held, IDLE, until the connector closes).
+    ///
+    /// [`Cm::accept_failed`]: crate::cm::Cm::accept_failed
     fn fail(&self, e: NdkError) {
         self.wire.lock().clear();
-        let (conn, request, attempt, established) = {
+        let (conn, request, attempt, established, accepting, qp) = {
             let mut l = self.link.lock();
             let established = l.phase == Phase::Established;
+            let accepting = l.phase == Phase::Accepting;
             l.phase = Phase::Done;
-            (l.conn, l.request.take(), l.end_attempt(), established)
+            (
+                l.conn,
+                l.request.take(),
+                l.end_attempt(),
+                established,
+                accepting,
+                l.qp.clone(),
+            )
         };
         if attempt {
             self.engine.conn_stats().attempt_failed();
         } else if established {
             self.engine.conn_stats().connection_error();
         }
-        if let Some(conn) = conn {
-            self.engine.release(conn);
+        match conn {
+            Some(conn) if accepting => {
+                {
+                    let mut w = self.wire.lock();
+                    w.refused = true;
+                    w.clear();
+                }
+                if let Some(qp) = qp.filter(|q| q.is_live()) {
+                    // Linux's `cma_modify_qp_err`: posted receives flush (STATUS_CANCELLED).
+                    qp.set_connected(false);
+                    self.engine.hw().flush_qp(qp.handle());
+                }
+                // Refused only when the peer's REJ or DREQ ended the accept first: nothing
+                // to tell the wire then.
+                let _ = self.engine.input_when_room(|cm, _| cm.accept_failed(conn));
+            }
+            Some(conn) => self.engine.release(conn),
+            None => {}
         }
         if let Some(r) = request {
             r.complete(Err(e));

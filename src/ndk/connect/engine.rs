@@ -776,7 +776,9 @@ impl CmEngine {
             traffic_class: from.grh.traffic_class,
             flow_label: 0,
         };
-        let r = self.input(|cm, now| cm.on_mad(now, &path, mad));
+        // The port's GIDs by index, which a REQ's path must form an address vector on.
+        let gids = self.gids.lock().map(|a| a.map(gid_from_ip));
+        let r = self.input(|cm, now| cm.on_mad_from(now, &path, &gids, mad));
         if r.is_err() {
             bump(&self.counters.mads_dropped);
         }
