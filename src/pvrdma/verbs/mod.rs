@@ -441,6 +441,12 @@ impl Verbs {
         self.dev().register_cq_on(cq, events, target)
     }
 
+    /// Runs `cq`'s [`crate::pvrdma::device::CqEvents::fault`] from a DPC of its own (see
+    /// [`crate::pvrdma::device::Device::defer_cq_fault`]); false if `cq` is not routed.
+    pub fn defer_cq_fault(&self, cq: u32) -> bool {
+        self.dev().defer_cq_fault(cq)
+    }
+
     /// DESTROY_CQ; the CQ's events stop before this returns, but for a notification already
     /// queued to its processor, which may still run once.
     pub fn destroy_cq(&self, cq: u32) {
