@@ -1129,3 +1129,68 @@ fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
     p.close();
     c.finish();
 }
+
+/// The RTU is lost and the client sends first (issue 22 item 6): the server's QP, waiting in
+/// RTR since its REP, receives the SEND, the device raises COMM_EST (pvrdma.md M22), and the
+/// connection engine takes it for the RTU: the QP moves to RTS and NdkAccept completes at
+/// once, in virtual time far below the REP's 4.096 s retransmission that used to finish it
+/// (the duplicate REP's answer, an RTU); the data arrives intact, and the server can answer.
+#[test]
+fn a_lost_rtu_is_replaced_by_the_first_data_and_accept_completes_at_once() {
+    let c = Cluster::with(ClusterConfig {
+        cm: true,
+        ..ClusterConfig::virtual_time(Mode::Deterministic, 2)
+    });
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&p.qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(accept.ctx.calls(), 0, "no RTU yet");
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, LOCAL);
+    assert_eq!(p.qb.receive(1, &[mb.sge(0, 1024)]), STATUS_SUCCESS);
+    // Every frame from host 0 to host 1 is lost while NdkCompleteConnect sends the RTU.
+    let dropped = |c: &Cluster| c.world.counters(0).port.tx.dropped.fault;
+    c.world
+        .set_pair_faults(0, 1, pvrdma_sim::fabric::FaultConfig::none().with_drop(1.0));
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("the RTU lost", || dropped(&c) == 1);
+    c.world.clear_faults();
+    let start = c.pump().now_ns();
+    let ab = fill(&ma.mem, 0, 0x5A, 1000);
+    assert_eq!(p.qa.send(3, &[ma.sge(0, 1000)], 0), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS, "NdkAccept");
+    let took = c.pump().now_ns() - start;
+    assert!(
+        took < 100_000_000,
+        "NdkAccept {took} ns after the data: COMM_EST, not the REP's retransmission"
+    );
+    assert_eq!(dropped(&c), 1, "only the RTU was lost");
+    let r = p.cq_b.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 1000, QPC_B, 1));
+    verify(&mb.mem, 0, &ab);
+    let r = p.cq_a.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 0, QPC_A, 3));
+    // The server's QP is in RTS: it answers.
+    assert_eq!(p.qa.receive(2, &[ma.sge(2048, 1024)]), STATUS_SUCCESS);
+    let ba = fill(&mb.mem, 2048, 0x3C, 700);
+    assert_eq!(p.qb.send(4, &[mb.sge(2048, 700)], 0), STATUS_SUCCESS);
+    let r = p.cq_a.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 700, QPC_A, 2));
+    let r = p.cq_b.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 0, QPC_B, 4));
+    verify(&ma.mem, 2048, &ba);
+    part(&c, &client, &server);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    ma.close();
+    mb.close();
+    p.close();
+    c.finish();
+}

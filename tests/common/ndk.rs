@@ -582,6 +582,8 @@ pub struct ClusterConfig {
     /// The engines' CM Response Timeout and Max CM Retries (`EngineConfig`; rdma_cm's 20
     /// and 15 by default).
     pub cm_timing: (u8, u8),
+    /// The engines' connection slots (`EngineConfig::capacity`).
+    pub cm_capacity: usize,
 }
 
 impl ClusterConfig {
@@ -606,6 +608,7 @@ impl ClusterConfig {
                 let e = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0);
                 (e.cm_response_timeout, e.max_cm_retries)
             },
+            cm_capacity: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).capacity,
         }
     }
 

@@ -28,6 +28,7 @@
 
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, hw_done};
 use super::listener::Listener;
@@ -181,7 +182,13 @@ pub struct Connector {
     antecedent: Antecedent,
     link: SpinLock<Link>,
     wire: SpinLock<Wire>,
+    /// The device handle of the QP NdkAccept gave it, or [`NO_QP`]: read without the link's
+    /// lock by the engine's search for a COMM_EST's connector (`CmEngine::qp_event`).
+    accepting: AtomicU32,
 }
+
+/// No QP in [`Connector::accepting`] (device handles are below 65536, M10).
+const NO_QP: u32 = u32::MAX;
 
 impl NdkObject for Connector {
     type Ndk = NDK_CONNECTOR;
@@ -305,6 +312,7 @@ impl Connector {
                 adapter: adapter.clone(),
                 engine,
                 antecedent,
+                accepting: AtomicU32::new(NO_QP),
                 link: SpinLock::new(Link {
                     phase,
                     conn,
@@ -709,6 +717,7 @@ impl ObjRef<Connector> {
             bind_qp(qp)?;
             l.phase = Phase::Accepting;
             l.qp = Some(qp.clone());
+            self.accepting.store(qp.handle(), Ordering::Release);
             l.request = Some(request);
             l.disconnect = disconnect;
             conn
@@ -733,6 +742,7 @@ impl ObjRef<Connector> {
                 if let Some(q) = l.qp.take() {
                     q.release_from_connection();
                 }
+                self.accepting.store(NO_QP, Ordering::Release);
                 l.request = None;
                 l.disconnect = None;
                 Err(if aborted {
@@ -880,6 +890,28 @@ impl ObjRef<Connector> {
     pub fn cm_state(&self) -> Option<State> {
         let conn = self.link.lock().conn?;
         self.engine.query(|cm| cm.state(conn))
+    }
+
+    /// The device handle of the QP it accepts on (until the connector closes).
+    pub(crate) fn accepting_qp(&self) -> Option<u32> {
+        Some(self.accepting.load(Ordering::Acquire)).filter(|&h| h != NO_QP)
+    }
+
+    /// The device's COMM_EST for QP `qp` (the async-event DPC, no lock held): data arrived
+    /// on the QP in RTR before the RTU. While NdkAccept is in progress on that QP, the CM
+    /// establishes the connection as if the RTU had come (`Cm::established`: RTS, then
+    /// NdkAccept completes); after the RTU, or on another QP, nothing happens. A CM queue
+    /// full at this moment loses the event, and the REP's retransmission finishes the job
+    /// as before.
+    pub(crate) fn comm_est(&self, qp: u32) {
+        let conn = {
+            let l = self.link.lock();
+            match (l.phase, &l.qp, l.conn) {
+                (Phase::Accepting, Some(q), Some(conn)) if q.handle() == qp => conn,
+                _ => return,
+            }
+        };
+        let _ = self.engine.input(|cm, _| cm.established(conn));
     }
 
     // ----- the CM's actions, in order -----

@@ -41,6 +41,7 @@ use crate::ndk::object::{ObjRef, try_vec};
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
 use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::verbs::{Done, Verbs};
 
 /// GID table entries the engine uses (the model's and the device's default table holds 16).
@@ -56,6 +57,14 @@ const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
 const RELEASE_TRIES: u32 = 10_000;
 /// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
 const COMMAND_WAIT_NS: u64 = 10_000_000_000;
+
+/// Connection slots per adapter by default. SMB Direct opens two RDMA connections per RDMA
+/// interface per session (multichannel), so a file server with 512 client sessions over two
+/// interfaces holds 2,048; connections that ended stay in TIMEWAIT (≈ 2 s), but when the
+/// table is full the oldest released TIMEWAIT entry is reclaimed (`cm::Cm`, cm.md §6.4),
+/// so a burst of reconnects is never refused for them. A slot is 680 bytes of CM state and
+/// 24 of connector table: ≈ 1.4 MiB of non-paged pool per adapter.
+pub const DEFAULT_CAPACITY: usize = 2048;
 
 /// The engine's fixed parameters.
 #[derive(Clone, Copy, Debug)]
@@ -82,10 +91,10 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 256 connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
+    /// [`DEFAULT_CAPACITY`] connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
     pub const fn new(ca_guid: u64, seed: u32) -> Self {
         EngineConfig {
-            capacity: 256,
+            capacity: DEFAULT_CAPACITY,
             listeners: 64,
             ca_guid,
             seed,
@@ -275,6 +284,22 @@ pub struct CmEngine {
 impl crate::ndk::adapter::Connections for CmEngine {
     fn stop(&self) {
         CmEngine::stop(self);
+    }
+    fn qp_event(&self, qp: u32, kind: EqeType) {
+        if kind != EqeType::CommEst || self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        // The connector accepting on this QP, if any (a scan, once per connection at most).
+        let accepting = {
+            let t = self.conns.lock();
+            t.iter()
+                .flatten()
+                .find(|(_, c)| c.accepting_qp() == Some(qp))
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(c) = accepting {
+            c.comm_est(qp);
+        }
     }
 }
 
