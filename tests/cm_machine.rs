@@ -1703,6 +1703,27 @@ fn a_full_action_queue_refuses_inputs_without_changing_state() {
         })
     );
     assert!(matches!(parse_any(&rej), Ok(Message::Rej(_))));
+    // A release with the queue full is deferred, not refused (issue 22 item 7): the next
+    // action taken with room performs it (here: the REJ 4 of a REQ_SENT connection).
+    let d = cm.connect(0, &p).unwrap();
+    assert_eq!(cm.pending_actions(), 1, "its REQ");
+    assert_eq!(cm.release(0, d), Ok(()));
+    assert_eq!(cm.live_connections(), 2, "not yet");
+    assert!(
+        matches!(cm.poll_action(), Some(Action::Send { .. })),
+        "the REQ"
+    );
+    let rej4 = match cm.poll_action() {
+        Some(Action::Send { mad, .. }) => mad,
+        a => panic!("the deferred release's REJ: {a:?}"),
+    };
+    match parse_any(&rej4) {
+        Ok(Message::Rej(r)) => assert_eq!(r.reason(), 4),
+        m => panic!("{m:?}"),
+    }
+    assert_eq!(cm.poll_action(), None);
+    assert_eq!(cm.live_connections(), 1, "released");
+    assert_eq!(cm.release(0, d), Err(CmError::UnknownConnection));
 }
 
 #[test]

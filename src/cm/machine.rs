@@ -346,6 +346,8 @@ struct Conn {
     retx: [u8; MAD_LEN],
     peer_data: [u8; REP_PRIVATE_DATA],
     peer_data_len: usize,
+    /// [`Cm::release`] was asked while the action queue was full: pending.
+    release_due: bool,
 }
 
 impl Conn {
@@ -413,6 +415,7 @@ impl Conn {
             retx: [0; MAD_LEN],
             peer_data: [0; REP_PRIVATE_DATA],
             peer_data_len: 0,
+            release_due: false,
         }
     }
 
@@ -448,6 +451,10 @@ pub struct Cm {
     listeners: Vec<Listener>,
     actions: VecDeque<Action>,
     reclaimed: u64,
+    /// Connections whose [`Cm::release`] waits for room in the action queue.
+    releases_due: u32,
+    /// The time those releases were asked at (the latest).
+    release_now: u64,
 }
 
 impl core::fmt::Debug for Cm {
@@ -515,6 +522,8 @@ impl Cm {
             listeners,
             actions,
             reclaimed: 0,
+            releases_due: 0,
+            release_now: 0,
         })
     }
 
@@ -535,7 +544,27 @@ impl Cm {
 
     /// The next queued action.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        let a = self.actions.pop_front();
+        if self.releases_due > 0 && self.check_room().is_ok() {
+            self.release_one_due();
+        }
+        a.or_else(|| self.actions.pop_front())
+    }
+
+    /// Performs one release [`Cm::release`] deferred for a full action queue (a scan, only
+    /// while one is due).
+    fn release_one_due(&mut self) {
+        let Some(slot) = self.conns.iter().position(|c| c.id != 0 && c.release_due) else {
+            self.releases_due = 0;
+            return;
+        };
+        self.releases_due = self.releases_due.saturating_sub(1);
+        let conn = ConnId(self.conn(slot).id);
+        if let Some(c) = self.conns.get_mut(slot) {
+            c.release_due = false;
+        }
+        // Room was checked, and the connection is still owned: this cannot fail.
+        let _ = self.release(self.release_now, conn);
     }
 
     /// Queued actions.
@@ -903,11 +932,25 @@ impl Cm {
     /// the slot is freed once the connection has been through TIMEWAIT, if it needs to.
     ///
     /// # Errors
-    /// [`CmError::UnknownConnection`]; [`CmError::QueueFull`] (nothing changed: retry).
+    /// [`CmError::UnknownConnection`]. Never [`CmError::QueueFull`]: with the action queue
+    /// full the release is deferred to the next [`Cm::poll_action`] that finds room.
     pub fn release(&mut self, now: u64, conn: ConnId) -> Result<(), CmError> {
-        self.check_room()?;
-        let (guid, tid_high) = (self.cfg.ca_guid, self.cfg.tid_high);
         let slot = self.owned_slot(conn)?;
+        if self.check_room().is_err() {
+            // Deferred, never refused: a consumer closing its connector from a callback of
+            // the thread that pumps this queue could not wait for room, and its slot would
+            // stay owned forever. The next `poll_action` with room performs it (with the
+            // time of the latest deferral: TIMEWAIT and retransmissions start no earlier).
+            if let Some(c) = self.conns.get_mut(slot)
+                && !c.release_due
+            {
+                c.release_due = true;
+                self.releases_due += 1;
+            }
+            self.release_now = self.release_now.max(now);
+            return Ok(());
+        }
+        let (guid, tid_high) = (self.cfg.ca_guid, self.cfg.tid_high);
         let Some(c) = self.conns.get_mut(slot) else {
             return Err(CmError::UnknownConnection);
         };

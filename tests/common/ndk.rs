@@ -1893,6 +1893,20 @@ impl Qp {
         self.pump.part_link_of(self.ptr);
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseQp)
     }
+
+    /// NdkCloseQp, waiting for a pended close's CloseCompletion and nothing more: in
+    /// virtual time, no timer (TIMEWAIT) runs out meanwhile, as [`Self::close`]'s settle
+    /// lets them.
+    pub fn close_at_once(self) -> NTSTATUS {
+        let ctx = Arc::new(CloseCtx::default());
+        // SAFETY: a live QP, closed once; the context outlives the call and its completion.
+        let st = unsafe { (self.d().NdkCloseQp)(self.ptr.cast(), on_close, ptr_of(&ctx)) };
+        if st == STATUS_PENDING {
+            self.pump
+                .wait_for("CloseCompletion", || ctx.0.load(Ordering::SeqCst) != 0);
+        }
+        st
+    }
 }
 
 /// PSN of the direction a → b (b's RQ PSN); b → a uses `PSN_BA`.

@@ -973,12 +973,23 @@ impl ObjRef<Connector> {
     /// queue).
     fn issue_modify(&self, t: QpTransition) -> bool {
         let qp = self.link.lock().qp.clone();
-        let Some(qp) = qp.filter(|q| q.is_live()) else {
+        // A close count of the QP from here until the MODIFY_QP's completion: the QP's
+        // DESTROY (its teardown) cannot run meanwhile, so its handle cannot name another QP
+        // by the time the command reaches the device. (A liveness test alone left that gap
+        // open: a close on another processor between the test and the command, then a
+        // create reusing the handle, and the modify hit the new QP.) A QP already closing
+        // is left alone, as before.
+        let Some(qp) = qp.filter(|q| q.lifetime().try_get()) else {
             return false;
         };
+        if !qp.is_live() {
+            qp.put();
+            return false;
+        }
         let m = match self.qp_modify(&t) {
             Some(m) => m,
             None => {
+                qp.put();
                 self.fail(NdkError::HostUnreachable);
                 return false;
             }
@@ -996,6 +1007,8 @@ impl ObjRef<Connector> {
         let q2 = qp.clone();
         let done = hw_done(move |r: Result<(), PvrdmaError>| {
             this.modified(&q2, &t, r);
+            // The QP may close now (its teardown may run here, with no lock held).
+            q2.put();
             this.run_from(None);
         });
         match done {
@@ -1004,6 +1017,7 @@ impl ObjRef<Connector> {
                 true
             }
             None => {
+                qp.put();
                 self.fail(NdkError::InsufficientResources);
                 false
             }
