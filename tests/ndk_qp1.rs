@@ -149,6 +149,43 @@ fn a_thousand_mads_each_way_arrive_intact_and_in_order() {
     c.finish();
 }
 
+/// QP1's poller rings CQ_POLL when it finds its ring empty, as the consumer CQs' poll and
+/// Linux `pvrdma_poll_one` do, and a burst a lazy device held (pvrdma.md M48) reaches the
+/// sink. Without the POLL, a MAD that landed between the poller's drain and its arm stayed
+/// held until a later arrival satisfied the next arm: in `.ci/run`'s threaded lazy run a
+/// connect then waited out a CM retransmission (4.3 s), and once the 20 s bound. That race
+/// needs threads; the doorbell count is what a deterministic run can pin (0 before the fix).
+#[test]
+fn qp1_rings_cq_poll_on_an_empty_ring_and_reaps_what_a_lazy_device_held() {
+    let c = Cluster::with(ClusterConfig {
+        lazy: true,
+        ..ClusterConfig::without_cm(Mode::Deterministic, 2)
+    });
+    let sides = [
+        open(&c, 0, Qp1Config::default()),
+        open(&c, 1, Qp1Config::default()),
+    ];
+    for i in 0..8 {
+        assert_eq!(sides[0].qp1.send(&path_to(&c, 1), &mad(0, i)), Ok(()));
+    }
+    // The burst reaches host 1's device before any DPC runs: its first CQE satisfies QP1's
+    // arm (CQNE), the other seven are held.
+    c.world.run_until_idle();
+    c.settle();
+    let got = sides[1].sink.take();
+    assert_eq!(got.len(), 8, "every MAD of the burst delivered");
+    for (n, (_, bytes)) in got.iter().enumerate() {
+        assert_eq!(bytes.as_slice(), &mad(0, n as u32)[..], "MAD {n}");
+    }
+    let dev = c.world.counters(1).device;
+    assert_eq!(dev.cqes_held, 8, "the device held every CQE back");
+    assert!(dev.db_cq_poll >= 1, "QP1's poller rang CQ_POLL: {dev:?}");
+    for s in sides {
+        assert_eq!(s.qp1.close(), Ok(()));
+    }
+    c.finish();
+}
+
 /// The same exchange with the model, the fabric and the DPCs on their own threads: the
 /// CQ-notification DPC polls QP1 while the test thread sends.
 #[test]

@@ -539,7 +539,15 @@ impl Inner {
             if self.cq_failed.load(Ordering::Acquire) {
                 return;
             }
-            let n = match self.reader.ready(head) {
+            // Found empty: the POLL doorbell and one more look, as the consumer CQs' poll
+            // does (Linux `pvrdma_poll_one`): a device that writes completions only when
+            // polled (M48) holds a MAD that arrived after the CQNE's arm was used until a
+            // later arrival satisfies the next arm, a CM retransmission seconds later.
+            let state = match self.reader.ready(head) {
+                CqState::Empty => self.reader.poll_device(head),
+                s => s,
+            };
+            let n = match state {
                 CqState::Empty => return,
                 CqState::Corrupt => {
                     self.reader.stop();
