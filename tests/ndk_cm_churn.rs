@@ -97,7 +97,7 @@ fn churn_1000_cycles() {
 #[test]
 #[ignore = "10,000 cycles: run in release mode (.ci/run)"]
 fn churn_10000_cycles_at_full_speed() {
-    const CYCLES: usize = 10_000;
+    let cycles: usize = 10_000;
     let c = cluster();
     let engine = |h: usize| pvrdma_ndk::ndk::connect::engine(&c.host(h).ndk).unwrap();
     let capacity = engine(0).config().capacity;
@@ -105,10 +105,38 @@ fn churn_10000_cycles_at_full_speed() {
     mesh.sides[1].listen(&c, 1);
     let start = c.pump().now_ns();
     let mut most_held = 0;
-    for cycle in 0..CYCLES {
+    for cycle in 0..cycles {
         mesh.connect(&c, 0, 1);
         mesh.establish(&c);
-        mesh.transfer(&c);
+        // One SEND each way, waited for as facts (`Mesh::transfer` settles).
+        {
+            let l = mesh.links.last().unwrap();
+            let (a, b) = (&mesh.sides[0], &mesh.sides[1]);
+            let seed = cycle as u8;
+            let ab = common::ndk::fill(&a.mem.mem, 0, seed, 500);
+            let ba = common::ndk::fill(&b.mem.mem, 0, seed ^ 0xFF, 500);
+            assert_eq!(
+                l.server_qp.receive(1, &[b.mem.sge(512, 500)]),
+                STATUS_SUCCESS
+            );
+            assert_eq!(
+                l.client_qp.receive(2, &[a.mem.sge(512, 500)]),
+                STATUS_SUCCESS
+            );
+            assert_eq!(l.client_qp.send(3, &[a.mem.sge(0, 500)], 0), STATUS_SUCCESS);
+            assert_eq!(l.server_qp.send(4, &[b.mem.sge(0, 500)], 0), STATUS_SUCCESS);
+            let (mut ra, mut rb) = (Vec::new(), Vec::new());
+            c.wait_for("both SENDs and receives", || {
+                ra.extend(a.cq.results(4));
+                rb.extend(b.cq.results(4));
+                ra.len() == 2 && rb.len() == 2
+            });
+            for r in ra.iter().chain(&rb) {
+                assert_eq!(r.Status, STATUS_SUCCESS, "cycle {cycle}");
+            }
+            common::ndk::verify(&b.mem.mem, 512, &ab);
+            common::ndk::verify(&a.mem.mem, 512, &ba);
+        }
         let l = mesh.links.pop().unwrap();
         let server = l.server.unwrap();
         let r = l.client.disconnect_raw();
@@ -137,7 +165,7 @@ fn churn_10000_cycles_at_full_speed() {
         .map(|h| engine(h).query(|cm| cm.timewait_reclaimed()))
         .collect();
     eprintln!(
-        "{CYCLES} cycles in {} virtual ms; at most {most_held} CM connections held of \
+        "{cycles} cycles in {} virtual ms; at most {most_held} CM connections held of \
          {capacity}; TIMEWAIT entries reclaimed {reclaimed:?}",
         took / 1_000_000
     );
