@@ -1522,16 +1522,18 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         ),
         Err(CmError::AddressFamily)
     );
-    // An ID in TIMEWAIT is not reissued: a one-slot table stays full until TIMEWAIT ends.
+    // An ID in TIMEWAIT is not reissued: a one-slot table whose one connection is in
+    // TIMEWAIT, still held by its consumer, stays full until TIMEWAIT ends (a held entry
+    // is never reclaimed; a released one is, see
+    // `a_full_table_reclaims_its_oldest_released_timewait_entry`).
     let mut f = Fabric::new(1);
     f.listen(1);
     let first = f.connect(0, PORT, b"");
     f.run_until(100 * MS, |f| f.nodes[1].events.len() == 2);
     f.nodes[0].cm.disconnect(f.now, first).unwrap();
-    f.nodes[0].cm.release(f.now, first).unwrap();
     f.pump();
     f.run_until(100 * MS, |f| {
-        f.nodes[0].cm.live_connections() == 1 && f.wire.is_empty()
+        f.nodes[0].cm.state(first) == Some(State::Timewait) && f.wire.is_empty()
     });
     let qpn = f.nodes[0].take_qpn();
     let p = ConnectParams {
@@ -1542,9 +1544,12 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         ..params(qpn)
     };
     assert_eq!(f.nodes[0].cm.connect(f.now, &p), Err(CmError::TableFull));
-    f.run_idle();
+    f.nodes[0].cm.release(f.now, first).unwrap();
+    f.pump();
+    assert_eq!(f.nodes[0].cm.live_connections(), 1, "released, in TIMEWAIT");
     let second = f.nodes[0].cm.connect(f.now, &p).unwrap();
     assert_ne!(second, first);
+    assert_eq!(f.nodes[0].cm.timewait_reclaimed(), 1);
     // Bad configurations are refused.
     assert_eq!(
         Cm::new(CmConfig {
@@ -1570,6 +1575,88 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         .err(),
         Some(CmError::InvalidParameter)
     );
+}
+
+/// Connect/disconnect cycles faster than TIMEWAIT (issue 22 item 5): with every slot held
+/// by a released connection in TIMEWAIT, a connect, and a REQ, reclaims the entry due to end
+/// first, the oldest, instead of failing with TableFull (Linux's ib_cm has no bound; TCP
+/// over tcp_max_tw_buckets skips TIMEWAIT: cm.md §6.4). Its slot takes a new generation, so
+/// no ID is reissued; entries a consumer still holds are never taken.
+#[test]
+fn a_full_table_reclaims_its_oldest_released_timewait_entry() {
+    const CAP: usize = 4;
+    let mut f = Fabric::new(CAP);
+    f.listen(1);
+    for n in &mut f.nodes {
+        n.auto.release_when_done = true;
+    }
+    let mut ids = Vec::new();
+    let mut passive = Vec::new();
+    for cycle in 0..3 * CAP {
+        let held = f.nodes[0].cm.live_connections();
+        let active = f.connect(0, PORT, b"");
+        assert!(!ids.contains(&active), "cycle {cycle}: ID reissued");
+        let done = |f: &Fabric| {
+            f.nodes[1]
+                .events
+                .iter()
+                .filter(|e| e.2 == Event::Established)
+                .count()
+                == cycle + 1
+        };
+        assert!(f.run_until(100 * MS, done), "cycle {cycle}");
+        passive.push(last_request(&f.nodes[1]));
+        f.nodes[0].cm.disconnect(f.now, active).unwrap();
+        f.pump();
+        assert!(
+            f.run_until(100 * MS, |f| f.wire.is_empty()),
+            "cycle {cycle}"
+        );
+        // Both sides in TIMEWAIT, released; the table never grows past its capacity.
+        assert_eq!(f.nodes[0].cm.live_connections(), (held + 1).min(CAP));
+        assert_eq!(f.nodes[1].cm.live_connections(), (held + 1).min(CAP));
+        if cycle >= CAP {
+            // The slot reused is the oldest entry's: IDs carry their slot in their low
+            // bits under the seed, so the two IDs agree there.
+            let oldest = ids[cycle - CAP];
+            let mask = (CAP - 1) as u32;
+            assert_eq!(
+                (active.0 ^ oldest.0) & mask,
+                0,
+                "cycle {cycle}: the oldest entry's slot"
+            );
+            let (po, pn) = (passive[cycle - CAP], passive[cycle]);
+            assert_eq!((po.0 ^ pn.0) & mask, 0, "cycle {cycle}: passive side too");
+        }
+        ids.push(active);
+        f.now += 10 * MS;
+    }
+    assert!(f.now - 1_000 * MS < 2_000 * MS, "all within one TIMEWAIT");
+    let reclaimed = (2 * CAP) as u64;
+    assert_eq!(f.nodes[0].cm.timewait_reclaimed(), reclaimed);
+    assert_eq!(f.nodes[1].cm.timewait_reclaimed(), reclaimed);
+    // TIMEWAIT ends for the rest: nothing left.
+    f.run_idle();
+    assert_eq!(f.nodes[0].cm.live_connections(), 0);
+    assert_eq!(f.nodes[1].cm.live_connections(), 0);
+    // A table full of connections the consumer holds is still full.
+    let mut a = Cm::new(CmConfig::rdma_cm_defaults(2, 1, 3)).unwrap();
+    let params = |qpn| ConnectParams {
+        src: "10.0.0.1:50000".parse().unwrap(),
+        dst: "10.0.0.2:445".parse().unwrap(),
+        path: Path::default(),
+        local_qpn: qpn,
+        starting_psn: 0,
+        limits: ReadLimits::default(),
+        path_mtu: 3,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        private_data: b"",
+    };
+    a.connect(0, &params(1)).unwrap();
+    a.connect(0, &params(2)).unwrap();
+    assert_eq!(a.connect(0, &params(3)), Err(CmError::TableFull));
+    assert_eq!(a.timewait_reclaimed(), 0);
 }
 
 #[test]
@@ -1616,6 +1703,27 @@ fn a_full_action_queue_refuses_inputs_without_changing_state() {
         })
     );
     assert!(matches!(parse_any(&rej), Ok(Message::Rej(_))));
+    // A release with the queue full is deferred, not refused (issue 22 item 7): the next
+    // action taken with room performs it (here: the REJ 4 of a REQ_SENT connection).
+    let d = cm.connect(0, &p).unwrap();
+    assert_eq!(cm.pending_actions(), 1, "its REQ");
+    assert_eq!(cm.release(0, d), Ok(()));
+    assert_eq!(cm.live_connections(), 2, "not yet");
+    assert!(
+        matches!(cm.poll_action(), Some(Action::Send { .. })),
+        "the REQ"
+    );
+    let rej4 = match cm.poll_action() {
+        Some(Action::Send { mad, .. }) => mad,
+        a => panic!("the deferred release's REJ: {a:?}"),
+    };
+    match parse_any(&rej4) {
+        Ok(Message::Rej(r)) => assert_eq!(r.reason(), 4),
+        m => panic!("{m:?}"),
+    }
+    assert_eq!(cm.poll_action(), None);
+    assert_eq!(cm.live_connections(), 1, "released");
+    assert_eq!(cm.release(0, d), Err(CmError::UnknownConnection));
 }
 
 #[test]
@@ -1683,8 +1791,23 @@ fn first_data_before_the_rtu_establishes_and_a_dreq_while_accepting_too() {
         == Some(State::Established)));
     let passive = last_request(&f.nodes[1]);
     assert_eq!(f.nodes[1].cm.state(passive), Some(State::RepSent));
+    // The REP left with the QP in RTR; RTS waits for the RTU or the first data.
+    let mods = |f: &Fabric| -> Vec<&'static str> {
+        f.nodes[1]
+            .mods
+            .iter()
+            .filter(|m| m.0 == passive)
+            .map(|m| match m.2 {
+                QpTransition::Rtr(_) => "RTR",
+                QpTransition::Rts(_) => "RTS",
+                QpTransition::Error => "ERR",
+            })
+            .collect()
+    };
+    assert_eq!(mods(&f), ["RTR"]);
     f.nodes[1].cm.established(passive).unwrap();
     f.pump();
+    assert_eq!(mods(&f), ["RTR", "RTS"]);
     assert_eq!(f.nodes[1].events_of(passive)[1], Event::Established);
     assert_eq!(
         f.nodes[1].cm.next_timer(),

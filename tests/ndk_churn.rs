@@ -54,9 +54,8 @@ fn qps_created_and_closed_while_their_shared_cq_is_polled_long() {
 }
 
 fn churn(rounds: usize) {
-    // Raw wiring: this test is about the CQ's QP table, not connections, and 300 connections
-    // made and parted in a few seconds of wall time would all sit in TIMEWAIT (about 2 s) at
-    // once on a fast machine, more than the engine's 256 connection slots.
+    // Raw wiring: this test is about the CQ's QP table, not connections (which
+    // tests/ndk_cm_churn.rs churns).
     let c = Cluster::with(ClusterConfig::without_cm(Mode::Threaded, 2));
     let pd_a = c.adapter(0).create_pd().expect("PD a");
     let pd_b = c.adapter(1).create_pd().expect("PD b");

@@ -421,7 +421,8 @@ fn a_stale_req_gets_rej_10_and_the_old_connection_a_dreq() {
     rig.c.finish();
 }
 
-/// Item 2, for the `nth` MODIFY_QP of the accept (1: RTR, 2: RTS) failing in the device.
+/// Item 2, for the `nth` MODIFY_QP of the accept failing in the device (1: RTR; the RTS
+/// comes after the REP since item 6, below).
 /// Linux's `__rdma_accept`: when `cma_accept_ib` fails (it sends the REP only after both
 /// modifies), `cma_modify_qp_err` and `rdma_reject(.., IB_CM_REJ_CONSUMER_DEFINED)`, from
 /// MRA_REQ_SENT: Local ID ours, MsgREJected REQ, reason 28, the REQ's TID. No REP ever
@@ -500,7 +501,78 @@ fn an_accept_whose_rtr_fails_rejects_the_req_and_never_sends_a_rep() {
     failed_accept(1);
 }
 
+/// Items 2 and 6 together. The passive side sends its REP with the QP in RTR and moves it to
+/// RTS on the RTU or COMM_EST (cm.md §6.1), so the RTS the device refuses comes after the REP,
+/// when the peer has sent its RTU and holds the connection established: the REQ can no
+/// longer be rejected. NdkAccept completes with STATUS_INTERNAL_ERROR, the connection is
+/// released with a DREQ (Local ID ours, Remote ID the peer's), the QP goes to ERR (its
+/// receive flushed), and after the peer's DREP nothing more leaves and nothing is held.
 #[test]
-fn an_accept_whose_rts_fails_rejects_the_req_and_never_sends_a_rep() {
-    failed_accept(2);
+fn an_accept_whose_rts_fails_after_the_rtu_fails_the_accept_and_sends_a_dreq() {
+    let rig = Rig::new();
+    let h = rig.c.host(0);
+    let pd = h.adapter.create_pd().unwrap();
+    let cq = h.adapter.create_cq(16, None).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpSpec::new(0xA2)).unwrap();
+    assert_eq!(qp.receive(0x77, &[]), STATUS_SUCCESS);
+    let (tid, comm) = (0x63_0000_0200, 0x6300_0200);
+    rig.send(&req(
+        comm,
+        tid,
+        gid_from_ip(IpAddr::V4(PEER_IP)),
+        rig.host_gid(),
+        h.ip,
+    ));
+    let server = rig.listener.next_incoming();
+    const MODIFY_QP: u32 = 10;
+    h.model
+        .with_core(|core| core.fail_nth_command(2, 22, 1 << MODIFY_QP));
+    let accept = server.accept_raw(&qp, 4, 4, &[]);
+    let rep = rig.wait_mad(1);
+    assert_eq!(attr_of(&rep), attr::REP, "the REP leaves at RTR");
+    let passive = be32(&rep, BODY);
+    let mut rtu = new_cm_mad(attr::RTU, tid);
+    {
+        let mut r = Rtu::new_unchecked(&mut rtu[..]);
+        r.set_local_comm_id(comm);
+        r.set_remote_comm_id(passive);
+    }
+    rig.send(&rtu);
+    assert_eq!(accept.wait(), STATUS_INTERNAL_ERROR, "NdkAccept");
+    let dreq = rig.wait_mad(2);
+    assert_eq!(attr_of(&dreq), attr::DREQ);
+    assert_eq!(
+        (be32(&dreq, BODY), be32(&dreq, BODY + 4)),
+        (passive, comm),
+        "DREQ Local ID ours, Remote ID the peer's"
+    );
+    let mut drep = new_cm_mad(attr::DREP, tid_of(&dreq));
+    {
+        let mut d = Drep::new_unchecked(&mut drep[..]);
+        d.set_local_comm_id(comm);
+        d.set_remote_comm_id(passive);
+    }
+    rig.send(&drep);
+    rig.c.settle();
+    let attrs: Vec<u16> = rig.received().iter().map(|m| attr_of(m)).collect();
+    assert_eq!(attrs, [attr::REP, attr::DREQ], "a REP, one DREQ, no REJ");
+    let flushed = cq.wait_results(1);
+    assert_eq!(
+        (flushed[0].Status, flushed[0].RequestContext as usize),
+        (STATUS_CANCELLED, 0x77),
+        "the QP went to ERR"
+    );
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(qp.close(), STATUS_SUCCESS);
+    assert_eq!(cq.close(), STATUS_SUCCESS);
+    assert_eq!(pd.close(), STATUS_SUCCESS);
+    assert_eq!(rig.listener.close(), STATUS_SUCCESS);
+    rig.c.settle();
+    assert_eq!(
+        rig.peer.0.lock().unwrap().len(),
+        2,
+        "closing sent nothing more"
+    );
+    assert_eq!(engine_live(rig.c.host(0)), (0, 0, 0, 0), "nothing held");
+    rig.c.finish();
 }

@@ -1129,3 +1129,222 @@ fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
     p.close();
     c.finish();
 }
+
+/// The RTU is lost and the client sends first (issue 22 item 6): the server's QP, waiting in
+/// RTR since its REP, receives the SEND, the device raises COMM_EST (pvrdma.md M22), and the
+/// connection engine takes it for the RTU: the QP moves to RTS and NdkAccept completes at
+/// once, in virtual time far below the REP's 4.096 s retransmission that used to finish it
+/// (the duplicate REP's answer, an RTU); the data arrives intact, and the server can answer.
+#[test]
+fn a_lost_rtu_is_replaced_by_the_first_data_and_accept_completes_at_once() {
+    let c = Cluster::with(ClusterConfig {
+        cm: true,
+        ..ClusterConfig::virtual_time(Mode::Deterministic, 2)
+    });
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let server = l.next_incoming();
+    let accept = server.accept_raw(&p.qb, 1, 1, &[]);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(accept.ctx.calls(), 0, "no RTU yet");
+    let ma = Registered::new(c.host(0), &p.pd_a, 1, 0x1000_0000, LOCAL);
+    let mb = Registered::new(c.host(1), &p.pd_b, 1, 0x2000_0000, LOCAL);
+    assert_eq!(p.qb.receive(1, &[mb.sge(0, 1024)]), STATUS_SUCCESS);
+    // Every frame from host 0 to host 1 is lost while NdkCompleteConnect sends the RTU.
+    let dropped = |c: &Cluster| c.world.counters(0).port.tx.dropped.fault;
+    c.world
+        .set_pair_faults(0, 1, pvrdma_sim::fabric::FaultConfig::none().with_drop(1.0));
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("the RTU lost", || dropped(&c) == 1);
+    c.world.clear_faults();
+    let start = c.pump().now_ns();
+    let ab = fill(&ma.mem, 0, 0x5A, 1000);
+    assert_eq!(p.qa.send(3, &[ma.sge(0, 1000)], 0), STATUS_SUCCESS);
+    assert_eq!(accept.wait(), STATUS_SUCCESS, "NdkAccept");
+    let took = c.pump().now_ns() - start;
+    assert!(
+        took < 100_000_000,
+        "NdkAccept {took} ns after the data: COMM_EST, not the REP's retransmission"
+    );
+    assert_eq!(dropped(&c), 1, "only the RTU was lost");
+    let r = p.cq_b.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 1000, QPC_B, 1));
+    verify(&mb.mem, 0, &ab);
+    let r = p.cq_a.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 0, QPC_A, 3));
+    // The server's QP is in RTS: it answers.
+    assert_eq!(p.qa.receive(2, &[ma.sge(2048, 1024)]), STATUS_SUCCESS);
+    let ba = fill(&mb.mem, 2048, 0x3C, 700);
+    assert_eq!(p.qb.send(4, &[mb.sge(2048, 700)], 0), STATUS_SUCCESS);
+    let r = p.cq_a.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 700, QPC_A, 2));
+    let r = p.cq_b.wait_results(1);
+    assert_eq!(res(&r[0]), (STATUS_SUCCESS, 0, QPC_B, 4));
+    verify(&ma.mem, 2048, &ba);
+    part(&c, &client, &server);
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    assert_eq!(server.close(), STATUS_SUCCESS);
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    ma.close();
+    mb.close();
+    p.close();
+    c.finish();
+}
+
+/// What the victim's DisconnectEvent callback does here: closes `others` (each queues a
+/// DREQ and an ERR on the CM, which no one performs while the callback runs on the thread
+/// pumping), then closes the victim itself, from its own callback.
+struct CloseFromTheCallback {
+    victim: *mut NDK_CONNECTOR,
+    others: Vec<*mut NDK_CONNECTOR>,
+    closes: std::sync::atomic::AtomicU32,
+    close_inline: Vec<NTSTATUS>,
+    victim_close: Option<NTSTATUS>,
+}
+
+unsafe extern "system" fn close_from_the_callback(ctx: PVOID) {
+    // SAFETY: the context is the test's `CloseFromTheCallback`, which outlives the
+    // connectors, and nothing else touches it while the callback runs.
+    let a = unsafe { &mut *ctx.cast::<CloseFromTheCallback>() };
+    let counter = std::ptr::from_ref(&a.closes) as PVOID;
+    for &o in &a.others {
+        // SAFETY: a live connector the test handed over to this callback, closed once.
+        let st =
+            unsafe { (connector_dispatch(o).NdkCloseConnector)(o.cast(), count_close, counter) };
+        a.close_inline.push(st);
+    }
+    // SAFETY: the victim is live (its callback runs); closed once, here.
+    let st = unsafe {
+        (connector_dispatch(a.victim).NdkCloseConnector)(a.victim.cast(), count_close, counter)
+    };
+    a.victim_close = Some(st);
+}
+
+/// A connector closed from inside its own DisconnectEvent while the CM's action queue is
+/// full (issue 22 item 7): its release cannot wait for room (the queue drains on this very
+/// thread, after the callback), so the CM defers it to the next action taken with room,
+/// and the connection's slot is freed once its TIMEWAIT ends. Before, the release was
+/// retried 10,000 times in vain and the slot stayed owned for good (counted in
+/// `release_failures`): a leak per occurrence, the table's capacity shrinking.
+#[test]
+fn a_connector_closed_from_its_own_disconnect_event_with_the_queue_full_frees_its_slot() {
+    const OTHERS: usize = 31;
+    let c = Cluster::with(ClusterConfig {
+        cm: true,
+        ..ClusterConfig::virtual_time(Mode::Deterministic, 2)
+    });
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let mut qps = Vec::new();
+    let mut ends = Vec::new();
+    for i in 0..OTHERS {
+        let qa = p
+            .pd_a
+            .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1 + i))
+            .unwrap();
+        let qb = p
+            .pd_b
+            .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1 + i))
+            .unwrap();
+        let client = c.adapter(0).create_connector().unwrap();
+        let connect = client.connect_raw(&qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+        let server = l.next_incoming();
+        let accept = server.accept_raw(&qb, 1, 1, &[]);
+        assert_eq!(connect.wait(), STATUS_SUCCESS);
+        assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+        assert_eq!(accept.wait(), STATUS_SUCCESS);
+        qps.push((qa, qb));
+        ends.push((client, server));
+    }
+    let client = c.adapter(0).create_connector().unwrap();
+    let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
+    let victim = l.next_incoming();
+    let mut cb = Box::new(CloseFromTheCallback {
+        victim: victim.ptr,
+        others: ends.iter().map(|(_, s)| s.ptr).collect(),
+        closes: std::sync::atomic::AtomicU32::new(0),
+        close_inline: Vec::new(),
+        victim_close: None,
+    });
+    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
+    let cb_ptr: *mut CloseFromTheCallback = &mut *cb;
+    // SAFETY: live connector and QP; the callback context outlives the connector.
+    let inline = unsafe {
+        (connector_dispatch(victim.ptr).NdkAccept)(
+            victim.ptr,
+            p.qb.ptr,
+            1,
+            1,
+            std::ptr::null(),
+            0,
+            Some(close_from_the_callback),
+            cb_ptr.cast(),
+            common::ndk::on_request,
+            std::sync::Arc::as_ptr(&accepted) as PVOID,
+        )
+    };
+    assert_eq!(inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("NdkAccept", || accepted.calls() == 1);
+    let held_before = common::ndk::engine_live(c.host(1)).0;
+    assert_eq!(held_before, OTHERS + 1);
+    let d = client.disconnect_raw();
+    assert_eq!(d.inline, STATUS_PENDING);
+    c.wait_for("the victim's DisconnectEvent", || {
+        // SAFETY: read after the callback returned (it sets this last).
+        unsafe { (*cb_ptr).victim_close.is_some() }
+    });
+    // SAFETY: the callback ran once and returned.
+    let a = unsafe { &*cb_ptr };
+    assert_eq!(a.close_inline.len(), OTHERS);
+    assert_eq!(
+        a.victim_close,
+        Some(STATUS_PENDING),
+        "closed from its own callback"
+    );
+    let pended = a
+        .close_inline
+        .iter()
+        .filter(|&&s| s == STATUS_PENDING)
+        .count() as u32;
+    c.wait_for("the closes that pended", || {
+        a.closes.load(std::sync::atomic::Ordering::SeqCst) == pended + 1
+    });
+    // The victim's close told the peer (REJ/DREQ/DREP as the state asks), so the client's
+    // NdkDisconnect ends; everything goes through TIMEWAIT and out of the table.
+    assert_eq!(d.wait(), STATUS_SUCCESS);
+    for (client, _server) in ends {
+        c.wait_for("the client's DisconnectEvent", || {
+            client.disconnects.count() == 1
+        });
+        assert_eq!(client.close(), STATUS_SUCCESS);
+    }
+    assert_eq!(client.close(), STATUS_SUCCESS);
+    c.settle();
+    assert_eq!(
+        common::ndk::engine_stats(c.host(1)).release_failures,
+        0,
+        "every release performed"
+    );
+    assert_eq!(
+        common::ndk::engine_live(c.host(1)),
+        (0, 0, 1, 1),
+        "no CM slot left (the listener's endpoint only)"
+    );
+    assert_eq!(l.close(), STATUS_SUCCESS);
+    drop(victim);
+    drop(cb);
+    for (qa, qb) in qps {
+        qa.close();
+        qb.close();
+    }
+    p.close();
+    c.finish();
+}

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use common::Mode;
 use common::ndk::{Cluster, Host};
+use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndkpi::*;
 
 /// Callbacks the re-arming consumer serves before it stops re-arming: far above the two it
@@ -130,18 +131,73 @@ fn corrupt_cq_index_reports_one_internal_error_and_the_ring_is_not_read_again() 
     c.finish();
 }
 
+/// A consumer that polls while its CQ is armed (for ERRORS, SOLICITED or ANY) and never arms
+/// again: the poll that finds the device's index corrupt starts no callback itself (the
+/// consumer may poll under a lock of its own), but the CQ's fault DPC that poll queued calls
+/// the consumer at once with STATUS_INTERNAL_ERROR (ndkpi.md §5.4), once. Before, the error
+/// waited for an NdkArmCq that a consumer armed for ERRORS never makes.
 #[test]
-fn corrupt_cq_index_found_by_a_poll_is_reported_by_the_next_arm() {
+fn corrupt_cq_index_found_by_a_poll_calls_the_armed_consumer_back_from_a_dpc() {
+    let c = Cluster::new(Mode::Deterministic, 1);
+    let h = c.host(0);
+    for arm in [
+        NDK_CQ_NOTIFY_ERRORS,
+        NDK_CQ_NOTIFY_SOLICITED,
+        NDK_CQ_NOTIFY_ANY,
+    ] {
+        let cq = c.adapter(0).create_cq(16, None).unwrap();
+        let (state, _) = last_cq_ring(h);
+        cq.arm(arm);
+        c.settle();
+        assert_eq!(
+            cq.notifications(),
+            Vec::<NTSTATUS>::new(),
+            "arm {arm}: an empty CQ"
+        );
+        h.space.write_u32(state + PROD_TAIL, u32::MAX).unwrap();
+        assert_eq!(cq.results(4).len(), 0, "arm {arm}");
+        c.settle();
+        assert_eq!(
+            cq.notifications(),
+            [STATUS_INTERNAL_ERROR],
+            "arm {arm}: told at once, with no further NdkArmCq"
+        );
+        // More polls, a sane-looking index, more arms of every type: nothing more.
+        h.space.write_u32(state + PROD_TAIL, 1).unwrap();
+        assert_eq!(cq.results(4).len(), 0);
+        for again in [
+            NDK_CQ_NOTIFY_ERRORS,
+            NDK_CQ_NOTIFY_SOLICITED,
+            NDK_CQ_NOTIFY_ANY,
+        ] {
+            cq.arm(again);
+            c.settle();
+            assert_eq!(cq.results(4).len(), 0);
+        }
+        c.settle();
+        assert_eq!(
+            cq.notifications(),
+            [STATUS_INTERNAL_ERROR],
+            "arm {arm}: reported once"
+        );
+        assert_eq!(h.space.read_u32(state + CONS_HEAD).unwrap(), 0);
+        assert_eq!(cq.close(), STATUS_SUCCESS);
+    }
+    c.finish();
+}
+
+/// Unarmed when its poll finds the index corrupt, the consumer hears the error at its next
+/// NdkArmCq (of any type), once; the fault DPC that ran meanwhile found nobody to tell.
+#[test]
+fn corrupt_cq_index_found_by_an_unarmed_poll_is_reported_by_the_next_arm() {
     let c = Cluster::new(Mode::Deterministic, 1);
     let h = c.host(0);
     let cq = c.adapter(0).create_cq(16, None).unwrap();
     let (state, _) = last_cq_ring(h);
-    cq.arm(NDK_CQ_NOTIFY_ERRORS);
     h.space.write_u32(state + PROD_TAIL, u32::MAX).unwrap();
     assert_eq!(cq.results(4).len(), 0);
     c.settle();
-    // A poll starts no callback: the arm after it reports the error.
-    assert_eq!(cq.notifications(), []);
+    assert_eq!(cq.notifications(), Vec::<NTSTATUS>::new());
     h.space.write_u32(state + PROD_TAIL, 1).unwrap();
     assert_eq!(cq.results(4).len(), 0);
     cq.arm(NDK_CQ_NOTIFY_ERRORS);
@@ -152,6 +208,41 @@ fn corrupt_cq_index_found_by_a_poll_is_reported_by_the_next_arm() {
     cq.arm(NDK_CQ_NOTIFY_ANY);
     c.settle();
     assert_eq!(cq.notifications(), [STATUS_INTERNAL_ERROR], "reported once");
+    assert_eq!(cq.close(), STATUS_SUCCESS);
+    c.finish();
+}
+
+/// The device's CQ_ERR for a `cons_head` it found out of range (M14, M22: the ring state page
+/// is shared memory a hostile device or a stray write can change) is a corrupt queue, not an
+/// overrun: the consumer armed for ERRORS hears STATUS_INTERNAL_ERROR from the async DPC,
+/// once, however many CQ_ERRs follow. Before, every CQ_ERR was reported as
+/// STATUS_BUFFER_OVERFLOW (an overrun, which tests/ndk_defect9.rs still pins).
+#[test]
+fn cq_err_for_a_corrupt_cons_head_reports_internal_error_once() {
+    let c = Cluster::new(Mode::Deterministic, 1);
+    let h = c.host(0);
+    let cq = c.adapter(0).create_cq(16, None).unwrap();
+    let (state, _) = last_cq_ring(h);
+    // SAFETY: a live CQ of this provider.
+    let handle = unsafe { ObjRef::<pvrdma_ndk::ndk::cq::Cq>::borrow(cq.ptr) }
+        .expect("live CQ")
+        .handle();
+    cq.arm(NDK_CQ_NOTIFY_ERRORS);
+    h.space.write_u32(state + CONS_HEAD, 40).unwrap();
+    let cqe = pvrdma_sim::wqe::Cqe::default();
+    assert!(
+        !h.model.with_core(|m| m.inject_cqe(handle, &cqe)),
+        "dropped"
+    );
+    c.settle();
+    assert_eq!(cq.notifications(), [STATUS_INTERNAL_ERROR]);
+    // The model stopped the CQ; a second CQ_ERR (a device that repeats itself) adds nothing.
+    h.model.with_core(|m| m.post_event(0, handle));
+    c.settle();
+    cq.arm(NDK_CQ_NOTIFY_ANY);
+    c.settle();
+    assert_eq!(cq.notifications(), [STATUS_INTERNAL_ERROR], "once");
+    assert_eq!(cq.results(4).len(), 0);
     assert_eq!(cq.close(), STATUS_SUCCESS);
     c.finish();
 }
@@ -178,7 +269,7 @@ fn device_ring_corruption_is_device_fatal(ring_pdir: u64, vector: u32, bad: u32)
     let what = format!("vector {vector}, index {bad:#x}");
     assert_eq!(armed.notifications(), [STATUS_INTERNAL_ERROR], "{what}");
     assert_eq!(srq.notifications(), [STATUS_INTERNAL_ERROR], "{what}");
-    assert_eq!(idle.notifications(), [], "{what}");
+    assert_eq!(idle.notifications(), Vec::<NTSTATUS>::new(), "{what}");
     idle.arm(NDK_CQ_NOTIFY_SOLICITED);
     c.settle();
     assert_eq!(idle.notifications(), [STATUS_INTERNAL_ERROR], "{what}");

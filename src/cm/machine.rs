@@ -346,6 +346,8 @@ struct Conn {
     retx: [u8; MAD_LEN],
     peer_data: [u8; REP_PRIVATE_DATA],
     peer_data_len: usize,
+    /// [`Cm::release`] was asked while the action queue was full: pending.
+    release_due: bool,
 }
 
 impl Conn {
@@ -413,6 +415,7 @@ impl Conn {
             retx: [0; MAD_LEN],
             peer_data: [0; REP_PRIVATE_DATA],
             peer_data_len: 0,
+            release_due: false,
         }
     }
 
@@ -447,6 +450,11 @@ pub struct Cm {
     slot_bits: u32,
     listeners: Vec<Listener>,
     actions: VecDeque<Action>,
+    reclaimed: u64,
+    /// Connections whose [`Cm::release`] waits for room in the action queue.
+    releases_due: u32,
+    /// The time those releases were asked at (the latest).
+    release_now: u64,
 }
 
 impl core::fmt::Debug for Cm {
@@ -513,6 +521,9 @@ impl Cm {
             slot_bits,
             listeners,
             actions,
+            reclaimed: 0,
+            releases_due: 0,
+            release_now: 0,
         })
     }
 
@@ -533,7 +544,27 @@ impl Cm {
 
     /// The next queued action.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        let a = self.actions.pop_front();
+        if self.releases_due > 0 && self.check_room().is_ok() {
+            self.release_one_due();
+        }
+        a.or_else(|| self.actions.pop_front())
+    }
+
+    /// Performs one release [`Cm::release`] deferred for a full action queue (a scan, only
+    /// while one is due).
+    fn release_one_due(&mut self) {
+        let Some(slot) = self.conns.iter().position(|c| c.id != 0 && c.release_due) else {
+            self.releases_due = 0;
+            return;
+        };
+        self.releases_due = self.releases_due.saturating_sub(1);
+        let conn = ConnId(self.conn(slot).id);
+        if let Some(c) = self.conns.get_mut(slot) {
+            c.release_due = false;
+        }
+        // Room was checked, and the connection is still owned: this cannot fail.
+        let _ = self.release(self.release_now, conn);
     }
 
     /// Queued actions.
@@ -733,17 +764,18 @@ impl Cm {
         c.state = State::RepSent;
         let (per_try, retries) = (c.per_try_ns, c.max_retries);
         c.arm(now, per_try, retries);
-        let (rtr, rts) = c.transitions(limits);
+        let (rtr, _) = c.transitions(limits);
         let (qpn, path) = (c.local_qpn, c.path);
+        // The QP waits in RTR until the RTU, or the first data (COMM_EST, `established`),
+        // moves it to RTS: the IB CM's passive side (IBA 12.9.7; Linux ib_srpt's
+        // `srpt_cm_rtu_recv`). Linux rdma_cm's `cma_accept_ib` goes to RTS before the REP,
+        // but then a device that raises COMM_EST only in RTR (pvrdma.md M22, Linux qib)
+        // never does, and a lost RTU holds NdkAccept until the REP's retransmission is
+        // answered (≈ 4 s); reference/cm.md §6.1.
         self.push(Action::ModifyQp {
             conn,
             qpn,
             transition: QpTransition::Rtr(rtr),
-        });
-        self.push(Action::ModifyQp {
-            conn,
-            qpn,
-            transition: QpTransition::Rts(rts),
         });
         self.push(Action::Send {
             conn: Some(conn),
@@ -782,6 +814,21 @@ impl Cm {
             mad,
         });
         Ok(())
+    }
+
+    /// The passive side's RTS and `Established`, on the RTU or COMM_EST (REP_SENT or
+    /// MRA_REP_RCVD → ESTABLISHED).
+    fn passive_established(&mut self, slot: usize) {
+        let Some(c) = self.conns.get_mut(slot) else {
+            return;
+        };
+        c.state = State::Established;
+        c.deadline = None;
+        let limits = c.negotiated.unwrap_or(ReadLimits::new(0, 0));
+        let (_, rts) = c.transitions(limits);
+        let (conn, qpn) = (ConnId(c.id), c.local_qpn);
+        self.push_modify(slot, conn, qpn, QpTransition::Rts(rts));
+        self.push_event(slot, Event::Established);
     }
 
     /// NdkReject: a pending request (passive, REJ for the REQ) or an accepted connect not yet
@@ -854,16 +901,11 @@ impl Cm {
     /// [`CmError::UnknownConnection`]; [`CmError::InvalidState`] outside REP_SENT.
     pub fn established(&mut self, conn: ConnId) -> Result<(), CmError> {
         self.check_room()?;
-        let c = self.owned_mut(conn)?;
-        if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
+        let slot = self.owned_slot(conn)?;
+        if !matches!(self.conn(slot).state, State::RepSent | State::MraRepRcvd) {
             return Err(CmError::InvalidState);
         }
-        c.state = State::Established;
-        c.deadline = None;
-        self.push(Action::Deliver {
-            conn,
-            event: Event::Established,
-        });
+        self.passive_established(slot);
         Ok(())
     }
 
@@ -921,11 +963,25 @@ impl Cm {
     /// the slot is freed once the connection has been through TIMEWAIT, if it needs to.
     ///
     /// # Errors
-    /// [`CmError::UnknownConnection`]; [`CmError::QueueFull`] (nothing changed: retry).
+    /// [`CmError::UnknownConnection`]. Never [`CmError::QueueFull`]: with the action queue
+    /// full the release is deferred to the next [`Cm::poll_action`] that finds room.
     pub fn release(&mut self, now: u64, conn: ConnId) -> Result<(), CmError> {
-        self.check_room()?;
-        let (guid, tid_high) = (self.cfg.ca_guid, self.cfg.tid_high);
         let slot = self.owned_slot(conn)?;
+        if self.check_room().is_err() {
+            // Deferred, never refused: a consumer closing its connector from a callback of
+            // the thread that pumps this queue could not wait for room, and its slot would
+            // stay owned forever. The next `poll_action` with room performs it (with the
+            // time of the latest deferral: TIMEWAIT and retransmissions start no earlier).
+            if let Some(c) = self.conns.get_mut(slot)
+                && !c.release_due
+            {
+                c.release_due = true;
+                self.releases_due += 1;
+            }
+            self.release_now = self.release_now.max(now);
+            return Ok(());
+        }
+        let (guid, tid_high) = (self.cfg.ca_guid, self.cfg.tid_high);
         let Some(c) = self.conns.get_mut(slot) else {
             return Err(CmError::UnknownConnection);
         };
@@ -1348,9 +1404,7 @@ impl Cm {
         if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
             return Err(Dropped::WrongState);
         }
-        c.state = State::Established;
-        c.deadline = None;
-        self.push_event(slot, Event::Established);
+        self.passive_established(slot);
         Ok(())
     }
 
@@ -1485,6 +1539,11 @@ impl Cm {
                 c.deadline = None;
                 c.dreq_tid = tid;
                 if was_accepting {
+                    // As on the RTU: the QP to RTS, then NdkAccept completes.
+                    let limits = c.negotiated.unwrap_or(ReadLimits::new(0, 0));
+                    let (_, rts) = c.transitions(limits);
+                    let (conn, qpn) = (ConnId(c.id), c.local_qpn);
+                    self.push_modify(slot, conn, qpn, QpTransition::Rts(rts));
                     self.push_event(slot, Event::Established);
                 }
                 self.push_event(slot, Event::DisconnectRequested);
@@ -1705,8 +1764,13 @@ impl Cm {
 
     /// Takes a free slot and gives it a fresh, non-zero communication ID: the slot's
     /// generation in the high bits, the slot in the low bits, all XOR the seed. A slot is
-    /// free only after TIMEWAIT, so no ID in TIMEWAIT is reissued (cm.md §6.4).
+    /// free only after TIMEWAIT, so no ID in TIMEWAIT is reissued (cm.md §6.4), unless the
+    /// table is full: then the oldest released TIMEWAIT entry is reclaimed
+    /// ([`Self::reclaim_timewait`]); its ID is not reissued either, the generation moves on.
     fn alloc(&mut self) -> Result<usize, CmError> {
+        if self.free.is_empty() {
+            self.reclaim_timewait();
+        }
         let slot = *self.free.last().ok_or(CmError::TableFull)? as usize;
         let (seed, bits) = (self.cfg.id_seed, self.slot_bits);
         let Some(c) = self.conns.get_mut(slot) else {
@@ -1726,6 +1790,38 @@ impl Cm {
         c.id = id;
         self.free.pop();
         Ok(slot)
+    }
+
+    /// The table is full: the TIMEWAIT entry no consumer holds any more that is due to end
+    /// first (the oldest) ends now, so a burst of connect/disconnect cycles faster than
+    /// TIMEWAIT is never refused for slots TIMEWAIT holds (cm.md §6.4, "TIMEWAIT pressure").
+    /// Linux's ib_cm has no bound to reach (`cm_enter_timewait` keeps a `cm_timewait_info`
+    /// per connection until `cm_timewait_handler` frees it), and Linux TCP, over
+    /// `tcp_max_tw_buckets`, lets the connection close without TIMEWAIT (`inet_twsk_alloc`
+    /// returns NULL: "TCP: time wait bucket table overflow"). Both give up the stale-packet
+    /// protection of an entry rather than refuse a connection; the oldest entry is the one
+    /// with the least of it left. A scan, only when the table is full.
+    fn reclaim_timewait(&mut self) {
+        let oldest = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.id != 0 && !c.owned && c.state == State::Timewait)
+            .min_by_key(|(_, c)| c.deadline.unwrap_or(0))
+            .map(|(slot, _)| slot);
+        if let Some(slot) = oldest {
+            if let Some(c) = self.conns.get_mut(slot) {
+                c.state = State::Idle;
+                c.deadline = None;
+            }
+            self.settle(slot);
+            self.reclaimed = self.reclaimed.wrapping_add(1);
+        }
+    }
+
+    /// TIMEWAIT entries reclaimed for a full table ([`Self::reclaim_timewait`]).
+    pub const fn timewait_reclaimed(&self) -> u64 {
+        self.reclaimed
     }
 
     /// Frees `slot` once nothing needs it: no consumer and no exchange left (IDLE).

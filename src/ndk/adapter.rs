@@ -23,7 +23,7 @@ use crate::os::SpinLock;
 use crate::os::alloc::try_arc;
 use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
 use crate::pvrdma::PvrdmaError;
-use crate::pvrdma::device::{DeviceEvents, MAX_MSG_SZ};
+use crate::pvrdma::device::{DeviceEvents, MAX_MSG_SZ, QpEvents};
 use crate::pvrdma::dsr::Caps;
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::verbs::{Verbs, pow2_floor};
@@ -219,6 +219,24 @@ impl<T: NdkObject> ObjectTable<T> {
 pub trait Connections: core::any::Any + Send + Sync {
     /// Stops it (PASSIVE_LEVEL, after every NDK_ADAPTER has closed).
     fn stop(&self);
+    /// An async event of QP `qp` (its device handle), at DISPATCH_LEVEL with no driver lock
+    /// held: COMM_EST establishes a passive connection whose RTU was lost.
+    fn qp_event(&self, _qp: u32, _kind: EqeType) {}
+}
+
+/// A QP's device events, to the connection side (`NdkDevice::route_qp_events`).
+struct QpHook {
+    device: Weak<NdkDevice>,
+    handle: u32,
+}
+
+impl QpEvents for QpHook {
+    fn event(&self, kind: EqeType) {
+        let connections = self.device.upgrade().and_then(|d| d.connections());
+        if let Some(c) = connections {
+            c.qp_event(self.handle, kind);
+        }
+    }
 }
 
 /// Device-wide events: DEVICE_FATAL fails every CQ and SRQ of the NDK device; port events
@@ -358,6 +376,19 @@ impl NdkDevice {
         self.cqs.insert_bound(cq.handle(), cq, || {
             self.hw.route_cq(cq.handle(), link, cq.target_processor())
         })
+    }
+
+    /// Routes QP `handle`'s device events (COMM_EST) to the connection side, until the QP's
+    /// DESTROY (`Verbs::destroy_qp`). PASSIVE_LEVEL (allocates), at the QP's creation.
+    pub(crate) fn route_qp_events(self: &Arc<Self>, handle: u32) -> NdkResult<()> {
+        let hook: Arc<dyn QpEvents> = try_arc(QpHook {
+            device: Arc::downgrade(self),
+            handle,
+        })
+        .map_err(|_| NdkError::InsufficientResources)?;
+        self.hw
+            .route_qp(handle, hook)
+            .map_err(|_| NdkError::InsufficientResources)
     }
 
     pub(crate) fn unregister_cq(&self, handle: u32) {

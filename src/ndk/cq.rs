@@ -207,18 +207,26 @@ impl ArmState {
                 }
             }
             CqEvent::Error(st) => {
-                if self.0 & Self::ERROR != 0 {
-                    return None;
-                }
-                let code = CqStatus::of_error(st);
-                self.0 |= (code as u32) << Self::ERROR_SHIFT;
-                if self.0 & Self::ARMED == 0 {
-                    return None;
-                }
-                self.0 |= Self::ERROR_REPORTED;
-                self.fire(code)
+                // A CQ fails once: a later error keeps the first one's status, and reports
+                // it if a poll recorded it quietly and nothing reported it yet.
+                self.fail_quietly(st);
+                self.report()
             }
         }
+    }
+
+    /// The CQ's error, if it has one that no callback reported yet, is reported now when
+    /// the CQ is armed (for any type: ERRORS, SOLICITED and ANY all ask for errors); returns
+    /// the status of the callback to deliver. Once reported, never again.
+    pub fn report(&mut self) -> Option<NTSTATUS> {
+        if self.0 & Self::ERROR == 0
+            || self.0 & Self::ERROR_REPORTED != 0
+            || self.0 & Self::ARMED == 0
+        {
+            return None;
+        }
+        self.0 |= Self::ERROR_REPORTED;
+        self.fire(self.error())
     }
 
     /// The consumer's callback returned; returns a deferred callback to deliver next.
@@ -1029,8 +1037,11 @@ impl Cq {
 
     /// The device's `prod_tail` failed validation (M14): the CQ fails for good (§5.4: a CQ
     /// that reported an error returns no completions). A poll starts no callback (the thunk
-    /// holds no count of the CQ, `ObjRef::peek`), so STATUS_INTERNAL_ERROR is recorded here
-    /// and reported by the next NdkArmCq, which is what a consumer does after a poll. (An arm
+    /// holds no count of the CQ, `ObjRef::peek`, and the consumer may poll under a lock of
+    /// its own), so STATUS_INTERNAL_ERROR is recorded here and the CQ's fault DPC is queued
+    /// (`Verbs::defer_cq_fault`, allocated when the CQ was created): it calls the consumer
+    /// back at once if the CQ is armed, for ERRORS too, a consumer that never arms again
+    /// after its poll included; else the next NdkArmCq reports it. Either way once. (An arm
     /// on the corrupt ring, which still looks non-empty, is satisfied at once, as with
     /// completions waiting: the consumer polls, gets here and re-arms.) Before, every poll
     /// found nothing while the ring still looked non-empty, and a consumer re-arming from its
@@ -1050,6 +1061,7 @@ impl Cq {
         });
         if first {
             self.adapter.device().count_cq_error();
+            self.adapter.hw().defer_cq_fault(self.handle);
         }
         0
     }
@@ -1175,6 +1187,13 @@ impl ObjRef<Cq> {
         }
     }
 
+    /// The CQ's fault DPC (`Cq::corrupt`): the error a poll recorded, to a CQ armed now.
+    fn report_fault(&self) {
+        if let Some(status) = self.arm.update(true, ArmState::report) {
+            self.deliver(status);
+        }
+    }
+
     /// Calls the consumer back (no driver lock is held by any caller), then any callback
     /// that became due while it ran.
     fn deliver(&self, first: NTSTATUS) {
@@ -1225,11 +1244,22 @@ impl CqEvents for CqLink {
         self.0.event(CqEvent::Completion { solicited: true });
     }
     fn error(&self) {
-        // CQ_ERR is raised for overflow and for a bad CQ index (M22); both stop the CQ, and
-        // NDK's overrun status is the one that fits. A failed CQ returns no completions
-        // (ndkpi.md §5.4): the ring is not read again, from before the callback on.
+        // CQ_ERR is raised for an overrun and for a bad CQ index (M22, M40); both stop the
+        // CQ. An overrun leaves the ring's indices as a sane device and this reader left
+        // them: STATUS_BUFFER_OVERFLOW (ndkpi.md §5.4, "usually a programming error"). If
+        // they are not (our `cons_head` overwritten, `prod_tail` out of range), the queue
+        // is corrupt: STATUS_INTERNAL_ERROR ("usually a hardware error"). A failed CQ returns
+        // no completions: the ring is not read again, from before the callback on.
+        let st = if self.0.reader.indices_corrupt() {
+            STATUS_INTERNAL_ERROR
+        } else {
+            STATUS_BUFFER_OVERFLOW
+        };
         self.0.reader.stop();
-        self.0.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW));
+        self.0.event(CqEvent::Error(st));
+    }
+    fn fault(&self) {
+        self.0.report_fault();
     }
 }
 
@@ -1329,19 +1359,32 @@ mod tests {
     }
 
     #[test]
-    fn an_error_found_by_a_poll_is_reported_by_the_next_arm_only() {
+    fn an_error_found_by_a_poll_is_reported_by_its_fault_dpc_once() {
         let mut s = ArmState::default();
         assert_eq!(s.arm(Errors, false), None);
         s.fail_quietly(STATUS_INTERNAL_ERROR);
         assert_eq!(s.armed(), Some(Errors), "no callback from the poll");
+        assert_eq!(s.report(), Some(STATUS_INTERNAL_ERROR), "the fault DPC");
+        assert_eq!(s.callback_returned(), None);
+        assert_eq!(s.report(), None, "reported once");
         assert_eq!(
             s.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW)),
             None,
             "fails once"
         );
+        s.fail_quietly(STATUS_INTERNAL_ERROR);
+        assert_eq!(s.arm(Any, true), None, "reported once");
+    }
+
+    #[test]
+    fn an_error_found_by_an_unarmed_poll_is_reported_by_the_next_arm_only() {
+        let mut s = ArmState::default();
+        s.fail_quietly(STATUS_INTERNAL_ERROR);
+        assert_eq!(s.report(), None, "nobody armed");
+        // A CQ_ERR from the device keeps the first status.
+        assert_eq!(s.event(CqEvent::Error(STATUS_BUFFER_OVERFLOW)), None);
         assert_eq!(s.arm(Errors, false), Some(STATUS_INTERNAL_ERROR));
         assert_eq!(s.callback_returned(), None);
-        s.fail_quietly(STATUS_INTERNAL_ERROR);
         assert_eq!(s.arm(Any, true), None, "reported once");
     }
 
@@ -1408,17 +1451,27 @@ mod tests {
                     _ => None,
                 },
                 CqEvent::Error(st) => {
-                    if self.error.is_some() {
-                        return None;
+                    if self.error.is_none() {
+                        self.error = Some(st);
                     }
-                    self.error = Some(st);
-                    if self.armed.is_some() {
-                        self.error_reported = true;
-                        self.fire(st)
-                    } else {
-                        None
-                    }
+                    self.report()
                 }
+            }
+        }
+
+        fn report(&mut self) -> Option<NTSTATUS> {
+            match self.error {
+                Some(e) if !self.error_reported && self.armed.is_some() => {
+                    self.error_reported = true;
+                    self.fire(e)
+                }
+                _ => None,
+            }
+        }
+
+        fn fail_quietly(&mut self, st: NTSTATUS) {
+            if self.error.is_none() {
+                self.error = Some(st);
             }
         }
 
@@ -1523,9 +1576,13 @@ mod tests {
         Event(CqEvent),
         Returned,
         Dropped,
+        /// A poll found the ring corrupt.
+        FailQuietly(NTSTATUS),
+        /// The fault DPC that poll queued.
+        Report,
     }
 
-    const INPUTS: [Input; 12] = [
+    const INPUTS: [Input; 15] = [
         Input::Arm(Errors, false),
         Input::Arm(Errors, true),
         Input::Arm(Solicited, false),
@@ -1538,6 +1595,9 @@ mod tests {
         Input::Event(CqEvent::Error(STATUS_INTERNAL_ERROR)),
         Input::Returned,
         Input::Dropped,
+        Input::FailQuietly(STATUS_INTERNAL_ERROR),
+        Input::FailQuietly(STATUS_BUFFER_OVERFLOW),
+        Input::Report,
     ];
 
     fn apply_model(m: &mut Model, i: Input) -> Option<NTSTATUS> {
@@ -1549,6 +1609,11 @@ mod tests {
                 m.callback_dropped();
                 None
             }
+            Input::FailQuietly(st) => {
+                m.fail_quietly(st);
+                None
+            }
+            Input::Report => m.report(),
         }
     }
 
@@ -1561,6 +1626,11 @@ mod tests {
                 s.callback_dropped();
                 None
             }
+            Input::FailQuietly(st) => {
+                s.fail_quietly(st);
+                None
+            }
+            Input::Report => s.report(),
         }
     }
 

@@ -416,6 +416,12 @@ impl PendingQp {
                 return Err(e);
             }
         };
+        // Its device events (COMM_EST) go to the connection side; DESTROY_QP unroutes them.
+        if let Err(e) = adapter.device().route_qp_events(handle) {
+            drop(qp);
+            hw.destroy_qp(handle);
+            return Err(e);
+        }
         // Registered by device handle so its CQs find it from a CQE in O(1).
         if let Err(e) = adapter.device().register_qp(&qp) {
             drop(qp);

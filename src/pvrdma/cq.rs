@@ -226,6 +226,17 @@ impl CqReader {
         self.n.store(0, Ordering::Relaxed);
     }
 
+    /// Whether the ring's shared indices are not what a sane device and this reader left
+    /// there: our `cons_head` overwritten, or `prod_tail` failing validation (M14). Tells a
+    /// CQ_ERR for a bad index from one for an overrun (M22). Before [`Self::stop`].
+    #[cold]
+    #[inline(never)]
+    pub fn indices_corrupt(&self) -> bool {
+        let head = self.head();
+        self.index(1).load(Ordering::Acquire) != head
+            || matches!(self.ready(head), CqState::Corrupt)
+    }
+
     /// Whether [`Self::stop`] was called.
     pub fn is_stopped(&self) -> bool {
         self.n.load(Ordering::Relaxed) == 0

@@ -64,6 +64,9 @@ pub trait CqEvents: Send + Sync {
     fn completion(&self);
     /// CQ_ERR: the CQ overflowed or its index was bad; it is unusable.
     fn error(&self);
+    /// The layer above found this CQ failed where it could not call its consumer (a poll)
+    /// and asked for a DPC ([`Device::defer_cq_fault`]): this is that DPC's routine.
+    fn fault(&self) {}
 }
 
 /// A QP's event handler (DISPATCH_LEVEL): QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST,
@@ -219,10 +222,22 @@ struct Shared {
 }
 
 /// A registered CQ: its handler and, when the CQ has a target processor, the DPC that runs
-/// the completion handler there (NDK CreateCq `Affinity`).
+/// the completion handler there (NDK CreateCq `Affinity`); and the DPC that runs its
+/// [`CqEvents::fault`] (allocated at registration, so a poll that finds the CQ failed
+/// allocates nothing to report it).
 struct CqEntry {
     handler: Arc<dyn CqEvents>,
     targeted: Option<(Dpc, Processor)>,
+    fault: Option<Dpc>,
+}
+
+/// DPC routine of a CQ's deferred fault report ([`Device::defer_cq_fault`]).
+struct CqFaultDpc(Arc<dyn CqEvents>);
+
+impl DpcHandler for CqFaultDpc {
+    fn run(&self) {
+        self.0.fault();
+    }
 }
 
 /// DPC routine of a targeted CQ: the completion upcall on the CQ's processor.
@@ -696,6 +711,7 @@ impl Device {
             CqEntry {
                 handler: h,
                 targeted: None,
+                fault: None,
             },
         )
     }
@@ -719,13 +735,34 @@ impl Device {
                 Some((Dpc::new(self.shared.platform.scheduler(), routine)?, t))
             }
         };
+        let routine: Arc<dyn DpcHandler> = try_arc(CqFaultDpc(h.clone()))?;
+        let fault = Some(Dpc::new(self.shared.platform.scheduler(), routine)?);
         self.shared.cqs.lock().insert(
             handle,
             CqEntry {
                 handler: h,
                 targeted,
+                fault,
             },
         )
+    }
+    /// Queues CQ `handle`'s fault DPC (to its target processor, if it has one), which calls
+    /// its handler's [`CqEvents::fault`] at DISPATCH_LEVEL with no driver lock held: for a
+    /// failure found where no consumer callback may run (a poll, ndkpi.md §5.4). Any IRQL ≤
+    /// DISPATCH_LEVEL; allocates nothing; coalesces like `KeInsertQueueDpc`. Returns false
+    /// for a CQ not registered with [`Device::register_cq_on`].
+    pub fn defer_cq_fault(&self, handle: u32) -> bool {
+        let dpc = self.shared.cqs.lock().get(handle).and_then(|e| {
+            let target = e.targeted.as_ref().map_or(Processor::Current, |t| t.1);
+            e.fault.clone().map(|d| (d, target))
+        });
+        match dpc {
+            Some((d, target)) => {
+                d.queue(target);
+                true
+            }
+            None => false,
+        }
     }
     /// Unregisters a CQ (before DESTROY_CQ); returns its handler. A completion upcall already
     /// queued on the CQ's processor may still run once.

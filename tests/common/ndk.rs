@@ -597,6 +597,8 @@ pub struct ClusterConfig {
     /// The engines' CM Response Timeout and Max CM Retries (`EngineConfig`; rdma_cm's 20
     /// and 15 by default).
     pub cm_timing: (u8, u8),
+    /// The engines' connection slots (`EngineConfig::capacity`).
+    pub cm_capacity: usize,
 }
 
 impl ClusterConfig {
@@ -621,6 +623,7 @@ impl ClusterConfig {
                 let e = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0);
                 (e.cm_response_timeout, e.max_cm_retries)
             },
+            cm_capacity: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).capacity,
         }
     }
 
@@ -1904,6 +1907,20 @@ impl Qp {
     pub fn close(self) -> NTSTATUS {
         self.pump.part_link_of(self.ptr);
         close_object(&self.pump, self.ptr.cast(), self.d().NdkCloseQp)
+    }
+
+    /// NdkCloseQp, waiting for a pended close's CloseCompletion and nothing more: in
+    /// virtual time, no timer (TIMEWAIT) runs out meanwhile, as [`Self::close`]'s settle
+    /// lets them.
+    pub fn close_at_once(self) -> NTSTATUS {
+        let ctx = Arc::new(CloseCtx::default());
+        // SAFETY: a live QP, closed once; the context outlives the call and its completion.
+        let st = unsafe { (self.d().NdkCloseQp)(self.ptr.cast(), on_close, ptr_of(&ctx)) };
+        if st == STATUS_PENDING {
+            self.pump
+                .wait_for("CloseCompletion", || ctx.0.load(Ordering::SeqCst) != 0);
+        }
+        st
     }
 }
 

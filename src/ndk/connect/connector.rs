@@ -28,6 +28,7 @@
 
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, hw_done};
 use super::listener::Listener;
@@ -184,7 +185,13 @@ pub struct Connector {
     antecedent: Antecedent,
     link: SpinLock<Link>,
     wire: SpinLock<Wire>,
+    /// The device handle of the QP NdkAccept gave it, or [`NO_QP`]: read without the link's
+    /// lock by the engine's search for a COMM_EST's connector (`CmEngine::qp_event`).
+    accepting: AtomicU32,
 }
+
+/// No QP in [`Connector::accepting`] (device handles are below 65536, M10).
+const NO_QP: u32 = u32::MAX;
 
 impl NdkObject for Connector {
     type Ndk = NDK_CONNECTOR;
@@ -308,6 +315,7 @@ impl Connector {
                 adapter: adapter.clone(),
                 engine,
                 antecedent,
+                accepting: AtomicU32::new(NO_QP),
                 link: SpinLock::new(Link {
                     phase,
                     conn,
@@ -713,6 +721,7 @@ impl ObjRef<Connector> {
             bind_qp(qp)?;
             l.phase = Phase::Accepting;
             l.qp = Some(qp.clone());
+            self.accepting.store(qp.handle(), Ordering::Release);
             l.request = Some(request);
             l.disconnect = disconnect;
             conn
@@ -737,6 +746,7 @@ impl ObjRef<Connector> {
                 if let Some(q) = l.qp.take() {
                     q.release_from_connection();
                 }
+                self.accepting.store(NO_QP, Ordering::Release);
                 l.request = None;
                 l.disconnect = None;
                 Err(if aborted {
@@ -886,6 +896,28 @@ impl ObjRef<Connector> {
         self.engine.query(|cm| cm.state(conn))
     }
 
+    /// The device handle of the QP it accepts on (until the connector closes).
+    pub(crate) fn accepting_qp(&self) -> Option<u32> {
+        Some(self.accepting.load(Ordering::Acquire)).filter(|&h| h != NO_QP)
+    }
+
+    /// The device's COMM_EST for QP `qp` (the async-event DPC, no lock held): data arrived
+    /// on the QP in RTR before the RTU. While NdkAccept is in progress on that QP, the CM
+    /// establishes the connection as if the RTU had come (`Cm::established`: RTS, then
+    /// NdkAccept completes); after the RTU, or on another QP, nothing happens. A CM queue
+    /// full at this moment loses the event, and the REP's retransmission finishes the job
+    /// as before.
+    pub(crate) fn comm_est(&self, qp: u32) {
+        let conn = {
+            let l = self.link.lock();
+            match (l.phase, &l.qp, l.conn) {
+                (Phase::Accepting, Some(q), Some(conn)) if q.handle() == qp => conn,
+                _ => return,
+            }
+        };
+        let _ = self.engine.input(|cm, _| cm.established(conn));
+    }
+
     // ----- the CM's actions, in order -----
 
     pub(crate) fn send_in_order(&self, path: Path, mad: [u8; MAD_LEN]) {
@@ -948,12 +980,23 @@ impl ObjRef<Connector> {
     /// queue).
     fn issue_modify(&self, t: QpTransition) -> bool {
         let qp = self.link.lock().qp.clone();
-        let Some(qp) = qp.filter(|q| q.is_live()) else {
+        // A close count of the QP from here until the MODIFY_QP's completion: the QP's
+        // DESTROY (its teardown) cannot run meanwhile, so its handle cannot name another QP
+        // by the time the command reaches the device. (A liveness test alone left that gap
+        // open: a close on another processor between the test and the command, then a
+        // create reusing the handle, and the modify hit the new QP.) A QP already closing
+        // is left alone, as before.
+        let Some(qp) = qp.filter(|q| q.lifetime().try_get()) else {
             return false;
         };
+        if !qp.is_live() {
+            qp.put();
+            return false;
+        }
         let m = match self.qp_modify(&t) {
             Some(m) => m,
             None => {
+                qp.put();
                 self.fail(NdkError::HostUnreachable);
                 return false;
             }
@@ -971,6 +1014,8 @@ impl ObjRef<Connector> {
         let q2 = qp.clone();
         let done = hw_done(move |r: Result<(), PvrdmaError>| {
             this.modified(&q2, &t, r);
+            // The QP may close now (its teardown may run here, with no lock held).
+            q2.put();
             this.run_from(None);
         });
         match done {
@@ -979,6 +1024,7 @@ impl ObjRef<Connector> {
                 true
             }
             None => {
+                qp.put();
                 self.fail(NdkError::InsufficientResources);
                 false
             }
@@ -1061,8 +1107,17 @@ impl ObjRef<Connector> {
         } else if established {
             self.engine.conn_stats().connection_error();
         }
+        // An accept whose RTS failed is past its REP (the passive QP goes to RTS on the RTU or
+        // COMM_EST, cm.md §6.1): the peer holds the connection established and the REQ can
+        // no longer be rejected, so it is released (a DREQ) as an established one would be.
+        let past_rep = accepting
+            && conn.is_some_and(|c| {
+                self.engine
+                    .query(|cm| cm.state(c))
+                    .is_some_and(|st| st == crate::cm::State::Established)
+            });
         match conn {
-            Some(conn) if accepting => {
+            Some(conn) if accepting && !past_rep => {
                 {
                     let mut w = self.wire.lock();
                     w.refused = true;

@@ -41,6 +41,7 @@ use crate::ndk::object::{ObjRef, try_vec};
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
 use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::verbs::{Done, Verbs};
 
 /// GID table entries the engine uses (the model's and the device's default table holds 16).
@@ -56,6 +57,14 @@ const EPHEMERAL_COUNT: u32 = 65536 - EPHEMERAL_FIRST as u32;
 const RELEASE_TRIES: u32 = 10_000;
 /// Bound on a PASSIVE_LEVEL wait for a GID command at start or stop.
 const COMMAND_WAIT_NS: u64 = 10_000_000_000;
+
+/// Connection slots per adapter by default. SMB Direct opens two RDMA connections per RDMA
+/// interface per session (multichannel), so a file server with 512 client sessions over two
+/// interfaces holds 2,048; connections that ended stay in TIMEWAIT (≈ 2 s), but when the
+/// table is full the oldest released TIMEWAIT entry is reclaimed (`cm::Cm`, cm.md §6.4),
+/// so a burst of reconnects is never refused for them. A slot is 680 bytes of CM state and
+/// 24 of connector table: ≈ 1.4 MiB of non-paged pool per adapter.
+pub const DEFAULT_CAPACITY: usize = 2048;
 
 /// The engine's fixed parameters.
 #[derive(Clone, Copy, Debug)]
@@ -82,10 +91,10 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 256 connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
+    /// [`DEFAULT_CAPACITY`] connections, 64 listeners, QP1 of 64 + 64 MADs, path MTU 1024.
     pub const fn new(ca_guid: u64, seed: u32) -> Self {
         EngineConfig {
-            capacity: 256,
+            capacity: DEFAULT_CAPACITY,
             listeners: 64,
             ca_guid,
             seed,
@@ -146,6 +155,100 @@ struct Endpoints {
     slots: Box<[Option<Endpoint>]>,
     /// Next ephemeral port tried (offset from [`EPHEMERAL_FIRST`]).
     cursor: u32,
+    /// Which ephemeral ports any endpoint holds, whatever its address.
+    ports: PortMap,
+}
+
+/// Words of [`PortMap`]'s bitmap: one bit per ephemeral port.
+const PORT_WORDS: usize = EPHEMERAL_COUNT as usize / 64;
+
+/// The ephemeral ports in use, as a count per port and a two-level bitmap (a bit per port
+/// held; a bit per 64-port word with none free), so the next free port from the cursor is
+/// found with a few word operations instead of trying each port against every endpoint
+/// (up to 16,384 × 1,024 comparisons under the endpoint lock with the table full).
+struct PortMap {
+    counts: Box<[u16]>,
+    held: Box<[u64]>,
+    full: [u64; PORT_WORDS / 64],
+}
+
+impl PortMap {
+    fn new() -> NdkResult<Self> {
+        Ok(PortMap {
+            counts: try_vec(EPHEMERAL_COUNT as usize, || 0u16)?,
+            held: try_vec(PORT_WORDS, || 0u64)?,
+            full: [0; PORT_WORDS / 64],
+        })
+    }
+
+    /// The offset of `port` in the ephemeral range.
+    fn offset(port: u16) -> Option<usize> {
+        port.checked_sub(EPHEMERAL_FIRST).map(usize::from)
+    }
+
+    fn take(&mut self, port: u16) {
+        let Some(off) = Self::offset(port) else {
+            return;
+        };
+        if let Some(n) = self.counts.get_mut(off) {
+            *n = n.saturating_add(1);
+        }
+        let (w, b) = (off / 64, off % 64);
+        if let Some(word) = self.held.get_mut(w) {
+            *word |= 1 << b;
+            if *word == u64::MAX
+                && let Some(f) = self.full.get_mut(w / 64)
+            {
+                *f |= 1 << (w % 64);
+            }
+        }
+    }
+
+    fn give(&mut self, port: u16) {
+        let Some(off) = Self::offset(port) else {
+            return;
+        };
+        let Some(n) = self.counts.get_mut(off) else {
+            return;
+        };
+        *n = n.saturating_sub(1);
+        if *n != 0 {
+            return;
+        }
+        let (w, b) = (off / 64, off % 64);
+        if let Some(word) = self.held.get_mut(w) {
+            *word &= !(1 << b);
+        }
+        if let Some(f) = self.full.get_mut(w / 64) {
+            *f &= !(1 << (w % 64));
+        }
+    }
+
+    /// The first offset at or after `from` (wrapping) that no endpoint holds.
+    fn next_free(&self, from: u32) -> Option<u32> {
+        let from = (from % EPHEMERAL_COUNT) as usize;
+        let (w0, b0) = (from / 64, from % 64);
+        // The rest of the cursor's word, then whole words in order (wrapping), a full one
+        // skipped on its summary bit, then the start of the cursor's word.
+        let word = |w: usize| self.held.get(w).copied().unwrap_or(u64::MAX);
+        let free_at = |w: usize, mask: u64| {
+            let free = !word(w) & mask;
+            // CAST: w < 256 and the bit < 64.
+            (free != 0).then(|| (w * 64) as u32 + free.trailing_zeros())
+        };
+        if let Some(p) = free_at(w0, u64::MAX << b0) {
+            return Some(p);
+        }
+        // At most 255 words, each one summary bit test unless it has a free port.
+        for k in 1..PORT_WORDS {
+            let w = (w0 + k) % PORT_WORDS;
+            let full = self.full.get(w / 64).copied().unwrap_or(u64::MAX) >> (w % 64) & 1 != 0;
+            if !full && let Some(p) = free_at(w, u64::MAX) {
+                return Some(p);
+            }
+        }
+        free_at(w0, !(u64::MAX << b0))
+    }
 }
 
 impl Endpoints {
@@ -171,21 +274,19 @@ impl Endpoints {
             }
             port
         } else {
-            let mut found = None;
-            for i in 0..EPHEMERAL_COUNT {
-                let off = self.cursor.wrapping_add(i) % EPHEMERAL_COUNT;
-                // CAST: off < 16384, so the sum stays below 65536.
-                let candidate = EPHEMERAL_FIRST + off as u16;
-                if !self.overlaps(ip, candidate) {
-                    self.cursor = off.wrapping_add(1) % EPHEMERAL_COUNT;
-                    found = Some(candidate);
-                    break;
-                }
-            }
-            found.ok_or(NdkError::TooManyAddresses)?
+            // A port no endpoint holds on any address overlaps none: found in the bitmap,
+            // never by trying ports one by one against the table.
+            let off = self
+                .ports
+                .next_free(self.cursor)
+                .ok_or(NdkError::TooManyAddresses)?;
+            self.cursor = off.wrapping_add(1) % EPHEMERAL_COUNT;
+            // CAST: off < 16384, so the sum stays below 65536.
+            EPHEMERAL_FIRST + off as u16
         };
         if let Some(slot) = self.slots.get_mut(free) {
             *slot = Some(Endpoint { ip, port, role });
+            self.ports.take(port);
         }
         Ok(port)
     }
@@ -197,6 +298,7 @@ impl Endpoints {
             .find(|s| s.is_some_and(|e| e.ip == ip && e.port == port))
         {
             *slot = None;
+            self.ports.give(port);
         }
     }
 
@@ -275,6 +377,22 @@ pub struct CmEngine {
 impl crate::ndk::adapter::Connections for CmEngine {
     fn stop(&self) {
         CmEngine::stop(self);
+    }
+    fn qp_event(&self, qp: u32, kind: EqeType) {
+        if kind != EqeType::CommEst || self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        // The connector accepting on this QP, if any (a scan, once per connection at most).
+        let accepting = {
+            let t = self.conns.lock();
+            t.iter()
+                .flatten()
+                .find(|(_, c)| c.accepting_qp() == Some(qp))
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(c) = accepting {
+            c.comm_est(qp);
+        }
     }
 }
 
@@ -383,6 +501,7 @@ impl CmEngine {
             endpoints: SpinLock::new(Endpoints {
                 slots: endpoints,
                 cursor: cfg.seed % EPHEMERAL_COUNT,
+                ports: PortMap::new().map_err(|_| PvrdmaError::NoMemory)?,
             }),
             tuples: SpinLock::new(tuples),
             timer: SpinLock::new(None),
@@ -979,5 +1098,44 @@ impl CmEngine {
         // CAST: at most the connection table's capacity.
         let active = self.connections(|_, _| {}) as u64;
         self.conn_stats.snapshot(active)
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn the_next_free_ephemeral_port_is_found_from_the_cursor_wrapping() {
+        let mut m = PortMap::new().unwrap();
+        assert_eq!(m.next_free(0), Some(0));
+        assert_eq!(m.next_free(16_383), Some(16_383));
+        assert_eq!(m.next_free(16_384), Some(0), "wraps");
+        // Every port but one held: the search finds it from anywhere.
+        for off in 0..EPHEMERAL_COUNT {
+            if off != 12_345 {
+                m.take(EPHEMERAL_FIRST + off as u16);
+            }
+        }
+        for from in [0, 12_345, 12_346, 16_383, 100, 12_288, 12_351] {
+            assert_eq!(m.next_free(from), Some(12_345), "from {from}");
+        }
+        m.take(EPHEMERAL_FIRST + 12_345);
+        assert_eq!(m.next_free(7), None, "all held");
+        // Held twice (two addresses): free only when both let go.
+        m.take(EPHEMERAL_FIRST + 40);
+        m.give(EPHEMERAL_FIRST + 40);
+        assert_eq!(m.next_free(0), None);
+        m.give(EPHEMERAL_FIRST + 40);
+        assert_eq!(m.next_free(0), Some(40));
+        assert_eq!(
+            m.next_free(41),
+            Some(40),
+            "wrapping to before the cursor's bit"
+        );
+        // Ports outside the range change nothing.
+        m.take(445);
+        m.give(445);
+        assert_eq!(m.next_free(0), Some(40));
     }
 }

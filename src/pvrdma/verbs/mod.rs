@@ -42,7 +42,7 @@ use self::tables::{CqRecord, MrRecord, PdRecord, QpRecord, SrqRecord, Tables};
 use super::PvrdmaError;
 use super::cmd::{Command, CreateMrResp, DestroyMr};
 use super::cq::{CqBells, CqReader};
-use super::device::{CqEvents, Device, DeviceEvents, SrqEvents};
+use super::device::{CqEvents, Device, DeviceEvents, QpEvents, SrqEvents};
 use super::dsr::Caps;
 use super::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
 use super::wq::{RecvWriter, SendWriter};
@@ -441,6 +441,12 @@ impl Verbs {
         self.dev().register_cq_on(cq, events, target)
     }
 
+    /// Runs `cq`'s [`crate::pvrdma::device::CqEvents::fault`] from a DPC of its own (see
+    /// [`crate::pvrdma::device::Device::defer_cq_fault`]); false if `cq` is not routed.
+    pub fn defer_cq_fault(&self, cq: u32) -> bool {
+        self.dev().defer_cq_fault(cq)
+    }
+
     /// DESTROY_CQ; the CQ's events stop before this returns, but for a notification already
     /// queued to its processor, which may still run once.
     pub fn destroy_cq(&self, cq: u32) {
@@ -486,8 +492,20 @@ impl Verbs {
         });
     }
 
+    /// Routes the device's async events for QP `qp` (COMM_EST, QP_FATAL, ...) to `events`:
+    /// from then until [`Verbs::destroy_qp`] they arrive at DISPATCH_LEVEL with no driver
+    /// lock held.
+    ///
+    /// # Errors
+    /// [`PvrdmaError::InvalidParameter`] for a handle out of range or routed already.
+    pub fn route_qp(&self, qp: u32, events: Arc<dyn QpEvents>) -> Result<(), PvrdmaError> {
+        self.dev().register_qp(qp, events)
+    }
+
     /// DESTROY_QP.
     pub fn destroy_qp(&self, qp: u32) {
+        // Its events stop before the handle can name another QP.
+        drop(self.dev().unregister_qp(qp));
         // An unused flush reservation is released uncalled; the DESTROY flushes anyway.
         self.seam.destroy::<QpRecord>(qp);
     }

@@ -93,6 +93,7 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
                 path_mtu: cfg.path_mtu,
                 cm_response_timeout: cfg.cm_timing.0,
                 max_cm_retries: cfg.cm_timing.1,
+                capacity: cfg.cm_capacity,
                 ..EngineConfig::new(guid_from_mac(h.mac), seed)
             },
         )
