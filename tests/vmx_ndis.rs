@@ -494,13 +494,24 @@ fn general_oids_answer_from_the_device() {
     );
     let (r, _) = h.query(OID_GEN_STATISTICS, 8);
     assert_eq!(r.status, NDIS_STATUS_BUFFER_TOO_SHORT);
-    let mut b = vec![0u8; NDIS_SIZEOF_STATISTICS_INFO_REVISION_1 as usize];
-    let len = b.len() as u8;
-    b[..4].copy_from_slice(&[0x80, 1, len, 0]);
+    // PowerManagementCapabilitiesEx (the general attributes', mandatory for NDIS 6.20+): no
+    // wake-up, as the PVRDMA adapter's; the emulated .sys run found it NULL.
+    // SAFETY: the miniport's own capabilities, alive as long as it is.
+    let pm = unsafe { *h.mp().pm_capabilities_ptr() };
+    assert_eq!(pm, pvrdma_ndk::ndis::caps::pm_capabilities());
     assert_eq!(
-        h.mp().query_oid(OID_GEN_STATISTICS, &mut b).status,
-        NDIS_STATUS_SUCCESS
+        (pm.Header.Type, pm.Header.Revision, pm.Header.Size),
+        (0x80, 2, 0x3C)
     );
+    // The miniport writes the header: a zeroed buffer is answered (NDIS need not fill one
+    // in; the emulated .sys run found the header required).
+    let len = NDIS_SIZEOF_STATISTICS_INFO_REVISION_1;
+    let (r, b) = h.query(OID_GEN_STATISTICS, len as usize);
+    assert_eq!(
+        (r.status, r.bytes_done),
+        (NDIS_STATUS_SUCCESS, u32::from(len))
+    );
+    assert_eq!(b[..4], [0x80, 1, len as u8, 0]);
     assert_eq!(
         h.set(OID_GEN_CURRENT_LOOKAHEAD, &1501u32.to_le_bytes()),
         NDIS_STATUS_INVALID_DATA

@@ -27,6 +27,7 @@ use core::ptr::{NonNull, null_mut};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use super::super::abi::*;
+use super::super::caps::pm_capabilities;
 use super::super::link::LinkState;
 use super::super::resources::Resources;
 use super::abi::*;
@@ -290,6 +291,10 @@ pub struct EthMiniport {
     resources: Resources,
     mac: [u8; 6],
     perm_mac: [u8; 6],
+    /// The general attributes' `PowerManagementCapabilitiesEx`: no wake-up (the same
+    /// capabilities as the PVRDMA adapter's); NDIS may keep the pointer while the adapter
+    /// lives.
+    pm: NDIS_PM_CAPABILITIES,
 }
 
 fn link_from(l: vmxnet3::LinkState) -> LinkState {
@@ -395,6 +400,7 @@ impl EthMiniport {
             inner,
             pool,
             resources: *res,
+            pm: pm_capabilities(),
         };
         // One NBL per receive buffer, built once over the buffer's memory.
         let mut nbls = KVec::try_with_capacity(cfg.rx_buffers as usize).map_err(nr)?;
@@ -443,6 +449,12 @@ impl EthMiniport {
     /// The permanent MAC (GET_PERM_MAC).
     pub fn permanent_mac(&self) -> [u8; 6] {
         self.perm_mac
+    }
+
+    /// The general attributes' `PowerManagementCapabilitiesEx` (NDIS only reads through it;
+    /// valid while the miniport lives). NDIS 6.20 and later drivers report it.
+    pub fn pm_capabilities_ptr(&self) -> *mut NDIS_PM_CAPABILITIES {
+        core::ptr::from_ref(&self.pm).cast_mut()
     }
 
     /// The link as NDIS was last told (the general attributes' at first).
