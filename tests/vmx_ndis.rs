@@ -336,6 +336,22 @@ fn reset_with_traffic_in_flight_completes_every_nbl_once_and_recovers() {
             .iter()
             .all(|c| c.1 == NDIS_STATUS_SUCCESS || c.1 == NDIS_STATUS_REQUEST_ABORTED)
     );
+    // The flags say the IRQL: the frames the reset aborted complete from the reset itself
+    // (PASSIVE_LEVEL here, an NDIS work item on Windows), the sent ones from the DPC. The
+    // emulated .sys run found the aborted ones flagged DISPATCH_LEVEL.
+    assert!(aborted > 0, "the reset aborted frames in the device");
+    for (&(id, status, _), &(fid, flags)) in s0.completed.iter().zip(&s0.completion_flags) {
+        assert_eq!(id, fid);
+        let want = if status == NDIS_STATUS_REQUEST_ABORTED {
+            0
+        } else {
+            NDIS_SEND_FLAGS_DISPATCH_LEVEL
+        };
+        assert_eq!(
+            flags, want,
+            "NBL {id} completed {status:#x} with flags {flags:#x}"
+        );
+    }
     let got = h1.ndis.take().frames;
     // A burst can outrun host 1's ring between its DPC runs: the device counts those.
     let no_buf = rig.cluster.model(1).counters().rx_out_of_buf as usize;

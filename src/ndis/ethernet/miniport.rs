@@ -1118,7 +1118,14 @@ impl NicClient for Inner {
                 self.drain(&mut tx, &mut done);
             }
         }
-        self.complete(done, NDIS_SEND_FLAGS_DISPATCH_LEVEL);
+        // The flag must say the IRQL (NDIS trusts it): the device's completions come from the
+        // DPC, the aborted frames from quiesce, reset or the teardown at PASSIVE_LEVEL
+        // (`NicClient::sent`).
+        let flags = match status {
+            TxStatus::Sent => NDIS_SEND_FLAGS_DISPATCH_LEVEL,
+            TxStatus::Aborted => 0,
+        };
+        self.complete(done, flags);
     }
 
     fn link_changed(&self, link: vmxnet3::LinkState) {
