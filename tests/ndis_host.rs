@@ -638,11 +638,19 @@ fn general_oids() {
         m.set_oid(OID_GEN_INTERRUPT_MODERATION, &set[..11]),
         OidResult::needs(NDIS_STATUS_INVALID_LENGTH, 12)
     );
-    // General statistics: a header-checked object.
+    // General statistics: the miniport writes the header, whatever the caller's buffer
+    // held (NDIS need not fill one in; the emulated .sys run queries with a zeroed buffer).
     let (r, _) = query_with(m, OID_GEN_STATISTICS, 0x97, &header(0x98));
     assert_eq!(r, OidResult::needs(NDIS_STATUS_BUFFER_TOO_SHORT, 0x98));
-    let (r, _) = query_with(m, OID_GEN_STATISTICS, 0x98, &[0x80, 0, 0x98, 0]);
-    assert_eq!(r, OidResult::fail(NDIS_STATUS_INVALID_PARAMETER));
+    for prefix in [&[][..], &[0x80, 0, 0x98, 0], &[0; 4]] {
+        let (r, b) = query_with(m, OID_GEN_STATISTICS, 0x98, prefix);
+        assert_eq!(r, OidResult::done(0x98));
+        assert_eq!(b[..4], [0x80, 1, 0x98, 0]);
+    }
+    // Interrupt moderation likewise.
+    let (r, b) = query_with(m, OID_GEN_INTERRUPT_MODERATION, 12, &[]);
+    assert_eq!(r, OidResult::done(12));
+    assert_eq!(b[..12], [0x80, 1, 12, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
     // Sets: packet filter and lookahead are kept; the rest is refused as documented.
     let f = NDIS_PACKET_TYPE_DIRECTED | NDIS_PACKET_TYPE_BROADCAST;
     assert_eq!(

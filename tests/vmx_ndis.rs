@@ -336,6 +336,22 @@ fn reset_with_traffic_in_flight_completes_every_nbl_once_and_recovers() {
             .iter()
             .all(|c| c.1 == NDIS_STATUS_SUCCESS || c.1 == NDIS_STATUS_REQUEST_ABORTED)
     );
+    // The flags say the IRQL: the frames the reset aborted complete from the reset itself
+    // (PASSIVE_LEVEL here, an NDIS work item on Windows), the sent ones from the DPC. The
+    // emulated .sys run found the aborted ones flagged DISPATCH_LEVEL.
+    assert!(aborted > 0, "the reset aborted frames in the device");
+    for (&(id, status, _), &(fid, flags)) in s0.completed.iter().zip(&s0.completion_flags) {
+        assert_eq!(id, fid);
+        let want = if status == NDIS_STATUS_REQUEST_ABORTED {
+            0
+        } else {
+            NDIS_SEND_FLAGS_DISPATCH_LEVEL
+        };
+        assert_eq!(
+            flags, want,
+            "NBL {id} completed {status:#x} with flags {flags:#x}"
+        );
+    }
     let got = h1.ndis.take().frames;
     // A burst can outrun host 1's ring between its DPC runs: the device counts those.
     let no_buf = rig.cluster.model(1).counters().rx_out_of_buf as usize;
@@ -494,13 +510,24 @@ fn general_oids_answer_from_the_device() {
     );
     let (r, _) = h.query(OID_GEN_STATISTICS, 8);
     assert_eq!(r.status, NDIS_STATUS_BUFFER_TOO_SHORT);
-    let mut b = vec![0u8; NDIS_SIZEOF_STATISTICS_INFO_REVISION_1 as usize];
-    let len = b.len() as u8;
-    b[..4].copy_from_slice(&[0x80, 1, len, 0]);
+    // PowerManagementCapabilitiesEx (the general attributes', mandatory for NDIS 6.20+): no
+    // wake-up, as the PVRDMA adapter's; the emulated .sys run found it NULL.
+    // SAFETY: the miniport's own capabilities, alive as long as it is.
+    let pm = unsafe { *h.mp().pm_capabilities_ptr() };
+    assert_eq!(pm, pvrdma_ndk::ndis::caps::pm_capabilities());
     assert_eq!(
-        h.mp().query_oid(OID_GEN_STATISTICS, &mut b).status,
-        NDIS_STATUS_SUCCESS
+        (pm.Header.Type, pm.Header.Revision, pm.Header.Size),
+        (0x80, 2, 0x3C)
     );
+    // The miniport writes the header: a zeroed buffer is answered (NDIS need not fill one
+    // in; the emulated .sys run found the header required).
+    let len = NDIS_SIZEOF_STATISTICS_INFO_REVISION_1;
+    let (r, b) = h.query(OID_GEN_STATISTICS, len as usize);
+    assert_eq!(
+        (r.status, r.bytes_done),
+        (NDIS_STATUS_SUCCESS, u32::from(len))
+    );
+    assert_eq!(b[..4], [0x80, 1, len as u8, 0]);
     assert_eq!(
         h.set(OID_GEN_CURRENT_LOOKAHEAD, &1501u32.to_le_bytes()),
         NDIS_STATUS_INVALID_DATA

@@ -17,8 +17,8 @@
 use super::abi::*;
 use super::attributes::*;
 use super::counters::{
-    GEN_STATISTICS_LEN, STATISTICS_INFO_LEN, gen_statistics_bytes, performance_counters,
-    put_header, statistics_info_bytes,
+    STATISTICS_INFO_LEN, gen_statistics_bytes, performance_counters, put_header,
+    statistics_info_bytes,
 };
 use super::miniport::Miniport;
 
@@ -149,7 +149,8 @@ pub(super) fn read_u32(buf: &[u8]) -> Option<u32> {
     buf.first_chunk::<4>().map(|b| u32::from_le_bytes(*b))
 }
 
-/// A query of a variable-length NDIS object: too short for `needed` first, then the header.
+/// A query of an NDIS object whose header the caller fills in (OID_NDK_STATISTICS, ndkpi.md
+/// §6.6): too short for `needed` first, then the header.
 pub(super) fn object_query(
     buf: &mut [u8],
     needed: usize,
@@ -188,7 +189,9 @@ impl Miniport {
             }
             OID_GEN_STATISTICS => {
                 let s = gen_statistics_bytes(&self.counter_source().traffic);
-                object_query(buf, GEN_STATISTICS_LEN, |out| out.copy_from_slice(&s))
+                // The miniport writes the header (Learn, OID_GEN_STATISTICS): NDIS and
+                // overlying drivers need not fill one in the buffer they query with.
+                answer(buf, &s)
             }
             OID_GEN_INTERRUPT_MODERATION => {
                 let mut b = [0u8; NDIS_SIZEOF_INTERRUPT_MODERATION_PARAMETERS_REVISION_1 as usize];
@@ -200,7 +203,7 @@ impl Miniport {
                 if let Some(m) = b.get_mut(8..12) {
                     m.copy_from_slice(&NdisInterruptModerationNotSupported.to_le_bytes());
                 }
-                object_query(buf, b.len(), |out| out.copy_from_slice(&b))
+                answer(buf, &b)
             }
             OID_GEN_SUPPORTED_LIST => {
                 let needed = SUPPORTED_OIDS.len() * 4;

@@ -154,12 +154,16 @@ pub enum Fault {
 }
 
 /// What the layer above (the NDIS miniport; the tests' hosts) hears. Every method runs in a
-/// DPC at DISPATCH_LEVEL with no driver lock held, and may call back into the [`Vmxnet3`].
+/// DPC at DISPATCH_LEVEL with no driver lock held, and may call back into the [`Vmxnet3`],
+/// except `sent` with [`TxStatus::Aborted`] (below).
 pub trait NicClient: Send + Sync {
     /// Frames arrived. Each buffer goes back to the ring when this returns unless the
     /// consumer keeps it ([`RxBatch::keep`]) and later returns it ([`Vmxnet3::return_rx`]).
     fn received(&self, batch: &RxBatch<'_>);
-    /// Frames queued with [`Vmxnet3::send`] ended, in the order they were queued.
+    /// Frames queued with [`Vmxnet3::send`] ended, in the order they were queued:
+    /// [`TxStatus::Sent`] from the DPC (DISPATCH_LEVEL), [`TxStatus::Aborted`] from
+    /// [`Vmxnet3::quiesce`], [`Vmxnet3::reset`] or the teardown, at PASSIVE_LEVEL (an NDIS
+    /// completion must say which).
     fn sent(&self, tokens: &[u64], status: TxStatus);
     /// The link changed (an `ecr` LINK event).
     fn link_changed(&self, link: LinkState);

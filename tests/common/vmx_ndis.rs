@@ -154,6 +154,8 @@ pub struct Seen {
     pub indications: Vec<(u32, u32)>,
     /// Send completions: (NBL id, status, frames in it).
     pub completed: Vec<(u64, NDIS_STATUS, usize)>,
+    /// The flags of each NBL's completion: (NBL id, NdisMSendNetBufferListsComplete flags).
+    pub completion_flags: Vec<(u64, u32)>,
     pub links: Vec<LinkState>,
 }
 
@@ -217,7 +219,7 @@ fn nb_bytes(nb: &NET_BUFFER) -> Vec<u8> {
 }
 
 impl EthSink for HostNdis {
-    fn send_complete(&self, nbls: NonNull<NET_BUFFER_LIST>, _flags: u32) {
+    fn send_complete(&self, nbls: NonNull<NET_BUFFER_LIST>, flags: u32) {
         self.check_locks();
         let mut cur = nbls.as_ptr();
         let mut done = Vec::new();
@@ -236,7 +238,10 @@ impl EthSink for HostNdis {
             drop(rec);
             cur = next;
         }
-        self.seen.lock().unwrap().completed.extend(done);
+        let mut seen = self.seen.lock().unwrap();
+        seen.completion_flags
+            .extend(done.iter().map(|&(id, _, _)| (id, flags)));
+        seen.completed.extend(done);
     }
 
     fn indicate_receive(&self, nbls: NonNull<NET_BUFFER_LIST>, count: u32, flags: u32) {

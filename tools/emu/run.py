@@ -171,10 +171,19 @@ def header(data, off=0):
     return struct.unpack_from("<BBH", data, off)
 
 
+# The PVRDMA function's memory BARs as the harness's resource list names them: BAR0 (the
+# MSI-X table), BAR1 (registers), BAR2 (UAR); three MSI-X messages.
+PVRDMA_BARS = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
+
+
 class ScriptedDevice:
     """The harness's own BAR1: VERSION, the caps, every command answered with its response
     code and a fresh handle, then vector 0. No UAR, no DMA of its own: shared memory is plain
     emulator memory at identity bus addresses."""
+
+    pci_ids = PVRDMA_PCI_IDS
+    bars = PVRDMA_BARS
+    messages = 3
 
     def __init__(self, hz):
         self.hz = hz
@@ -207,12 +216,18 @@ class ScriptedDevice:
         return []
 
 
-class ModelDevice:
-    """Node `node` of a pvrdma_simbridge.World behind the BARs: BAR1 reads and writes and UAR
-    stores go to the model's register file and doorbells (memory hooks on the mapped ranges),
+class SimDevice:
+    """A PCI function of node `node` of a pvrdma_simbridge.World behind the harness: its
     shared memory is the extension's host memory mapped into the emulator with mem_map_ptr
-    (the model DMAs into the very pages the driver uses), and the vectors the model raises
-    are queued for the harness's ISR delivery."""
+    (the model DMAs into the very pages the driver uses), its registers are memory hooks on
+    the ranges NdisMMapIoSpace returned, and the vectors it raises are queued for the
+    harness's ISR delivery. Subclasses name the function (`device_id`), its BARs and how
+    they reach the model; the device ID must be one of the node's functions (what
+    NdisMGetBusData answers)."""
+
+    device_id = None
+    bars = []
+    messages = 3
 
     def __init__(self, hz, world, node=0):
         import unicorn
@@ -221,49 +236,36 @@ class ModelDevice:
         self.prot = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE
         self.blocks = {}  # guest VA -> (bus, size), the driver's shared memory
         self.consumer = {}  # the same for the consumer's buffers
-        self.bar2 = None
+        functions = {(vendor, device) for _f, vendor, device in world.functions(node)}
+        self.pci_ids = (0x15AD, self.device_id)
+        if self.pci_ids not in functions:
+            raise ValueError(f"node {node} ({world.kind(node)}) has no function {self.device_id:#06x}")
 
-    def map_bar(self, phys, va, length):
+    def register_hooks(self, va, length, read, write):
+        """Memory hooks on a mapped register range: `read(offset)` answers each 32-bit load
+        (stored just before the load executes: a read-to-clear register is one model read per
+        load), `write(offset, value, size)` takes each store. Unaligned or non-32-bit
+        accesses are recorded in `bad_accesses` (and still handed over: the model counts
+        them)."""
         hz = self.hz
-        if phys == BAR1_PHYS:
-            hz.bar1 = va
-            hz.se.add_mem_read_hook(self.bar1_read, begin=va, end=va + length - 1)
-            hz.se.add_mem_write_hook(self.bar1_write, begin=va, end=va + length - 1)
-        elif phys == BAR2_PHYS:
-            self.bar2 = va
-            hz.se.add_mem_write_hook(self.uar_write, begin=va, end=va + length - 1)
 
-    def bar1_read(self, emu, access, addr, size, value, ctx):
-        # The hook runs before the load: the register's value is put where the load reads it
-        # (ICR is read-to-clear, so each load is one model read).
-        off = addr - self.hz.bar1
-        word = off & ~3
-        v = self.world.bar1_read(self.node, word)
-        self.hz.se.mem_write(self.hz.bar1 + word, struct.pack("<I", v))
-        if size != 4 or off & 3:
-            self.hz.bad_accesses.append(("BAR1 read", off, size))
-        return True
+        def on_read(emu, access, addr, size, value, ctx):
+            off = addr - va
+            word = off & ~3
+            hz.se.mem_write(va + word, struct.pack("<I", read(word) & 0xFFFF_FFFF))
+            if size != 4 or off & 3:
+                hz.bad_accesses.append((f"read {va:#x}", off, size))
+            return True
 
-    def bar1_write(self, emu, access, addr, size, value, ctx):
-        hz = self.hz
-        off = addr - hz.bar1
-        value &= 0xFFFF_FFFF
-        if off == REG_DSRLOW:
-            hz.dsr_low = value
-        elif off == REG_DSRHIGH:
-            hz.dsr = (value << 32) | hz.dsr_low
-        elif off == REG_REQUEST and hz.dsr:
-            slot = self.world.dma_read(self.node, hz.dsr + DSR_CMD_SLOT, 8)
-            req = slot and self.world.dma_read(self.node, struct.unpack("<Q", slot)[0] + 8, 4)
-            if req:
-                hz.requests.append(struct.unpack("<I", req)[0])
-        self.world.bar1_write(self.node, off, value, size)
-        return True
-
-    def uar_write(self, emu, access, addr, size, value, ctx):
-        self.hz.doorbells.append((addr - self.bar2, value & 0xFFFF_FFFF))
-        self.world.uar_write(self.node, addr - self.bar2, value & 0xFFFF_FFFF, size)
-        return True
+        def on_write(emu, access, addr, size, value, ctx):
+            off = addr - va
+            if size != 4 or off & 3:
+                hz.bad_accesses.append((f"write {va:#x}", off, size))
+            write(off, value & 0xFFFF_FFFF, size)
+            return True
+        if read is not None:
+            hz.se.add_mem_read_hook(on_read, begin=va, end=va + length - 1)
+        hz.se.add_mem_write_hook(on_write, begin=va, end=va + length - 1)
 
     def alloc_shared(self, length):
         host, bus = self.world.alloc_dma(self.node, length)
@@ -278,6 +280,15 @@ class ModelDevice:
         self.uc.mem_unmap(va, size)
         self.world.free_dma(self.node, bus)
 
+    def bus_of(self, va):
+        """The bus address of guest address `va` in shared memory or a consumer buffer (None
+        outside both)."""
+        for blocks in (self.blocks, self.consumer):
+            for start, (bus, size) in blocks.items():
+                if start <= va < start + size:
+                    return bus + (va - start)
+        return None
+
     def consumer_buffer(self, size):
         """A consumer's locked buffer the device can reach: (guest VA, bus address of its
         first page; the pages are bus-contiguous)."""
@@ -289,19 +300,66 @@ class ModelDevice:
         self.blocks[va] = self.consumer.pop(va)
         self.free_shared(va)
 
+    def take_vectors(self):
+        return []
+
     def run(self):
         """The model's doorbell work and interrupts until idle; the vectors it raised join
         the harness's pending ones."""
         self.world.run_devices()
-        self.hz.pending_vectors += self.world.take_vectors(self.node)
+        self.hz.pending_vectors += self.take_vectors()
 
     def leaks(self):
         blocks, regions = self.world.dma_blocks(self.node)
         return [what for what, bad in [
             (f"{len(self.blocks)} mapped DMA blocks", self.blocks),
             (f"{len(self.consumer)} consumer buffers", self.consumer),
-            (f"{blocks} DMA blocks, {regions} DMA regions in the model", blocks or regions),
-            (f"model objects {self.world.object_counts(self.node)}", any(self.world.object_counts(self.node)))] if bad]
+            (f"{blocks} DMA blocks, {regions} DMA regions in the model", blocks or regions)] if bad]
+
+
+class ModelDevice(SimDevice):
+    """The PVRDMA function (15AD:0820) of node `node`: BAR1 reads and writes and UAR stores go
+    to the model's register file and doorbells."""
+
+    device_id = PVRDMA_PCI_IDS[1]
+    bars = PVRDMA_BARS
+
+    def __init__(self, hz, world, node=0):
+        super().__init__(hz, world, node)
+        self.bar2 = None
+
+    def map_bar(self, phys, va, length):
+        hz = self.hz
+        if phys == BAR1_PHYS:
+            hz.bar1 = va
+            self.register_hooks(va, length, lambda off: self.world.bar1_read(self.node, off), self.bar1_write)
+        elif phys == BAR2_PHYS:
+            self.bar2 = va
+            self.register_hooks(va, length, None, self.uar_write)
+
+    def bar1_write(self, off, value, size):
+        hz = self.hz
+        if off == REG_DSRLOW:
+            hz.dsr_low = value
+        elif off == REG_DSRHIGH:
+            hz.dsr = (value << 32) | hz.dsr_low
+        elif off == REG_REQUEST and hz.dsr:
+            slot = self.world.dma_read(self.node, hz.dsr + DSR_CMD_SLOT, 8)
+            req = slot and self.world.dma_read(self.node, struct.unpack("<Q", slot)[0] + 8, 4)
+            if req:
+                hz.requests.append(struct.unpack("<I", req)[0])
+        self.world.bar1_write(self.node, off, value, size)
+
+    def uar_write(self, off, value, size):
+        self.hz.doorbells.append((off, value))
+        self.world.uar_write(self.node, off, value, size)
+
+    def take_vectors(self):
+        return self.world.take_vectors(self.node)
+
+    def leaks(self):
+        objects = self.world.object_counts(self.node)
+        return super().leaks() + ([f"model objects {objects}"] if any(objects) else [])
 
 
 # The x64 kernel stack (KERNEL_STACK_SIZE, 24 KiB) every call runs on: speakeasy would size
@@ -321,14 +379,15 @@ speakeasy.binemu.BinaryEmulator.alloc_stack = _kernel_stack(speakeasy.binemu.Bin
 
 class Harness:
     def __init__(self, image, device="model", world=None, node=0, unicast_rows=None, neighbours=None):
-        """`device`: "model" (node `node` of `world`, a fresh one-node World if None) or
-        "scripted". `unicast_rows` / `neighbours`: this host's IP stack (UNICAST_ROWS and
-        NEIGHBOURS by default), so two hosts on one World can have their own addresses."""
+        """`device`: "model" (the PVRDMA function of node `node` of `world`, a fresh one-node
+        World if None), "scripted", or a SimDevice subclass (another function of the node,
+        tools/emu/vmx.py's vmxnet3). `unicast_rows` / `neighbours`: this host's IP stack
+        (UNICAST_ROWS and NEIGHBOURS by default), so two hosts on one World can have their own
+        addresses."""
         self.unicast_rows = UNICAST_ROWS if unicast_rows is None else unicast_rows
         self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
-        self.pci_ids = PVRDMA_PCI_IDS
         self.se = speakeasy.Speakeasy(config=emulator_config())
         self.module = self.se.load_module(image)
         self.base = self.module.base
@@ -359,6 +418,11 @@ class Harness:
         self.pnp_events = []
         self.in_oid = False
         self.in_work_item = False
+        # What the emulator is running, outermost first (`call`'s `what`), and whether DPC
+        # routines a wait's stub calls are running (`deliver`): `at_dispatch` tells an import
+        # whether its caller runs at DISPATCH_LEVEL (a DPC) or not.
+        self.call_stack = []
+        self.stub_dpcs = False
         self.notifications = {}
         self.notify_log = []
         self.mib_tables = set()
@@ -382,17 +446,19 @@ class Harness:
         # each CREATE_BIND carried.
         self.port_mtu = 3
         self.bind_mtus = []
-        if device == "model":
+        if device == "scripted":
+            self.world = None
+            self.device = ScriptedDevice(self)
+        else:
             if world is None:
                 import pvrdma_simbridge
                 # A port carrying 4096 (M41's configurable maximum): the RoCE MTU is then
                 # bounded by the keywords alone.
                 world = pvrdma_simbridge.World(1, port_mtu=5)
             self.world = world
-            self.device = ModelDevice(self, world, node)
-        else:
-            self.world = None
-            self.device = ScriptedDevice(self)
+            self.device = (ModelDevice if device == "model" else device)(self, world, node)
+        # What NdisMGetBusData reads at configuration space offset 0: the function's IDs.
+        self.pci_ids = self.device.pci_ids
         self._hooks()
 
     # ---- image facts ----
@@ -453,7 +519,7 @@ class Harness:
         h("ndis", "NdisQueueIoWorkItem", 3, self.queue_work_item)
         h("ndis", "NdisFreeIoWorkItem", 1, self.free_work_item)
         h("ndis", "NdisMNetPnPEvent", 2, self.net_pnp_event)
-        h("ndis", "NdisMSendNetBufferListsComplete", 3, lambda a: self.sends_completed.append(tuple(a)) or 0)
+        h("ndis", "NdisMSendNetBufferListsComplete", 3, self.send_complete)
         h("ndis", "NdisOpenConfigurationEx", 2, self.open_config)
         h("ndis", "NdisReadConfiguration", 5, self.read_config)
         h("ndis", "NdisCloseConfiguration", 1, self.close_config)
@@ -493,6 +559,11 @@ class Harness:
         # __chkstk takes the frame size in rax and the caller subtracts rax after it returns:
         # give rax back unchanged (the emulator's stack is committed).
         self.se.add_api_hook(lambda emu, api, orig, argv: emu.reg_read("rax"), "ntoskrnl", "__chkstk", argc=0)
+
+    def send_complete(self, a):
+        """NdisMSendNetBufferListsComplete, recorded (tools/emu/vmx.py checks each NBL)."""
+        self.sends_completed.append(tuple(a))
+        return 0
 
     def get_bus_data(self, a):
         """NdisMGetBusData(handle, WhichSpace, Offset, Buffer, Length): the function's
@@ -823,7 +894,14 @@ class Harness:
         self.clock += 10
         return self.clock
 
+    def at_dispatch(self):
+        """True while a DPC routine runs (from `pump`, or from a wait's stub): the IRQL a
+        routine called now runs at is DISPATCH_LEVEL (the harness runs no other code there)."""
+        return self.stub_dpcs or bool(self.call_stack) and self.call_stack[-1] == "DPC"
+
     def delay(self, a):
+        # The DPCs a previous stub called (if any) have returned: the stub waits again.
+        self.stub_dpcs = False
         interval = struct.unpack("<q", self.read(a[2], 8))[0]
         self.clock += -interval if interval < 0 else 10
         self.device.run()
@@ -847,6 +925,7 @@ class Harness:
                 routine, ctx = self.dpcs[kdpc]
                 calls += asm_call(routine, [kdpc, ctx, 0, 0])
             self.pending_dpcs = []
+            self.stub_dpcs = True
         if not calls:
             return
         zero = self.scratch
@@ -964,7 +1043,11 @@ class Harness:
         before = len(self.se.emu.runs)
         if measure_stack:
             return self._measured_call(addr, args, what)
-        self.se.call(addr, args)
+        self.call_stack.append(what)
+        try:
+            self.se.call(addr, args)
+        finally:
+            self.call_stack.pop()
         runs = self.se.emu.runs[before:]
         run = runs[-1] if runs else None
         # A run that stopped without finishing (no return value collected) did not complete.
@@ -1022,18 +1105,19 @@ def stack_report(harnesses):
 
 
 def init_params(hz):
-    """NDIS_MINIPORT_INIT_PARAMETERS for MiniportInitializeEx: BAR0 (MSI-X table), BAR1
-    (registers), BAR2 (UAR), three MSI-X messages (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4):
-    descriptors of 0x14 bytes at 8), IfIndex and NetLuid."""
-    bars = [(0xFEB0_0000, 0x2000), (BAR1_PHYS, 0x2000), (BAR2_PHYS, 0x10_0000)]
+    """NDIS_MINIPORT_INIT_PARAMETERS for MiniportInitializeEx: the function's memory BARs
+    (PVRDMA: BAR0 the MSI-X table, BAR1 registers, BAR2 UAR) and MSI-X messages (three) as
+    the device names them (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4): descriptors of 0x14
+    bytes at 8), IfIndex and NetLuid."""
+    bars = hz.device.bars
     descs = b""
     for phys, length in bars:
         descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
-    for vector in range(3):
+    for vector in range(hz.device.messages):
         # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
         # {Level, Vector, Affinity}.
         descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
-    count = len(bars) + 3
+    count = len(bars) + hz.device.messages
     rlist = hz.alloc(8 + len(descs), "resources")
     hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
     params = hz.alloc(0x40, "init_params")

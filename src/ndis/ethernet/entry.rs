@@ -340,6 +340,8 @@ pub unsafe fn initialize(
     g.supported_oids = ETH_SUPPORTED_OIDS;
     let mut general = general_attributes(&g);
     general.MacOptions = MAC_OPTIONS;
+    // Owned by the miniport for the adapter's life: NDIS may keep the pointer.
+    general.PowerManagementCapabilitiesEx = miniport.pm_capabilities_ptr().cast();
     // SAFETY: a general-attributes structure, valid for the call (NDIS copies it; the OID
     // list is 'static).
     let status = unsafe { set_attributes(handle, (&raw mut general).cast()) };

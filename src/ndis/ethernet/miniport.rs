@@ -30,6 +30,7 @@ use core::ptr::{NonNull, null_mut};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use super::super::abi::*;
+use super::super::caps::pm_capabilities;
 use super::super::link::LinkState;
 use super::super::pair::NicNdk;
 use super::super::resources::Resources;
@@ -296,6 +297,10 @@ pub struct EthMiniport {
     resources: Resources,
     mac: [u8; 6],
     perm_mac: [u8; 6],
+    /// The general attributes' `PowerManagementCapabilitiesEx`: no wake-up (the same
+    /// capabilities as the PVRDMA adapter's); NDIS may keep the pointer while the adapter
+    /// lives.
+    pm: NDIS_PM_CAPABILITIES,
 }
 
 fn link_from(l: vmxnet3::LinkState) -> LinkState {
@@ -402,6 +407,7 @@ impl EthMiniport {
             inner,
             pool,
             resources: *res,
+            pm: pm_capabilities(),
         };
         // One NBL per receive buffer, built once over the buffer's memory.
         let mut nbls = KVec::try_with_capacity(cfg.rx_buffers as usize).map_err(nr)?;
@@ -450,6 +456,12 @@ impl EthMiniport {
     /// The permanent MAC (GET_PERM_MAC).
     pub fn permanent_mac(&self) -> [u8; 6] {
         self.perm_mac
+    }
+
+    /// The general attributes' `PowerManagementCapabilitiesEx` (NDIS only reads through it;
+    /// valid while the miniport lives). NDIS 6.20 and later drivers report it.
+    pub fn pm_capabilities_ptr(&self) -> *mut NDIS_PM_CAPABILITIES {
+        core::ptr::from_ref(&self.pm).cast_mut()
     }
 
     /// The link as NDIS was last told (the general attributes' at first).
@@ -1138,7 +1150,14 @@ impl NicClient for Inner {
                 self.drain(&mut tx, &mut done);
             }
         }
-        self.complete(done, NDIS_SEND_FLAGS_DISPATCH_LEVEL);
+        // The flag must say the IRQL (NDIS trusts it): the device's completions come from the
+        // DPC, the aborted frames from quiesce, reset or the teardown at PASSIVE_LEVEL
+        // (`NicClient::sent`).
+        let flags = match status {
+            TxStatus::Sent => NDIS_SEND_FLAGS_DISPATCH_LEVEL,
+            TxStatus::Aborted => 0,
+        };
+        self.complete(done, flags);
     }
 
     fn link_changed(&self, link: vmxnet3::LinkState) {

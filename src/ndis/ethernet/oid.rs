@@ -10,9 +10,7 @@
 use super::super::abi::*;
 use super::super::attributes::{SUPPORTED_PACKET_FILTERS, VENDOR_DRIVER_VERSION, VENDOR_ID};
 use super::super::counters::put_header;
-use super::super::oid::{
-    OidResult, answer, answer_counter, answer_u32, object_query, read_u32, set_object,
-};
+use super::super::oid::{OidResult, answer, answer_counter, answer_u32, read_u32, set_object};
 use super::abi::*;
 use super::miniport::{ETH_HEADER, ETH_MTU, EthMiniport, MAX_MULTICAST};
 
@@ -200,8 +198,10 @@ impl EthMiniport {
                 }
             }
             OID_GEN_STATISTICS => {
+                // The miniport writes the header (Learn, OID_GEN_STATISTICS): NDIS and
+                // overlying drivers need not fill one in the buffer they query with.
                 let s = statistics_bytes(&statistics_info(self));
-                object_query(buf, s.len(), |out| out.copy_from_slice(&s))
+                answer(buf, &s)
             }
             OID_GEN_INTERRUPT_MODERATION => {
                 let mut b = [0u8; NDIS_SIZEOF_INTERRUPT_MODERATION_PARAMETERS_REVISION_1 as usize];
@@ -213,7 +213,7 @@ impl EthMiniport {
                 if let Some(m) = b.get_mut(8..12) {
                     m.copy_from_slice(&NdisInterruptModerationNotSupported.to_le_bytes());
                 }
-                object_query(buf, b.len(), |out| out.copy_from_slice(&b))
+                answer(buf, &b)
             }
             OID_GEN_HARDWARE_STATUS => answer_u32(buf, NdisHardwareStatusReady),
             OID_GEN_MEDIA_SUPPORTED | OID_GEN_MEDIA_IN_USE => answer_u32(buf, NdisMedium802_3),

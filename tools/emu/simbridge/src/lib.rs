@@ -9,6 +9,15 @@
 //! the deterministic world's clock (`run_devices`, `run_until_idle`, `advance_time`), and the
 //! model's counters and live objects for the harness's exact checks.
 //!
+//! A node is a PCI slot of one of three kinds (`World(kind=...)`): "pvrdma" (a standalone
+//! PVRDMA function, 15AD:0820, the configuration the NDK runs use), "vmxnet3" (a vNIC: the
+//! vmxnet3 function 15AD:07B0 alone) or "paired" (a vNIC with a PVRDMA function at function 1
+//! and the vNIC's one MAC, vmxnet3.md P1-P5). `functions(node)` says which PCI functions the
+//! node has (what the harness's NdisMGetBusData answers); the PVRDMA accessors (`bar1_*`,
+//! `uar_write`, `take_vectors`, ...) reach the PVRDMA function, the `vmx_*` ones the vmxnet3
+//! function (BAR0, BAR1, its MSI-X vectors, counters, filter). Both functions of a paired node
+//! share its host memory, as the functions of one slot do.
+//!
 //! Memory handed out stays valid until `free_dma` or the world is dropped: the harness must
 //! unmap it from the emulator first (the emulator would otherwise keep a dangling mapping).
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -21,13 +30,18 @@ use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pvrdma_sim::InterruptSink;
-use pvrdma_sim::world::{NodeConfig, World as SimWorld};
+use pvrdma_sim::vmxnet3::Vmxnet3;
+use pvrdma_sim::world::{NodeConfig, VnicConfig, World as SimWorld};
+use pvrdma_sim::{DmaSpace, InterruptSink};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 const PAGE: usize = 4096;
+/// VMware's PCI vendor ID and the two functions' device IDs.
+const VMWARE: u16 = 0x15AD;
+const PVRDMA_DEVICE: u16 = 0x0820;
+const VMXNET3_DEVICE: u16 = 0x07B0;
 
 /// Vectors the model raised for one node, in order, until the harness takes them.
 #[derive(Default)]
@@ -48,8 +62,50 @@ struct Block {
     len: usize,
 }
 
+/// One GID table entry as `World::gids` returns it: (index, GID, gid_type, mtu).
+type GidRow = (u32, [u8; 16], u8, u32);
+
+/// What a node is (the `kind` argument of `World`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Pvrdma,
+    Vmxnet3,
+    Paired,
+}
+
+impl Kind {
+    fn parse(s: &str) -> PyResult<Self> {
+        match s {
+            "pvrdma" => Ok(Kind::Pvrdma),
+            "vmxnet3" => Ok(Kind::Vmxnet3),
+            "paired" => Ok(Kind::Paired),
+            _ => Err(PyValueError::new_err(format!(
+                "kind {s:?}: one of pvrdma, vmxnet3, paired"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Pvrdma => "pvrdma",
+            Kind::Vmxnet3 => "vmxnet3",
+            Kind::Paired => "paired",
+        }
+    }
+}
+
 struct NodeState {
+    kind: Kind,
+    /// The PVRDMA function's index among the simulated world's nodes.
+    pvrdma: Option<usize>,
+    /// The vNIC's index among the simulated world's vNICs (the vmxnet3 function).
+    vnic: Option<usize>,
+    /// The slot's host memory (both functions of a paired node reach it).
+    dma: Arc<DmaSpace>,
+    /// The PVRDMA function's vectors.
     vectors: Arc<VectorQueue>,
+    /// The vmxnet3 function's vectors.
+    vmx_vectors: Arc<VectorQueue>,
     /// Keyed by bus address.
     blocks: BTreeMap<u64, Block>,
 }
@@ -69,12 +125,23 @@ impl World {
     }
 
     fn device(&self, i: usize) -> PyResult<&Arc<pvrdma_sim::Device>> {
-        self.node(i)?;
-        Ok(self.world.device(i))
+        let n = self
+            .node(i)?
+            .pvrdma
+            .ok_or_else(|| PyValueError::new_err(format!("node {i} has no PVRDMA function")))?;
+        Ok(self.world.device(n))
     }
 
-    fn release(world: &SimWorld, node: usize, bus: u64, block: &Block) {
-        world.dma(node).unregister(bus);
+    fn vmx(&self, i: usize) -> PyResult<&Arc<Vmxnet3>> {
+        let v = self
+            .node(i)?
+            .vnic
+            .ok_or_else(|| PyValueError::new_err(format!("node {i} has no vmxnet3 function")))?;
+        Ok(self.world.vnic(v).vmxnet3())
+    }
+
+    fn release(dma: &DmaSpace, bus: u64, block: &Block) {
+        dma.unregister(bus);
         if let Ok(layout) = Layout::from_size_align(block.len, PAGE) {
             // SAFETY: `host` came from `alloc_zeroed` with this layout in `alloc_dma` and is
             // no longer registered, so the model cannot reach it; the harness unmapped it from
@@ -86,29 +153,83 @@ impl World {
 
 #[pymethods]
 impl World {
-    /// `nodes` IPv4 nodes (MAC 00:50:56:00:00:<i+1>, GID ::ffff:10.0.0.<i+1>); fault rolls
-    /// derive from `seed`; `port_mtu` is QUERY_PORT's active MTU code of every node (M41:
-    /// 3 = 1024, or up to 5 = 4096).
+    /// `nodes` nodes of `kind` ("pvrdma", "vmxnet3" or "paired", module docs), node i with
+    /// MAC 00:50:56:00:00:<i+1> and (PVRDMA) GID ::ffff:10.0.0.<i+1>; fault rolls derive from
+    /// `seed`; `port_mtu` is QUERY_PORT's active MTU code of every PVRDMA function (M41: 3 =
+    /// 1024, or up to 5 = 4096).
     #[new]
-    #[pyo3(signature = (nodes = 1, seed = 1, port_mtu = 3))]
-    fn new(nodes: u8, seed: u64, port_mtu: u32) -> Self {
+    #[pyo3(signature = (nodes = 1, seed = 1, port_mtu = 3, kind = "pvrdma"))]
+    fn new(nodes: u8, seed: u64, port_mtu: u32, kind: &str) -> PyResult<Self> {
+        let kind = Kind::parse(kind)?;
         let mut world = SimWorld::new(seed);
         let mut states = Vec::new();
         for i in 0..nodes {
             let mut cfg = NodeConfig::ipv4(i);
             cfg.device.port_mtu = port_mtu;
-            let index = world.add_node(cfg);
+            let (pvrdma, vnic) = match kind {
+                Kind::Pvrdma => (Some(world.add_node(cfg)), None),
+                Kind::Vmxnet3 | Kind::Paired => {
+                    let mut v = VnicConfig::ethernet(i);
+                    if kind == Kind::Paired {
+                        v.rdma = Some((1, cfg));
+                    }
+                    let index = world
+                        .add_vnic(v)
+                        .map_err(|e| PyValueError::new_err(format!("{e:?}")))?;
+                    (world.vnic(index).node(), Some(index))
+                }
+            };
+            let dma = match (vnic, pvrdma) {
+                (Some(v), _) => world.vnic(v).dma().clone(),
+                (None, Some(n)) => world.dma(n).clone(),
+                (None, None) => return Err(PyValueError::new_err("a node without a function")),
+            };
             let vectors = Arc::new(VectorQueue::default());
-            world.set_interrupt_sink(index, vectors.clone());
+            if let Some(n) = pvrdma {
+                world.set_interrupt_sink(n, vectors.clone());
+            }
+            let vmx_vectors = Arc::new(VectorQueue::default());
+            if let Some(v) = vnic {
+                world
+                    .vnic(v)
+                    .vmxnet3()
+                    .set_interrupt_sink(vmx_vectors.clone());
+            }
             states.push(NodeState {
+                kind,
+                pvrdma,
+                vnic,
+                dma,
                 vectors,
+                vmx_vectors,
                 blocks: BTreeMap::new(),
             });
         }
-        World {
+        Ok(World {
             world,
             nodes: states,
+        })
+    }
+
+    /// The node's kind: "pvrdma", "vmxnet3" or "paired".
+    fn kind(&self, node: usize) -> PyResult<&'static str> {
+        Ok(self.node(node)?.kind.name())
+    }
+
+    /// The node's PCI functions: (function number, vendor ID, device ID) each, function 0
+    /// first (what configuration space offset 0 of each holds).
+    fn functions(&self, node: usize) -> PyResult<Vec<(u8, u16, u16)>> {
+        let n = self.node(node)?;
+        let mut out = Vec::new();
+        if let Some(v) = n.vnic {
+            out.push((0, VMWARE, VMXNET3_DEVICE));
+            if let Some(f) = self.world.vnic(v).slot().pvrdma_function() {
+                out.push((f, VMWARE, PVRDMA_DEVICE));
+            }
+        } else {
+            out.push((0, VMWARE, PVRDMA_DEVICE));
         }
+        Ok(out)
     }
 
     /// Number of nodes.
@@ -155,7 +276,7 @@ impl World {
         // SAFETY: `host..host + len` was just allocated and stays valid until `free_dma` or
         // `Drop` unregisters it before deallocating; the emulator's accesses are on the thread
         // that also runs the model (the deterministic world), never concurrent with it.
-        let bus = unsafe { self.world.dma(node).register(host, len) };
+        let bus = unsafe { self.node(node)?.dma.register(host, len) };
         let state = self
             .nodes
             .get_mut(node)
@@ -179,7 +300,7 @@ impl World {
         let Some(block) = state.blocks.remove(&bus) else {
             return Ok(false);
         };
-        Self::release(&self.world, node, bus, &block);
+        Self::release(&state.dma, bus, &block);
         Ok(true)
     }
 
@@ -187,7 +308,7 @@ impl World {
     /// holds (equal unless something else registered memory).
     fn dma_blocks(&self, node: usize) -> PyResult<(usize, usize)> {
         let state = self.node(node)?;
-        Ok((state.blocks.len(), self.world.dma(node).region_count()))
+        Ok((state.blocks.len(), state.dma.region_count()))
     }
 
     /// Reads `len` bytes at bus address `bus`, as the device would (None on a DMA fault).
@@ -198,11 +319,9 @@ impl World {
         bus: u64,
         len: usize,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        self.node(node)?;
+        let dma = &self.node(node)?.dma;
         let mut out = vec![0; len];
-        Ok(self
-            .world
-            .dma(node)
+        Ok(dma
             .read(bus, &mut out)
             .ok()
             .map(|()| PyBytes::new(py, &out)))
@@ -210,8 +329,7 @@ impl World {
 
     /// Writes `data` at bus address `bus`, as the device would; false on a DMA fault.
     fn dma_write(&self, node: usize, bus: u64, data: &[u8]) -> PyResult<bool> {
-        self.node(node)?;
-        Ok(self.world.dma(node).write(bus, data).is_ok())
+        Ok(self.node(node)?.dma.write(bus, data).is_ok())
     }
 
     /// The vectors the node's model raised since the last call, in order.
@@ -326,7 +444,7 @@ impl World {
     }
 
     /// The node's GID table as CREATE_BIND left it: (index, GID, gid_type, mtu).
-    fn gids(&self, node: usize) -> PyResult<Vec<(u32, [u8; 16], u8, u32)>> {
+    fn gids(&self, node: usize) -> PyResult<Vec<GidRow>> {
         Ok(self
             .device(node)?
             .with_core(|c| c.gids())
@@ -335,11 +453,16 @@ impl World {
             .collect())
     }
 
-    /// Takes the node's port link down or up (the device posts PORT_ERR / PORT_ACTIVE and
-    /// QUERY_PORT answers DOWN / ACTIVE, M22, M41).
+    /// Takes the node's port link down or up: a PVRDMA node's device posts PORT_ERR /
+    /// PORT_ACTIVE and QUERY_PORT answers DOWN / ACTIVE (M22, M41); a vNIC's vmxnet3 posts
+    /// LINK and GET_LINK follows (V11), its PVRDMA function as the slot's options say (P4).
     fn set_link(&self, node: usize, up: bool) -> PyResult<()> {
-        self.node(node)?;
-        self.world.set_link(node, up);
+        let n = self.node(node)?;
+        match (n.vnic, n.pvrdma) {
+            (Some(v), _) => self.world.set_vnic_link(v, up),
+            (None, Some(p)) => self.world.set_link(p, up),
+            (None, None) => {}
+        }
         Ok(())
     }
 
@@ -364,19 +487,126 @@ impl World {
         Ok(())
     }
 
-    /// The node's MAC and the GID its host should bind.
+    /// The node's MAC and the GID its host should bind (all zeros without a PVRDMA
+    /// function).
     fn identity(&self, node: usize) -> PyResult<([u8; 6], [u8; 16])> {
-        self.node(node)?;
-        let n = self.world.node(node);
-        Ok((n.mac(), n.gid()))
+        let n = self.node(node)?;
+        let gid = n.pvrdma.map_or([0; 16], |p| self.world.node(p).gid());
+        let mac = match (n.vnic, n.pvrdma) {
+            (Some(v), _) => self.world.vnic(v).mac(),
+            (None, Some(p)) => self.world.node(p).mac(),
+            (None, None) => [0; 6],
+        };
+        Ok((mac, gid))
+    }
+
+    // ---- the vmxnet3 function ----
+
+    /// A BAR0 read of the vmxnet3 function (IMR); an illegal one reads all ones and is
+    /// counted (`bad_mmio`).
+    #[pyo3(signature = (node, offset, width = 4))]
+    fn vmx_bar0_read(&self, node: usize, offset: u32, width: u32) -> PyResult<u32> {
+        Ok(self.vmx(node)?.bar0_read(offset, width).unwrap_or(u32::MAX))
+    }
+
+    /// A BAR0 write (IMR, TXPROD, RXPROD, RXPROD2); only aligned 4-byte ones are legal.
+    #[pyo3(signature = (node, offset, value, width = 4))]
+    fn vmx_bar0_write(&self, node: usize, offset: u32, value: u32, width: u32) -> PyResult<()> {
+        let _ = self.vmx(node)?.bar0_write(offset, width, value);
+        Ok(())
+    }
+
+    /// A BAR1 read (VRRS, UVRS, DSAL/DSAH, CMD's result, MACL/MACH, ICR read-to-clear, ECR).
+    #[pyo3(signature = (node, offset, width = 4))]
+    fn vmx_bar1_read(&self, node: usize, offset: u32, width: u32) -> PyResult<u32> {
+        Ok(self.vmx(node)?.bar1_read(offset, width).unwrap_or(u32::MAX))
+    }
+
+    /// A BAR1 write (the commands, DriverShared's address, the MAC, ECR acknowledgements).
+    #[pyo3(signature = (node, offset, value, width = 4))]
+    fn vmx_bar1_write(&self, node: usize, offset: u32, value: u32, width: u32) -> PyResult<()> {
+        let _ = self.vmx(node)?.bar1_write(offset, width, value);
+        Ok(())
+    }
+
+    /// The MSI-X vectors the vmxnet3 function raised since the last call, in order.
+    fn take_vmx_vectors(&self, node: usize) -> PyResult<Vec<u32>> {
+        let state = self.node(node)?;
+        let mut q = state
+            .vmx_vectors
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(std::mem::take(&mut *q))
+    }
+
+    /// The vmxnet3 model's counters, as a dict (field names of
+    /// `pvrdma_sim::vmxnet3::Vmxnet3Counters`; `interrupts` per vector).
+    fn vmx_counters<'py>(&self, py: Python<'py>, node: usize) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.vmx(node)?.counters();
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("bad_mmio", c.bad_mmio),
+            ("bad_selects", c.bad_selects),
+            ("bar0_inactive", c.bar0_inactive),
+            ("dma_faults", c.dma_faults),
+            ("commands", c.commands),
+            ("unsupported_commands", c.unsupported_commands),
+            ("activations", c.activations),
+            ("activate_failures", c.activate_failures),
+            ("update_failures", c.update_failures),
+            ("tx_doorbells", c.tx_doorbells),
+            ("tx_frames", c.tx_frames),
+            ("tx_bytes", c.tx_bytes),
+            ("tx_errors", c.tx_errors),
+            ("tx_discards", c.tx_discards),
+            ("tx_queue_errors", c.tx_queue_errors),
+            ("rx_frames", c.rx_frames),
+            ("rx_bytes", c.rx_bytes),
+            ("rx_filtered", c.rx_filtered),
+            ("rx_out_of_buf", c.rx_out_of_buf),
+            ("rx_inactive", c.rx_inactive),
+            ("rx_errors", c.rx_errors),
+            ("rx_queue_errors", c.rx_queue_errors),
+            ("events", c.events),
+        ] {
+            d.set_item(k, v)?;
+        }
+        d.set_item(
+            "last_activate_error",
+            c.last_activate_error.map(|e| format!("{e:?}")),
+        )?;
+        d.set_item("interrupts", c.interrupts.to_vec())?;
+        Ok(d)
+    }
+
+    /// The vmxnet3 function's state: (active, link up, current MAC, revision selected or 0).
+    fn vmx_state(&self, node: usize) -> PyResult<(bool, bool, [u8; 6], u32)> {
+        Ok(self.vmx(node)?.with_core(|c| {
+            (
+                c.is_active(),
+                c.link_up(),
+                c.mac(),
+                c.revision().unwrap_or(0),
+            )
+        }))
+    }
+
+    /// The Rx filter the latest activation or UPDATE_* left: (rxMode bits, the multicast
+    /// table), None while the device is not activated.
+    fn vmx_filter(&self, node: usize) -> PyResult<Option<(u32, Vec<[u8; 6]>)>> {
+        Ok(self.vmx(node)?.with_core(|c| {
+            c.active()
+                .map(|a| (a.filter.mode, a.filter.multicast.clone()))
+        }))
     }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        for (i, state) in self.nodes.iter_mut().enumerate() {
+        for state in &mut self.nodes {
             for (bus, block) in std::mem::take(&mut state.blocks) {
-                Self::release(&self.world, i, bus, &block);
+                Self::release(&state.dma, bus, &block);
             }
         }
     }
