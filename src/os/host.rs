@@ -143,6 +143,9 @@ struct Shared {
 pub struct HostExecutor {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// No threads ([`HostExecutor::without_threads`]): DPCs and due timers run only in
+    /// [`HostExecutor::run_queued`].
+    thread_free: bool,
 }
 
 impl HostExecutor {
@@ -154,6 +157,19 @@ impl HostExecutor {
     /// Starts `processors` (at least 1) DPC threads, and the timer thread only for
     /// [`HostTime::Wall`].
     pub fn with_time(processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(processors, time, false)
+    }
+
+    /// `processors` (at least 1) simulated processors and no thread at all: a queued DPC (or,
+    /// in wall-clock time, a due timer) runs only when the harness calls
+    /// [`HostExecutor::run_queued`], on the harness's thread. A harness that drives a
+    /// deterministic model from one thread (the fuzz targets) then pays no thread hand-off
+    /// per interrupt, and a run does not depend on how the machine schedules threads.
+    pub fn without_threads(processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(processors, time, true)
+    }
+
+    fn build(processors: u32, time: HostTime, thread_free: bool) -> Arc<Self> {
         let n = processors.max(1) as usize;
         let virtual_clock = match time {
             HostTime::Wall => None,
@@ -171,7 +187,7 @@ impl HostExecutor {
             inflight: 0.into(),
         });
         let mut threads = Vec::new();
-        for p in 0..n {
+        for p in (0..n).filter(|_| !thread_free) {
             let s = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -180,7 +196,7 @@ impl HostExecutor {
                     .expect("spawn DPC thread"),
             );
         }
-        if shared.virtual_clock.is_none() {
+        if shared.virtual_clock.is_none() && !thread_free {
             let s = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -192,7 +208,68 @@ impl HostExecutor {
         Arc::new(HostExecutor {
             shared,
             threads: Mutex::new(threads),
+            thread_free,
         })
+    }
+
+    /// Whether this executor has no threads ([`HostExecutor::without_threads`]).
+    pub fn is_thread_free(&self) -> bool {
+        self.thread_free
+    }
+
+    /// A thread-free executor: runs every queued DPC on the calling thread, each as the
+    /// processor it was queued to (so `Processor::Current` inside it means that processor),
+    /// until no queue holds one; in wall-clock time, timers due by now are queued first.
+    /// Returns how many DPCs ran. Runs nothing (returns 0) on an executor with threads, inside
+    /// a DPC (routines do not nest on a processor), or while the calling thread holds a spin
+    /// lock (it is at DISPATCH_LEVEL: no DPC preempts it).
+    pub fn run_queued(&self) -> usize {
+        if !self.thread_free || current_processor().is_some() || held_spin_locks() != 0 {
+            return 0;
+        }
+        let s = &self.shared;
+        let mut ran = 0;
+        loop {
+            if s.virtual_clock.is_none() {
+                let mut due = Vec::new();
+                {
+                    let mut g = s.timers.lock().unwrap();
+                    let now = (!g.is_empty()).then(Instant::now);
+                    // Settings no longer current (cancelled, re-armed) go too, unfired.
+                    g.retain(|(at, t, gen_)| {
+                        if !t.is_current(*gen_) {
+                            return false;
+                        }
+                        let fire = now.is_some_and(|now| *at <= now);
+                        if fire {
+                            due.push((t.clone(), *gen_));
+                        }
+                        !fire
+                    });
+                }
+                for (t, gen_) in due {
+                    t.expire(gen_, Processor::Index(0));
+                }
+            }
+            let mut any = false;
+            for (p, q) in s.queues.iter().enumerate() {
+                let Some(dpc) = q.lock().unwrap().pop_front() else {
+                    continue;
+                };
+                any = true;
+                CURRENT_PROCESSOR.with(|c| c.set(Some(p as u32)));
+                dpc.run();
+                CURRENT_PROCESSOR.with(|c| c.set(None));
+                if let Some(r) = s.runs.get(p) {
+                    r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                s.inflight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                ran += 1;
+            }
+            if !any {
+                return ran;
+            }
+        }
     }
 
     /// DPC routines run so far on processor `p`.
@@ -380,11 +457,15 @@ impl DpcScheduler for HostExecutor {
             return;
         }
         let at = Instant::now() + Duration::from_nanos(delay_ns);
-        self.shared
-            .timers
-            .lock()
-            .unwrap()
-            .push((at, timer, generation));
+        {
+            let mut g = self.shared.timers.lock().unwrap();
+            // As in virtual time: the new setting replaces the timer's earlier one, whose
+            // expiry would be a no-op (stale generation). Without this a timer re-armed
+            // before it falls due (a command timeout, armed per command) grows the list by
+            // one entry per arming until the old deadlines pass.
+            g.retain(|(_, t, _)| !t.same(&timer));
+            g.push((at, timer, generation));
+        }
         self.shared.timer_wake.notify_all();
     }
 
@@ -440,11 +521,21 @@ impl HostPlatform {
 
     /// A platform with `processors` DPC processors whose `now_ns` and timers follow `time`.
     pub fn with_time(dev: HostDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(dev, processors, time, false)
+    }
+
+    /// The same over a thread-free executor ([`HostExecutor::without_threads`]): DPCs run
+    /// when the harness calls [`HostExecutor::run_queued`], and in [`Platform::wait_until`].
+    pub fn without_threads(dev: HostDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(dev, processors, time, true)
+    }
+
+    fn build(dev: HostDevice, processors: u32, time: HostTime, thread_free: bool) -> Arc<Self> {
         let (clock, virtual_time): (Arc<dyn Clock>, bool) = match &time {
             HostTime::Wall => (Arc::new(StdClock::default()), false),
             HostTime::Virtual(c) => (c.clone(), true),
         };
-        let executor = HostExecutor::with_time(processors, time);
+        let executor = HostExecutor::build(processors, time, thread_free);
         let scheduler: Arc<dyn DpcScheduler> = executor.clone();
         Arc::new(HostPlatform {
             dev,
@@ -546,6 +637,10 @@ impl Platform for HostPlatform {
             let wall = wall_start.elapsed();
             if deadline.expired(self.now_ns()) || (self.virtual_time && wall >= wall_deadline) {
                 return cond();
+            }
+            // A thread-free executor's DPCs run on the waiting thread (a DPC preempting it).
+            if self.executor.run_queued() != 0 {
+                continue;
             }
             match &self.dev.pump {
                 Some(p) => p(),
@@ -701,6 +796,71 @@ mod tests {
         assert_eq!(ex.processor_count(), 3);
         ex.shutdown();
         assert_eq!(rec.n.load(Ordering::SeqCst), 3);
+    }
+
+    /// Queues another DPC from inside its routine (first run only) and records whether a
+    /// nested `run_queued` ran anything.
+    struct Requeue {
+        ex: Arc<HostExecutor>,
+        other: Mutex<Option<Dpc>>,
+        nested: AtomicU32,
+    }
+    impl DpcHandler for Requeue {
+        fn run(&self) {
+            if let Some(d) = self.other.lock().unwrap().take() {
+                assert!(d.queue(Processor::Current));
+                let n = self.ex.run_queued() as u32;
+                self.nested.fetch_add(n, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn thread_free_executor_runs_dpcs_and_due_timers_only_in_run_queued() {
+        let ex = HostExecutor::without_threads(3, HostTime::Wall);
+        assert!(ex.is_thread_free() && !HostExecutor::new(1).is_thread_free());
+        let sched: Arc<dyn DpcScheduler> = ex.clone();
+        let rec = Arc::new(Rec {
+            hits: Mutex::new(Vec::new()),
+            n: 0.into(),
+        });
+        let dpc = Dpc::new(&sched, rec.clone()).unwrap();
+        assert!(dpc.queue(Processor::Index(2)));
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(rec.n.load(Ordering::SeqCst), 0, "no thread ran it");
+        assert!(!ex.is_idle());
+        assert_eq!(ex.run_queued(), 1);
+        assert!(ex.is_idle());
+        assert_eq!(ex.runs_on(2), 1);
+        // A DPC queued from a routine to `Current` goes to the routine's processor and runs
+        // after it, not nested inside it.
+        let chained = Arc::new(Requeue {
+            ex: ex.clone(),
+            other: Mutex::new(Some(dpc.clone())),
+            nested: 0.into(),
+        });
+        let first = Dpc::new(&sched, chained.clone()).unwrap();
+        assert!(first.queue(Processor::Index(1)));
+        assert_eq!(ex.run_queued(), 2);
+        assert_eq!(chained.nested.load(Ordering::SeqCst), 0);
+        assert_eq!(ex.runs_on(1), 2);
+        // A wall-clock timer fires once due, from the next `run_queued`.
+        let t = Timer::new(&sched, rec.clone()).unwrap();
+        t.schedule_in(1_000_000);
+        assert_eq!(ex.run_queued(), 0, "not due yet");
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(ex.run_queued(), 1);
+        assert_eq!(*rec.hits.lock().unwrap(), [Some(2), Some(1), Some(0)]);
+        // Spin locks held: the thread is at DISPATCH_LEVEL, nothing preempts it.
+        if SPIN_LOCKS_COUNTED {
+            assert!(dpc.queue(Processor::Index(0)));
+            let lock = super::super::sync::SpinLock::new(());
+            let g = lock.lock();
+            assert_eq!(ex.run_queued(), 0);
+            drop(g);
+            assert_eq!(ex.run_queued(), 1);
+        }
+        ex.shutdown();
     }
 
     struct Overlap {
