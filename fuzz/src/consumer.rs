@@ -14,6 +14,7 @@
 //!   complete did, exactly once; the models hold no object, and the leak checks of
 //!   `Cluster::finish` pass (no DMA region, no pool allocation left).
 
+use std::cell::RefCell;
 use std::ptr::null_mut;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,10 +22,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use arbitrary::Arbitrary;
 use pvrdma_ndk::ndk::set_qp_connected;
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::alloc::{AllocStats, stats};
+use pvrdma_sim::ObjectCounts;
 
 use crate::common::Mode;
 use crate::common::memory::{BuiltMdl, ConsumerMem};
-use crate::common::ndk::{Cluster, Cq, Mr, PSN_AB, PSN_BA, Pd, Qp, QpSpec, Srq};
+use crate::common::ndk::{Cluster, ClusterConfig, Cq, Mr, PSN_AB, PSN_BA, Pd, Qp, QpSpec, Srq};
 use crate::common::objects::{rc_rtr_rts, rts_attrs};
 use crate::status::{self, check};
 
@@ -357,10 +360,132 @@ struct Taint {
     device: bool,
 }
 
+// ---------------------------------------------------------------------------- the world
+
+/// The two hosts and their consumer memory, kept from one input to the next while inputs
+/// leave them as they were built (see [`World::take`]): building them (two models, two
+/// probes, two adapters) costs more than most inputs.
+///
+/// Thread-free ([`ClusterConfig::thread_free`]): the fuzzer's thread runs every DPC, so an
+/// input costs no thread hand-off per interrupt and replays the same way on a busy machine.
+/// No connection engines ([`ClusterConfig::without_cm`]): `Call::Connect` wires QPs raw.
+pub struct World {
+    c: Cluster,
+    mems: Vec<ConsumerMem>,
+}
+
+/// DMA regions (allocator and space) of each host, and the pool/DMA counters.
+#[derive(Debug, PartialEq, Eq)]
+struct Accounting {
+    hosts: Vec<(usize, usize, usize)>,
+    stats: AllocStats,
+}
+
+/// The kept world. Its destructor (a thread-local's, which `exit` runs on the main thread
+/// before LeakSanitizer's final check) tears it down with every check of `Cluster::finish`,
+/// so the adapters' close and the device's RESET are checked once per fuzzing run and the
+/// world is not reported as a leak.
+struct Kept(RefCell<Option<World>>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.get_mut().take() {
+            w.finish();
+        }
+    }
+}
+
+thread_local! {
+    /// libFuzzer runs every input on the main thread.
+    static WORLD: Kept = const { Kept(RefCell::new(None)) };
+}
+
+impl World {
+    /// Two thread-free hosts in deterministic mode without connection engines, on devices
+    /// with the fuzz targets' capabilities ([`crate::fuzz_caps`]), 16 pages of consumer
+    /// memory on each.
+    fn build() -> World {
+        let c = Cluster::with(ClusterConfig {
+            thread_free: true,
+            tweak: Some(|_, n| crate::fuzz_caps(&mut n.device.caps)),
+            ..ClusterConfig::without_cm(Mode::Deterministic, 2)
+        });
+        let mems = (0..2)
+            .map(|h| c.host(h).mem(MEM_PAGES, VA + (h as u64) * 0x100_0000))
+            .collect();
+        c.settle();
+        World { c, mems }
+    }
+
+    fn accounting(c: &Cluster) -> Accounting {
+        Accounting {
+            hosts: c
+                .hosts
+                .iter()
+                .map(|h| {
+                    (
+                        h.dma.live(),
+                        h.space.region_count(),
+                        h.space.bytes_registered(),
+                    )
+                })
+                .collect(),
+            stats: stats(),
+        }
+    }
+
+    /// The world the last input left clean, or a new one.
+    fn take() -> World {
+        WORLD
+            .with(|w| w.0.borrow_mut().take())
+            .unwrap_or_else(World::build)
+    }
+
+    /// After an input that closed every object it made and wrote no device memory: the
+    /// models hold no object, every DMA region and pool allocation the input made is freed
+    /// (the accounting is back at `before`, taken when the input started: the pool counters
+    /// are global, and `bringup::run` may have left a quarantined object behind, by design),
+    /// and the consumer memory is zeroed for the next input, which gets this world.
+    fn keep(self, before: &Accounting) {
+        self.c.settle();
+        for h in &self.c.hosts {
+            assert_eq!(
+                h.model_objects(),
+                ObjectCounts::default(),
+                "host {}: the model still holds objects",
+                h.index
+            );
+            assert!(h.platform.executor().is_idle(), "a DPC is still queued");
+        }
+        assert_eq!(
+            &Self::accounting(&self.c),
+            before,
+            "DMA regions or pool allocations left behind"
+        );
+        static ZERO: [u8; 4096] = [0; 4096];
+        for m in &self.mems {
+            for p in 0..m.buf.pages() {
+                m.buf.write(p * 4096, &ZERO);
+            }
+        }
+        WORLD.with(|w| *w.0.borrow_mut() = Some(self));
+    }
+
+    /// Tears the world down with the cluster's own checks (`Cluster::finish`: adapters
+    /// closed, RESET, nothing left at all).
+    fn finish(self) {
+        let World { c, mems, .. } = self;
+        drop(mems);
+        c.finish();
+    }
+}
+
 /// One run: two hosts, the consumer's objects, its requests.
 pub struct Session {
     c: Cluster,
     mems: Vec<ConsumerMem>,
+    /// The world's accounting when this input started.
+    before: Accounting,
     cqs: Vec<Rec<CqRec>>,
     pds: Vec<Rec<Pd>>,
     mrs: Vec<Rec<MrRec>>,
@@ -420,15 +545,14 @@ fn zero_sge() -> NDK_SGE {
 }
 
 impl Session {
-    /// Two hosts in deterministic mode, 16 pages of consumer memory on each.
+    /// On the world the last input left clean, or a new one ([`World`]).
     pub fn new() -> Session {
-        let c = Cluster::new(Mode::Deterministic, 2);
-        let mems = (0..2)
-            .map(|h| c.host(h).mem(MEM_PAGES, VA + (h as u64) * 0x100_0000))
-            .collect();
+        let World { c, mems } = World::take();
+        let before = World::accounting(&c);
         Session {
             c,
             mems,
+            before,
             cqs: Vec::new(),
             pds: Vec::new(),
             mrs: Vec::new(),
@@ -1718,10 +1842,23 @@ impl Session {
         self.c.settle();
         self.check_closes();
         self.check_notifications();
-        let Session { c, mems, mrs, .. } = self;
+        let Session {
+            c,
+            mems,
+            before,
+            mrs,
+            taint,
+            ..
+        } = self;
         drop(mrs);
-        drop(mems);
-        c.finish();
+        let world = World { c, mems };
+        // Device memory written: the driver and the model may disagree on any state, so the
+        // world is not reused; its teardown checks run now, on this input.
+        if taint.device {
+            world.finish();
+        } else {
+            world.keep(&before);
+        }
     }
 
     /// With nothing written into device memory: after the flush and the drain, a request
@@ -1798,7 +1935,14 @@ pub struct DeviceInput {
 /// Runs both phases of target `device_memory`.
 pub fn run_device(input: &DeviceInput) {
     if !input.bringup.is_quiet() {
-        crate::bringup::run(&input.bringup);
+        let kept = crate::bringup::run(&input.bringup);
+        // The kept world's final check (`Cluster::finish`) must expect what the bringup
+        // rig's driver kept for good.
+        WORLD.with(|w| {
+            if let Some(w) = w.0.borrow_mut().as_mut() {
+                w.c.expect_kept(kept);
+            }
+        });
     }
     run_steps(&input.steps);
 }
