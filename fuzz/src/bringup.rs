@@ -53,23 +53,13 @@ pub struct ResponseWrite {
     pub bytes: [u8; 4],
 }
 
-/// The first phase of target `device_memory`.
+/// A bring-up input of target `device_memory` ([`crate::consumer::DeviceInput::Bringup`]).
 #[derive(Arbitrary, Clone, Debug, PartialEq, Eq)]
 pub struct Input {
     /// The VERSION register (17 to 21), or the model's default (20).
     pub version: Option<u8>,
     pub caps: [CapsWrite; 3],
     pub responses: [ResponseWrite; 3],
-}
-
-impl Input {
-    /// Whether this input writes nothing: the phase is skipped (the second phase brings
-    /// up a healthy device of its own).
-    pub fn is_quiet(&self) -> bool {
-        self.version.is_none()
-            && self.caps.iter().all(|c| !c.on)
-            && self.responses.iter().all(|r| !r.on)
-    }
 }
 
 /// BAR1 over the model that applies the input's writes at DSRHIGH and after REQUEST.
@@ -510,7 +500,7 @@ impl Script<'_> {
     }
 }
 
-/// The first phase of target `device_memory`. Returns what the driver kept for good (zero
+/// A bring-up input of target `device_memory`. Returns what the driver kept for good (zero
 /// unless it quarantined an object): the pool/DMA allocations still live after the teardown.
 pub fn run(input: &Input) -> AllocStats {
     // No harness lock (`common::serial`): the fuzzer runs one input at a time on one thread,

@@ -185,10 +185,10 @@ impl Pump {
                         ran = w.run_until_idle() != 0;
                     }
                     // Thread-free: nobody else runs the DPCs, and a yield only loses the core.
-                    if let Some(p) = me.upgrade().filter(|p| p.thread_free) {
-                        if p.run_dpcs() || ran {
-                            return;
-                        }
+                    if let Some(p) = me.upgrade().filter(|p| p.thread_free)
+                        && (p.run_dpcs() || ran)
+                    {
+                        return;
                     }
                     std::thread::yield_now();
                 })
