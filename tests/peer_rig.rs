@@ -47,14 +47,33 @@ fn assert_clean_wire(
     what: &str,
 ) -> [BTreeMap<String, u64>; 2] {
     let after = guests.map(|g| g.rdma_counters().expect("rdma statistic"));
+    let deltas = [0, 1].map(|i| guest::counter_delta(&before[i], &after[i]));
+    // A retry with no sequence error, duplicate or out-of-sequence request on either side is
+    // rxe's retransmit timer (local ACK timeout 19, 2.1 s: docs/reference/cm.md §9.1) expiring
+    // while a guest's vCPU waits for one of this machine's two cores: load, not the wire.
+    // Seen once in about 15 runs at load 11-12, in ib_read_lat. It is reported, not failed.
+    let sequence_evidence = deltas.iter().any(|d| {
+        ["duplicate_request", "out_of_seq_request", "rcvd_seq_err"]
+            .iter()
+            .any(|n| d.get(*n).copied().unwrap_or(0) != 0)
+    });
     for (i, g) in guests.iter().enumerate() {
-        let delta = guest::counter_delta(&before[i], &after[i]);
+        let delta = &deltas[i];
         for name in RXE_SEQUENCE_ERRORS {
             assert!(
                 delta.contains_key(name),
                 "rxe has no counter {name}: {:?}",
                 after[i]
             );
+            if name == "completer_retry_err" && !sequence_evidence && delta[name] != 0 {
+                eprintln!(
+                    "  ! {what}: {} retried {} time(s) on its timer with no sequence error on \
+                     either side (a stalled vCPU)",
+                    g.config().name,
+                    delta[name]
+                );
+                continue;
+            }
             assert_eq!(
                 delta[name],
                 0,

@@ -1,10 +1,15 @@
 //! Go-back-N after a lost packet, local protection of READ targets, SRQ-fed RC receives over
-//! the wire, RNR on WRITE_WITH_IMM and timer scaling (reference §14; M23, M29, M31, M42, M46).
+//! the wire, RNR on WRITE_WITH_IMM and timer scaling (reference §14; M23, M29, M31, M42, M46);
+//! ACKs for AckReq in the middle of a message.
 
 mod common;
 
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
 use common::*;
 use pvrdma_sim::fabric::FaultConfig;
+use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 use pvrdma_sim::testutil::{Host, PdirBuf, QpSpec, RcPath, Req};
 use pvrdma_sim::world::{NodeConfig, World};
 
@@ -235,4 +240,143 @@ fn delayed_read_responses_expose_a_missing_fence() {
         read_landed_before_send(true),
         "FENCE holds the SEND until the READ completed"
     );
+}
+
+/// A multi-packet SEND into an empty receive queue: the FIRST packet gets an RNR NAK and the
+/// MIDDLE one, now out of sequence, a PSN sequence NAK for the same PSN (the model's responder
+/// and rxe's both send it). The requester waits out the RNR timer and resends once; the
+/// sequence NAK neither resends at once nor spends the transport retry count (it did: with
+/// infinite RNR retry, the SEND failed RETRY_EXC_ERR within microseconds, 7 sequence NAKs and
+/// no RNR wait at all). Once a receive is posted the SEND completes.
+#[test]
+fn sequence_nak_behind_an_rnr_nak_waits_for_the_rnr_timer() {
+    let (world, mut a, mut b) = rc_pair(54, |p| {
+        p.min_rnr_timer = 14; // 1.28 ms
+        p.retry_cnt = 7;
+        p.rnr_retry = 7;
+    });
+    let data = pattern(54, 3000);
+    a.write(0, &data);
+    a.post_send(&send_wqe(&a, 1, wr::SEND, SIGNALED, 0, 3000));
+    // Ten RNR periods: ten RNR retries, none of the transport's.
+    world.advance_time(10 * 1_280_000 + 500_000);
+    let ca = world.counters(0).transport;
+    assert!(a.send_cqes().is_empty(), "the SEND is still waiting");
+    assert_eq!(ca.rnr_retries, 10, "{ca:?}");
+    assert_eq!(ca.rnr_naks_received, 11, "{ca:?}");
+    assert_eq!(ca.retries, 0, "no transport retry spent: {ca:?}");
+    b.recv_at(9, 0, 4096);
+    world.run_until_idle();
+    let s = a.send_cqes();
+    assert_eq!((s[0].wr_id, s[0].status), (1, st::SUCCESS));
+    let r = b.recv_cqes();
+    assert_eq!((r[0].wr_id, r[0].status, r[0].byte_len), (9, 0, 3000));
+    assert_eq!(b.read(0, 3000), data);
+}
+
+/// A request packet with AckReq set is acknowledged even in the middle of a message, with its
+/// own PSN and the MSN of the last completed message; packets without it are not (rxe's
+/// requester keeps at most 128 PSNs unacknowledged and sets AckReq every 64: without these
+/// ACKs it stalls until its retransmission timer, once per 128 packets). The SEND is built
+/// here as such a requester sends it and injected from node 0's port.
+#[test]
+fn ack_req_in_the_middle_of_a_message_is_acknowledged() {
+    use pvrdma_sim::wire::opcode as op;
+    use pvrdma_sim::wire::{AethSyndrome, BthRepr, ExtRepr, Psn, RocePacket};
+
+    let (world, _a, mut b) = rc_pair(53, |_| {});
+    b.recv_at(0, 0, 4096);
+    let cap = Shared::default();
+    let w = PcapWriter::new(
+        Box::new(cap.clone()) as Box<dyn Write + Send>,
+        TsResolution::Nano,
+    )
+    .unwrap();
+    world.set_capture(Some(w));
+    let first = RcPath::new(0, [0; 16], [0; 6]).rq_psn;
+    let data = pattern(7, 4096);
+    let (n0, n1) = (world.node(0), world.node(1));
+    let steps = [
+        (op::RC_SEND_FIRST, true),
+        (op::RC_SEND_MIDDLE, false),
+        (op::RC_SEND_MIDDLE, true),
+        (op::RC_SEND_LAST, true),
+    ];
+    for (k, &(opcode, ack_req)) in steps.iter().enumerate() {
+        let pkt = RocePacket {
+            src_mac: n0.mac(),
+            dst_mac: n1.mac(),
+            vlan: None,
+            src_gid: n0.gid(),
+            dst_gid: n1.gid(),
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            ip_ident: 0,
+            udp_src_port: 0xC000,
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                mig_req: true,
+                pad_count: 0,
+                pkey: 0xFFFF,
+                fecn: false,
+                becn: false,
+                dest_qp: b.qp.qpn,
+                ack_req,
+                psn: Psn::new(first + k as u32),
+            },
+            ext: ExtRepr::default(),
+            payload: &data[k * 1024..(k + 1) * 1024],
+        };
+        world
+            .fabric()
+            .transmit(n0.port(), pkt.emit().expect("a SEND packet"));
+    }
+    world.run_until_idle();
+    drop(world.set_capture(None));
+    // The capture: 24-byte file header, then 16-byte record headers and frames.
+    let cap = cap.0.lock().unwrap().clone();
+    let mut acks = Vec::new();
+    let mut at = 24;
+    while at + 16 <= cap.len() {
+        let len = u32::from_le_bytes(cap[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &cap[at + 16..at + 16 + len];
+        at += 16 + len;
+        let Ok(p) = RocePacket::parse(frame) else {
+            continue;
+        };
+        if p.src_mac == n1.mac() && p.bth.opcode == op::RC_ACKNOWLEDGE {
+            let aeth = p.ext.aeth.expect("an ACK's AETH");
+            assert!(
+                matches!(aeth.syndrome, AethSyndrome::Ack { .. }),
+                "{aeth:?}"
+            );
+            acks.push((p.bth.psn.value(), aeth.msn));
+        }
+    }
+    let psn = |k: u32| Psn::new(first + k).value();
+    assert_eq!(acks, vec![(psn(0), 0), (psn(2), 0), (psn(3), 1)]);
+    let r = b.recv_cqes();
+    assert_eq!(
+        r.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(0, 0, 4096)]
+    );
+    assert_eq!(b.read(0, 4096), data);
+}
+
+/// A capture buffer the test reads after the world wrote to it.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -753,9 +753,12 @@ pub struct NET_DEVICE_PNP_EVENT {
     pub InformationBufferLength: u32,
 }
 
-/// `NET_BUFFER_LIST`: only the chain link and the completion status are touched (the send
-/// handler fails every NBL: an NDK-only adapter carries no NDIS data path).
-#[repr(C)]
+/// `NET_BUFFER_LIST` up to `Status` (the `NetBufferListInfo` array after it is not
+/// declared). The reserved arrays are `DECLSPEC_ALIGN(MEMORY_ALLOCATION_ALIGNMENT)` in nbl.h
+/// (16 on x64), as the leading `SLIST_HEADER` union makes the whole structure: `_Align`
+/// stands for the gap before `NdisReserved`, so `Status` is at 0x8C (issue 24; it was
+/// declared at 0x7C before, where the PVRDMA adapter's aborted sends wrote it).
+#[repr(C, align(16))]
 #[derive(Debug)]
 pub struct NET_BUFFER_LIST {
     pub Next: *mut NET_BUFFER_LIST,
@@ -763,6 +766,7 @@ pub struct NET_BUFFER_LIST {
     pub Context: *mut core::ffi::c_void,
     pub ParentNetBufferList: *mut NET_BUFFER_LIST,
     pub NdisPoolHandle: NDIS_HANDLE,
+    pub _Align: usize,
     pub NdisReserved: [*mut core::ffi::c_void; 2],
     pub ProtocolReserved: [*mut core::ffi::c_void; 4],
     pub MiniportReserved: [*mut core::ffi::c_void; 2],
@@ -907,8 +911,8 @@ const _: () = {
     assert!(offset_of!(NDIS_OID_REQUEST_QUERY, BytesNeeded) == 0x18);
     assert!(offset_of!(NDIS_OID_REQUEST_METHOD, BytesNeeded) == 0x24);
     assert!(offset_of!(NET_DEVICE_PNP_EVENT, InformationBuffer) == 0x10);
-    assert!(offset_of!(NET_BUFFER_LIST, NblFlags) == 0x78);
-    assert!(offset_of!(NET_BUFFER_LIST, Status) == 0x84);
+    assert!(offset_of!(NET_BUFFER_LIST, NblFlags) == 0x80);
+    assert!(offset_of!(NET_BUFFER_LIST, Status) == 0x8C);
     assert!(offset_of!(NDIS_MINIPORT_INTERRUPT_CHARACTERISTICS, MsiSupported) == 0x28);
     assert!(
         offset_of!(

@@ -18,6 +18,8 @@ pub mod counters;
 /// The NDIS entry points (DriverEntry, the Miniport* handlers): FFI only.
 #[cfg(target_os = "windows")]
 pub mod entry;
+/// The vmxnet3 Ethernet miniport (issue 24).
+pub mod ethernet;
 pub mod link;
 pub mod lists;
 pub mod miniport;

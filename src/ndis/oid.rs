@@ -97,7 +97,7 @@ pub const SUPPORTED_OIDS: &[NDIS_OID] = &[
 pub const OID_PVRDMA_ROCE_MTU: NDIS_OID = 0xFF50_5601;
 
 /// Writes `bytes` at the start of `buf`, or says how many are needed.
-fn answer(buf: &mut [u8], bytes: &[u8]) -> OidResult {
+pub(super) fn answer(buf: &mut [u8], bytes: &[u8]) -> OidResult {
     match buf.get_mut(..bytes.len()) {
         Some(dst) => {
             dst.copy_from_slice(bytes);
@@ -107,13 +107,13 @@ fn answer(buf: &mut [u8], bytes: &[u8]) -> OidResult {
     }
 }
 
-fn answer_u32(buf: &mut [u8], v: u32) -> OidResult {
+pub(super) fn answer_u32(buf: &mut [u8], v: u32) -> OidResult {
     answer(buf, &v.to_le_bytes())
 }
 
 /// A statistics counter: 64 bits, or its low 32 bits into a 4-byte buffer (the NDIS rule
 /// for statistics OIDs), BytesNeeded 8 either way.
-fn answer_counter(buf: &mut [u8], v: u64) -> OidResult {
+pub(super) fn answer_counter(buf: &mut [u8], v: u64) -> OidResult {
     if buf.len() >= 8 {
         return answer(buf, &v.to_le_bytes());
     }
@@ -134,7 +134,7 @@ fn answer_counter(buf: &mut [u8], v: u64) -> OidResult {
 /// # Errors
 /// NDIS_STATUS_INVALID_PARAMETER unless {NDIS_OBJECT_TYPE_DEFAULT, revision ≥ 1,
 /// `min_size` ≤ Size ≤ the buffer}.
-fn check_header(buf: &[u8], min_size: usize) -> Result<(), NDIS_STATUS> {
+pub(super) fn check_header(buf: &[u8], min_size: usize) -> Result<(), NDIS_STATUS> {
     let Some(&[ty, rev, s0, s1]) = buf.first_chunk::<4>() else {
         return Err(NDIS_STATUS_INVALID_PARAMETER);
     };
@@ -145,12 +145,16 @@ fn check_header(buf: &[u8], min_size: usize) -> Result<(), NDIS_STATUS> {
     Ok(())
 }
 
-fn read_u32(buf: &[u8]) -> Option<u32> {
+pub(super) fn read_u32(buf: &[u8]) -> Option<u32> {
     buf.first_chunk::<4>().map(|b| u32::from_le_bytes(*b))
 }
 
 /// A query of a variable-length NDIS object: too short for `needed` first, then the header.
-fn object_query(buf: &mut [u8], needed: usize, fill: impl FnOnce(&mut [u8])) -> OidResult {
+pub(super) fn object_query(
+    buf: &mut [u8],
+    needed: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> OidResult {
     if buf.len() < needed {
         return OidResult::needs(NDIS_STATUS_BUFFER_TOO_SHORT, needed);
     }
@@ -294,7 +298,11 @@ impl Miniport {
 }
 
 /// A set of an NDIS object of at least `size` bytes: length, then header, then `apply`.
-fn set_object(buf: &[u8], size: u16, apply: impl FnOnce(&[u8]) -> NDIS_STATUS) -> OidResult {
+pub(super) fn set_object(
+    buf: &[u8],
+    size: u16,
+    apply: impl FnOnce(&[u8]) -> NDIS_STATUS,
+) -> OidResult {
     let size = usize::from(size);
     if buf.len() < size {
         return OidResult::needs(NDIS_STATUS_INVALID_LENGTH, size);

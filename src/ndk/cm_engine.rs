@@ -73,6 +73,12 @@ pub struct EngineConfig {
     /// Path MTU code of every connection this side starts, and the largest it accepts
     /// (3 = 1024, Linux's; the miniport sets the operational `*NetworkDirectRoCEFrameSize`).
     pub path_mtu: u8,
+    /// REQ CM Response Timeout of the connections this side starts (rdma_cm: 20, 4.3 s):
+    /// with twice the packet lifetime, the wait before each REQ, REP or DREQ retransmission.
+    pub cm_response_timeout: u8,
+    /// REQ Max CM Retries of the connections this side starts (rdma_cm: 15): a REQ, and the
+    /// DREQ of such a connection, goes out 1 + this many times before STATUS_IO_TIMEOUT.
+    pub max_cm_retries: u8,
 }
 
 impl EngineConfig {
@@ -88,6 +94,8 @@ impl EngineConfig {
                 send_depth: 64,
             },
             path_mtu: 3,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
         }
     }
 }
@@ -362,6 +370,8 @@ impl CmEngine {
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
         cm_cfg.listeners = cfg.listeners;
         cm_cfg.max_path_mtu = cfg.path_mtu;
+        cm_cfg.cm_response_timeout = cfg.cm_response_timeout;
+        cm_cfg.max_cm_retries = cfg.max_cm_retries;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
         let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;

@@ -32,6 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +45,9 @@ use std::time::{Duration, Instant};
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 /// A deadline that suits a short command (a tool run, a counter read).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// The NIC socket's receive buffer by default: 8 MiB holds a 1 MiB message's 1024 frames
+/// (and a READ's responses beside them) at the kernel's ~2.3 KB per queued datagram.
+pub const SOCKET_BUFFER: usize = 8 << 20;
 /// How long the guest waits for a reply to be read before it gives up on a request.
 const STARTED_TIMEOUT: Duration = Duration::from_secs(60);
 /// The rxe counters that count a sequence error, a duplicate or a retransmission: all stay 0
@@ -75,6 +80,11 @@ pub struct GuestConfig {
     pub ipv6_prefix: u8,
     /// eth0's MTU (rxe's path MTU is the largest IB MTU that fits: 1024 for 1500).
     pub mtu: u16,
+    /// Receive buffer of the NIC's UDP socket, in bytes (the harness creates the socket and
+    /// hands it to QEMU, `-netdev dgram,local.type=fd`; root may exceed
+    /// `net.core.rmem_max`). QEMU's own socket has Linux's default, 208 KiB, about 90 frames:
+    /// a longer burst toward the guest is lost there. 0: QEMU's own socket.
+    pub socket_buffer: usize,
     pub memory_mib: u32,
     pub boot_timeout: Duration,
     /// The guest powers itself off after this long, so a guest whose host process died
@@ -86,6 +96,9 @@ pub struct GuestConfig {
     pub extra_qemu_args: Vec<String>,
     /// Appended to the kernel's command line (the init ignores what it does not know).
     pub extra_kernel_args: Vec<String>,
+    /// The image directory (`vmlinux`, `initrd.img`) instead of [`image_dir`]'s: the SMB
+    /// Direct image of tools/peer/build-smbd.sh ([`smbd_image_dir`]).
+    pub image: Option<PathBuf>,
 }
 
 impl GuestConfig {
@@ -102,12 +115,14 @@ impl GuestConfig {
             ipv6: Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, u16::from(n)),
             ipv6_prefix: 48,
             mtu: 1500,
+            socket_buffer: SOCKET_BUFFER,
             memory_mib: 512,
             boot_timeout: BOOT_TIMEOUT,
             lifetime: Duration::from_secs(1800),
             pcap: None,
             extra_qemu_args: Vec::new(),
             extra_kernel_args: Vec::new(),
+            image: None,
         }
     }
 
@@ -118,6 +133,50 @@ impl GuestConfig {
             m[0], m[1], m[2], m[3], m[4], m[5]
         )
     }
+}
+
+/// The descriptor QEMU finds its NIC's socket at.
+const NIC_FD: i32 = 200;
+
+mod sys {
+    use std::ffi::{c_int, c_void};
+    unsafe extern "C" {
+        pub fn setsockopt(fd: c_int, level: c_int, name: c_int, v: *const c_void, n: u32) -> c_int;
+        pub fn dup2(old: c_int, new: c_int) -> c_int;
+    }
+    pub const SOL_SOCKET: c_int = 1;
+    pub const SO_RCVBUF: c_int = 8;
+    pub const SO_RCVBUFFORCE: c_int = 33;
+}
+
+/// The guest NIC's socket: bound to its local port, connected to its peer's, with a receive
+/// buffer of `config.socket_buffer` (SO_RCVBUFFORCE as root, else SO_RCVBUF, which the
+/// kernel caps at `net.core.rmem_max`).
+fn nic_socket(config: &GuestConfig) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind(("127.0.0.1", config.local_udp_port))
+        .map_err(|e| GuestError(format!("bind 127.0.0.1:{}: {e}", config.local_udp_port)))?;
+    sock.connect(("127.0.0.1", config.peer_udp_port))
+        .map_err(|e| GuestError(format!("connect 127.0.0.1:{}: {e}", config.peer_udp_port)))?;
+    let size = i32::try_from(config.socket_buffer).unwrap_or(i32::MAX);
+    let set = |name| {
+        // SAFETY: a live socket; the value is an int of the size given.
+        unsafe {
+            sys::setsockopt(
+                sock.as_raw_fd(),
+                sys::SOL_SOCKET,
+                name,
+                (&raw const size).cast(),
+                4,
+            )
+        }
+    };
+    if set(sys::SO_RCVBUFFORCE) != 0 && set(sys::SO_RCVBUF) != 0 {
+        return err(format!(
+            "SO_RCVBUF {size}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(sock)
 }
 
 /// A UDP port on 127.0.0.1 that was free a moment ago (the OS's choice; QEMU binds it next).
@@ -228,16 +287,33 @@ pub fn qemu_path() -> Result<PathBuf> {
 /// The directory holding the guest's `vmlinux` (booted through its PVH entry) and
 /// `initrd.img`.
 pub fn image_dir() -> Result<PathBuf> {
-    let dir = match std::env::var_os("PVRDMA_PEER_DIR") {
+    image_dir_of(
+        "PVRDMA_PEER_DIR",
+        "peer/guest/current",
+        "tools/peer/build-guest.sh",
+    )
+}
+
+/// The SMB Direct image (ksmbd.ko and cifs.ko with SMB Direct, ksmbd-tools): `$PVRDMA_SMBD_DIR`,
+/// else `<target>/peer/smbd/current` (`tools/peer/build-smbd.sh`).
+pub fn smbd_image_dir() -> Result<PathBuf> {
+    image_dir_of(
+        "PVRDMA_SMBD_DIR",
+        "peer/smbd/current",
+        "tools/peer/build-smbd.sh",
+    )
+}
+
+fn image_dir_of(var: &str, under_target: &str, script: &str) -> Result<PathBuf> {
+    let dir = match std::env::var_os(var) {
         Some(d) => PathBuf::from(d),
-        None => target_dir().join("peer/guest/current"),
+        None => target_dir().join(under_target),
     };
     if dir.join("vmlinux").is_file() && dir.join("initrd.img").is_file() {
         Ok(dir)
     } else {
         err(format!(
-            "no guest image in {} (PVRDMA_PEER_DIR or <target>/peer/guest/current): run \
-             tools/peer/build-guest.sh",
+            "no guest image in {} ({var} or <target>/{under_target}): run {script}",
             dir.display()
         ))
     }
@@ -434,7 +510,10 @@ impl Guest {
     /// rxe0 up. The error of a failed or timed-out boot carries the console's tail.
     pub fn boot(config: GuestConfig) -> Result<Guest> {
         let qemu = qemu_path()?;
-        let image = image_dir()?;
+        let image = match &config.image {
+            Some(d) => d.clone(),
+            None => image_dir()?,
+        };
         let seq = RUN_SEQ.fetch_add(1, Ordering::Relaxed);
         let run_dir = target_dir().join("tmp/peer-guests").join(format!(
             "{}-{}-{}",
@@ -445,6 +524,7 @@ impl Guest {
         let _ = std::fs::remove_dir_all(&run_dir);
         std::fs::create_dir_all(&run_dir)
             .map_err(|e| GuestError(format!("create {}: {e}", run_dir.display())))?;
+        let mut nic: Option<UdpSocket> = None;
         let mut append = format!(
             "console=ttyS0 quiet panic=-1 peer.ipv4={}/{} peer.ipv6={}/{} peer.mac={} peer.mtu={} \
              peer.life={} peer.ctl=ttyS1",
@@ -461,6 +541,28 @@ impl Guest {
             append.push_str(a);
         }
         let mut cmd = Command::new(&qemu);
+        let netdev = if config.socket_buffer == 0 {
+            format!(
+                "socket,id=n0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",
+                config.peer_udp_port, config.local_udp_port
+            )
+        } else {
+            let sock = nic_socket(&config)?;
+            let fd = sock.as_raw_fd();
+            let dup = move || {
+                // SAFETY: dup2 on a descriptor this process owns. The new descriptor has no
+                // FD_CLOEXEC, so QEMU inherits it as NIC_FD.
+                if unsafe { sys::dup2(fd, NIC_FD) } < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            };
+            // SAFETY: `dup` runs between fork and exec and calls only dup2
+            // (async-signal-safe); `sock` outlives the spawn below.
+            unsafe { cmd.pre_exec(dup) };
+            nic = Some(sock);
+            format!("dgram,id=n0,local.type=fd,local.str={NIC_FD}")
+        };
         cmd.args(["-machine", "pc", "-cpu", "max", "-smp", "1"])
             .args(["-m", &config.memory_mib.to_string()])
             .args([
@@ -483,13 +585,7 @@ impl Guest {
                 "-serial",
                 "chardev:ctl",
             ])
-            .args([
-                "-netdev",
-                &format!(
-                    "socket,id=n0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",
-                    config.peer_udp_port, config.local_udp_port
-                ),
-            ])
+            .args(["-netdev", &netdev])
             .args([
                 "-device",
                 &format!(
@@ -519,6 +615,8 @@ impl Guest {
                 qemu.display()
             ))
         })?;
+        // QEMU has its own descriptor of the NIC's socket now.
+        drop(nic);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),

@@ -81,6 +81,15 @@ impl BuiltMdl {
         self.words.as_ptr().cast()
     }
 
+    /// Sets `MappedSystemVa` (and MDL_MAPPED_TO_SYSTEM_VA): where the CPU reads the bytes.
+    pub fn set_system_va(&mut self, va: *mut core::ffi::c_void) {
+        let m = self.words.as_mut_ptr().cast::<MDL>();
+        // SAFETY: `m` points to the MDL written in `new`, exclusively borrowed through `self`.
+        let m = unsafe { &mut *m };
+        m.MappedSystemVa = va;
+        m.MdlFlags |= 0x1;
+    }
+
     /// Links `next` after this MDL (`next` must outlive every walk of the chain).
     pub fn set_next(&mut self, next: Option<&BuiltMdl>) {
         let p = next.map_or(ptr::null_mut(), |n| n.as_ptr().cast_mut());

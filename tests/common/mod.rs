@@ -25,6 +25,7 @@ pub mod ndis;
 pub mod ndk;
 pub mod objects;
 pub mod qtest;
+pub mod smbd;
 pub mod tshark;
 pub mod vmx;
 

@@ -631,6 +631,11 @@ pub struct ClusterConfig {
     /// drives the whole cluster: no thread hand-off per interrupt, and a run does not depend
     /// on how the machine schedules threads (the fuzz targets). Mode::Deterministic only.
     pub thread_free: bool,
+    /// The connection engines' path MTU code (`EngineConfig::path_mtu`; 3 = 1024, 5 = 4096).
+    pub path_mtu: u8,
+    /// The engines' CM Response Timeout and Max CM Retries (`EngineConfig`; rdma_cm's 20
+    /// and 15 by default).
+    pub cm_timing: (u8, u8),
 }
 
 impl ClusterConfig {
@@ -651,6 +656,11 @@ impl ClusterConfig {
             real_time: false,
             benchmark_addresses: false,
             thread_free: false,
+            path_mtu: pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0).path_mtu,
+            cm_timing: {
+                let e = pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0);
+                (e.cm_response_timeout, e.max_cm_retries)
+            },
         }
     }
 

@@ -197,6 +197,9 @@ pub struct VmxClusterConfig {
     pub processors: u32,
     /// A MAC for one host's driver to use instead of its permanent one: (host, MAC).
     pub mac_override: Option<(usize, [u8; 6])>,
+    /// Probe the driver on every host (off: the platforms only, for a harness that brings
+    /// the device up itself, such as the NDIS miniport's).
+    pub probe: bool,
 }
 
 impl VmxClusterConfig {
@@ -215,6 +218,7 @@ impl VmxClusterConfig {
             model: pvrdma_sim::vmxnet3::Vmxnet3Config::default(),
             processors: 2,
             mac_override: None,
+            probe: true,
         }
     }
 }
@@ -319,14 +323,18 @@ impl VmxCluster {
             {
                 driver.mac = Some(mac);
             }
-            let r = Vmxnet3::probe(p, &driver, client.clone());
+            let r = if cfg.probe {
+                Vmxnet3::probe(p, &driver, client.clone()).map(Some)
+            } else {
+                Ok(None)
+            };
             let failed = r.as_ref().err().copied();
             c.hosts.push(VmxHost {
                 vnic: v,
                 platform,
                 dma,
                 client,
-                nic: r.ok(),
+                nic: r.ok().flatten(),
                 tx,
             });
             if let Some(e) = failed {

@@ -425,7 +425,14 @@ impl RoceTransport {
                     self.count(|c| c.naks_received += 1);
                     self.ack_upto(core, qp, &mut req, psn.sub(1));
                     if Self::still_rts(core, qp) && req.msg_at(psn).is_some() {
-                        if code == NakCode::PsnSequenceError {
+                        if code == NakCode::PsnSequenceError && req.rnr_psn == Some(psn) {
+                            // The responder RNR-NAKed this PSN and now NAKs the packets
+                            // behind it as out of sequence (rxe and the model's responder
+                            // both do): the RNR timer's resend from that PSN answers both.
+                            // Resending now, and spending a transport retry on it, would
+                            // fail the message with RETRY_EXC_ERR within microseconds
+                            // whatever the RNR retry count.
+                        } else if code == NakCode::PsnSequenceError {
                             if req.retry_left == 0 {
                                 Self::fail_msg(
                                     core,

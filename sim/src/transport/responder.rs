@@ -102,7 +102,8 @@ fn classify(opcode: u8) -> Option<Class> {
 
 /// How a request packet ended.
 enum Outcome {
-    /// Executed; `ack` = send an ACK for it (last packet of a SEND/WRITE).
+    /// Executed; `ack` = the last packet of a SEND/WRITE (the message is done: MSN + 1 and
+    /// an ACK). A middle packet whose AckReq is set is ACKed too (without the MSN).
     Done { ack: bool, psns: u32 },
     /// No receive WQE: RNR NAK, PSN not consumed.
     Rnr,
@@ -186,12 +187,13 @@ impl RoceTransport {
                 if ack {
                     r.msn = r.msn.wrapping_add(1) & 0xFF_FFFF;
                 }
-                // The last packet of a SEND or WRITE is acknowledged, and so is any packet
-                // whose BTH AckReq bit asks for it: a requester such as Linux's rxe asks every
-                // 64 packets and stops at 128 unacknowledged PSNs, so left unanswered it waits
-                // for its retransmission timeout. A READ's answer is its responses.
-                let asked = pkt.bth.ack_req && pkt.bth.opcode != op::RC_RDMA_READ_REQUEST;
-                if ack || asked {
+                // A request packet with AckReq set is acknowledged, also in the middle of a
+                // message, as rxe's responder does (rxe_resp.c `acknowledge`: an ACK whenever
+                // `bth_ack(pkt)`): a requester that bounds its unacknowledged packets (rxe:
+                // 128, AckReq every 64) waits for these, and without them stalls until its
+                // retransmission timer. A READ is acknowledged by its response.
+                let ack_req = pkt.bth.ack_req && pkt.bth.opcode != op::RC_RDMA_READ_REQUEST;
+                if ack || ack_req {
                     self.count(|c| c.acks_sent += 1);
                     let s = AethSyndrome::Ack {
                         credits: AethSyndrome::UNLIMITED_CREDITS,

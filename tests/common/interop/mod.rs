@@ -4,6 +4,7 @@
 //! dispatch tables, as a kernel consumer would.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod cmatose;
 pub mod perftest;
 pub mod rig;

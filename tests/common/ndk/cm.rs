@@ -86,7 +86,16 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
         }
         let seed = (cfg.seed as u32) ^ (h.index as u32).wrapping_mul(0x9E37_79B9);
         h.ndk
-            .start_connections(p, n.clone(), EngineConfig::new(guid_from_mac(h.mac), seed))
+            .start_connections(
+                p,
+                n.clone(),
+                EngineConfig {
+                    path_mtu: cfg.path_mtu,
+                    cm_response_timeout: cfg.cm_timing.0,
+                    max_cm_retries: cfg.cm_timing.1,
+                    ..EngineConfig::new(guid_from_mac(h.mac), seed)
+                },
+            )
             .expect("connection engine starts");
         h.resolver = Some(n);
     }
