@@ -550,7 +550,7 @@ fn validate(a: &Args) {
 }
 
 fn config_lines(a: &Args, t: Option<&str>) -> Vec<(&'static str, String)> {
-    let path_mtu = pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0).path_mtu;
+    let path_mtu = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).path_mtu;
     let mtu = 256u32 << (path_mtu.clamp(1, 5) - 1);
     let mut v = vec![
         (
@@ -592,7 +592,7 @@ fn print_config(a: &Args) {
         " Times are wall clock of the whole simulation (driver + device model on one thread);"
     );
     println!(
-        " DB/IRQ/DPC per WR are exact (both hosts); provider[ns/WR] is the time inside provider calls."
+        " DB/IRQ/DPC per WR are exact (both hosts); the provider's own cost: benches/instructions.sh."
     );
 }
 

@@ -106,7 +106,7 @@ struct Cost {
 fn cost(c: &Cluster, host: usize) -> Cost {
     let h = c.host(host);
     let k = h.model.counters();
-    let ex: &[&pvrdma_ndk::os::host::HostExecutor] = &[h.platform.executor()];
+    let ex: &[&pvrdma_host::HostExecutor] = &[h.platform.executor()];
     Cost {
         post_doorbells: k.db_qp_send + k.db_qp_recv + k.db_srq,
         cq_doorbells: k.db_cq_arm + k.db_cq_arm_sol + k.db_cq_poll,

@@ -231,7 +231,8 @@ impl Fabric {
     fn perform(&mut self, i: usize, a: Action) {
         let now = self.now;
         match a {
-            Action::Send { path, mad } => {
+            Action::Send { conn, path, mad } => {
+                check_send_names_its_connection(conn, &mad);
                 self.nodes[i].sent.push((now, mad));
                 let Some(to) = self.nodes.iter().position(|n| n.gid == path.remote_gid) else {
                     return;
@@ -1750,6 +1751,21 @@ fn a_rej_on_an_established_connection_aborts_it_into_timewait() {
     Rej::new_unchecked(&mut m2[..]).set_local_comm_id(passive.0 ^ 1);
     assert_eq!(f.inject(0, &m2), Err(Dropped::UnknownConnection));
     assert_eq!(f.inject(0, &m), Err(Dropped::WrongState), "REJ in TIMEWAIT");
+}
+
+/// An `Action::Send` names the connection whose local communication ID its MAD carries
+/// (bytes 24–27 of every CM message, cm.md §3); `None` only for the connectionless replies:
+/// a REJ (attribute 0x0012) or a DREP (0x0016).
+fn check_send_names_its_connection(conn: Option<ConnId>, mad: &[u8; MAD_LEN]) {
+    let local_id = u32::from_be_bytes(mad[24..28].try_into().unwrap());
+    let id = u16::from_be_bytes(mad[16..18].try_into().unwrap());
+    match conn {
+        Some(c) => assert_eq!(c.0, local_id, "a Send's connection is its MAD's local ID"),
+        None => assert!(
+            id == attr::REJ || id == attr::DREP,
+            "only a REJ or DREP goes out with no connection, not {id:#06x}"
+        ),
+    }
 }
 
 /// The passive side runs a connection at the REQ's path MTU when it carries it, and refuses a

@@ -1,5 +1,5 @@
 //! A real CM exchange on the model's fabric, captured and judged by Wireshark (issue 11),
-//! without the NDK connector: two hosts, each with its adapter's QP1 (`ndk::qp1`) and a
+//! without the NDK connector: two hosts, each with its adapter's QP1 (`ndk::connect::qp1`) and a
 //! sans-IO `Cm`, and a small pump in between that feeds QP1's receives to `Cm::on_mad` and
 //! performs `Action::Send` through `Qp1::send`. The consumers connect with 56 bytes of
 //! private data, accept with 148, complete, and the active side disconnects; the fabric
@@ -28,8 +28,7 @@ use pvrdma_ndk::cm::{
     AcceptParams, Action, Cm, CmConfig, ConnId, ConnectParams, Event, ListenerId, Path,
     QpTransition,
 };
-use pvrdma_ndk::ndk::hw::Hardware;
-use pvrdma_ndk::ndk::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
+use pvrdma_ndk::ndk::connect::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use pvrdma_sim::fabric::FaultConfig;
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 
@@ -103,7 +102,7 @@ impl Exchange {
         let end = |h: usize, seed: u32| {
             let host = c.host(h);
             let inbox = Arc::new(Inbox::default());
-            let hw: Arc<dyn Hardware> = host.hw.clone();
+            let hw = host.hw.clone();
             let qp1 = Qp1::open(hw, Qp1Config::default(), inbox.clone()).expect("QP1 opens");
             let guid = 0x0050_5600_00AB_0000 | u64::from(seed);
             Endpoint {
@@ -200,7 +199,7 @@ impl Exchange {
             let now = self.now;
             let e = &mut self.ends[h];
             match a {
-                Action::Send { path, mad } => {
+                Action::Send { path, mad, .. } => {
                     assert_eq!(path.local_gid, e.gid, "sent from our GID");
                     let dmac = self
                         .macs
@@ -493,7 +492,10 @@ const MAD_IN_FRAME: usize = 14 + 20 + 8 + 12 + 8;
 
 /// A copy of the capture (beside it, replaced on every call) with each `(offset, bytes)`
 /// written over frame 1 (the REQ) at that offset from its Ethernet header.
-fn doctor(pcap: &std::path::Path, patches: &[(usize, &[u8])]) -> PathBuf {
+/// Bytes written over a frame at an offset.
+type Patch<'a> = (usize, &'a [u8]);
+
+fn doctor(pcap: &std::path::Path, name: &str, patches: &[Patch<'_>]) -> PathBuf {
     // The pcap global header (24) and frame 1's record header (16).
     const FRAME_IN_FILE: usize = 24 + 16;
     let mut file = std::fs::read(pcap).unwrap();
@@ -501,7 +503,7 @@ fn doctor(pcap: &std::path::Path, patches: &[(usize, &[u8])]) -> PathBuf {
         let at = FRAME_IN_FILE + offset;
         file[at..at + bytes.len()].copy_from_slice(bytes);
     }
-    let out = pcap.with_extension("doctored.pcap");
+    let out = pcap.with_extension(format!("{name}.pcap"));
     std::fs::write(&out, file).unwrap();
     out
 }
@@ -532,37 +534,51 @@ fn the_checker_rejects_wrong_endpoints_and_doctored_mads() {
     let why = rejection(&cap.pcap, &two).expect("a connection the capture lacks");
     assert!(why.contains("connections in the capture"), "{why}");
 
-    // The REQ's ClassVersion (MAD byte 2) 1 instead of 2: Linux drops such a MAD.
-    let doctored = doctor(&cap.pcap, &[(MAD_IN_FRAME + 2, &[1])]);
-    let why = rejection(&doctored, &[cap.expect()]).expect("ClassVersion 1");
-    assert!(why.contains("ClassVersion"), "{why}");
-    // The service ID's protocol byte (MAD 24 + 8 + 5) UDP's 0x11: not the TCP port space.
-    let doctored = doctor(&cap.pcap, &[(MAD_IN_FRAME + 24 + 13, &[0x11])]);
-    let why = rejection(&doctored, &[cap.expect()]).expect("a UDP service ID");
-    assert!(why.contains("service ID"), "{why}");
-    // The cma_hdr's source port (REQ private data at MAD 24 + 140, port at + 2).
-    let doctored = doctor(&cap.pcap, &[(MAD_IN_FRAME + 24 + 140 + 2, &[0x12, 0x34])]);
-    let why = rejection(&doctored, &[cap.expect()]).expect("another source port");
-    assert!(why.contains("no REQ from"), "{why}");
+    // Doctored copies of the capture, each decoded by its own tshark, in parallel.
+    let cases: [(&str, &[Patch<'_>]); 4] = [
+        // The REQ's ClassVersion (MAD byte 2) 1 instead of 2: Linux drops such a MAD.
+        ("class-version", &[(MAD_IN_FRAME + 2, &[1])]),
+        // The service ID's protocol byte (MAD 24 + 8 + 5) UDP's 0x11: not the TCP port space.
+        ("service-id", &[(MAD_IN_FRAME + 24 + 13, &[0x11])]),
+        // The cma_hdr's source port (REQ private data at MAD 24 + 140, port at + 2).
+        ("cma-port", &[(MAD_IN_FRAME + 24 + 140 + 2, &[0x12, 0x34])]),
+        // The IPv4 TTL (Ethernet 14 + 8) changed under its header checksum: Wireshark's own
+        // complaint (an expert error) is what fails.
+        ("ttl", &[(14 + 8, &[63])]),
+    ];
     let moved = CmExpect {
         active: SocketAddr::new(cap.active.ip(), 0x1234),
         ..cap.expect()
     };
-    assert_eq!(
-        rejection(&doctored, &[moved]),
-        None,
-        "only the port changed"
-    );
-    // The IPv4 TTL (Ethernet 14 + 8) changed under its header checksum: Wireshark's own
-    // complaint (an expert error) is what fails.
-    let doctored = doctor(&cap.pcap, &[(14 + 8, &[63])]);
-    let why = rejection(&doctored, &[cap.expect()]).expect("a bad IPv4 checksum");
+    let verdicts: Vec<(Option<String>, Option<String>)> = std::thread::scope(|s| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|(name, patches)| {
+                let (cap, moved) = (&cap, &moved);
+                s.spawn(move || {
+                    let doctored = doctor(&cap.pcap, name, patches);
+                    let why = rejection(&doctored, &[cap.expect()]);
+                    let as_moved = rejection(&doctored, &[*moved]);
+                    let _ = std::fs::remove_file(doctored);
+                    (why, as_moved)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let why = verdicts[0].0.clone().expect("ClassVersion 1");
+    assert!(why.contains("ClassVersion"), "{why}");
+    let why = verdicts[1].0.clone().expect("a UDP service ID");
+    assert!(why.contains("service ID"), "{why}");
+    let why = verdicts[2].0.clone().expect("another source port");
+    assert!(why.contains("no REQ from"), "{why}");
+    assert_eq!(verdicts[2].1, None, "only the port changed");
+    let why = verdicts[3].0.clone().expect("a bad IPv4 checksum");
     assert!(
         why.starts_with("tshark complains about CM MAD frame 1"),
         "{why}"
     );
     assert!(why.to_lowercase().contains("checksum"), "{why}");
-    let _ = std::fs::remove_file(doctored);
 }
 
 /// Drops and duplicates on both directions: the CMs retransmit on their timers, the capture

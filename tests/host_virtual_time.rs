@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, Weak};
 use common::Mode;
 use common::ndk::{Cluster, ClusterConfig, Registered, fill, pattern, verify};
 use ndk_dp::{LOCAL, Pair};
+use pvrdma_host::HostPlatform;
 use pvrdma_ndk::ndkpi::STATUS_SUCCESS;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::clock::NS_PER_SEC;
 use pvrdma_ndk::os::dpc::{DpcHandler, Timer};
-use pvrdma_ndk::os::host::HostPlatform;
 use pvrdma_sim::fabric::FabricPort;
 
 /// What fired, in order, and the virtual time it read.

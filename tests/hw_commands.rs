@@ -7,8 +7,8 @@ mod common;
 use common::memory::ConsumerMem;
 use common::objects::*;
 use common::{Harness, Mode};
-use pvrdma_ndk::ndk::HwError;
-use pvrdma_ndk::ndk::pvrdma_hw::hw_error;
+use pvrdma_ndk::ndk::NdkError;
+use pvrdma_ndk::ndkpi::{NTSTATUS, STATUS_INTERNAL_ERROR, STATUS_INVALID_PARAMETER};
 use pvrdma_ndk::pvrdma::cmd::{
     CreateBind, CreateCq, CreateMr, CreatePd, DestroyBind, DestroyCq, DestroyMr, DestroyPd,
     ModifySrq, QpAttrMask, QpState, QpType, QueryPkey, QueryPort, QuerySrq, SrqAttr, code,
@@ -17,6 +17,11 @@ use pvrdma_ndk::pvrdma::cmd::{
 use pvrdma_ndk::pvrdma::pdir::PageDir;
 use pvrdma_ndk::pvrdma::wqe::AccessFlags;
 use pvrdma_sim::{DeviceConfig, ObjectCounts};
+
+/// The NTSTATUS a consumer sees for a device error.
+fn status(e: pvrdma_ndk::pvrdma::PvrdmaError) -> NTSTATUS {
+    NdkError::from(e).to_ntstatus()
+}
 
 fn counts(pds: usize, mrs: usize, cqs: usize, qps: usize, srqs: usize) -> ObjectCounts {
     ObjectCounts {
@@ -44,7 +49,7 @@ fn query_port_and_pkey() {
         .execute(&QueryPort { port_num: 2 })
         .unwrap_err();
     assert_eq!(e, dev_err(code::QUERY_PORT, 22));
-    assert_eq!(hw_error(e), HwError::Invalid);
+    assert_eq!(status(e), STATUS_INVALID_PARAMETER);
     let cmd = QueryPkey {
         port_num: 1,
         index: 0,
@@ -70,7 +75,7 @@ fn pd_handles_and_errors() {
     // A user context that does not exist (no CREATE_UC): unknown handle.
     let e = dev.cmd().execute(&CreatePd { ctx_handle: 5 }).unwrap_err();
     assert_eq!(e, dev_err(code::CREATE_PD, 2));
-    assert_eq!(hw_error(e), HwError::Failed);
+    assert_eq!(status(e), STATUS_INTERNAL_ERROR);
     destroy_pd(dev, 1);
     assert_eq!(create_pd(dev), 1, "lowest free handle (M10)");
     assert_eq!(h.rig.model_objects(), counts(2, 0, 0, 0, 0));
@@ -165,7 +170,7 @@ fn memory_regions_normal_dma_frmr() {
     // A PD with MRs is busy; an unknown PD is an unknown handle.
     let e = dev.cmd().execute(&DestroyPd { pd_handle: pd }).unwrap_err();
     assert_eq!(e, dev_err(code::DESTROY_PD, 16));
-    assert_eq!(hw_error(e), HwError::Failed);
+    assert_eq!(status(e), STATUS_INTERNAL_ERROR);
     let orphan = CreateMr {
         pd_handle: 9,
         ..dma_mr
@@ -437,7 +442,7 @@ fn srq_commands_unsupported_without_srqs() {
     let pd = create_pd(h.dev());
     let e = create_srq(h.dev(), pd, 64, 1, 0).err().unwrap();
     assert_eq!(e, dev_err(code::CREATE_SRQ, 95));
-    assert_eq!(hw_error(e), HwError::Invalid);
+    assert_eq!(status(e), STATUS_INVALID_PARAMETER);
     destroy_pd(h.dev(), pd);
     h.finish();
 }

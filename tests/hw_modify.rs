@@ -1,5 +1,5 @@
-//! `Hardware::modify_qp_async` and the GID binding against the device model: two RC QPs
-//! taken INIT → RTR → RTS by the seam alone (no test utility) move data; ERR flushes what is
+//! `Verbs::modify_qp` and the GID binding against the device model: two RC QPs
+//! taken INIT → RTR → RTS by the verbs alone (no test utility) move data; ERR flushes what is
 //! outstanding as STATUS_CANCELLED (ndkpi.md §5.6); out-of-range values never reach the
 //! device; CREATE_BIND / DESTROY_BIND fill and clear the model's GID table, and frames sent
 //! from a bound index carry that source address.
@@ -13,9 +13,9 @@ use common::Mode;
 use common::ndk::{Cluster, ClusterConfig, Qp, QpSpec, Registered};
 use ndk_dp::*;
 use pvrdma_ndk::cm::addr::gid_from_ip;
-use pvrdma_ndk::ndk::HwError;
-use pvrdma_ndk::ndk::hw::{Hardware, QpModify, QpPath, QpState};
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::pvrdma::PvrdmaError;
+use pvrdma_ndk::pvrdma::verbs::{QpModify, QpPath, QpState, Verbs};
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};
 use pvrdma_sim::qp::QpState as ModelState;
 
@@ -53,12 +53,12 @@ impl Capture {
 fn run<T: Send + 'static>(
     c: &Cluster,
     h: usize,
-    issue: impl FnOnce(&dyn Hardware, Box<dyn FnOnce(Result<T, HwError>) + Send>),
-) -> Result<T, HwError> {
-    let cell: Arc<Mutex<Option<Result<T, HwError>>>> = Arc::new(Mutex::new(None));
+    issue: impl FnOnce(&Verbs, Box<dyn FnOnce(Result<T, PvrdmaError>) + Send>),
+) -> Result<T, PvrdmaError> {
+    let cell: Arc<Mutex<Option<Result<T, PvrdmaError>>>> = Arc::new(Mutex::new(None));
     let c2 = cell.clone();
     issue(
-        &*c.host(h).hw,
+        &c.host(h).hw,
         Box::new(move |r| *c2.lock().unwrap() = Some(r)),
     );
     c.wait_for("the command's completion", || {
@@ -67,9 +67,9 @@ fn run<T: Send + 'static>(
     cell.lock().unwrap().take().unwrap()
 }
 
-fn modify(c: &Cluster, q: &Qp, m: QpModify) -> Result<(), HwError> {
+fn modify(c: &Cluster, q: &Qp, m: QpModify) -> Result<(), PvrdmaError> {
     let h = q.handle();
-    run(c, q.host(), |hw, done| hw.modify_qp_async(h, &m, done))
+    run(c, q.host(), |hw, done| hw.modify_qp(h, &m, done))
 }
 
 fn model_qp(c: &Cluster, q: &Qp) -> pvrdma_sim::device::QpInfo {
@@ -214,19 +214,24 @@ fn bad_values_and_bad_transitions_are_refused() {
     let commands = || c.host(0).dev.cmd().stats().submitted;
     let before = commands();
     let mut m = rts(1 << 24);
-    assert_eq!(modify(&c, &p.qa, m), Err(HwError::Invalid));
+    assert_eq!(modify(&c, &p.qa, m), Err(PvrdmaError::InvalidParameter));
     m = rtr(0x101, 0, path_to(&c, 1));
     m.path_mtu = Some(6);
-    assert_eq!(modify(&c, &p.qa, m), Err(HwError::Invalid));
+    assert_eq!(modify(&c, &p.qa, m), Err(PvrdmaError::InvalidParameter));
     assert_eq!(commands(), before, "refused before the device");
     // INIT → RTS skips RTR: the device refuses (M39, error 22) and the QP stays in INIT.
-    assert_eq!(modify(&c, &p.qa, rts(1)), Err(HwError::Invalid));
+    let refused = Err(PvrdmaError::CommandRejected { code: 10, err: 22 });
+    assert_eq!(
+        modify(&c, &p.qa, rts(1)),
+        refused,
+        "MODIFY_QP refused: EINVAL"
+    );
     assert_eq!(commands(), before + 1);
     assert_eq!(model_qp(&c, &p.qa).state, ModelState::Init);
     // RC RTR without the attributes §8 requires (no path): refused likewise.
     let mut no_path = rtr(0x101, 0, path_to(&c, 1));
     no_path.path = None;
-    assert_eq!(modify(&c, &p.qa, no_path), Err(HwError::Invalid));
+    assert_eq!(modify(&c, &p.qa, no_path), refused);
     assert_eq!(model_qp(&c, &p.qa).state, ModelState::Init);
     p.close();
     c.finish();
@@ -248,14 +253,15 @@ fn gids_bind_and_unbind_and_frames_carry_the_bound_source() {
 
     let gid = |i: u32| c.host(0).model.with_core(|core| core.gid(i));
     for (i, g) in [(3u32, extra_v4), (4, v6)] {
-        assert_eq!(run(&c, 0, |hw, d| hw.bind_gid_async(i, g, d)), Ok(()));
+        assert_eq!(run(&c, 0, |hw, d| hw.bind_gid(i, g, d)), Ok(()));
         let e = gid(i).expect("bound");
         assert_eq!(e.gid, g);
     }
     // An index beyond the table (gid_tbl_len = 16) fails in the device.
     assert_eq!(
-        run(&c, 0, |hw, d| hw.bind_gid_async(16, extra_v4, d)),
-        Err(HwError::Invalid)
+        run(&c, 0, |hw, d| hw.bind_gid(16, extra_v4, d)),
+        Err(PvrdmaError::CommandRejected { code: 15, err: 22 }),
+        "CREATE_BIND refused: EINVAL"
     );
 
     // A SEND from sgid index 3 leaves as 192.168.7.9: the peer's QP learns it from the GRH
@@ -307,12 +313,9 @@ fn gids_bind_and_unbind_and_frames_carry_the_bound_source() {
         "none from 10.0.0.1"
     );
 
-    assert_eq!(
-        run(&c, 0, |hw, d| hw.unbind_gid_async(3, extra_v4, d)),
-        Ok(())
-    );
+    assert_eq!(run(&c, 0, |hw, d| hw.unbind_gid(3, extra_v4, d)), Ok(()));
     assert_eq!(gid(3), None);
-    assert_eq!(run(&c, 0, |hw, d| hw.unbind_gid_async(4, v6, d)), Ok(()));
+    assert_eq!(run(&c, 0, |hw, d| hw.unbind_gid(4, v6, d)), Ok(()));
     assert_eq!(gid(4), None);
     assert!(gid(0).is_some(), "index 0 untouched");
     drop([ma.close(), mb.close()]);

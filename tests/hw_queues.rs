@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use common::memory::ConsumerMem;
 use common::objects::*;
 use common::{Harness, Mode};
+use pvrdma_host::current_processor;
 use pvrdma_ndk::os::Processor;
-use pvrdma_ndk::os::host::current_processor;
 use pvrdma_ndk::pvrdma::cmd::{
     CreateMr, DestroyMr, QpAttrMask, QpState, QpType, QueryQp, mr_flags,
 };
@@ -331,7 +331,7 @@ fn arm_and_notify(mode: Mode) {
     h.settle();
     assert_eq!(rec.completions.load(Ordering::SeqCst), 2);
     assert_eq!(s.cq.poll().len(), 1);
-    dev.ring(CqDoorbell::poll(s.cq.handle));
+    dev.bell(CqDoorbell::poll(s.cq.handle)).ring();
     let st = dev.stats();
     let mc = h.rig.model.counters();
     assert_eq!(mc.cqnes, 2);

@@ -192,8 +192,14 @@ fn smb_direct_against_ksmbd() {
             );
             assert_eq!(nr.capabilities & smb2::CAP_LARGE_MTU, smb2::CAP_LARGE_MTU);
             // The request granted ksmbd every receive posted; it answered with one message.
+            // ksmbd reposts the receive our negotiate request used in a work item
+            // (transport_rdma.c smb_direct_post_recv_credits), which then queues
+            // send_immediate_work: when the repost lands after the NEGOTIATE response took
+            // `new_recv_credits`, ksmbd also sends an empty message granting none, which
+            // spends one of the credits we gave (seen in CI at load, not on an idle machine).
             assert_eq!(t.stats.credits_granted, 255);
-            assert_eq!(t.peer_credits(), 254);
+            assert!(t.stats.empty_received <= 1, "{:?}", t.stats);
+            assert_eq!(u64::from(t.peer_credits()) + t.stats.empty_received, 254);
             assert!(t.stats.receive_errors.is_empty() && t.stats.send_errors.is_empty());
             t.check_invariants();
             t.close();

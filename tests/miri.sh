@@ -14,7 +14,7 @@
 # the consumers' RequestContext values (opaque PVOIDs the provider stores and hands back), so
 # permissive provenance is stated rather than warned about on every test. Leaks are not
 # checked: a ring quarantined because the device may still write it is never freed, by design
-# (`ndk::pvrdma_hw`), and the crate counts its own allocations (`os::alloc::stats`,
+# (`pvrdma::verbs`), and the crate counts its own allocations (`os::alloc::stats`,
 # tests/ndk_leaks.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,8 +37,12 @@ for t in "${slow[@]}"; do skips+=(--skip "$t"); done
 # virtual-time state-machine tests would take many minutes interpreted, with nothing to check.
 cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --lib -- os:: pvrdma:: vmxnet3:: ndk:: ndis:: "${skips[@]}"
 
-# The dispatch tables driven as a consumer drives them (tests/ndk_objects.rs, over a recording
-# fake of the hardware layer): the single-threaded tests of consumer-supplied arrays — SGE lists
+# The host test infrastructure the rest runs on (the dev-only crate host/): the DPC executor's
+# threads and serialisation, wall-clock and virtual timers, the platform's UAR page.
+cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-host
+
+# The dispatch tables driven as a consumer drives them (tests/ndk_objects.rs, over the device
+# model): the single-threaded tests of consumer-supplied arrays — SGE lists
 # and page arrays whose declared count is over its limit, and result arrays written by polls.
 cargo "+${MIRI_TOOLCHAIN:-nightly}" miri test -p pvrdma-ndk --test ndk_objects -- \
     a_declared_count_above_its_limit_fails_before_any_entry_is_read \

@@ -267,6 +267,7 @@ fn each_roce_frame_size_reaches_the_req_create_bind_and_the_data() {
     opts.port_mtu = 5;
     let mut rig = NdisRig::with(opts);
     let sizes = [256u32, 512, 1024, 2048, 4096];
+    let mut captures = Vec::new();
     for (n, &size) in sizes.iter().enumerate() {
         for h in 0..2 {
             rig.restart(h, &keys(size)).unwrap();
@@ -303,32 +304,35 @@ fn each_roce_frame_size_reaches_the_req_create_bind_and_the_data() {
         s1.close();
         rig.mp(0).close_ndk_adapter(a0.ptr);
         rig.mp(1).close_ndk_adapter(a1.ptr);
-        let code = u64::from(mtu_code(size).unwrap());
-        if let Some(mtus) = tshark::req_path_mtus(&pcap) {
-            assert_eq!(
-                mtus,
-                vec![code],
-                "{size}: the REQ's path MTU as Wireshark decodes it"
-            );
-            // RC SEND First/Middle/Last/Only (opcodes 0, 1, 2, 4) from host 0.
-            let sends = tshark::frame_fields(
-                &pcap,
-                "infiniband.bth.opcode <= 4 && ip.src == 10.0.0.1",
-                &["infiniband.bth.opcode"],
-            )
-            .unwrap();
-            let ops: Vec<&str> = sends.iter().map(|r| r[0].as_str()).collect();
-            assert_eq!(
-                ops,
-                ["0", "1", "1", "2"],
-                "{size}: {len} bytes at MTU {size}"
-            );
-        }
-        if std::env::var_os("PVRDMA_KEEP_PCAP").is_none() {
-            let _ = std::fs::remove_file(&pcap);
-        }
+        captures.push((size, len, pcap));
     }
     rig.finish();
+    // One tshark per capture, all at once: each start costs more than its decode.
+    std::thread::scope(|s| {
+        let decodes: Vec<_> = captures
+            .iter()
+            .map(|(_, _, pcap)| s.spawn(|| tshark::req_path_mtus_and_rc_sends(pcap, "10.0.0.1")))
+            .collect();
+        for ((size, len, pcap), d) in captures.iter().zip(decodes) {
+            if let Some((mtus, ops)) = d.join().expect("the decode thread") {
+                let code = u64::from(mtu_code(*size).unwrap());
+                assert_eq!(
+                    mtus,
+                    vec![code],
+                    "{size}: the REQ's path MTU as Wireshark decodes it"
+                );
+                // RC SEND First/Middle/Last/Only (opcodes 0, 1, 2, 4) from host 0.
+                assert_eq!(
+                    ops,
+                    ["0", "1", "1", "2"],
+                    "{size}: {len} bytes at MTU {size}"
+                );
+            }
+            if std::env::var_os("PVRDMA_KEEP_PCAP").is_none() {
+                let _ = std::fs::remove_file(pcap);
+            }
+        }
+    });
 }
 
 /// A peer asking a larger path MTU than this side runs at is refused (REJ 26, the consumer

@@ -18,12 +18,12 @@ use common::ndis::*;
 use common::ndk::{PSN_AB, PSN_BA, Pump, Qp, fill, verify};
 use common::objects::{rc_rtr_rts, rts_attrs};
 use common::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndk::set_qp_connected;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::stats;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_sim::world::{NodeConfig, World};
 
 const LOCAL: u32 = NDK_MR_FLAG_ALLOW_LOCAL_WRITE;

@@ -2,9 +2,14 @@
 //! poller finds QPs without a lock or a count (`src/ndk/qp_table.rs`): each QP is bound to
 //! the CQ's own table at creation, unbound at teardown, and its memory handed to the CQ's
 //! poller, which releases it only where it holds no QP reference (NdkArmCq here). This
-//! test runs that life cycle 300 times against a poller that never stops: every completion
-//! must reach its own QP exactly once and in order, QPs enough to make the CQ's table grow
-//! are alive at once, and at the end nothing leaks (`Cluster::finish`).
+//! test runs that life cycle 100 times (3,000 in the `#[ignore]`d run `.ci/run` makes in
+//! release) against a poller that never stops: every completion must reach its own QP exactly
+//! once and in order, QPs enough to make the CQ's table grow are alive at once, and at the end
+//! nothing leaks (`Cluster::finish`).
+//!
+//! ```sh
+//! cargo test --release --test ndk_churn -- --include-ignored
+//! ```
 
 mod common;
 
@@ -16,8 +21,10 @@ use common::Mode;
 use common::ndk::{Cluster, ClusterConfig, QpSpec, Registered, sge};
 use pvrdma_ndk::ndkpi::*;
 
-/// QP life cycles.
-const ROUNDS: usize = 300;
+/// QP life cycles of the default run.
+const ROUNDS: usize = 100;
+/// QP life cycles of the long `#[ignore]`d run (`.ci/run`, release).
+const LONG: usize = 3_000;
 /// WRITEs per QP.
 const PER_QP: u64 = 6;
 /// QPs alive at once (the oldest closes when a new one completes).
@@ -37,6 +44,16 @@ unsafe extern "system" fn on_cq(_ctx: PVOID, _st: NTSTATUS) {}
 
 #[test]
 fn qps_created_and_closed_while_their_shared_cq_is_polled() {
+    churn(ROUNDS);
+}
+
+#[test]
+#[ignore = "3,000 QP life cycles: run with --ignored in release (.ci/run; see the module docs)"]
+fn qps_created_and_closed_while_their_shared_cq_is_polled_long() {
+    churn(LONG);
+}
+
+fn churn(rounds: usize) {
     // Raw wiring: this test is about the CQ's QP table, not connections, and 300 connections
     // made and parted in a few seconds of wall time would all sit in TIMEWAIT (about 2 s) at
     // once on a fast machine, more than the engine's 256 connection slots.
@@ -60,7 +77,7 @@ fn qps_created_and_closed_while_their_shared_cq_is_polled() {
 
     // The poller: polls without pause, arms when it finds the CQ empty (the moment the
     // provider releases closed QPs), records per round the next expected request.
-    let seen: Arc<Vec<AtomicU64>> = Arc::new((0..ROUNDS).map(|_| AtomicU64::new(0)).collect());
+    let seen: Arc<Vec<AtomicU64>> = Arc::new((0..rounds).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let poller = {
         let (cq, seen, stop) = (Raw(cq_a.ptr), seen.clone(), stop.clone());
@@ -86,7 +103,7 @@ fn qps_created_and_closed_while_their_shared_cq_is_polled() {
                 for r in &buf[..n] {
                     assert_eq!(r.Status, STATUS_SUCCESS);
                     let round = (r.QPContext as usize).wrapping_sub(BASE);
-                    assert!(round < ROUNDS, "QPContext {:#x}", r.QPContext as usize);
+                    assert!(round < rounds, "QPContext {:#x}", r.QPContext as usize);
                     let want = seen[round].load(Ordering::SeqCst);
                     assert_eq!(r.RequestContext as u64, want, "round {round}: order");
                     seen[round].store(want + 1, Ordering::SeqCst);
@@ -105,7 +122,7 @@ fn qps_created_and_closed_while_their_shared_cq_is_polled() {
 
     let src = sge(a_mem.mem.va, 8, a_mem.mr.local_token());
     let mut alive = std::collections::VecDeque::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let mut spec = QpSpec::new(BASE + round);
         spec.initiator_depth = 8;
         let qa = pd_a.create_qp(&cq_a, &cq_a, spec).expect("QP a");
@@ -148,7 +165,7 @@ fn qps_created_and_closed_while_their_shared_cq_is_polled() {
     }
     stop.store(true, Ordering::SeqCst);
     let (results, arms) = poller.join().expect("poller");
-    assert_eq!(results, ROUNDS as u64 * PER_QP, "every completion once");
+    assert_eq!(results, rounds as u64 * PER_QP, "every completion once");
     assert!(arms > 0);
     for (r, s) in seen.iter().enumerate() {
         assert_eq!(s.load(Ordering::SeqCst), PER_QP, "round {r}");

@@ -121,7 +121,10 @@ fn sixty_four_simultaneous_connections_both_ways() {
 #[test]
 fn churn_faster_than_timewait_fills_the_table_until_timewait_ends() {
     let c = cluster();
-    let capacity = c.host(0).ndk.connections().unwrap().config().capacity;
+    let capacity = pvrdma_ndk::ndk::connect::engine(&c.host(0).ndk)
+        .unwrap()
+        .config()
+        .capacity;
     let mut mesh = Mesh::new(&c, 2);
     mesh.sides[1].listen(&c, 1);
     let mut qps = Vec::new();

@@ -224,7 +224,7 @@ fn dead_peer(kill: impl FnOnce(&Cluster), revive: impl FnOnce(&Cluster)) {
         (0, 0, 0, 0),
         "nothing held after the timeout"
     );
-    if let Some(e) = c.host(1).ndk.connections() {
+    if let Some(e) = pvrdma_ndk::ndk::connect::engine(&c.host(1).ndk) {
         assert_eq!(e.stats().mads_in, before, "host 1's engine saw no REQ");
     }
     c.finish();
@@ -243,9 +243,17 @@ fn dead_peer_without_qp1_times_out_within_the_retry_budget() {
     dead_peer(|c| c.host(1).ndk.stop_connections(), |_| {});
 }
 
-/// The closing note's table: setup time in virtual µs (NdkConnect issued → it completes,
-/// and → the passive side's NdkAccept completes) and CM MADs per connection.
 #[test]
+fn sixteen_connections_one_at_a_time_take_three_mads_each() {
+    assert_clean(&connect_one_at_a_time(16));
+}
+
+/// The closing note's table: setup time in virtual µs (NdkConnect issued → it completes,
+/// and → the passive side's NdkAccept completes) and CM MADs per connection. Its rows are
+/// the runs the tests above assert on (the fabric is deterministic per seed), printed:
+/// `cargo test --test ndk_cm_faults -- --ignored --nocapture setup_time_table`.
+#[test]
+#[ignore = "prints the setup-time table of the runs the other tests assert on"]
 fn setup_time_table() {
     let rows = [
         connect_one_at_a_time(16),

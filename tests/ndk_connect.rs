@@ -569,7 +569,7 @@ fn ephemeral_ports_come_back() {
     let c = cm_cluster(false);
     let p = pair(&c);
     let (ia, ib) = (c.host(0).ip, c.host(1).ip);
-    let engine = c.host(1).ndk.connections().unwrap();
+    let engine = pvrdma_ndk::ndk::connect::engine(&c.host(1).ndk).unwrap();
     let mut ls = Vec::new();
     let mut ports = std::collections::BTreeSet::new();
     for _ in 0..20 {
@@ -585,7 +585,7 @@ fn ephemeral_ports_come_back() {
         assert_eq!(l.close(), STATUS_SUCCESS);
     }
     assert_eq!(engine.live().3, 0);
-    let ea = c.host(0).ndk.connections().unwrap();
+    let ea = pvrdma_ndk::ndk::connect::engine(&c.host(0).ndk).unwrap();
     for _ in 0..5 {
         let client = c.adapter(0).create_connector().unwrap();
         assert_eq!(
@@ -617,8 +617,8 @@ fn sequential_cycles_leave_nothing_behind() {
     let ma = Registered::new(c.host(0), &pd_a, 1, 0x1000_0000, LOCAL);
     let mb = Registered::new(c.host(1), &pd_b, 1, 0x2000_0000, LOCAL);
     let (ea, eb) = (
-        c.host(0).ndk.connections().unwrap(),
-        c.host(1).ndk.connections().unwrap(),
+        pvrdma_ndk::ndk::connect::engine(&c.host(0).ndk).unwrap(),
+        pvrdma_ndk::ndk::connect::engine(&c.host(1).ndk).unwrap(),
     );
     let mut qps = Vec::new();
     for i in 0..30u8 {
@@ -939,7 +939,7 @@ fn shared_endpoint_refuses_a_duplicate_four_tuple() {
     assert_eq!(first.complete_connect(), STATUS_SUCCESS);
     assert_eq!(accept.wait(), STATUS_SUCCESS);
     assert_eq!(l.incoming.calls(), 1);
-    let engine = c.host(0).ndk.connections().unwrap();
+    let engine = pvrdma_ndk::ndk::connect::engine(&c.host(0).ndk).unwrap();
     assert_eq!(engine.tuples_in_use(), 1);
     part(&c, &first, &server);
     assert_eq!(first.close(), STATUS_SUCCESS);

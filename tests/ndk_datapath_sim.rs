@@ -1,4 +1,4 @@
-//! The NDK data path over `PvrdmaHardware` on two simulated hosts (the ndkperf cluster): bytes
+//! The NDK data path over `pvrdma::verbs::Verbs` on two simulated hosts (the ndkperf cluster): bytes
 //! moved by READ, WRITE and SEND, and the doorbell rule (one per non-deferred post, one per
 //! DEFER chain; a poll rings POLL when it finds the ring empty, at its start or once it ran dry
 //! with results still wanted, as Linux's does). Both with a model that writes CQEs as they complete and with one that holds them

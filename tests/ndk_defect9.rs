@@ -1,7 +1,7 @@
 //! Issue 13 defect 9, one named test per hole, each through the dispatch tables against the
 //! device model: a CQ that reported CQ_ERR returns no completions (ndkpi.md §5.4); a CREATE_CQ
 //! response with fewer entries than asked for fails the create (M11: response `cqe` =
-//! request, `pvrdma_hw` unit tests); queue memory whose DESTROY failed is quarantined until the
+//! request, `pvrdma::verbs` unit tests); queue memory whose DESTROY failed is quarantined until the
 //! device is RESET, not freed; memory an MR registered without NDK_MR_FLAG_ALLOW_LOCAL_WRITE
 //! covers is not writable by the device (a receive or READ into it fails,
 //! STATUS_ACCESS_VIOLATION).
@@ -14,10 +14,9 @@ use std::sync::{Arc, Mutex};
 use common::ndk::{Cluster, QpSpec, Registered, fill, verify};
 use common::{Harness, Mode};
 use ndk_dp::*;
-use pvrdma_ndk::ndk::error::HwError;
-use pvrdma_ndk::ndk::hw::Hardware;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::pvrdma::PvrdmaError;
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 
 /// DESTROY_CQ's command code (pvrdma.md §8).
 const DESTROY_CQ: u32 = 8;
@@ -91,10 +90,10 @@ fn cq_that_reported_cq_err_returns_no_completions() {
 fn queue_memory_whose_destroy_failed_is_quarantined_until_reset() {
     let mut h = Harness::deterministic();
     let dev = Arc::new(h.dev.take().expect("probed"));
-    let hw = PvrdmaHardware::new(dev.clone()).expect("hw");
-    let answer: Arc<Mutex<Option<Result<u32, HwError>>>> = Arc::new(Mutex::new(None));
+    let hw = Verbs::new(dev.clone()).expect("hw");
+    let answer: Arc<Mutex<Option<Result<u32, PvrdmaError>>>> = Arc::new(Mutex::new(None));
     let a = answer.clone();
-    hw.create_cq_async(64, None, Box::new(move |r| *a.lock().unwrap() = Some(r)));
+    hw.create_cq(64, Box::new(move |r| *a.lock().unwrap() = Some(r)));
     h.rig
         .wait_for("CREATE_CQ", || answer.lock().unwrap().is_some());
     let cq = answer.lock().unwrap().take().unwrap().expect("a CQ");

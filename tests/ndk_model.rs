@@ -1,4 +1,4 @@
-//! The NDK provider objects over the real hardware layer (`ndk::pvrdma_hw::PvrdmaHardware`)
+//! The NDK provider objects over the verbs layer (`pvrdma::verbs::Verbs`)
 //! against the device model (`pvrdma-sim`), through the host harness: an asynchronous
 //! NdkCreatePd, CQ and QP creation, pre-posted receives, an armed CQ, NdkFlush (MODIFY_QP →
 //! ERR, M32) whose flush CQEs come back as STATUS_CANCELLED results with one notification,
@@ -15,10 +15,10 @@ use common::objects::{rc_rtr_rts, rts_attrs};
 use common::{Mode, Rig, RigConfig};
 use pvrdma_ndk::ndk::NdkDevice;
 use pvrdma_ndk::ndk::dispatch;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
 use pvrdma_ndk::pvrdma::device::DeviceConfig as DrvConfig;
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::ObjectCounts;
 
 static CREATED: AtomicUsize = AtomicUsize::new(0);
@@ -51,9 +51,8 @@ fn close(obj: *mut NDK_OBJECT_HEADER) -> NTSTATUS {
 fn flush_over_the_device_model_cancels_pre_posted_receives() {
     let rig = Rig::new(RigConfig::new(Mode::Threaded));
     let dev = Arc::new(rig.probe(&DrvConfig::default()).expect("probe"));
-    let hw = PvrdmaHardware::new(dev).expect("hw");
+    let hw = Verbs::new(dev).expect("hw");
     let ndk = NdkDevice::new(hw.clone()).expect("ndk");
-    hw.attach(&ndk).expect("attach");
     let a = ndk
         .open_adapter(NDK_VERSION { Major: 1, Minor: 0 })
         .expect("open");
@@ -260,9 +259,8 @@ fn loopback_send_receive_and_rdma_write_between_two_ndk_qps() {
         })
         .expect("probe"),
     );
-    let hw = PvrdmaHardware::new(dev.clone()).expect("hw");
+    let hw = Verbs::new(dev.clone()).expect("hw");
     let ndk = NdkDevice::new(hw.clone()).expect("ndk");
-    hw.attach(&ndk).expect("attach");
     let a = ndk
         .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
         .expect("open");

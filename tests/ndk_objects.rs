@@ -1,38 +1,39 @@
 //! Drives the NDK provider object layer through its real dispatch tables, as a kernel
-//! consumer does (read `Dispatch`, call the slot), against a recording fake of the hardware
-//! seam (`pvrdma_ndk::ndk::Hardware`). Asserts exact NTSTATUS values, callback counts and
-//! callback order (ndkpi.md §5), the WQEs and doorbells the posts produce (§5.5, pvrdma.md
-//! §1 mapping), and the results built from CQEs (§3.3, Project decision (c)).
+//! consumer does (read `Dispatch`, call the slot), against the device model in its
+//! deterministic mode. Asserts exact NTSTATUS values, callback counts and callback order
+//! (ndkpi.md §5), the commands, WQEs and doorbells the calls produce (§5.5, pvrdma.md §1
+//! mapping), and the results built from CQEs (§3.3, Project decision (c)).
 //!
-//! The fake gives the NDK objects real rings (the crate's own queue types over host memory)
-//! and one fake UAR page: the WQEs are read back out of ring memory, the doorbells come
-//! through the UAR hook, and CQEs are produced into the CQ rings as the device would.
+//! The test plays the device's completions itself: its QPs stay in INIT in the model (they
+//! are marked connected on the NDK side only, `set_qp_connected`), so the model runs none of
+//! their WQEs, and the CQEs, notifications and events the tests need are put on the device's
+//! rings through the model's harness knobs (`inject_cqe`, `inject_cqne`, `post_event`),
+//! untrusted ones included. The commands the driver issues are read out of the command slot
+//! at each REQUEST write, the doorbells off the UAR page, the WQEs out of the rings.
 
-use core::ptr::{NonNull, null_mut};
-use std::alloc::{Layout, alloc_zeroed, dealloc};
-use std::cell::{Cell, RefCell};
+mod common;
+
+use core::ptr::null_mut;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use common::{PlatformSink, SimBar1, SimDma};
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndk::completion::{tag, wr_id};
-use pvrdma_ndk::ndk::cq::{Cq, CqLink};
-use pvrdma_ndk::ndk::hw::{HwDone, MrKeys, MrSpec, QpSpec, SrqSpec};
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::SrqLink;
-use pvrdma_ndk::ndk::srq::Srq;
-use pvrdma_ndk::ndk::{HwCaps, HwError, NdkDevice, dispatch, set_qp_connected};
+use pvrdma_ndk::ndk::{NdkDevice, dispatch, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Uar};
-use pvrdma_ndk::pvrdma::cq::{CqBells, CqReader};
+use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::cqe::wc_status as wc;
-use pvrdma_ndk::pvrdma::device::{CqEvents, SrqEvents};
-use pvrdma_ndk::pvrdma::eqe::EqeType;
-use pvrdma_ndk::pvrdma::queue::{CqRing, QpLayout, QpQueues, SrqLayout, SrqQueue};
-use pvrdma_ndk::pvrdma::uar::{Bell, CqDoorbell, Doorbell, QpDoorbell, SrqDoorbell};
-use pvrdma_ndk::pvrdma::wq::{RecvWqe, RecvWriter, SendWqe, SendWriter, WqKind, WqWriter};
+use pvrdma_ndk::pvrdma::device::{Device, DeviceConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
+use pvrdma_ndk::pvrdma::wq::{RecvWqe, SendWqe, WqKind, WqWriter};
 use pvrdma_ndk::pvrdma::wqe::WrOpcode;
+use pvrdma_sim::DmaSpace;
 
-// ---------------------------------------------------------------- fake hardware
+// ---------------------------------------------------------------- the device model
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Wqe {
@@ -45,13 +46,14 @@ struct Wqe {
     remote_addr: u64,
     rkey: u32,
     invalidate_rkey: u32,
-    /// (mr handle, iova, pages, length, access, key)
-    fast_reg: Option<(u32, u64, usize, u32, u32, u32)>,
+    /// (iova, pages, length, access, key, page-list directory)
+    fast_reg: Option<(u64, usize, u32, u32, u32, u64)>,
 }
 
+/// What the driver did to the device, in order: doorbells (pvrdma.md §12) and the commands
+/// the tests look for (§8).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Hw {
-    Create(&'static str, u32),
     Destroy(&'static str, u32),
     RingSend(u32),
     RingRecv(u32),
@@ -59,26 +61,49 @@ enum Hw {
     Arm(u32, bool),
     /// CQ POLL: a poll (or an arm's re-check) found the CQ empty.
     Poll(u32),
+    /// MODIFY_QP to ERR.
     Flush(u32),
     SrqLimit(u32, u32),
     /// A UAR store that is none of the doorbells above: (offset, value).
     Doorbell(u32, u32),
 }
 
-/// What CREATE_MR was asked for (an owned copy of `MrSpec`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum MrRec {
-    Dma,
-    Normal {
-        start: u64,
-        length: u64,
-        access: u32,
-        pages: Vec<u64>,
-    },
-    FastReg(u32),
+/// A command the driver issued: its code and request bytes (§8).
+#[derive(Clone, Debug)]
+struct Cmd {
+    code: u32,
+    req: Vec<u8>,
 }
 
-/// A completion the fake device produces (encoded into a 64-byte CQE, pvrdma.md §11).
+impl Cmd {
+    fn u32(&self, off: usize) -> u32 {
+        le32(&self.req, off)
+    }
+    fn u64(&self, off: usize) -> u64 {
+        le64(&self.req, off)
+    }
+}
+
+/// Command codes (§8).
+mod code {
+    pub const DESTROY_PD: u32 = 3;
+    pub const CREATE_MR: u32 = 4;
+    pub const DESTROY_MR: u32 = 5;
+    pub const DESTROY_CQ: u32 = 8;
+    pub const CREATE_QP: u32 = 9;
+    pub const MODIFY_QP: u32 = 10;
+    pub const DESTROY_QP: u32 = 12;
+    pub const CREATE_SRQ: u32 = 17;
+    pub const MODIFY_SRQ: u32 = 18;
+    pub const DESTROY_SRQ: u32 = 20;
+}
+/// CREATE_MR `flags` of the PD's DMA MR.
+const MR_FLAG_DMA: u32 = 1;
+/// `pvrdma_qp_state` ERR and the STATE bit of the attribute mask.
+const QPS_ERR: u32 = 6;
+const QP_ATTR_STATE: u32 = 1;
+
+/// A CQE the test puts on a CQ ring (encoded into a 64-byte CQE by the model, §11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct HwCqe {
     wr_id: u64,
@@ -86,6 +111,8 @@ struct HwCqe {
     status: u32,
     byte_len: u32,
     invalidated_rkey: Option<u32>,
+    /// `wc_flags` over the ones the fields above imply.
+    extra_flags: u32,
 }
 
 /// `wc_flags` WITH_INVALIDATE (pvrdma.md §11).
@@ -94,91 +121,111 @@ const WC_WITH_INVALIDATE: u32 = 1 << 2;
 const WC_RECV: u32 = 128;
 
 impl HwCqe {
-    /// The CQE as the device writes it: wr_id @0, qp @8, opcode @16, status @20,
-    /// byte_len @24, invalidated key @28, src_qp @32, wc_flags @36.
-    fn encode(&self) -> [u8; 64] {
-        let mut b = [0u8; 64];
+    fn to_model(self) -> pvrdma_sim::wqe::Cqe {
         let receive = matches!((self.wr_id >> 32) as u32, tag::RQ | tag::SRQ);
-        let opcode = if receive { WC_RECV } else { 0 };
         let (flags, key) = match self.invalidated_rkey {
             Some(k) => (WC_WITH_INVALIDATE, k),
             None => (0, 0),
         };
-        b[0..8].copy_from_slice(&self.wr_id.to_le_bytes());
-        b[8..16].copy_from_slice(&u64::from(self.qp).to_le_bytes());
-        b[16..20].copy_from_slice(&opcode.to_le_bytes());
-        b[20..24].copy_from_slice(&self.status.to_le_bytes());
-        b[24..28].copy_from_slice(&self.byte_len.to_le_bytes());
-        b[28..32].copy_from_slice(&key.to_le_bytes());
-        b[36..40].copy_from_slice(&flags.to_le_bytes());
-        b
+        pvrdma_sim::wqe::Cqe {
+            wr_id: self.wr_id,
+            qp: u64::from(self.qp),
+            opcode: if receive { WC_RECV } else { 0 },
+            status: self.status,
+            byte_len: self.byte_len,
+            imm_data: key.to_le_bytes(),
+            wc_flags: flags | self.extra_flags,
+            ..Default::default()
+        }
     }
 }
 
-const PAGE: usize = 4096;
-
-/// Host DMA memory: zeroed, page-aligned std allocations with fake bus addresses.
-struct HostDma {
-    next: Mutex<u64>,
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }
 
-// SAFETY: every region is a fresh zeroed allocation of `len` (whole pages) bytes, aligned to
-// a page, unaliased until `free`; the logical addresses are page-aligned and never reused.
-unsafe impl DmaAllocator for HostDma {
-    fn alloc(&self, len: usize) -> Option<DmaRegion> {
-        let len = len.max(1).div_ceil(PAGE) * PAGE;
-        let layout = Layout::from_size_align(len, PAGE).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let cpu = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        let mut next = self.next.lock().unwrap();
-        let logical = *next;
-        *next += (len + PAGE) as u64;
-        Some(DmaRegion { cpu, logical, len })
+fn le64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// What the tests read back of the driver's calls.
+#[derive(Default)]
+struct Record {
+    log: Vec<Hw>,
+    cmds: Vec<Cmd>,
+}
+
+/// BAR1 of the model, reading each command out of the command slot as the driver posts it
+/// (the REQUEST write, §8 step 2).
+struct Bar1 {
+    inner: Arc<SimBar1>,
+    space: Arc<DmaSpace>,
+    record: Arc<Mutex<Record>>,
+}
+
+/// The REQUEST register.
+const REQUEST: u32 = 0x10;
+/// The DSR's command-slot address.
+const DSR_CMD_SLOT: u64 = 16;
+
+impl RegisterIo for Bar1 {
+    fn read32(&self, off: u32) -> u32 {
+        self.inner.read32(off)
     }
-    fn free(&self, region: DmaRegion) {
-        let layout = Layout::from_size_align(region.len, PAGE).unwrap();
-        // SAFETY: allocated by `alloc` with this layout.
-        unsafe { dealloc(region.cpu.as_ptr(), layout) }
+    fn write32(&self, off: u32, val: u32) {
+        if off == REQUEST {
+            let mut slot = [0u8; 8];
+            self.space
+                .read(self.inner.dsr_address() + DSR_CMD_SLOT, &mut slot)
+                .expect("DSR");
+            let mut req = vec![0u8; 184];
+            self.space
+                .read(u64::from_le_bytes(slot), &mut req)
+                .expect("command slot");
+            let cmd = Cmd {
+                code: le32(&req, 8),
+                req,
+            };
+            let h = cmd.u32(16);
+            let logged = match cmd.code {
+                code::DESTROY_PD => Some(Hw::Destroy("pd", h)),
+                code::DESTROY_MR => Some(Hw::Destroy("mr", h)),
+                code::DESTROY_CQ => Some(Hw::Destroy("cq", h)),
+                code::DESTROY_QP => Some(Hw::Destroy("qp", h)),
+                code::DESTROY_SRQ => Some(Hw::Destroy("srq", h)),
+                code::MODIFY_QP if cmd.u32(20) == QP_ATTR_STATE && cmd.u32(24) == QPS_ERR => {
+                    Some(Hw::Flush(h))
+                }
+                code::MODIFY_SRQ => Some(Hw::SrqLimit(h, cmd.u32(32))),
+                _ => None,
+            };
+            let mut r = self.record.lock().unwrap();
+            r.log.extend(logged);
+            r.cmds.push(cmd);
+        }
+        self.inner.write32(off, val);
     }
 }
 
-/// The fake UAR page: host memory the doorbell stores land in, and the `Uar` over it whose
-/// hook reports each store to the fake.
-struct UarPage {
-    uar: Uar,
-    mem: NonNull<[u32; 1024]>,
-}
-
-// SAFETY: the page is only written through `Uar` (volatile stores, `Sync`), and owned here.
-unsafe impl Send for UarPage {}
-// SAFETY: as above.
-unsafe impl Sync for UarPage {}
-
-impl UarPage {
-    fn new(hook: Arc<dyn Fn(u32, u32) + Send + Sync>) -> Arc<UarPage> {
-        let mem = NonNull::from(Box::leak(Box::new([0u32; 1024])));
-        // SAFETY: a 4-byte-aligned, writable 4 KiB allocation, freed only when the page (and
-        // with it the `Uar`) is dropped.
-        let uar = unsafe { Uar::new(mem.cast()) }.with_hook(hook);
-        Arc::new(UarPage { uar, mem })
-    }
-
-    fn bell(self: &Arc<Self>, db: impl Doorbell) -> Bell {
-        Bell::owned_by(self.clone(), |p: &UarPage| &p.uar, db)
+/// A doorbell store, decoded (pvrdma.md §12).
+fn doorbell(off: u32, val: u32) -> Hw {
+    let h = val & 0x00FF_FFFF;
+    match (off, val & !0x00FF_FFFF) {
+        (0, v) if v == 1 << 30 => Hw::RingSend(h),
+        (0, v) if v == 1 << 31 => Hw::RingRecv(h),
+        (4, v) if v == 1 << 30 => Hw::Arm(h, false),
+        (4, v) if v == 1 << 29 => Hw::Arm(h, true),
+        (4, v) if v == 1 << 31 => Hw::Poll(h),
+        (8, v) if v == 1 << 30 => Hw::RingSrq(h),
+        _ => Hw::Doorbell(off, val),
     }
 }
 
-impl Drop for UarPage {
-    fn drop(&mut self) {
-        // SAFETY: leaked in `new`; the `Uar` over it goes with `self`.
-        drop(unsafe { Box::from_raw(self.mem.as_ptr()) });
-    }
-}
-
-/// The fake's own view of a driver-produced ring: which WQEs it has already logged.
+/// The test's own view of a driver-produced ring (a second writer over the same memory,
+/// from the seam): which WQEs it has read so far.
 struct Reader<K> {
     writer: WqWriter<K>,
-    /// Free-running index of the next WQE to log.
+    /// Free-running index of the next WQE to read.
     seen: u32,
     /// Bytes of a WQE worth reading (header and SGEs).
     bytes: usize,
@@ -210,90 +257,21 @@ impl<K: WqKind> Reader<K> {
     }
 }
 
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
-}
-
-struct QpRings {
-    queues: QpQueues,
-    sq: Reader<SendWqe>,
+/// The rings of one QP or SRQ as the test reads them.
+struct Rings {
+    sq: Option<Reader<SendWqe>>,
     rq: Option<Reader<RecvWqe>>,
 }
 
-struct SrqRings {
-    queue: SrqQueue,
-    reader: Reader<RecvWqe>,
-}
-
-struct CqRings {
-    ring: CqRing,
-    /// The fake device's producer side of the ring.
-    producer: CqReader,
-}
-
-/// `pl_pdir_dma` the fake hands out for FRMR `mr` (distinct per MR).
-const PL_BASE: u64 = 0x7f00_0000_0000;
-
-fn fake_pl(mr: u32) -> u64 {
-    PL_BASE + (u64::from(mr) << 12)
-}
-
+/// Every WQE read so far, in the order the test read them.
 #[derive(Default)]
-struct FakeState {
-    next: u32,
-    log: Vec<Hw>,
-    /// Send WQEs as read from the rings: (qp, free-running index, bytes).
-    sq_raw: Vec<(u32, u32, Vec<u8>)>,
-    recvs: Vec<(u32, u32, u64, usize)>,
-    srq_wqes: Vec<(u32, u32, u64)>,
-    /// Every `fast_reg_pages` call: (mr, pages).
-    fast_regs: Vec<(u32, Vec<u64>)>,
-    qp_rings: BTreeMap<u32, QpRings>,
-    srq_rings: BTreeMap<u32, SrqRings>,
-    cq_rings: BTreeMap<u32, CqRings>,
-    mrs: Vec<(u32, MrRec)>,
-    qps: Vec<QpSpec>,
-    srqs: Vec<SrqSpec>,
-    srq_queued: u32,
-    /// CREATE_QP answers "no resources".
-    fail_qp: bool,
-    /// The event handlers `bind_cq` / `bind_srq` registered, as the device's tables hold
-    /// them (removed by `destroy_cq` / `destroy_srq`).
-    cq_links: BTreeMap<u32, Arc<dyn CqEvents>>,
-    srq_links: BTreeMap<u32, Arc<dyn SrqEvents>>,
-}
-
-impl FakeState {
-    /// Logs every WQE published since the last look, queue by queue.
-    fn sync(&mut self) {
-        let FakeState {
-            sq_raw,
-            recvs,
-            srq_wqes,
-            qp_rings,
-            srq_rings,
-            ..
-        } = self;
-        for (&h, q) in qp_rings.iter_mut() {
-            for (index, b) in q.sq.take_new() {
-                sq_raw.push((h, index, b));
-            }
-            if let Some(rq) = &mut q.rq {
-                for (index, b) in rq.take_new() {
-                    recvs.push((h, index, le64(&b, 0), le32(&b, 8) as usize));
-                }
-            }
-        }
-        for (&h, s) in srq_rings.iter_mut() {
-            for (index, b) in s.reader.take_new() {
-                srq_wqes.push((h, index, le64(&b, 0)));
-            }
-        }
-    }
+struct Posted {
+    /// Send WQEs: (qp, free-running index, bytes).
+    sq: Vec<(u32, u32, Vec<u8>)>,
+    /// QP receive WQEs: (qp, index, wr_id, SGEs).
+    rq: Vec<(u32, u32, u64, usize)>,
+    /// SRQ WQEs: (srq, index, wr_id).
+    srq: Vec<(u32, u32, u64)>,
 }
 
 fn opcode(v: u32) -> WrOpcode {
@@ -309,25 +287,18 @@ fn opcode(v: u32) -> WrOpcode {
 }
 
 /// Decodes a send WQE (pvrdma.md §10).
-fn decode_send(qp: u32, index: u32, b: &[u8], fast_regs: &[(u32, Vec<u64>)]) -> Wqe {
+fn decode_send(qp: u32, index: u32, b: &[u8]) -> Wqe {
     let op = opcode(le32(b, 16));
     let fast = op == WrOpcode::FastRegMr;
     let fast_reg = fast.then(|| {
-        let pl = le64(b, 40);
-        let mr = fast_regs
-            .iter()
-            .rev()
-            .map(|f| f.0)
-            .find(|&mr| fake_pl(mr) == pl)
-            .unwrap_or_else(|| panic!("pl_pdir_dma {pl:#x} names no fast_reg_pages call"));
         assert_eq!(le32(b, 48), 12, "page_shift");
         (
-            mr,
             le64(b, 32),
             le32(b, 52) as usize,
             le32(b, 56),
             le32(b, 60),
             le32(b, 64),
+            le64(b, 40),
         )
     });
     Wqe {
@@ -344,359 +315,248 @@ fn decode_send(qp: u32, index: u32, b: &[u8], fast_regs: &[(u32, Vec<u64>)]) -> 
     }
 }
 
-struct Fake {
-    caps: HwCaps,
-    st: Mutex<FakeState>,
-    /// Run inside `wait_until` (stands for another thread finishing the closes).
-    wait_hook: Mutex<Option<Box<dyn FnMut() + Send>>>,
-    waits: Mutex<Vec<bool>>,
-    dma: Arc<dyn DmaAllocator>,
-    uar: Arc<UarPage>,
+/// The device model in deterministic mode, the driver probed against it and the hardware
+/// seam over it; and what the driver did to it.
+struct Model {
+    sim: Arc<pvrdma_sim::Device>,
+    space: Arc<DmaSpace>,
+    platform: Arc<HostPlatform>,
+    hw: Arc<Verbs>,
+    record: Arc<Mutex<Record>>,
+    rings: Mutex<BTreeMap<(bool, u32), Rings>>,
+    posted: Mutex<Posted>,
+    /// Rounds of the driver's PASSIVE_LEVEL waits (`Platform::wait_until` pumps once a
+    /// round) since the probe.
+    pumps: Arc<AtomicU64>,
 }
 
-impl Fake {
-    fn new(caps: HwCaps) -> Arc<Fake> {
-        Arc::new_cyclic(|me: &Weak<Fake>| {
-            let me = me.clone();
-            let hook = Arc::new(move |off: u32, val: u32| {
-                if let Some(f) = me.upgrade() {
-                    f.doorbell(off, val);
-                }
-            });
-            Fake {
-                caps,
-                st: Mutex::new(FakeState {
-                    next: 1,
-                    ..Default::default()
-                }),
-                wait_hook: Mutex::new(None),
-                waits: Mutex::new(Vec::new()),
-                dma: Arc::new(HostDma {
-                    next: Mutex::new(0x7e00_0000_0000),
-                }),
-                uar: UarPage::new(hook),
-            }
+/// Bound on a settle: a hang, not a timing assertion.
+const HANG: Duration = Duration::from_secs(30);
+
+impl Model {
+    fn new(cfg: pvrdma_sim::DeviceConfig) -> Arc<Model> {
+        let space = Arc::new(DmaSpace::new());
+        let sim = pvrdma_sim::Device::new(space.clone(), cfg);
+        let record = Arc::new(Mutex::new(Record::default()));
+        let bar1 = Arc::new(Bar1 {
+            inner: SimBar1::new(sim.clone()),
+            space: space.clone(),
+            record: record.clone(),
+        });
+        let (m, r) = (sim.clone(), record.clone());
+        let pump_sim = sim.clone();
+        let pumps = Arc::new(AtomicU64::new(0));
+        let counted = pumps.clone();
+        let platform = HostPlatform::new(
+            HostDevice {
+                bar1,
+                dma: SimDma::new(space.clone()),
+                doorbell: Some(Arc::new(move |off, val| {
+                    r.lock().unwrap().log.push(doorbell(off, val));
+                    m.uar_write32(off, val);
+                })),
+                uar_pfn: common::DEFAULT_UAR_PFN,
+                pump: Some(Arc::new(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    pump_sim.process();
+                    pump_sim.deliver_interrupts();
+                    std::thread::yield_now();
+                })),
+            },
+            1,
+        );
+        sim.set_interrupt_sink(Arc::new(PlatformSink(Arc::downgrade(&platform))));
+        let p: Arc<dyn Platform> = platform.clone();
+        let dev = Device::probe(p, &DeviceConfig::default()).expect("probe the model");
+        let hw = Verbs::new(Arc::new(dev)).expect("hardware");
+        pumps.store(0, Ordering::SeqCst);
+        Arc::new(Model {
+            sim,
+            space,
+            platform,
+            hw,
+            record,
+            rings: Mutex::new(BTreeMap::new()),
+            posted: Mutex::new(Posted::default()),
+            pumps,
         })
     }
-    /// The UAR hook: a doorbell store, decoded (pvrdma.md §12).
-    fn doorbell(&self, off: u32, val: u32) {
-        let h = val & 0x00FF_FFFF;
-        let ev = match (off, val & !0x00FF_FFFF) {
-            (0, v) if v == 1 << 30 => Hw::RingSend(h),
-            (0, v) if v == 1 << 31 => Hw::RingRecv(h),
-            (4, v) if v == 1 << 30 => Hw::Arm(h, false),
-            (4, v) if v == 1 << 29 => Hw::Arm(h, true),
-            (4, v) if v == 1 << 31 => Hw::Poll(h),
-            (8, v) if v == 1 << 30 => Hw::RingSrq(h),
-            _ => Hw::Doorbell(off, val),
-        };
-        let mut s = self.st.lock().unwrap();
-        s.sync();
-        s.log.push(ev);
+
+    /// Rounds of the driver's PASSIVE_LEVEL waits since the probe.
+    fn waits(&self) -> u64 {
+        self.pumps.load(Ordering::SeqCst)
     }
-    fn handle(&self, kind: &'static str) -> u32 {
-        let mut s = self.st.lock().unwrap();
-        let h = s.next;
-        s.next += 1;
-        s.log.push(Hw::Create(kind, h));
-        h
+
+    /// Runs the model and its interrupts, and waits for the driver's DPCs, until neither has
+    /// anything left to do.
+    fn settle(&self) {
+        let ex = self.platform.executor();
+        let deadline = Instant::now() + HANG;
+        loop {
+            assert!(Instant::now() < deadline, "the model did not settle");
+            let n = self.sim.process();
+            let d = self.sim.deliver_interrupts();
+            let mut waited = false;
+            while !ex.is_idle() {
+                waited = true;
+                assert!(Instant::now() < deadline, "DPCs did not drain");
+                std::thread::yield_now();
+            }
+            if n == 0 && d == 0 && !waited {
+                return;
+            }
+        }
     }
+
     fn log(&self) -> Vec<Hw> {
-        self.st.lock().unwrap().log.clone()
+        self.settle();
+        self.record.lock().unwrap().log.clone()
     }
     fn clear_log(&self) {
-        self.st.lock().unwrap().log.clear();
+        self.settle();
+        self.record.lock().unwrap().log.clear();
     }
     fn count(&self, h: &Hw) -> usize {
         self.log().iter().filter(|x| *x == h).count()
     }
-    /// Every send WQE ever posted, in posting order.
+    /// Every command issued so far with code `code`.
+    fn cmds(&self, code: u32) -> Vec<Cmd> {
+        self.settle();
+        let r = self.record.lock().unwrap();
+        r.cmds.iter().filter(|c| c.code == code).cloned().collect()
+    }
+    /// Every CREATE_MR issued so far, but the PDs' DMA MRs.
+    fn mr_cmds(&self) -> Vec<Cmd> {
+        let mut v = self.cmds(code::CREATE_MR);
+        v.retain(|c| c.u32(48) != MR_FLAG_DMA);
+        v
+    }
+    /// The last CREATE_MR of a registration: (start, length, access, pages) (§8: `start`
+    /// @16, `length` @24, `access_flags` @44).
+    fn last_mr(&self) -> (u64, u64, u32, Vec<u64>) {
+        let c = self.mr_cmds().pop().expect("a CREATE_MR");
+        (c.u64(16), c.u64(24), c.u32(44), self.mr_pages(&c))
+    }
+
+    /// The page addresses a CREATE_MR's page directory lists.
+    fn mr_pages(&self, c: &Cmd) -> Vec<u64> {
+        self.dir_pages(c.u64(32), c.u32(52) as usize)
+    }
+    /// The first `n` page addresses of the page directory at `pdir` (§6).
+    fn dir_pages(&self, pdir: u64, n: usize) -> Vec<u64> {
+        (0..n as u64)
+            .map(|i| {
+                let table = self.read_u64(pdir + (i >> 9) * 8);
+                self.read_u64(table + (i & 0x1FF) * 8)
+            })
+            .collect()
+    }
+    fn read_u64(&self, addr: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.space.read(addr, &mut b).expect("guest memory");
+        u64::from_le_bytes(b)
+    }
+
+    /// Starts reading QP `qp`'s rings (before its first post).
+    fn watch_qp(&self, qp: u32) {
+        let (sq, rq) = self.hw.qp_writers(qp).expect("a QP of the model");
+        self.rings.lock().unwrap().insert(
+            (false, qp),
+            Rings {
+                sq: Some(Reader::new(sq)),
+                rq: rq.map(Reader::new),
+            },
+        );
+    }
+    /// Starts reading SRQ `srq`'s ring.
+    fn watch_srq(&self, srq: u32) {
+        let w = self.hw.srq_writer(srq).expect("an SRQ of the model");
+        self.rings.lock().unwrap().insert(
+            (true, srq),
+            Rings {
+                sq: None,
+                rq: Some(Reader::new(w)),
+            },
+        );
+    }
+    /// Reads every WQE published since the last look, queue by queue.
+    fn sync(&self) {
+        let mut rings = self.rings.lock().unwrap();
+        let mut p = self.posted.lock().unwrap();
+        for (&(srq, h), r) in rings.iter_mut() {
+            if let Some(sq) = &mut r.sq {
+                for (index, b) in sq.take_new() {
+                    p.sq.push((h, index, b));
+                }
+            }
+            if let Some(rq) = &mut r.rq {
+                for (index, b) in rq.take_new() {
+                    if srq {
+                        p.srq.push((h, index, le64(&b, 0)));
+                    } else {
+                        p.rq.push((h, index, le64(&b, 0), le32(&b, 8) as usize));
+                    }
+                }
+            }
+        }
+    }
+    /// Every send WQE posted, in posting order.
     fn wqes(&self) -> Vec<Wqe> {
-        let mut s = self.st.lock().unwrap();
-        s.sync();
-        s.sq_raw
-            .iter()
-            .map(|(qp, index, b)| decode_send(*qp, *index, b, &s.fast_regs))
+        self.sync();
+        let p = self.posted.lock().unwrap();
+        p.sq.iter()
+            .map(|(qp, index, b)| decode_send(*qp, *index, b))
             .collect()
     }
     /// Every QP receive WQE: (qp, index, wr_id, SGEs).
     fn recvs(&self) -> Vec<(u32, u32, u64, usize)> {
-        let mut s = self.st.lock().unwrap();
-        s.sync();
-        s.recvs.clone()
+        self.sync();
+        self.posted.lock().unwrap().rq.clone()
     }
     /// Every SRQ WQE: (srq, index, wr_id).
     fn srq_wqes(&self) -> Vec<(u32, u32, u64)> {
-        let mut s = self.st.lock().unwrap();
-        s.sync();
-        s.srq_wqes.clone()
+        self.sync();
+        self.posted.lock().unwrap().srq.clone()
     }
-    /// Every `fast_reg_pages` call: (mr, pages).
-    fn fast_regs(&self) -> Vec<(u32, Vec<u64>)> {
-        self.st.lock().unwrap().fast_regs.clone()
-    }
-    /// The device writes `cqe` into CQ `cq` and advances its `prod_tail`.
+    /// The device writes `cqe` into CQ `cq` (no notification: the test plays those).
     fn push_cqe(&self, cq: u32, cqe: HwCqe) {
-        self.push_raw_cqe(cq, cqe.encode());
-    }
-    /// The device writes the 64 bytes `cqe` into CQ `cq` and advances its `prod_tail`.
-    fn push_raw_cqe(&self, cq: u32, cqe: [u8; 64]) {
-        let s = self.st.lock().unwrap();
-        let c = s.cq_rings.get(&cq).expect("a CQ the fake created");
-        c.producer.produce_for_test(&cqe);
-    }
-    fn last(&self, kind: &'static str) -> u32 {
-        self.log()
-            .iter()
-            .rev()
-            .find_map(|h| match h {
-                Hw::Create(k, h) if *k == kind => Some(*h),
-                _ => None,
-            })
-            .expect("created")
-    }
-    fn cq_bells(&self, cq: u32) -> CqBells {
-        CqBells {
-            arm: self.uar.bell(CqDoorbell::arm(cq)),
-            arm_solicited: self.uar.bell(CqDoorbell::arm_solicited(cq)),
-            poll: self.uar.bell(CqDoorbell::poll(cq)),
-        }
-    }
-}
-
-/// The device's side of each CREATE, completed inline by the asynchronous commands.
-impl Fake {
-    fn create_pd(&self) -> Result<u32, HwError> {
-        Ok(self.handle("pd"))
-    }
-    fn create_cq(&self, entries: u32, _aff: Option<GROUP_AFFINITY>) -> Result<u32, HwError> {
-        let ring = CqRing::alloc(&self.dma, entries).map_err(|_| HwError::NoResources)?;
-        let h = self.handle("cq");
-        let producer = ring
-            .reader(self.cq_bells(h))
-            .map_err(|_| HwError::NoResources)?;
-        self.st
-            .lock()
-            .unwrap()
-            .cq_rings
-            .insert(h, CqRings { ring, producer });
-        Ok(h)
-    }
-    fn create_mr(&self, _pd: u32, spec: &MrSpec<'_>) -> Result<MrKeys, HwError> {
-        let h = self.handle("mr");
-        let rec = match *spec {
-            MrSpec::Dma => MrRec::Dma,
-            MrSpec::Normal {
-                start,
-                length,
-                access,
-                pages,
-            } => MrRec::Normal {
-                start,
-                length,
-                access,
-                pages: pages.to_vec(),
-            },
-            MrSpec::FastReg { max_pages } => MrRec::FastReg(max_pages),
-        };
-        let remote = matches!(rec, MrRec::Normal { access, .. } if access & 6 != 0)
-            || matches!(rec, MrRec::FastReg(_));
-        self.st.lock().unwrap().mrs.push((h, rec));
-        Ok(MrKeys {
-            handle: h,
-            lkey: h << 8,
-            rkey: if remote { h << 8 } else { 0 },
-        })
-    }
-    fn create_qp(&self, spec: &QpSpec) -> Result<u32, HwError> {
-        if self.st.lock().unwrap().fail_qp {
-            return Err(HwError::NoResources);
-        }
-        let recv = spec
-            .srq
-            .is_none()
-            .then_some((spec.max_recv_wr, spec.max_recv_sge));
-        let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv)
-            .map_err(|_| HwError::Invalid)?;
-        let queues = QpQueues::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
-        let h = self.handle("qp");
-        let sq = queues
-            .sq
-            .writer(self.uar.bell(QpDoorbell::send(h)))
-            .map_err(|_| HwError::NoResources)?;
-        let rq = match &queues.rq {
-            Some(rq) => Some(Reader::new(
-                rq.writer(self.uar.bell(QpDoorbell::recv(h)))
-                    .map_err(|_| HwError::NoResources)?,
-            )),
-            None => None,
-        };
-        let mut s = self.st.lock().unwrap();
-        s.qps.push(*spec);
-        s.qp_rings.insert(
-            h,
-            QpRings {
-                queues,
-                sq: Reader::new(sq),
-                rq,
-            },
+        let c = cqe.to_model();
+        assert!(
+            self.sim.with_core(|core| core.inject_cqe(cq, &c)),
+            "the CQE fits the ring of CQ {cq}"
         );
-        Ok(h)
     }
-    fn create_srq(&self, spec: &SrqSpec) -> Result<u32, HwError> {
-        let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(|_| HwError::Invalid)?;
-        let queue = SrqQueue::alloc(&self.dma, &layout).map_err(|_| HwError::NoResources)?;
-        let h = self.handle("srq");
-        let writer = queue
-            .writer(self.uar.bell(SrqDoorbell::recv(h)))
-            .map_err(|_| HwError::NoResources)?;
-        let mut s = self.st.lock().unwrap();
-        s.srqs.push(*spec);
-        s.srq_rings.insert(
-            h,
-            SrqRings {
-                queue,
-                reader: Reader::new(writer),
-            },
-        );
-        Ok(h)
-    }
-    /// The device reads a CQNE for `cq`: its bound handler, if any, gets the completion.
+    /// The device writes a CQNE for `cq`, arm or not, and raises its interrupt; then the
+    /// model settles.
     fn cq_notification(&self, cq: u32) {
-        let link = self.st.lock().unwrap().cq_links.get(&cq).cloned();
-        if let Some(l) = link {
-            l.completion();
-        }
+        self.cq_notification_nowait(cq);
+        self.settle();
     }
-    /// CQ_ERR for `cq`.
+    /// [`Self::cq_notification`] without waiting for it to be delivered.
+    fn cq_notification_nowait(&self, cq: u32) {
+        self.sim.with_core(|core| core.inject_cqne(cq));
+        self.sim.deliver_interrupts();
+    }
+    /// [`Self::count`] of what is logged already, without settling the model.
+    fn count_now(&self, h: &Hw) -> usize {
+        let r = self.record.lock().unwrap();
+        r.log.iter().filter(|x| *x == h).count()
+    }
+    /// CQ_ERR for `cq` on the async ring.
     fn cq_error(&self, cq: u32) {
-        let link = self.st.lock().unwrap().cq_links.get(&cq).cloned();
-        if let Some(l) = link {
-            l.error();
-        }
+        self.event(EVENT_CQ_ERR, cq);
     }
-    /// An SRQ event (SRQ_LIMIT_REACHED, SRQ_ERR) for `srq`.
-    fn srq_event(&self, srq: u32, kind: EqeType) {
-        let link = self.st.lock().unwrap().srq_links.get(&srq).cloned();
-        if let Some(l) = link {
-            l.event(kind);
-        }
+    /// An async event (§13) of type `ty` for `info`.
+    fn event(&self, ty: u32, info: u32) {
+        self.sim.with_core(|core| core.post_event(ty, info));
+        self.settle();
     }
 }
 
-impl pvrdma_ndk::ndk::Hardware for Fake {
-    fn caps(&self) -> &HwCaps {
-        &self.caps
-    }
-    fn wait_until(&self, cond: &dyn Fn() -> bool) {
-        self.waits.lock().unwrap().push(cond());
-        if let Some(h) = self.wait_hook.lock().unwrap().as_mut() {
-            h();
-        }
-        assert!(cond(), "the blocking close would wait forever");
-    }
-    fn create_pd_async(&self, done: HwDone<(u32, MrKeys)>) {
-        let r = self.create_pd().and_then(|pd| {
-            self.create_mr(pd, &MrSpec::Dma)
-                .map(|k| (pd, k))
-                .inspect_err(|_| self.destroy_pd(pd))
-        });
-        done(r);
-    }
-    fn destroy_pd(&self, pd: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("pd", pd));
-    }
-    fn create_cq_async(&self, entries: u32, aff: Option<GROUP_AFFINITY>, done: HwDone<u32>) {
-        done(self.create_cq(entries, aff));
-    }
-    fn bind_cq(&self, cq: &ObjRef<Cq>) -> Result<(), HwError> {
-        let link: Arc<dyn CqEvents> = Arc::new(CqLink::new(cq));
-        self.st.lock().unwrap().cq_links.insert(cq.handle(), link);
-        Ok(())
-    }
-    fn destroy_cq(&self, cq: u32) {
-        let link = self.st.lock().unwrap().cq_links.remove(&cq);
-        drop(link);
-        self.st.lock().unwrap().log.push(Hw::Destroy("cq", cq));
-    }
-    fn create_mr_async(&self, pd: u32, spec: &MrSpec<'_>, done: HwDone<MrKeys>) {
-        done(self.create_mr(pd, spec));
-    }
-    fn destroy_mr(&self, mr: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("mr", mr));
-    }
-    fn try_destroy_mr(&self, mr: u32) -> Result<(), HwError> {
-        self.destroy_mr(mr);
-        Ok(())
-    }
-    fn create_qp_async(&self, spec: &QpSpec, done: HwDone<u32>) {
-        done(self.create_qp(spec));
-    }
-    fn destroy_qp(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::Destroy("qp", qp));
-    }
-    fn flush_qp(&self, qp: u32) {
-        self.st.lock().unwrap().log.push(Hw::Flush(qp));
-    }
-    fn create_srq_async(&self, spec: &SrqSpec, done: HwDone<u32>) {
-        done(self.create_srq(spec));
-    }
-    fn bind_srq(&self, srq: &ObjRef<Srq>) -> Result<(), HwError> {
-        let link: Arc<dyn SrqEvents> = Arc::new(SrqLink::new(srq));
-        self.st.lock().unwrap().srq_links.insert(srq.handle(), link);
-        Ok(())
-    }
-    fn modify_srq_limit_async(&self, srq: u32, limit: u32, done: HwDone<()>) {
-        self.st.lock().unwrap().log.push(Hw::SrqLimit(srq, limit));
-        done(Ok(()));
-    }
-    fn srq_queued(&self, _srq: u32) -> u32 {
-        self.st.lock().unwrap().srq_queued
-    }
-    fn destroy_srq(&self, srq: u32) {
-        let link = self.st.lock().unwrap().srq_links.remove(&srq);
-        drop(link);
-        self.st.lock().unwrap().log.push(Hw::Destroy("srq", srq));
-    }
-    fn qp_writers(&self, qp: u32) -> Result<(SendWriter, Option<RecvWriter>), HwError> {
-        let s = self.st.lock().unwrap();
-        let q = s.qp_rings.get(&qp).ok_or(HwError::Invalid)?;
-        let sq = q
-            .queues
-            .sq
-            .writer(self.uar.bell(QpDoorbell::send(qp)))
-            .map_err(|_| HwError::NoResources)?;
-        let rq = match &q.queues.rq {
-            Some(rq) => Some(
-                rq.writer(self.uar.bell(QpDoorbell::recv(qp)))
-                    .map_err(|_| HwError::NoResources)?,
-            ),
-            None => None,
-        };
-        Ok((sq, rq))
-    }
-    fn srq_writer(&self, srq: u32) -> Result<RecvWriter, HwError> {
-        let s = self.st.lock().unwrap();
-        let q = s.srq_rings.get(&srq).ok_or(HwError::Invalid)?;
-        q.queue
-            .writer(self.uar.bell(SrqDoorbell::recv(srq)))
-            .map_err(|_| HwError::NoResources)
-    }
-    fn cq_reader(&self, cq: u32) -> Result<CqReader, HwError> {
-        let s = self.st.lock().unwrap();
-        let c = s.cq_rings.get(&cq).ok_or(HwError::Invalid)?;
-        c.ring
-            .reader(self.cq_bells(cq))
-            .map_err(|_| HwError::NoResources)
-    }
-    fn fast_reg_pages(&self, mr: u32, pages: &[NDK_LOGICAL_ADDRESS]) -> Result<u64, HwError> {
-        let mut s = self.st.lock().unwrap();
-        // CAST: logical addresses are 64-bit bus addresses.
-        let pages = pages.iter().map(|&p| p as u64).collect();
-        s.fast_regs.push((mr, pages));
-        Ok(fake_pl(mr))
-    }
-}
+/// Async event types (§13).
+const EVENT_CQ_ERR: u32 = 0;
+const EVENT_SRQ_ERR: u32 = 14;
+const EVENT_SRQ_LIMIT_REACHED: u32 = 15;
 
 // ---------------------------------------------------------------- consumer side
 
@@ -709,43 +569,94 @@ enum Ev {
     Srq(usize, NTSTATUS),
 }
 
-thread_local! {
-    static EVENTS: RefCell<Vec<Ev>> = const { RefCell::new(Vec::new()) };
+/// The callbacks' context carries its test environment in its high half (the callbacks run
+/// on the test's thread or on a DPC's): each environment's events apart, whatever runs in
+/// parallel.
+const ENV_SHIFT: u32 = 40;
+
+/// Everything the consumer callbacks saw, per environment.
+#[derive(Default)]
+struct Seen {
+    events: Vec<Ev>,
+    /// The status and object of each CreateCompletion, by context.
+    created: BTreeMap<usize, (NTSTATUS, usize)>,
+    /// The status of each RequestCompletion, by context.
+    requests: BTreeMap<usize, NTSTATUS>,
     /// A CQ the notification callback closes from inside the callback.
-    static CLOSE_IN_CQ_CB: Cell<*mut NDK_CQ> = const { Cell::new(null_mut()) };
+    close_in_cq_cb: usize,
 }
 
+static SEEN: Mutex<BTreeMap<u64, Seen>> = Mutex::new(BTreeMap::new());
+static NEXT_ENV: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The environment of the test running on this thread.
+    static CURRENT: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+fn split(ctx: PVOID) -> (u64, usize) {
+    let v = ctx as usize;
+    ((v >> ENV_SHIFT) as u64, v & ((1 << ENV_SHIFT) - 1))
+}
+
+fn with_seen<R>(env: u64, f: impl FnOnce(&mut Seen) -> R) -> R {
+    f(SEEN.lock().unwrap().entry(env).or_default())
+}
+
+/// The current environment's events so far (the model settled first).
 fn events() -> Vec<Ev> {
-    EVENTS.with(|e| core::mem::take(&mut *e.borrow_mut()))
+    let env = CURRENT.with(|c| c.get());
+    if let Some(m) = MODELS.lock().unwrap().get(&env).cloned() {
+        m.settle();
+    }
+    with_seen(env, |s| core::mem::take(&mut s.events))
 }
-fn push(ev: Ev) {
-    EVENTS.with(|e| e.borrow_mut().push(ev));
-}
+
+/// Each environment's model, for `events` to settle.
+static MODELS: Mutex<BTreeMap<u64, Arc<Model>>> = Mutex::new(BTreeMap::new());
 
 unsafe extern "system" fn close_cb(ctx: PVOID) {
-    push(Ev::Close(ctx as usize));
+    let (env, v) = split(ctx);
+    with_seen(env, |s| s.events.push(Ev::Close(v)));
 }
-unsafe extern "system" fn create_cb(ctx: PVOID, _st: NTSTATUS, _o: *mut NDK_OBJECT_HEADER) {
-    push(Ev::Create(ctx as usize));
+unsafe extern "system" fn create_cb(ctx: PVOID, st: NTSTATUS, o: *mut NDK_OBJECT_HEADER) {
+    let (env, v) = split(ctx);
+    with_seen(env, |s| {
+        s.events.push(Ev::Create(v));
+        s.created.insert(v, (st, o as usize));
+    });
 }
-unsafe extern "system" fn request_cb(ctx: PVOID, _st: NTSTATUS) {
-    push(Ev::Request(ctx as usize));
+unsafe extern "system" fn request_cb(ctx: PVOID, st: NTSTATUS) {
+    let (env, v) = split(ctx);
+    with_seen(env, |s| {
+        s.events.push(Ev::Request(v));
+        s.requests.insert(v, st);
+    });
 }
 unsafe extern "system" fn cq_cb(ctx: PVOID, st: NTSTATUS) {
-    push(Ev::Cq(ctx as usize, st));
-    let cq = CLOSE_IN_CQ_CB.with(|c| c.replace(null_mut()));
-    if !cq.is_null() {
-        let r = close(cq, 77);
-        push(Ev::Request(r as u32 as usize));
+    let (env, v) = split(ctx);
+    let cq = with_seen(env, |s| {
+        s.events.push(Ev::Cq(v, st));
+        core::mem::take(&mut s.close_in_cq_cb)
+    });
+    if cq != 0 {
+        let r = close_in(env, cq as *mut NDK_CQ, 77);
+        with_seen(env, |s| s.events.push(Ev::Request(r as u32 as usize)));
     }
 }
 unsafe extern "system" fn srq_cb(ctx: PVOID, st: NTSTATUS) {
-    push(Ev::Srq(ctx as usize, st));
+    let (env, v) = split(ctx);
+    with_seen(env, |s| s.events.push(Ev::Srq(v, st)));
 }
 
+/// A callback context of the current environment.
 fn ctx(v: usize) -> PVOID {
-    v as PVOID
+    let env = CURRENT.with(|c| c.get());
+    ((env as usize) << ENV_SHIFT | v) as PVOID
 }
+
+/// Contexts the helpers use for their own creates and requests, apart from the tests' own.
+static HELPER_CTX: AtomicUsize = AtomicUsize::new(0x1_0000_0000);
 
 /// The dispatch table an object carries, read the way a consumer reads it.
 trait Obj {
@@ -783,34 +694,157 @@ fn header<T>(p: *mut T) -> NDK_OBJECT_HEADER {
 
 /// NDK_FN_CLOSE_OBJECT through the object's own table slot 0.
 fn close<T>(p: *mut T, c: usize) -> NTSTATUS {
+    close_in(CURRENT.with(|e| e.get()), p, c)
+}
+
+fn close_in<T>(env: u64, p: *mut T, c: usize) -> NTSTATUS {
     // SAFETY: slot 0 of every non-adapter table is the close function; `p` is live.
     let d = unsafe { p.cast::<NDK_PD>().read().Dispatch };
     // SAFETY: the first member of every table is an NDK_FN_CLOSE_OBJECT.
     let f = unsafe { d.cast::<NDK_FN_CLOSE_OBJECT>().read() };
+    let ctx = ((env as usize) << ENV_SHIFT | c) as PVOID;
     // SAFETY: live object, valid callback.
-    unsafe { f(hdr(p), close_cb, ctx(c)) }
+    unsafe { f(hdr(p), close_cb, ctx) }
+}
+
+/// The device handle of a provider object.
+fn handle_of<T: pvrdma_ndk::ndk::object::NdkObject>(p: *mut T::Ndk, h: impl Fn(&T) -> u32) -> u32 {
+    // SAFETY: a live object of this provider, of type `T`.
+    let o = unsafe { ObjRef::<T>::peek(p) }.expect("an object");
+    h(o)
 }
 
 struct Env {
-    fake: Arc<Fake>,
+    model: Arc<Model>,
     dev: Arc<NdkDevice>,
     a: *mut NDK_ADAPTER,
+    id: u64,
+    /// Whether this environment built the model (another adapter's does not).
+    owner: bool,
+    /// (kind, handle) of every PD, CQ, QP and SRQ the helpers created, in order.
+    created: std::cell::RefCell<Vec<(&'static str, u32)>>,
 }
 
-fn env_with(caps: HwCaps) -> Env {
-    let fake = Fake::new(caps);
-    let dev = NdkDevice::new(fake.clone()).expect("device");
+fn env_with(cfg: pvrdma_sim::DeviceConfig) -> Env {
+    let model = Model::new(cfg);
+    let dev = NdkDevice::new(model.hw.clone()).expect("device");
     let a = dev
         .open_adapter(NDK_VERSION { Major: 2, Minor: 0 })
         .expect("open");
-    Env { fake, dev, a }
+    let id = NEXT_ENV.fetch_add(1, Ordering::Relaxed);
+    CURRENT.with(|c| c.set(id));
+    MODELS.lock().unwrap().insert(id, model.clone());
+    Env {
+        model,
+        dev,
+        a,
+        id,
+        owner: true,
+        created: Default::default(),
+    }
 }
 
 fn env() -> Env {
-    env_with(HwCaps::MODEL_DEFAULT)
+    env_with(pvrdma_sim::DeviceConfig::default())
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !self.owner {
+            return;
+        }
+        MODELS.lock().unwrap().remove(&self.id);
+        SEEN.lock().unwrap().remove(&self.id);
+        self.model.platform.executor().shutdown();
+    }
 }
 
 impl Env {
+    /// Another adapter of the same device (the version negotiated from `v`).
+    fn another_adapter(&self, v: NDK_VERSION) -> Env {
+        self.on(self.dev.open_adapter(v).expect("open"))
+    }
+
+    /// The environment with adapter `a` (of the same device).
+    fn on(&self, a: *mut NDK_ADAPTER) -> Env {
+        Env {
+            model: self.model.clone(),
+            dev: self.dev.clone(),
+            a,
+            id: self.id,
+            owner: false,
+            created: Default::default(),
+        }
+    }
+
+    /// The handle of the last object of `kind` ("pd", "cq", "qp", "srq") the helpers made.
+    fn last(&self, kind: &str) -> u32 {
+        self.created
+            .borrow()
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, h)| *h)
+            .unwrap_or_else(|| panic!("no {kind} created"))
+    }
+
+    fn note(&self, kind: &'static str, h: u32) {
+        self.created.borrow_mut().push((kind, h));
+    }
+
+    /// A create through `call` (which gets the CreateCompletion context): the status and the
+    /// object, from the call or, when it pended, from its CreateCompletion, which is then not
+    /// among the test's events.
+    fn create<T>(&self, call: impl FnOnce(PVOID, &mut *mut T) -> NTSTATUS) -> (NTSTATUS, *mut T) {
+        let c = HELPER_CTX.fetch_add(1, Ordering::Relaxed);
+        let mut out = null_mut();
+        let st = call(ctx(c), &mut out);
+        if st != STATUS_PENDING {
+            return (st, out);
+        }
+        let deadline = Instant::now() + HANG;
+        loop {
+            self.model.settle();
+            let done = with_seen(self.id, |s| {
+                let r = s.created.remove(&c);
+                if r.is_some() {
+                    s.events.retain(|e| *e != Ev::Create(c));
+                }
+                r
+            });
+            if let Some((st, o)) = done {
+                return (st, o as *mut T);
+            }
+            assert!(Instant::now() < deadline, "no CreateCompletion");
+        }
+    }
+
+    /// A request `call` made with context `c`: its inline status, or, when it pended, the
+    /// status its RequestCompletion reported, which is then not among the test's events.
+    fn finish(&self, c: usize, st: NTSTATUS) -> NTSTATUS {
+        if st != STATUS_PENDING {
+            return st;
+        }
+        let deadline = Instant::now() + HANG;
+        loop {
+            self.model.settle();
+            let done = with_seen(self.id, |s| {
+                let r = s.requests.remove(&c);
+                if r.is_some() {
+                    let i = s.events.iter().position(|e| *e == Ev::Request(c));
+                    if let Some(i) = i {
+                        s.events.remove(i);
+                    }
+                }
+                r
+            });
+            if let Some(st) = done {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "no RequestCompletion");
+        }
+    }
+
     fn info(&self) -> NDK_ADAPTER_INFO {
         // SAFETY: a zeroed NDK_ADAPTER_INFO is a valid value (integers only).
         let mut info: NDK_ADAPTER_INFO = unsafe { core::mem::zeroed() };
@@ -822,29 +856,42 @@ impl Env {
         assert_eq!(st, STATUS_SUCCESS);
         info
     }
-    fn pd(&self) -> *mut NDK_PD {
-        let mut pd = null_mut();
+    fn pd_status(&self, a: *mut NDK_ADAPTER) -> (NTSTATUS, *mut NDK_PD) {
         // SAFETY: live adapter, valid out pointer.
-        let st =
-            unsafe { (NDK_ADAPTER::disp(self.a).NdkCreatePd)(self.a, create_cb, ctx(1), &mut pd) };
+        self.create(|c, out| unsafe { (NDK_ADAPTER::disp(a).NdkCreatePd)(a, create_cb, c, out) })
+    }
+    fn pd(&self) -> *mut NDK_PD {
+        self.pd_on(self.a)
+    }
+    fn pd_on(&self, a: *mut NDK_ADAPTER) -> *mut NDK_PD {
+        let (st, pd) = self.pd_status(a);
         assert_eq!(st, STATUS_SUCCESS);
+        self.note("pd", pd_handle(pd));
         pd
     }
     fn cq_status(&self, depth: u32, c: usize) -> (NTSTATUS, *mut NDK_CQ) {
-        let mut cq = null_mut();
-        // SAFETY: live adapter, valid out pointer.
-        let st = unsafe {
-            (NDK_ADAPTER::disp(self.a).NdkCreateCq)(
-                self.a,
-                depth,
-                cq_cb,
-                ctx(c),
-                null_mut(),
-                create_cb,
-                ctx(2),
-                &mut cq,
-            )
-        };
+        self.cq_status_on(self.a, depth, c)
+    }
+    fn cq_status_on(&self, a: *mut NDK_ADAPTER, depth: u32, c: usize) -> (NTSTATUS, *mut NDK_CQ) {
+        let notify = ctx(c);
+        let (st, cq) = self.create(|cc, out| {
+            // SAFETY: live adapter, valid out pointer.
+            unsafe {
+                (NDK_ADAPTER::disp(a).NdkCreateCq)(
+                    a,
+                    depth,
+                    cq_cb,
+                    notify,
+                    null_mut(),
+                    create_cb,
+                    cc,
+                    out,
+                )
+            }
+        });
+        if st == STATUS_SUCCESS {
+            self.note("cq", cq_handle(cq));
+        }
         (st, cq)
     }
     fn cq(&self, c: usize) -> *mut NDK_CQ {
@@ -864,24 +911,29 @@ impl Env {
         isge: u32,
         inline: u32,
     ) -> (NTSTATUS, *mut NDK_QP) {
-        let mut qp = null_mut();
-        // SAFETY: live objects, valid out pointer.
-        let st = unsafe {
-            (NDK_PD::disp(pd).NdkCreateQp)(
-                pd,
-                rcq,
-                icq,
-                ctx(0x9C),
-                rq,
-                iq,
-                rsge,
-                isge,
-                inline,
-                create_cb,
-                ctx(3),
-                &mut qp,
-            )
-        };
+        let (st, qp) = self.create(|c, out| {
+            // SAFETY: live objects, valid out pointer.
+            unsafe {
+                (NDK_PD::disp(pd).NdkCreateQp)(
+                    pd,
+                    rcq,
+                    icq,
+                    ctx(0x9C),
+                    rq,
+                    iq,
+                    rsge,
+                    isge,
+                    inline,
+                    create_cb,
+                    c,
+                    out,
+                )
+            }
+        });
+        if st == STATUS_SUCCESS {
+            self.note("qp", qp_handle(qp));
+            self.model.watch_qp(qp_handle(qp));
+        }
         (st, qp)
     }
     fn qp(&self, pd: *mut NDK_PD, rcq: *mut NDK_CQ, icq: *mut NDK_CQ) -> *mut NDK_QP {
@@ -890,11 +942,10 @@ impl Env {
         qp
     }
     fn mr(&self, pd: *mut NDK_PD, fast: bool) -> *mut NDK_MR {
-        let mut mr = null_mut();
-        // SAFETY: live PD, valid out pointer.
-        let st = unsafe {
-            (NDK_PD::disp(pd).NdkCreateMr)(pd, u8::from(fast), create_cb, ctx(4), &mut mr)
-        };
+        let (st, mr) = self.create(|c, out| {
+            // SAFETY: live PD, valid out pointer.
+            unsafe { (NDK_PD::disp(pd).NdkCreateMr)(pd, u8::from(fast), create_cb, c, out) }
+        });
         assert_eq!(st, STATUS_SUCCESS);
         mr
     }
@@ -902,6 +953,24 @@ impl Env {
         // SAFETY: opened by `env`, closed once.
         unsafe { dispatch::close_adapter(self.a) };
     }
+}
+
+fn pd_handle(p: *mut NDK_PD) -> u32 {
+    handle_of::<pvrdma_ndk::ndk::pd::Pd>(p, |o| o.handle())
+}
+fn cq_handle(p: *mut NDK_CQ) -> u32 {
+    handle_of::<pvrdma_ndk::ndk::cq::Cq>(p, |o| o.handle())
+}
+fn qp_handle(p: *mut NDK_QP) -> u32 {
+    handle_of::<pvrdma_ndk::ndk::Qp>(p, |o| o.handle())
+}
+fn srq_handle(p: *mut NDK_SRQ) -> u32 {
+    handle_of::<pvrdma_ndk::ndk::srq::Srq>(p, |o| o.handle())
+}
+/// The MR handle behind a token: the model's keys are the handle shifted by 8 (and a key
+/// byte an FRMR's fast registers advance).
+fn mr_handle_of_token(token: u32) -> u32 {
+    token >> 8
 }
 
 fn sge(va: u64, len: u32, token: u32) -> NDK_SGE {
@@ -986,6 +1055,10 @@ fn results_ex(cq: *mut NDK_CQ, n: usize) -> Vec<NDK_RESULT_EX> {
     // SAFETY: live CQ, `out` holds `n` entries.
     let got = unsafe { (NDK_CQ::disp(cq).NdkGetCqResultsEx)(cq, out.as_mut_ptr(), n as u32) };
     out.truncate(got as usize);
+    for r in &mut out {
+        r.RequestContext = split(r.RequestContext).1 as PVOID;
+        r.QPContext = split(r.QPContext).1 as PVOID;
+    }
     out
 }
 fn arm(cq: *mut NDK_CQ, t: u32) {
@@ -999,6 +1072,7 @@ fn cqe(qp: u32, wr_id: u64, status: u32) -> HwCqe {
         status,
         byte_len: 0,
         invalidated_rkey: None,
+        extra_flags: 0,
     }
 }
 
@@ -1006,8 +1080,8 @@ fn cqe(qp: u32, wr_id: u64, status: u32) -> HwCqe {
 
 #[test]
 fn open_negotiates_version_and_stamps_every_header() {
-    let fake = Fake::new(HwCaps::MODEL_DEFAULT);
-    let dev = NdkDevice::new(fake.clone()).expect("device");
+    let base = env();
+    let dev = base.dev.clone();
     for (req, want) in [
         ((1, 0), (1, 2)),
         ((1, 2), (1, 2)),
@@ -1028,11 +1102,7 @@ fn open_negotiates_version_and_stamps_every_header() {
         let d = unsafe { (*a).Dispatch };
         assert!(core::ptr::eq(d, &dispatch::ADAPTER_DISPATCH));
         // Objects under it carry the negotiated version.
-        let e = Env {
-            fake: fake.clone(),
-            dev: dev.clone(),
-            a,
-        };
+        let e = base.on(a);
         let pd = e.pd();
         let cq = e.cq(1);
         for (h, ty) in [(header(pd), NdkObjectTypePd), (header(cq), NdkObjectTypeCq)] {
@@ -1060,22 +1130,16 @@ fn open_negotiates_version_and_stamps_every_header() {
             Some(NDIS_STATUS_BAD_VERSION)
         );
     }
-    // Synchronous creates and inline closes: no completion callback at all.
+    // The helpers took their creates' completions; the closes completed inline: no
+    // callback at all.
     assert_eq!(events(), vec![]);
+    base.close_adapter();
 }
 
 #[test]
 fn several_adapters_per_device_are_independent() {
     let e1 = env();
-    let a2 = e1
-        .dev
-        .open_adapter(NDK_VERSION { Major: 1, Minor: 1 })
-        .expect("open");
-    let e2 = Env {
-        fake: e1.fake.clone(),
-        dev: e1.dev.clone(),
-        a: a2,
-    };
+    let e2 = e1.another_adapter(NDK_VERSION { Major: 1, Minor: 1 });
     let pd1 = e1.pd();
     let pd2 = e2.pd();
     assert_eq!(header(pd2).Version, NDK_VERSION { Major: 1, Minor: 2 });
@@ -1084,11 +1148,7 @@ fn several_adapters_per_device_are_independent() {
     e2.close_adapter();
     assert_eq!(close(pd1, 1), STATUS_SUCCESS);
     e1.close_adapter();
-    assert_eq!(
-        *e1.fake.waits.lock().unwrap(),
-        Vec::<bool>::new(),
-        "no close had to wait"
-    );
+    assert_eq!(e1.model.waits(), 0, "no close had to wait");
 }
 
 #[test]
@@ -1250,13 +1310,13 @@ fn antecedent_close_pends_until_the_last_successor_closes() {
     assert_eq!(events(), vec![]);
     assert_eq!(close(mr, 12), STATUS_SUCCESS);
     assert_eq!(events(), vec![], "the QP still holds the PD");
-    let pd_h = e.fake.last("pd");
-    assert_eq!(e.fake.count(&Hw::Destroy("pd", pd_h)), 0);
+    let pd_h = e.last("pd");
+    assert_eq!(e.model.count(&Hw::Destroy("pd", pd_h)), 0);
     assert_eq!(close(qp, 13), STATUS_SUCCESS);
     // QP's successor counts drop after its close: CQ first, then PD (release order), each
     // CloseCompletion exactly once.
     assert_eq!(events(), vec![Ev::Close(11), Ev::Close(10)]);
-    assert_eq!(e.fake.count(&Hw::Destroy("pd", pd_h)), 1);
+    assert_eq!(e.model.count(&Hw::Destroy("pd", pd_h)), 1);
     e.close_adapter();
     assert_eq!(events(), vec![]);
 }
@@ -1265,9 +1325,9 @@ fn antecedent_close_pends_until_the_last_successor_closes() {
 fn cq_close_inside_its_notification_callback_completes_after_it_returns() {
     let e = env();
     let cq = e.cq(5);
-    let cq_h = e.fake.last("cq");
-    e.fake.push_cqe(cq_h, cqe(99, 1, 0));
-    CLOSE_IN_CQ_CB.with(|c| c.set(cq));
+    let cq_h = e.last("cq");
+    e.model.push_cqe(cq_h, cqe(99, 1, 0));
+    with_seen(e.id, |s| s.close_in_cq_cb = cq as usize);
     arm(cq, NDK_CQ_NOTIFY_ANY);
     // Callback, the close inside it returned PENDING (0x103), then CloseCompletion.
     assert_eq!(
@@ -1278,7 +1338,7 @@ fn cq_close_inside_its_notification_callback_completes_after_it_returns() {
             Ev::Close(77)
         ]
     );
-    assert_eq!(e.fake.count(&Hw::Destroy("cq", cq_h)), 1);
+    assert_eq!(e.model.count(&Hw::Destroy("cq", cq_h)), 1);
     e.close_adapter();
 }
 
@@ -1286,29 +1346,29 @@ fn cq_close_inside_its_notification_callback_completes_after_it_returns() {
 fn adapter_close_blocks_until_descendants_are_closed() {
     let e = env();
     let pd = e.pd();
-    let pd_addr = pd as usize;
-    *e.fake.wait_hook.lock().unwrap() = Some(Box::new(move || {
-        // Another thread of the consumer finishes its closes while the adapter close waits.
-        assert_eq!(close(pd_addr as *mut NDK_PD, 3), STATUS_SUCCESS);
-    }));
+    let (pd_addr, env_id, model) = (pd as usize, e.id, e.model.clone());
+    // Another thread of the consumer finishes its closes while the adapter close waits.
+    let closer = std::thread::spawn(move || {
+        let deadline = Instant::now() + HANG;
+        while model.waits() == 0 {
+            assert!(Instant::now() < deadline, "the adapter close never waited");
+            std::thread::yield_now();
+        }
+        close_in(env_id, pd_addr as *mut NDK_PD, 3)
+    });
     e.close_adapter();
-    assert_eq!(
-        *e.fake.waits.lock().unwrap(),
-        vec![false],
-        "waited once, not drained before"
-    );
-    assert_eq!(e.fake.count(&Hw::Destroy("pd", e.fake.last("pd"))), 1);
+    assert_eq!(closer.join().unwrap(), STATUS_SUCCESS);
+    assert!(e.model.waits() > 0, "waited, not drained before");
+    assert_eq!(e.model.count(&Hw::Destroy("pd", e.last("pd"))), 1);
     assert_eq!(events(), vec![]);
 }
 
 #[test]
 fn create_qp_limits_and_cq_ownership() {
-    let caps = HwCaps {
-        max_qp_wr: 16,
-        max_sge: 4,
-        ..HwCaps::MODEL_DEFAULT
-    };
-    let e = env_with(caps);
+    let mut cfg = pvrdma_sim::DeviceConfig::default();
+    cfg.caps.max_qp_wr = 16;
+    cfg.caps.max_sge = 4;
+    let e = env_with(cfg);
     let pd = e.pd();
     let cq = e.cq(1);
     for (rq, iq, rs, is, inl) in [
@@ -1326,27 +1386,22 @@ fn create_qp_limits_and_cq_ownership() {
     }
     let (st, qp) = e.qp_status(pd, cq, cq, 16, 5, 4, 4, 0);
     assert_eq!(st, STATUS_SUCCESS);
-    let spec = e.fake.st.lock().unwrap().qps[0];
+    let spec = e.model.cmds(code::CREATE_QP);
+    assert_eq!(spec.len(), 1, "the refused QPs reached no device");
+    // CREATE_QP max_send_wr @40, max_recv_wr @44, max_send_sge @48, max_recv_sge @52,
+    // is_srq @76 (§8).
     assert_eq!(
         (
-            spec.max_send_wr,
-            spec.max_recv_wr,
-            spec.max_send_sge,
-            spec.max_recv_sge
+            spec[0].u32(40),
+            spec[0].u32(44),
+            spec[0].u32(48),
+            spec[0].u32(52)
         ),
         (8, 16, 4, 4)
     );
-    assert_eq!(spec.srq, None);
+    assert_eq!(spec[0].req[76], 0, "no SRQ");
     // A CQ of another adapter is refused.
-    let a2 = e
-        .dev
-        .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
-        .expect("open");
-    let e2 = Env {
-        fake: e.fake.clone(),
-        dev: e.dev.clone(),
-        a: a2,
-    };
+    let e2 = e.another_adapter(NDK_VERSION { Major: 2, Minor: 1 });
     let cq2 = e2.cq(2);
     assert_eq!(
         e.qp_status(pd, cq2, cq, 4, 4, 1, 1, 0).0,
@@ -1381,11 +1436,11 @@ fn initiator_requests_need_a_connection_receives_do_not() {
     // SAFETY: live QP.
     let st = unsafe { (NDK_QP::disp(qp).NdkSendAndInvalidate)(qp, ctx(1), s.as_ptr(), 1, 0, 0x55) };
     assert_eq!(st, STATUS_CONNECTION_INVALID);
-    assert_eq!(e.fake.wqes(), vec![]);
+    assert_eq!(e.model.wqes(), vec![]);
     assert_eq!(receive(qp, 7, &s), STATUS_SUCCESS);
-    let qp_h = e.fake.last("qp");
-    assert_eq!(e.fake.recvs(), vec![(qp_h, 0, wr_id(tag::RQ, 0), 1)]);
-    assert_eq!(e.fake.count(&Hw::RingRecv(qp_h)), 1);
+    let qp_h = e.last("qp");
+    assert_eq!(e.model.recvs(), vec![(qp_h, 0, wr_id(tag::RQ, 0), 1)]);
+    assert_eq!(e.model.count(&Hw::RingRecv(qp_h)), 1);
     for p in [hdr(mr), hdr(qp)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
@@ -1401,8 +1456,8 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
     connect(qp);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
-    e.fake.clear_log();
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
+    e.model.clear_log();
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(send(qp, 1, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
     assert_eq!(
@@ -1410,17 +1465,17 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
         STATUS_SUCCESS
     );
     assert_eq!(
-        e.fake.count(&Hw::RingSend(qp_h)),
+        e.model.count(&Hw::RingSend(qp_h)),
         0,
         "deferred: no doorbell yet"
     );
     assert_eq!(read(qp, 3, &s, 0), STATUS_SUCCESS);
     assert_eq!(
-        e.fake.log(),
+        e.model.log(),
         vec![Hw::RingSend(qp_h)],
         "one doorbell for three WQEs"
     );
-    let w = e.fake.wqes();
+    let w = e.model.wqes();
     assert_eq!(w.len(), 3);
     assert_eq!(
         w.iter()
@@ -1437,27 +1492,27 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
         (0x1000, 0xAB00, 0x2000, 0xCD00)
     );
     // FR(defer) → SUCCESS; then a failing request: the deferred WQE is indicated first.
-    e.fake.clear_log();
+    e.model.clear_log();
     assert_eq!(
         send(qp, 4, &s, NDK_OP_FLAG_DEFER | NDK_OP_FLAG_READ_FENCE),
         STATUS_SUCCESS
     );
     assert_eq!(send(qp, 5, &s, 0x400), STATUS_INVALID_PARAMETER);
-    assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
-    assert_eq!(e.fake.wqes().len(), 4, "the failed request wrote nothing");
-    assert_eq!(e.fake.wqes()[3].send_flags, 2 | 1, "SIGNALED | FENCE");
+    assert_eq!(e.model.log(), vec![Hw::RingSend(qp_h)]);
+    assert_eq!(e.model.wqes().len(), 4, "the failed request wrote nothing");
+    assert_eq!(e.model.wqes()[3].send_flags, 2 | 1, "SIGNALED | FENCE");
     // A full initiator queue is an inline failure too: deferred WQEs are rung first, and
     // the slot is not consumed. (The device ring itself cannot refuse a WQE: queue space is
     // tracked from completions.) Indexes 4..=7 fill the queue of depth 8.
-    e.fake.clear_log();
+    e.model.clear_log();
     for c in 70..74 {
         assert_eq!(send(qp, c, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
     }
     assert_eq!(send(qp, 8, &s, 0), STATUS_INSUFFICIENT_RESOURCES);
-    assert_eq!(e.fake.log(), vec![Hw::RingSend(qp_h)]);
-    assert_eq!(e.fake.wqes().len(), 8, "the refused request wrote nothing");
+    assert_eq!(e.model.log(), vec![Hw::RingSend(qp_h)]);
+    assert_eq!(e.model.wqes().len(), 8, "the refused request wrote nothing");
     // Completing index 0 frees one slot.
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
     let r = results_ex(cq, 8);
     assert_eq!(
@@ -1468,14 +1523,14 @@ fn deferred_requests_share_one_doorbell_and_an_inline_failure_rings_first() {
     );
     assert_eq!(send(qp, 9, &s, 0), STATUS_SUCCESS);
     assert_eq!(
-        e.fake.wqes().last().map(|w| (w.index, w.wr_id)),
+        e.model.wqes().last().map(|w| (w.index, w.wr_id)),
         Some((8, wr_id(tag::SQ, 8))),
         "the refused index 8 is used by the next post"
     );
     // A failure with nothing deferred rings nothing.
-    e.fake.clear_log();
+    e.model.clear_log();
     assert_eq!(send(qp, 6, &s, NDK_OP_FLAG_INLINE), STATUS_NOT_SUPPORTED);
-    assert_eq!(e.fake.log(), vec![]);
+    assert_eq!(e.model.log(), vec![]);
     assert_eq!(close(qp, 1), STATUS_SUCCESS);
     assert_eq!(close(cq, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
@@ -1491,7 +1546,7 @@ fn admission_follows_the_connection_and_refusals_keep_their_status() {
     let pd = e.pd();
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq); // MaxInitiatorRequestSge 4
-    let qp_h = e.fake.last("qp");
+    let qp_h = e.last("qp");
     let s1 = [sge(0x1000, 8, 0x100)];
     let s4 = [sge(0x1000, 1, 1); 4];
     let s5 = [sge(0x1000, 1, 1); 5];
@@ -1509,32 +1564,32 @@ fn admission_follows_the_connection_and_refusals_keep_their_status() {
         );
         assert_eq!(read(qp, 1, &s5, 0x1000), STATUS_CONNECTION_INVALID);
         assert_eq!(
-            e.fake.wqes().len(),
+            e.model.wqes().len(),
             posted,
             "nothing posted while disconnected"
         );
         connect(qp);
-        let rings = e.fake.count(&Hw::RingSend(qp_h));
+        let rings = e.model.count(&Hw::RingSend(qp_h));
         assert_eq!(read(qp, 1, &s1, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
-        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings, "deferred");
+        assert_eq!(e.model.count(&Hw::RingSend(qp_h)), rings, "deferred");
         // Flags before the SGE count; each refusal rings for the deferred read once.
         assert_eq!(write(qp, 1, &s5, NDK_OP_FLAG_INLINE), STATUS_NOT_SUPPORTED);
-        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 1);
+        assert_eq!(e.model.count(&Hw::RingSend(qp_h)), rings + 1);
         assert_eq!(send(qp, 1, &s5, 0x1000), STATUS_INVALID_PARAMETER);
         assert_eq!(read(qp, 1, &s5, 0), STATUS_INVALID_PARAMETER);
         assert_eq!(write(qp, 1, &s5, 0), STATUS_INVALID_PARAMETER);
-        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 1, "rung once");
+        assert_eq!(e.model.count(&Hw::RingSend(qp_h)), rings + 1, "rung once");
         // At the limit, and with none.
         assert_eq!(write(qp, 1, &s4, 0), STATUS_SUCCESS);
         assert_eq!(send(qp, 1, &[], NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
-        assert_eq!(e.fake.count(&Hw::RingSend(qp_h)), rings + 3);
+        assert_eq!(e.model.count(&Hw::RingSend(qp_h)), rings + 3);
         posted += 3;
-        assert_eq!(e.fake.wqes().len(), posted);
+        assert_eq!(e.model.wqes().len(), posted);
         // Retire the round, so the 4-deep queue has room in the next round: the two
         // signalled requests report, the silent one does not.
-        let cq_h = e.fake.last("cq");
+        let cq_h = e.last("cq");
         for back in (1..=3).rev() {
-            e.fake.push_cqe(
+            e.model.push_cqe(
                 cq_h,
                 cqe(qp_h, wr_id(tag::SQ, (posted - back) as u32), wc::SUCCESS),
             );
@@ -1600,7 +1655,7 @@ fn work_request_flag_and_sge_validation() {
     let st =
         unsafe { (NDK_QP::disp(qp).NdkBind)(qp, ctx(1), null_mut(), null_mut(), null_mut(), 0, 0) };
     assert_eq!(st, STATUS_NOT_SUPPORTED);
-    assert_eq!(e.fake.wqes().len(), 3);
+    assert_eq!(e.model.wqes().len(), 3);
     assert_eq!(close(qp, 1), STATUS_SUCCESS);
     assert_eq!(close(cq, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
@@ -1629,8 +1684,11 @@ fn fast_register_rules_and_tokens() {
     };
     assert_eq!(init(0, false), STATUS_INVALID_PARAMETER);
     assert_eq!(init(513, false), STATUS_IMPLEMENTATION_LIMIT);
-    assert_eq!(init(4, false), STATUS_SUCCESS);
-    let mr_h = e.fake.last("mr");
+    assert_eq!(e.finish(8, init(4, false)), STATUS_SUCCESS);
+    // SAFETY: live MR.
+    let mr_h = mr_handle_of_token(unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) });
+    let frmrs = || e.model.mr_cmds().len();
+    assert_eq!(frmrs(), 1);
     let pages = [0x10_0000, 0x23_0000, 0x7_7000];
     let rr = NDK_OP_FLAG_ALLOW_REMOTE_READ;
     assert_eq!(
@@ -1650,10 +1708,15 @@ fn fast_register_rules_and_tokens() {
         ),
         STATUS_ACCESS_VIOLATION
     );
-    assert_eq!(init(4, true), STATUS_SUCCESS);
-    let mr_h2 = e.fake.last("mr");
-    assert_ne!(mr_h, mr_h2, "re-initialization replaces the FRMR");
-    assert_eq!(e.fake.count(&Hw::Destroy("mr", mr_h)), 1);
+    assert_eq!(e.finish(8, init(4, true)), STATUS_SUCCESS);
+    // SAFETY: live MR.
+    let mr_h2 = mr_handle_of_token(unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) });
+    assert_eq!(frmrs(), 2, "re-initialization makes a new FRMR");
+    assert_eq!(
+        e.model.count(&Hw::Destroy("mr", mr_h)),
+        1,
+        "and destroys the old"
+    );
     let five = [0x1000; 5];
     assert_eq!(
         fast_register(qp, 1, mr, &five, 0, 100, 0x5000_0000, rr),
@@ -1701,12 +1764,7 @@ fn fast_register_rules_and_tokens() {
         ),
         STATUS_INVALID_PARAMETER
     );
-    assert_eq!(e.fake.wqes(), vec![]);
-    assert_eq!(
-        e.fake.fast_regs(),
-        vec![],
-        "no page list for a refused request"
-    );
+    assert_eq!(e.model.wqes(), vec![]);
     // SAFETY: live MR.
     let key0 = unsafe { (NDK_MR::disp(mr).NdkGetRemoteTokenFromMr)(mr) };
     assert_eq!(key0, mr_h2 << 8);
@@ -1720,18 +1778,21 @@ fn fast_register_rules_and_tokens() {
     // SAFETY: live MR.
     let lkey1 = unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) };
     assert_eq!((key1, lkey1), (key0 + 1, key0 + 1), "the key byte advances");
-    let w = e.fake.wqes();
+    let w = e.model.wqes();
     assert_eq!(w.len(), 1);
     assert_eq!(w[0].opcode, WrOpcode::FastRegMr);
     // LOCAL_WRITE | REMOTE_WRITE (IB bits 0 and 1).
+    let (iova, n, len, access, key, pl) = w[0].fast_reg.expect("a fast register");
     assert_eq!(
-        w[0].fast_reg,
-        Some((mr_h2, 0x5000_0010, 3, 3 * 4096 - 0x10, 0b011, key1))
+        (iova, n, len, access, key),
+        (0x5000_0010, 3, 3 * 4096 - 0x10, 0b011, key1)
     );
-    // The page list went to the FRMR's directory, which the WQE names.
+    assert_eq!(mr_handle_of_token(key), mr_h2);
+    // The page list went to the FRMR's directory, which the WQE names; the refused
+    // requests wrote none of it (the five-page one would have filled its fourth entry).
     assert_eq!(
-        e.fake.fast_regs(),
-        vec![(mr_h2, vec![0x10_0000, 0x23_0000, 0x7_7000])]
+        e.model.dir_pages(pl, 4),
+        vec![0x10_0000, 0x23_0000, 0x7_7000, 0]
     );
     // Invalidate names the current key; a registered (non-fast) MR is no target.
     // SAFETY: live objects.
@@ -1739,7 +1800,7 @@ fn fast_register_rules_and_tokens() {
         (NDK_QP::disp(qp).NdkInvalidate)(qp, ctx(10), hdr(mr), NDK_OP_FLAG_SILENT_SUCCESS)
     };
     assert_eq!(st, STATUS_SUCCESS);
-    let w = e.fake.wqes();
+    let w = e.model.wqes();
     assert_eq!(
         (w[1].opcode, w[1].invalidate_rkey, w[1].send_flags),
         (WrOpcode::LocalInv, key1, 0)
@@ -1852,21 +1913,19 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
         "not contiguous"
     );
     let flags = NDK_MR_FLAG_ALLOW_REMOTE_WRITE | NDK_MR_FLAG_ALLOW_REMOTE_READ;
-    assert_eq!(reg(f, 0x2800, flags), STATUS_SUCCESS);
-    let h = e.fake.last("mr");
-    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
+    assert_eq!(e.finish(1, reg(f, 0x2800, flags)), STATUS_SUCCESS);
     assert_eq!(
-        spec,
-        Some(MrRec::Normal {
-            start: 0x7000_0800,
-            length: 0x2800,
-            access: 0b111,
-            pages: vec![0x10_0000, 0x2A_5000, 0x77_7000],
-        })
+        e.model.last_mr(),
+        (
+            0x7000_0800,
+            0x2800,
+            0b111,
+            vec![0x10_0000, 0x2A_5000, 0x77_7000]
+        )
     );
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) };
-    assert_eq!(got, h << 8);
+    let h = mr_handle_of_token(got);
     assert_eq!(
         reg(f, 0x100, 0),
         STATUS_INVALID_DEVICE_REQUEST,
@@ -1874,46 +1933,35 @@ fn register_mr_checks_the_mdl_chain_and_flags() {
     );
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkDeregisterMr)(mr, request_cb, ctx(2)) };
-    assert_eq!(got, STATUS_SUCCESS);
-    assert_eq!(e.fake.count(&Hw::Destroy("mr", h)), 1);
+    assert_eq!(e.finish(2, got), STATUS_SUCCESS);
+    assert_eq!(e.model.count(&Hw::Destroy("mr", h)), 1);
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkDeregisterMr)(mr, request_cb, ctx(2)) };
     assert_eq!(got, STATUS_INVALID_DEVICE_REQUEST);
     // A shorter registration takes only the pages it spans (local read only: no rkey, and
     // no LOCAL_WRITE either: the device may not write it).
-    assert_eq!(reg(f, 0x800, 0), STATUS_SUCCESS);
-    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
+    assert_eq!(e.finish(1, reg(f, 0x800, 0)), STATUS_SUCCESS);
     assert_eq!(
-        spec,
-        Some(MrRec::Normal {
-            start: 0x7000_0800,
-            length: 0x800,
-            access: 0b000,
-            pages: vec![0x10_0000]
-        })
+        e.model.last_mr(),
+        (0x7000_0800, 0x800, 0b000, vec![0x10_0000])
     );
     // SAFETY: live MR.
     let got = unsafe { (NDK_MR::disp(mr).NdkGetRemoteTokenFromMr)(mr) };
-    assert_eq!(got, 0);
-    // Privileged token: the PD's DMA MR lkey.
-    let dma = e
-        .fake
-        .st
-        .lock()
-        .unwrap()
-        .mrs
-        .iter()
-        .find(|m| m.1 == MrRec::Dma)
-        .map(|m| m.0)
-        .expect("dma mr");
+    // SAFETY: live MR.
+    let local = unsafe { (NDK_MR::disp(mr).NdkGetLocalTokenFromMr)(mr) };
+    // The remote token is the device's rkey (the model's equals the lkey); the device lets
+    // no peer use it: the registration granted no remote access (access 0 above).
+    assert_eq!(got, local);
+    // Privileged token: the PD's DMA MR lkey (the MR the PD's close destroys with it).
     let mut tok = 0;
     // SAFETY: live PD.
     unsafe { (NDK_PD::disp(pd).NdkGetPrivilegedMemoryRegionToken)(pd, &mut tok) };
+    let dma = mr_handle_of_token(tok);
     assert_eq!(tok, dma << 8);
     assert_eq!(events(), vec![]);
     assert_eq!(close(mr, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
-    assert_eq!(e.fake.count(&Hw::Destroy("mr", dma)), 1);
+    assert_eq!(e.model.count(&Hw::Destroy("mr", dma)), 1);
     e.close_adapter();
 }
 
@@ -1948,7 +1996,7 @@ fn malformed_mdl_chains_are_invalid_parameter() {
         };
         (st, buf[1] as u32, buf[2])
     };
-    let mrs = || e.fake.st.lock().unwrap().mrs.len();
+    let mrs = || e.model.mr_cmds().len();
     let before = mrs();
     let mut misaligned = MdlPfn::new(0x7000_0010, 0, 0x100, [0x1]);
     let mut big_offset = MdlPfn::new(0x7000_0000, 0x1000, 0x100, [0x1]);
@@ -1993,19 +2041,17 @@ fn malformed_mdl_chains_are_invalid_parameter() {
     // The same chains for fewer bytes stop before the bad part.
     assert_eq!(lam(good.ptr(), 0x1000), (STATUS_SUCCESS, 1, 0x7000));
     assert_eq!(lam(shared.ptr(), 0x800), (STATUS_SUCCESS, 1, 0x5000));
-    assert_eq!(reg(good.ptr(), 0x1000), STATUS_SUCCESS);
-    let spec = e.fake.st.lock().unwrap().mrs.last().map(|m| m.1.clone());
+    assert_eq!(e.finish(1, reg(good.ptr(), 0x1000)), STATUS_SUCCESS);
+    // Flags 0 (local read only): no LOCAL_WRITE.
     assert_eq!(
-        spec,
-        Some(MrRec::Normal {
-            start: 0x7000_0000,
-            length: 0x1000,
-            // Flags 0 (local read only): no LOCAL_WRITE.
-            access: 0b000,
-            pages: vec![0x7000],
-        })
+        e.model.last_mr(),
+        (0x7000_0000, 0x1000, 0b000, vec![0x7000])
     );
-    assert_eq!(events(), vec![], "all inline: no RequestCompletion");
+    assert_eq!(
+        events(),
+        vec![],
+        "the failures inline: no RequestCompletion"
+    );
     assert_eq!(close(mr, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 1), STATUS_SUCCESS);
     e.close_adapter();
@@ -2073,7 +2119,7 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
     let rcq = e.cq(2);
     let qp = e.qp(pd, rcq, scq);
     connect(qp);
-    let (qp_h, scq_h, rcq_h) = (e.fake.last("qp"), e.fake.last("cq") - 1, e.fake.last("cq"));
+    let (qp_h, scq_h, rcq_h) = (e.last("qp"), e.last("cq") - 1, e.last("cq"));
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
     assert_eq!(write(qp, 2, &s, NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
@@ -2082,19 +2128,19 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
     let got =
         unsafe { (NDK_QP::disp(qp).NdkSendAndInvalidate)(qp, ctx(4), s.as_ptr(), 1, 0, 0x4242) };
     assert_eq!(got, STATUS_SUCCESS);
-    assert_eq!(e.fake.wqes()[3].opcode, WrOpcode::SendWithInv);
-    assert_eq!(e.fake.wqes()[3].invalidate_rkey, 0x4242);
+    assert_eq!(e.model.wqes()[3].opcode, WrOpcode::SendWithInv);
+    assert_eq!(e.model.wqes()[3].invalidate_rkey, 0x4242);
     assert_eq!(receive(qp, 10, &[sge(0x1000, 100, 0x100)]), STATUS_SUCCESS);
     assert_eq!(receive(qp, 11, &s), STATUS_SUCCESS);
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::SUCCESS));
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 7), wc::SUCCESS)); // never posted
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h + 50, wr_id(tag::SQ, 3), wc::SUCCESS)); // no such QP
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 3), wc::SUCCESS));
     let r = results_ex(scq, 8);
     assert_eq!(r.len(), 3);
@@ -2121,18 +2167,18 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
     assert_eq!(e.dev.bad_cqes(), 1);
     // A live QP found by its handle, but on a CQ it does not complete on: not trusted.
     let other = e.cq(3);
-    let other_h = e.fake.last("cq");
-    e.fake
+    let other_h = e.last("cq");
+    e.model
         .push_cqe(other_h, cqe(qp_h, wr_id(tag::SQ, 3), wc::SUCCESS));
     assert_eq!(results_ex(other, 8).len(), 0);
     assert_eq!(e.dev.bad_cqes(), 2);
     let mut inv = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     inv.byte_len = 100;
     inv.invalidated_rkey = Some(0x7707);
-    e.fake.push_cqe(rcq_h, inv);
+    e.model.push_cqe(rcq_h, inv);
     let mut plain = cqe(qp_h, wr_id(tag::RQ, 1), wc::LOC_LEN_ERR);
     plain.byte_len = 5;
-    e.fake.push_cqe(rcq_h, plain);
+    e.model.push_cqe(rcq_h, plain);
     // The non-Ex form still retrieves ReceiveAndInvalidate completions.
     // SAFETY: a zeroed result is a valid value.
     let mut out = [unsafe { core::mem::zeroed::<NDK_RESULT>() }; 1];
@@ -2143,7 +2189,7 @@ fn completions_become_results_in_order_with_silent_successes_skipped() {
         (
             out[0].Status,
             out[0].BytesTransferred,
-            out[0].RequestContext as usize
+            split(out[0].RequestContext).1
         ),
         (STATUS_SUCCESS, 100, 10)
     );
@@ -2176,12 +2222,12 @@ fn receive_and_invalidate_type_and_token_in_ex_results() {
     let pd = e.pd();
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     assert_eq!(receive(qp, 10, &[sge(0x1000, 64, 1)]), STATUS_SUCCESS);
     let mut c = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     c.byte_len = 64;
     c.invalidated_rkey = Some(0x1234_5601);
-    e.fake.push_cqe(cq_h, c);
+    e.model.push_cqe(cq_h, c);
     let r = results_ex(cq, 2);
     assert_eq!(r.len(), 1);
     assert_eq!(
@@ -2205,32 +2251,31 @@ fn failed_requests_map_wc_status_and_flush_cancels() {
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
     connect(qp);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(write(qp, 1, &s, NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
     assert_eq!(read(qp, 2, &s, 0), STATUS_SUCCESS);
     assert_eq!(send(qp, 3, &s, NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
     assert_eq!(send(qp, 4, &s, NDK_OP_FLAG_DEFER), STATUS_SUCCESS);
     assert_eq!(receive(qp, 5, &s), STATUS_SUCCESS);
-    e.fake.clear_log();
+    // The first three fail on the wire, each as its CQE says.
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::REM_ACCESS_ERR));
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 1), wc::REM_ACCESS_ERR));
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::RNR_RETRY_EXC_ERR));
+    e.model.clear_log();
     // SAFETY: live QP.
     unsafe { (NDK_QP::disp(qp).NdkFlush)(qp) };
     assert_eq!(
-        e.fake.log(),
+        e.model.log(),
         vec![Hw::RingSend(qp_h), Hw::Flush(qp_h)],
         "deferred WQE indicated, then ERR"
     );
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::REM_ACCESS_ERR));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 1), wc::REM_ACCESS_ERR));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::WR_FLUSH_ERR));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 3), wc::RNR_RETRY_EXC_ERR));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::RQ, 0), wc::WR_FLUSH_ERR));
-    let r = results_ex(cq, 8);
+    // The model flushes what it never ran: all four sends (the three that already
+    // completed name retired slots: dropped and counted) and the receive (M32).
+    let r = results_ex(cq, 16);
     let view: Vec<_> = r
         .iter()
         .map(|r| {
@@ -2257,13 +2302,13 @@ fn failed_requests_map_wc_status_and_flush_cancels() {
                 NdkOperationTypeRead,
                 wc::REM_ACCESS_ERR
             ),
-            (STATUS_CANCELLED, 3, NdkOperationTypeSend, wc::WR_FLUSH_ERR),
             (
                 STATUS_IO_TIMEOUT,
-                4,
+                3,
                 NdkOperationTypeSend,
                 wc::RNR_RETRY_EXC_ERR
             ),
+            (STATUS_CANCELLED, 4, NdkOperationTypeSend, wc::WR_FLUSH_ERR),
             (
                 STATUS_CANCELLED,
                 5,
@@ -2272,6 +2317,11 @@ fn failed_requests_map_wc_status_and_flush_cancels() {
             ),
         ]
     );
+    // SAFETY: a live QP of this provider.
+    let bad = unsafe { ObjRef::<pvrdma_ndk::ndk::Qp>::peek(qp) }
+        .expect("live QP")
+        .bad_cqes();
+    assert_eq!(bad, 3, "the flushes of the three completed sends");
     for p in [hdr(qp), hdr(cq), hdr(pd)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
@@ -2282,29 +2332,29 @@ fn failed_requests_map_wc_status_and_flush_cancels() {
 fn cq_notifications_one_per_arm_and_errors() {
     let e = env();
     let cq = e.cq(7);
-    let cq_h = e.fake.last("cq");
-    e.fake.clear_log();
-    e.fake.cq_notification(cq_h);
+    let cq_h = e.last("cq");
+    e.model.clear_log();
+    e.model.cq_notification(cq_h);
     assert_eq!(events(), vec![], "never without an arm");
     arm(cq, NDK_CQ_NOTIFY_ANY);
     assert_eq!(
-        e.fake.log(),
+        e.model.log(),
         vec![Hw::Arm(cq_h, false), Hw::Poll(cq_h)],
         "the re-check after the arm found the CQ empty: POLL, then a second look"
     );
     assert_eq!(events(), vec![], "empty CQ: waits");
-    e.fake.cq_notification(cq_h);
-    e.fake.cq_notification(cq_h);
+    e.model.cq_notification(cq_h);
+    e.model.cq_notification(cq_h);
     assert_eq!(
         events(),
         vec![Ev::Cq(7, STATUS_SUCCESS)],
         "one callback per arm"
     );
-    e.fake.clear_log();
+    e.model.clear_log();
     arm(cq, NDK_CQ_NOTIFY_SOLICITED);
     arm(cq, NDK_CQ_NOTIFY_ERRORS);
     assert_eq!(
-        e.fake.log(),
+        e.model.log(),
         vec![
             Hw::Arm(cq_h, true),
             Hw::Poll(cq_h),
@@ -2313,15 +2363,15 @@ fn cq_notifications_one_per_arm_and_errors() {
         ],
         "ERRORS after SOLICITED stays SOLICITED"
     );
-    e.fake.cq_error(cq_h);
+    e.model.cq_error(cq_h);
     assert_eq!(events(), vec![Ev::Cq(7, STATUS_BUFFER_OVERFLOW)]);
-    e.fake.cq_error(cq_h);
+    e.model.cq_error(cq_h);
     arm(cq, NDK_CQ_NOTIFY_ANY);
     assert_eq!(events(), vec![], "the error is reported once");
     // An unknown handle is ignored.
-    e.fake.cq_notification(cq_h + 100);
+    e.model.cq_notification(cq_h + 100);
     assert_eq!(close(cq, 1), STATUS_SUCCESS);
-    e.fake.cq_notification(cq_h);
+    e.model.cq_notification(cq_h);
     assert_eq!(events(), vec![], "no callback after close");
     e.close_adapter();
 }
@@ -2331,43 +2381,47 @@ fn srq_limits_notifications_and_completions() {
     let e = env();
     let pd = e.pd();
     let create = |depth: u32, sge: u32, thr: u32| -> (NTSTATUS, *mut NDK_SRQ) {
-        let mut srq = null_mut();
-        // SAFETY: live PD, valid out pointer.
-        let st = unsafe {
-            (NDK_PD::disp(pd).NdkCreateSrq)(
-                pd,
-                depth,
-                sge,
-                thr,
-                Some(srq_cb),
-                ctx(6),
-                null_mut(),
-                create_cb,
-                ctx(1),
-                &mut srq,
-            )
-        };
-        (st, srq)
+        let notify = ctx(6);
+        e.create(|c, out| {
+            // SAFETY: live PD, valid out pointer.
+            unsafe {
+                (NDK_PD::disp(pd).NdkCreateSrq)(
+                    pd,
+                    depth,
+                    sge,
+                    thr,
+                    Some(srq_cb),
+                    notify,
+                    null_mut(),
+                    create_cb,
+                    c,
+                    out,
+                )
+            }
+        })
     };
     assert_eq!(create(0, 1, 0).0, STATUS_INVALID_PARAMETER);
     assert_eq!(create(4097, 1, 0).0, STATUS_INVALID_PARAMETER);
     assert_eq!(create(16, 17, 0).0, STATUS_INVALID_PARAMETER);
     let (st, srq) = create(10, 2, 3);
     assert_eq!(st, STATUS_SUCCESS);
-    let srq_h = e.fake.last("srq");
-    let pd_h = e.fake.last("pd");
-    let spec0 = e.fake.st.lock().unwrap().srqs[0];
+    let srq_h = srq_handle(srq);
+    e.model.watch_srq(srq_h);
+    let pd_h = e.last("pd");
+    let spec0 = e.model.cmds(code::CREATE_SRQ);
+    // CREATE_SRQ pd @24, attr {max_wr, max_sge, srq_limit} @32 (§8).
+    assert_eq!(spec0.len(), 1);
     assert_eq!(
-        spec0,
-        SrqSpec {
-            pd: pd_h,
-            max_wr: 16,
-            max_sge: 2,
-            limit: 3
-        }
+        (
+            spec0[0].u32(24),
+            spec0[0].u32(32),
+            spec0[0].u32(36),
+            spec0[0].u32(40)
+        ),
+        (pd_h, 16, 2, 3)
     );
-    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
-    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
+    e.model.event(EVENT_SRQ_LIMIT_REACHED, srq_h);
+    e.model.event(EVENT_SRQ_LIMIT_REACHED, srq_h);
     assert_eq!(events(), vec![Ev::Srq(6, STATUS_SUCCESS)], "once per arm");
     let modify = |depth: u32, thr: u32| -> NTSTATUS {
         // SAFETY: live SRQ.
@@ -2375,84 +2429,82 @@ fn srq_limits_notifications_and_completions() {
     };
     assert_eq!(modify(4097, 0), STATUS_INVALID_PARAMETER);
     assert_eq!(modify(17, 0), STATUS_NOT_SUPPORTED, "the ring cannot grow");
-    e.fake.st.lock().unwrap().srq_queued = 1;
-    e.fake.clear_log();
-    assert_eq!(modify(0, 2), STATUS_SUCCESS);
-    assert_eq!(e.fake.log(), vec![Hw::SrqLimit(srq_h, 2)]);
+    let srq_recv = |c: usize, s: &[NDK_SGE]| -> NTSTATUS {
+        // SAFETY: live SRQ (its close is pending at the end: calls still allowed here).
+        unsafe { (NDK_SRQ::disp(srq).NdkSrqReceive)(srq, ctx(c), s.as_ptr(), s.len() as u32) }
+    };
+    let s = [sge(0x1000, 8, 1)];
+    // One receive queued (no QP takes it).
+    assert_eq!(srq_recv(30, &s), STATUS_SUCCESS);
+    e.model.clear_log();
+    assert_eq!(e.finish(2, modify(0, 2)), STATUS_SUCCESS);
+    assert_eq!(e.model.log(), vec![Hw::SrqLimit(srq_h, 2)]);
     assert_eq!(
         events(),
         vec![Ev::Srq(6, STATUS_SUCCESS)],
         "already below: notified at once"
     );
-    e.fake.st.lock().unwrap().srq_queued = 5;
-    assert_eq!(modify(0, 2), STATUS_SUCCESS);
+    // Five queued.
+    for c in 31..35 {
+        assert_eq!(srq_recv(c, &s), STATUS_SUCCESS);
+    }
+    assert_eq!(e.finish(2, modify(0, 2)), STATUS_SUCCESS);
     assert_eq!(events(), vec![]);
-    assert_eq!(modify(0, 0), STATUS_SUCCESS, "0 keeps the arm");
-    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
+    assert_eq!(e.finish(2, modify(0, 0)), STATUS_SUCCESS, "0 keeps the arm");
+    e.model.event(EVENT_SRQ_LIMIT_REACHED, srq_h);
     assert_eq!(events(), vec![Ev::Srq(6, STATUS_SUCCESS)]);
     // Posting, the depth cap, and a QP drawing from the SRQ.
     let cq = e.cq(1);
-    let mut qp = null_mut();
-    // SAFETY: live objects, valid out pointer.
-    let st = unsafe {
-        (NDK_PD::disp(pd).NdkCreateQpWithSrq)(
-            pd,
-            cq,
-            cq,
-            srq,
-            ctx(0x51),
-            4,
-            1,
-            0,
-            create_cb,
-            ctx(1),
-            &mut qp,
-        )
-    };
+    let qp_context = ctx(0x51);
+    let (st, qp) = e.create(|c, out| {
+        // SAFETY: live objects, valid out pointer.
+        unsafe {
+            (NDK_PD::disp(pd).NdkCreateQpWithSrq)(
+                pd, cq, cq, srq, qp_context, 4, 1, 0, create_cb, c, out,
+            )
+        }
+    });
     assert_eq!(st, STATUS_SUCCESS);
-    let spec = *e.fake.st.lock().unwrap().qps.last().expect("qp");
+    e.note("qp", qp_handle(qp));
+    let spec = e.model.cmds(code::CREATE_QP).pop().expect("qp");
+    // CREATE_QP srq_handle @36, max_recv_wr @44, max_recv_sge @52, is_srq @76 (§8).
     assert_eq!(
-        (spec.srq, spec.max_recv_wr, spec.max_recv_sge),
-        (Some(srq_h), 0, 0)
+        (spec.u32(36), spec.req[76], spec.u32(44), spec.u32(52)),
+        (srq_h, 1, 0, 0)
     );
     assert_eq!(
         receive(qp, 1, &[sge(0, 1, 1)]),
         STATUS_INVALID_DEVICE_REQUEST
     );
-    e.fake.srq_event(srq_h, EqeType::SrqErr);
-    e.fake.srq_event(srq_h, EqeType::SrqErr);
+    e.model.event(EVENT_SRQ_ERR, srq_h);
+    e.model.event(EVENT_SRQ_ERR, srq_h);
     assert_eq!(
         events(),
         vec![Ev::Srq(6, STATUS_INTERNAL_ERROR)],
         "reported once"
     );
-    assert_eq!(modify(0, 1), STATUS_SUCCESS);
+    assert_eq!(e.finish(2, modify(0, 1)), STATUS_SUCCESS);
     assert_eq!(events(), vec![], "queued 5 is not below 1");
     assert_eq!(close(srq, 9), STATUS_PENDING, "the QP holds the SRQ");
-    let s = [sge(0x1000, 8, 1)];
-    let srq_recv = |c: usize, s: &[NDK_SGE]| -> NTSTATUS {
-        // SAFETY: live SRQ (its close is pending, calls still allowed in this test).
-        unsafe { (NDK_SRQ::disp(srq).NdkSrqReceive)(srq, ctx(c), s.as_ptr(), s.len() as u32) }
-    };
     assert_eq!(srq_recv(20, &[sge(0, 1, 1); 3]), STATUS_INVALID_PARAMETER);
     assert_eq!(srq_recv(20, &s), STATUS_SUCCESS);
     assert_eq!(srq_recv(21, &s), STATUS_SUCCESS);
-    let wqes = e.fake.srq_wqes();
+    let wqes = e.model.srq_wqes();
     assert_eq!(
-        wqes,
-        vec![
-            (srq_h, 0, wr_id(tag::SRQ, 0)),
-            (srq_h, 1, wr_id(tag::SRQ, 1))
+        wqes[5..],
+        [
+            (srq_h, 5, wr_id(tag::SRQ, 5)),
+            (srq_h, 6, wr_id(tag::SRQ, 6))
         ]
     );
     // Completed out of order on the QP's receive CQ, with the QP's context (M46).
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 1), wc::SUCCESS));
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 1), wc::SUCCESS)); // duplicate
-    e.fake
-        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 0), wc::WR_FLUSH_ERR));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 6), wc::SUCCESS));
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 6), wc::SUCCESS)); // duplicate
+    e.model
+        .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SRQ, 5), wc::WR_FLUSH_ERR));
     let r = results_ex(cq, 4);
     let view: Vec<_> = r
         .iter()
@@ -2462,8 +2514,8 @@ fn srq_limits_notifications_and_completions() {
         view,
         vec![(STATUS_SUCCESS, 21, 0x51), (STATUS_CANCELLED, 20, 0x51)]
     );
-    e.fake.srq_event(srq_h, EqeType::SrqLimitReached);
-    e.fake.srq_event(srq_h, EqeType::SrqErr);
+    e.model.event(EVENT_SRQ_LIMIT_REACHED, srq_h);
+    e.model.event(EVENT_SRQ_ERR, srq_h);
     assert_eq!(
         events(),
         vec![],
@@ -2482,10 +2534,9 @@ fn srq_limits_notifications_and_completions() {
 
 #[test]
 fn srq_unsupported_without_device_srqs() {
-    let e = env_with(HwCaps {
-        max_srq: 0,
-        ..HwCaps::MODEL_DEFAULT
-    });
+    let mut cfg = pvrdma_sim::DeviceConfig::default();
+    cfg.caps.max_srq = 0;
+    let e = env_with(cfg);
     let pd = e.pd();
     let cq = e.cq(1);
     let mut srq = null_mut();
@@ -2517,22 +2568,24 @@ fn device_fatal_fails_every_cq_and_srq_once() {
     let pd = e.pd();
     let cq1 = e.cq(1);
     let cq2 = e.cq(2);
-    let mut srq = null_mut();
-    // SAFETY: live PD, valid out pointer.
-    let st = unsafe {
-        (NDK_PD::disp(pd).NdkCreateSrq)(
-            pd,
-            16,
-            1,
-            0,
-            Some(srq_cb),
-            ctx(3),
-            null_mut(),
-            create_cb,
-            ctx(1),
-            &mut srq,
-        )
-    };
+    let notify = ctx(3);
+    let (st, srq) = e.create(|c, out| {
+        // SAFETY: live PD, valid out pointer.
+        unsafe {
+            (NDK_PD::disp(pd).NdkCreateSrq)(
+                pd,
+                16,
+                1,
+                0,
+                Some(srq_cb),
+                notify,
+                null_mut(),
+                create_cb,
+                c,
+                out,
+            )
+        }
+    });
     assert_eq!(st, STATUS_SUCCESS);
     arm(cq1, NDK_CQ_NOTIFY_ERRORS);
     e.dev.device_fatal();
@@ -2560,16 +2613,19 @@ fn failed_qp_create_releases_its_antecedents() {
     let e = env();
     let pd = e.pd();
     let cq = e.cq(1);
-    e.fake.st.lock().unwrap().fail_qp = true;
+    // The next CREATE_QP fails with "no resources" (12).
+    e.model
+        .sim
+        .with_core(|c| c.fail_nth_command(1, 12, 1 << code::CREATE_QP));
     let (st, qp) = e.qp_status(pd, cq, cq, 4, 4, 1, 1, 0);
     assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES);
     assert!(qp.is_null());
     // No successor count is left behind: both close inline.
     assert_eq!(close(cq, 1), STATUS_SUCCESS);
     assert_eq!(close(pd, 2), STATUS_SUCCESS);
-    assert_eq!(events(), vec![], "inline failure: no CreateCompletion");
+    assert_eq!(events(), vec![], "its CreateCompletion aside, no callback");
     e.close_adapter();
-    assert_eq!(*e.fake.waits.lock().unwrap(), Vec::<bool>::new());
+    assert_eq!(e.model.waits(), 0);
 }
 
 /// Events of the racing test, in one global order (callbacks run on another thread).
@@ -2588,27 +2644,28 @@ unsafe extern "system" fn race_close_cb(_ctx: PVOID) {
 
 #[test]
 fn cq_close_racing_device_notifications_ends_with_one_close_completion() {
+    let e = env();
     for round in 0..200 {
         RACE.lock().unwrap().clear();
-        let e = env();
-        let mut cq = null_mut();
-        // SAFETY: live adapter, valid pointers.
-        let st = unsafe {
-            (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
-                e.a,
-                16,
-                race_cq_cb,
-                null_mut(),
-                null_mut(),
-                create_cb,
-                null_mut(),
-                &mut cq,
-            )
-        };
+        let (st, cq) = e.create(|c, out| {
+            // SAFETY: live adapter, valid pointers.
+            unsafe {
+                (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
+                    e.a,
+                    16,
+                    race_cq_cb,
+                    null_mut(),
+                    null_mut(),
+                    create_cb,
+                    c,
+                    out,
+                )
+            }
+        });
         assert_eq!(st, STATUS_SUCCESS);
-        let h = e.fake.last("cq");
+        let h = cq_handle(cq);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let dev = e.fake.clone();
+        let dev = e.model.clone();
         let s2 = stop.clone();
         // The device side: CQNEs keep arriving from a DPC on another processor.
         let notifier = std::thread::spawn(move || {
@@ -2650,8 +2707,8 @@ fn cq_close_racing_device_notifications_ends_with_one_close_completion() {
             notifies, returned,
             "every callback returned before the close ended"
         );
-        e.close_adapter();
     }
+    e.close_adapter();
 }
 
 static IN_CB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -2674,24 +2731,25 @@ unsafe extern "system" fn held_close_cb(_ctx: PVOID) {
 #[test]
 fn cq_close_from_another_thread_waits_for_the_running_callback() {
     let e = env();
-    let mut cq = null_mut();
-    // SAFETY: live adapter, valid pointers.
-    let st = unsafe {
-        (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
-            e.a,
-            16,
-            held_cq_cb,
-            null_mut(),
-            null_mut(),
-            create_cb,
-            null_mut(),
-            &mut cq,
-        )
-    };
+    let (st, cq) = e.create(|c, out| {
+        // SAFETY: live adapter, valid pointers.
+        unsafe {
+            (NDK_ADAPTER::disp(e.a).NdkCreateCq)(
+                e.a,
+                16,
+                held_cq_cb,
+                null_mut(),
+                null_mut(),
+                create_cb,
+                c,
+                out,
+            )
+        }
+    });
     assert_eq!(st, STATUS_SUCCESS);
-    let h = e.fake.last("cq");
+    let h = cq_handle(cq);
     arm(cq, NDK_CQ_NOTIFY_ANY);
-    let dev = e.fake.clone();
+    let dev = e.model.clone();
     // The CQNE DPC runs the callback on another processor and is held inside it.
     let dpc = std::thread::spawn(move || dev.cq_notification(h));
     while !IN_CB.load(std::sync::atomic::Ordering::SeqCst) {
@@ -2702,19 +2760,19 @@ fn cq_close_from_another_thread_waits_for_the_running_callback() {
     assert_eq!(st, STATUS_PENDING, "a callback is in progress");
     assert_eq!(*XLOG.lock().unwrap(), ["notify"]);
     assert_eq!(
-        e.fake.count(&Hw::Destroy("cq", h)),
+        e.model.count_now(&Hw::Destroy("cq", h)),
         0,
         "not torn down under the callback"
     );
     // Later CQNEs deliver nothing: the close has started.
-    e.fake.cq_notification(h);
+    e.model.cq_notification_nowait(h);
     RELEASE_CB.store(true, std::sync::atomic::Ordering::SeqCst);
     dpc.join().expect("dpc");
     assert_eq!(
         *XLOG.lock().unwrap(),
         ["notify", "notify-returned", "close-completion"]
     );
-    assert_eq!(e.fake.count(&Hw::Destroy("cq", h)), 1);
+    assert_eq!(e.model.count(&Hw::Destroy("cq", h)), 1);
     e.close_adapter();
 }
 
@@ -2725,11 +2783,11 @@ fn small_result_arrays_lose_no_completion() {
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
     connect(qp);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     let s = [sge(0x1000, 8, 0x100)];
     for c in 1..=3 {
         assert_eq!(send(qp, c, &s, 0), STATUS_SUCCESS);
-        e.fake
+        e.model
             .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, c as u32 - 1), wc::SUCCESS));
     }
     // One result at a time: the poll never takes more CQEs than results wanted.
@@ -2754,7 +2812,7 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     let (st, qp) = e.qp_status(pd, cq, cq, 8, 1, 4, 4, 0);
     assert_eq!(st, STATUS_SUCCESS);
     connect(qp);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     let max = e.info().MaxTransferLength;
     let s = [sge(0x1000, 8, 0x100)];
     // A success longer than MaxTransferLength, or claiming both immediate data and an
@@ -2765,16 +2823,16 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     assert_eq!(receive(qp, 12, &[sge(0x1000, max, 0x100)]), STATUS_SUCCESS);
     let mut long = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     long.byte_len = max + 1;
-    e.fake.push_cqe(cq_h, long);
+    e.model.push_cqe(cq_h, long);
     let mut both = cqe(qp_h, wr_id(tag::RQ, 1), wc::SUCCESS);
     both.byte_len = 8;
     both.invalidated_rkey = Some(0x4401);
-    let mut raw = both.encode();
-    raw[36..40].copy_from_slice(&((1u32 << 1) | (1 << 2)).to_le_bytes());
-    e.fake.push_raw_cqe(cq_h, raw);
+    // WITH_IMM too (wc_flags bit 1).
+    both.extra_flags = 1 << 1;
+    e.model.push_cqe(cq_h, both);
     let mut full = cqe(qp_h, wr_id(tag::RQ, 2), wc::SUCCESS);
     full.byte_len = max;
-    e.fake.push_cqe(cq_h, full);
+    e.model.push_cqe(cq_h, full);
     let r = results_ex(cq, 8);
     let view: Vec<_> = r
         .iter()
@@ -2820,7 +2878,7 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     // SAFETY: live objects.
     let st = unsafe { (NDK_QP::disp(qp).NdkInvalidate)(qp, ctx(3), hdr(plain), 0) };
     assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES);
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
     assert_eq!(results_ex(cq, 8).len(), 1);
     // With room, the same requests fail their own checks.
@@ -2831,8 +2889,11 @@ fn untrusted_cqes_fail_their_request_and_a_full_queue_is_reported_first() {
     // SAFETY: live objects.
     let st = unsafe { (NDK_QP::disp(qp).NdkInvalidate)(qp, ctx(3), hdr(plain), 0) };
     assert_eq!(st, STATUS_INVALID_PARAMETER);
-    assert_eq!(e.fake.wqes().len(), 1);
-    assert_eq!(e.fake.fast_regs(), vec![]);
+    assert_eq!(
+        e.model.wqes().len(),
+        1,
+        "none of the refused requests wrote a WQE"
+    );
     assert_eq!(events(), vec![]);
     for p in [hdr(plain), hdr(qp), hdr(cq), hdr(pd)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
@@ -2851,11 +2912,11 @@ fn fast_and_general_completions_interleave_in_order() {
     let cq = e.cq(1);
     let (st, qp) = e.qp_status(pd, cq, cq, 8, 8, 4, 4, 0);
     assert_eq!(st, STATUS_SUCCESS);
-    let qp_h = e.fake.last("qp");
+    let qp_h = e.last("qp");
     let (st, qp2) = e.qp_status(pd, cq, cq, 8, 8, 4, 4, 0);
     assert_eq!(st, STATUS_SUCCESS);
-    let qp2_h = e.fake.last("qp");
-    let cq_h = e.fake.last("cq");
+    let qp2_h = e.last("qp");
+    let cq_h = e.last("cq");
     connect(qp);
     connect(qp2);
     let s = [sge(0x1000, 8, 0x100)];
@@ -2878,7 +2939,7 @@ fn fast_and_general_completions_interleave_in_order() {
         cqe(qp2_h, wr_id(tag::SQ, 0), wc::SUCCESS),
         cqe(qp_h, wr_id(tag::SQ, 3), wc::SUCCESS),
     ] {
-        e.fake.push_cqe(cq_h, c);
+        e.model.push_cqe(cq_h, c);
     }
     let mut got = Vec::new();
     for _ in 0..8 {
@@ -2908,17 +2969,17 @@ fn qps_whose_handles_collide_on_a_cq_each_get_their_completions() {
     let e = env();
     let pd = e.pd();
     let cq = e.cq(1);
-    let cq_h = e.fake.last("cq");
+    let cq_h = e.last("cq");
     let spacer = e.cq(1);
     // Four QPs on `cq` whose handles are equal modulo 8 (its table has 8 entries with 3 or
     // 4 QPs bound), QPs on `spacer` in between.
     let mut qps = Vec::new();
     while qps.len() < 4 {
         let q = e.qp(pd, spacer, spacer);
-        let h = e.fake.last("qp");
+        let h = e.last("qp");
         if qps.first().is_none_or(|&(_, h0)| (h + 1) % 8 == h0 % 8) {
             let q = e.qp(pd, cq, cq);
-            qps.push((q, e.fake.last("qp")));
+            qps.push((q, e.last("qp")));
         }
         let _ = q;
     }
@@ -2945,7 +3006,7 @@ fn qps_whose_handles_collide_on_a_cq_each_get_their_completions() {
         (2, 1),
     ];
     for &(i, k) in &order {
-        e.fake
+        e.model
             .push_cqe(cq_h, cqe(hs[i], wr_id(tag::SQ, k as u32), wc::SUCCESS));
     }
     let mut got: Vec<usize> = Vec::new();
@@ -2962,11 +3023,11 @@ fn qps_whose_handles_collide_on_a_cq_each_get_their_completions() {
         assert_eq!(send(q, 100 + i, &s, 0), STATUS_SUCCESS);
     }
     for i in [2, 1, 3] {
-        e.fake
+        e.model
             .push_cqe(cq_h, cqe(hs[i], wr_id(tag::SQ, 2), wc::SUCCESS));
     }
     // A CQE naming the closed QP is not trusted.
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(hs[0], wr_id(tag::SQ, 2), wc::SUCCESS));
     let got: Vec<usize> = results_ex(cq, 8)
         .iter()
@@ -3002,25 +3063,25 @@ fn a_cqe_is_accepted_only_on_the_cq_its_queue_completes_to() {
     let rcq = e.cq(2);
     let qp = e.qp(pd, rcq, scq);
     connect(qp);
-    let (qp_h, scq_h, rcq_h) = (e.fake.last("qp"), e.fake.last("cq") - 1, e.fake.last("cq"));
+    let (qp_h, scq_h, rcq_h) = (e.last("qp"), e.last("cq") - 1, e.last("cq"));
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
     assert_eq!(receive(qp, 10, &s), STATUS_SUCCESS);
     // The send's CQE on the receive CQ (the fast path's shape: a successful SQ CQE).
-    e.fake
+    e.model
         .push_cqe(rcq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
     assert_eq!(outcome(&results_ex(rcq, 4)), vec![]);
     assert_eq!(e.dev.bad_cqes(), 1);
     // The receive's CQE on the send CQ.
     let mut rc = cqe(qp_h, wr_id(tag::RQ, 0), wc::SUCCESS);
     rc.byte_len = 8;
-    e.fake.push_cqe(scq_h, rc);
+    e.model.push_cqe(scq_h, rc);
     assert_eq!(outcome(&results_ex(scq, 4)), vec![]);
     assert_eq!(e.dev.bad_cqes(), 2);
     // Each on its own CQ completes exactly once.
-    e.fake
+    e.model
         .push_cqe(scq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
-    e.fake.push_cqe(rcq_h, rc);
+    e.model.push_cqe(rcq_h, rc);
     assert_eq!(
         outcome(&results_ex(scq, 4)),
         vec![(STATUS_SUCCESS, 1, NdkOperationTypeSend, 0, 0)]
@@ -3045,7 +3106,7 @@ fn a_receive_reports_no_more_bytes_than_it_posted() {
     let pd = e.pd();
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     assert!(e.info().MaxTransferLength >= 4096);
     let one = [sge(0x1000, 64, 0x100)];
     let two = [sge(0x1000, 40, 0x100), sge(0x2000, 24, 0x100)];
@@ -3060,7 +3121,7 @@ fn a_receive_reports_no_more_bytes_than_it_posted() {
     for (index, len) in [(0, 4096), (1, 65), (2, 64), (3, 64)] {
         let mut c = cqe(qp_h, wr_id(tag::RQ, index), wc::SUCCESS);
         c.byte_len = len;
-        e.fake.push_cqe(cq_h, c);
+        e.model.push_cqe(cq_h, c);
     }
     let bad = (
         STATUS_INTERNAL_ERROR,
@@ -3096,7 +3157,7 @@ fn a_cqe_past_an_outstanding_signalled_slot_retires_nothing() {
     let cq = e.cq(1);
     let qp = e.qp(pd, cq, cq);
     connect(qp);
-    let (qp_h, cq_h) = (e.fake.last("qp"), e.fake.last("cq"));
+    let (qp_h, cq_h) = (e.last("qp"), e.last("cq"));
     let s = [sge(0x1000, 8, 0x100)];
     assert_eq!(receive(qp, 10, &s), STATUS_SUCCESS);
     assert_eq!(receive(qp, 11, &s), STATUS_SUCCESS);
@@ -3112,11 +3173,11 @@ fn a_cqe_past_an_outstanding_signalled_slot_retires_nothing() {
             .bad_cqes()
     };
     // Receive #1's CQE before receive #0's.
-    e.fake.push_cqe(cq_h, rc(1));
+    e.model.push_cqe(cq_h, rc(1));
     assert_eq!(outcome(&results_ex(cq, 4)), vec![]);
     assert_eq!(bad_cqes(), 1);
-    e.fake.push_cqe(cq_h, rc(0));
-    e.fake.push_cqe(cq_h, rc(1));
+    e.model.push_cqe(cq_h, rc(0));
+    e.model.push_cqe(cq_h, rc(1));
     assert_eq!(
         outcome(&results_ex(cq, 4)),
         vec![
@@ -3129,13 +3190,13 @@ fn a_cqe_past_an_outstanding_signalled_slot_retires_nothing() {
     assert_eq!(send(qp, 1, &s, 0), STATUS_SUCCESS);
     assert_eq!(write(qp, 2, &s, NDK_OP_FLAG_SILENT_SUCCESS), STATUS_SUCCESS);
     assert_eq!(send(qp, 3, &s, 0), STATUS_SUCCESS);
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::SUCCESS));
     assert_eq!(outcome(&results_ex(cq, 4)), vec![]);
     assert_eq!(bad_cqes(), 2);
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 0), wc::SUCCESS));
-    e.fake
+    e.model
         .push_cqe(cq_h, cqe(qp_h, wr_id(tag::SQ, 2), wc::SUCCESS));
     assert_eq!(
         outcome(&results_ex(cq, 4)),
@@ -3185,7 +3246,7 @@ fn a_declared_count_above_its_limit_fails_before_any_entry_is_read() {
     // SAFETY: live MR.
     let init =
         unsafe { (NDK_MR::disp(mr).NdkInitializeFastRegisterMr)(mr, 4, 0, request_cb, ctx(8)) };
-    assert_eq!(init, STATUS_SUCCESS);
+    assert_eq!(e.finish(8, init), STATUS_SUCCESS);
     let page = [0x10_0000 as NDK_LOGICAL_ADDRESS];
     // SAFETY: live objects; 1000 is above the MR's capacity of 4, so only the count is read.
     let st = unsafe {
@@ -3220,10 +3281,10 @@ fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length()
     let pd = e.pd();
     let cq = e.cq(1);
     let a = e.qp(pd, cq, cq);
-    let a_h = e.fake.last("qp");
+    let a_h = e.last("qp");
     let b = e.qp(pd, cq, cq);
-    let b_h = e.fake.last("qp");
-    let cq_h = e.fake.last("cq");
+    let b_h = e.last("qp");
+    let cq_h = e.last("cq");
     connect(a);
     connect(b);
     let s = [sge(0x1000, 8, 0x100)];
@@ -3246,7 +3307,7 @@ fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length()
         rc(1, 9),
         rc(2, 7),
     ] {
-        e.fake.push_cqe(cq_h, c);
+        e.model.push_cqe(cq_h, c);
     }
     assert_eq!(
         outcome(&results_ex(cq, 16)),
@@ -3269,8 +3330,8 @@ fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length()
     // One result at a time (the peel): a receive, then a send of the other QP.
     assert_eq!(receive(a, 13, &s), STATUS_SUCCESS);
     assert_eq!(send(b, 6, &s, 0), STATUS_SUCCESS);
-    e.fake.push_cqe(cq_h, rc(3, 8));
-    e.fake
+    e.model.push_cqe(cq_h, rc(3, 8));
+    e.model
         .push_cqe(cq_h, cqe(b_h, wr_id(tag::SQ, 1), wc::SUCCESS));
     assert_eq!(
         outcome(&results_ex(cq, 1)),
@@ -3284,5 +3345,75 @@ fn one_poll_takes_runs_of_two_qps_sends_and_receives_and_stops_at_a_bad_length()
     for p in [hdr(a), hdr(b), hdr(cq), hdr(pd)] {
         assert_eq!(close(p.cast::<NDK_PD>(), 1), STATUS_SUCCESS);
     }
+    e.close_adapter();
+}
+
+/// A create whose second command fails (the PD's DMA MR, refused "no resources"): the PD the
+/// device made is destroyed, and CreateCompletion reports STATUS_INSUFFICIENT_RESOURCES with
+/// no object (§5.1).
+#[test]
+fn a_pd_whose_dma_mr_fails_is_destroyed_and_reported() {
+    let e = env();
+    e.model
+        .sim
+        .with_core(|c| c.fail_nth_command(1, 12, 1 << code::CREATE_MR));
+    let mut pd = null_mut();
+    // SAFETY: live adapter, valid out pointer.
+    let st = unsafe { (NDK_ADAPTER::disp(e.a).NdkCreatePd)(e.a, create_cb, ctx(5), &mut pd) };
+    assert_eq!(
+        st, STATUS_PENDING,
+        "the commands complete in the command DPC"
+    );
+    assert!(
+        pd.is_null(),
+        "the out pointer is not touched after STATUS_PENDING"
+    );
+    assert_eq!(events(), vec![Ev::Create(5)]);
+    let (st, obj) = with_seen(e.id, |s| s.created[&5]);
+    assert_eq!((st, obj), (STATUS_INSUFFICIENT_RESOURCES, 0));
+    assert_eq!(e.model.cmds(code::DESTROY_PD).len(), 1, "the PD destroyed");
+    assert_eq!(e.model.sim.with_core(|c| c.object_counts().pds), 0);
+    e.close_adapter();
+}
+
+/// A close while a request is in flight pends: its RequestCompletion comes first, the
+/// CloseCompletion last (§5.1, §5.2).
+#[test]
+fn a_close_while_a_registration_is_in_flight_completes_after_it() {
+    let e = env();
+    let pd = e.pd();
+    let mr = e.mr(pd, false);
+    let mut m = MdlPfn::new(0x4000_0000, 0x100, 0x1800, [0x51, 0x73]);
+    // SAFETY: live MR; the MDL is followed by its PFN array.
+    let st = unsafe {
+        (NDK_MR::disp(mr).NdkRegisterMr)(
+            mr,
+            m.ptr(),
+            0x1800,
+            NDK_MR_FLAG_ALLOW_REMOTE_READ,
+            request_cb,
+            ctx(0x51),
+        )
+    };
+    assert_eq!(st, STATUS_PENDING, "CREATE_MR completes in the command DPC");
+    // Posted, not answered: the model has not run yet.
+    let c = e
+        .model
+        .record
+        .lock()
+        .unwrap()
+        .cmds
+        .last()
+        .cloned()
+        .expect("CREATE_MR");
+    assert_eq!(c.code, code::CREATE_MR);
+    assert_eq!((c.u64(16), c.u64(24)), (0x4000_0100, 0x1800));
+    assert_eq!(e.model.mr_pages(&c), vec![0x5_1000, 0x7_3000]);
+    // The registration is in flight.
+    assert_eq!(close(mr, 0x52), STATUS_PENDING);
+    assert_eq!(events(), vec![Ev::Request(0x51), Ev::Close(0x52)]);
+    // The MR the registration made goes with the close.
+    assert_eq!(e.model.cmds(code::DESTROY_MR).len(), 1);
+    assert_eq!(close(pd, 1), STATUS_SUCCESS);
     e.close_adapter();
 }

@@ -1,4 +1,4 @@
-//! The per-adapter QP1 (`ndk::qp1`) between two hosts of the model's fabric: MADs exchanged
+//! The per-adapter QP1 (`ndk::connect::qp1`) between two hosts of the model's fabric: MADs exchanged
 //! both ways byte for byte with the source path from the GRH and the CQE, none lost on a
 //! clean fabric, counts consistent with the fabric's under loss and duplication, a full SQ
 //! refused, and a close that flushes and leaves nothing behind.
@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use common::Mode;
 use common::ndk::{Cluster, ClusterConfig};
-use pvrdma_ndk::ndk::hw::Hardware;
-use pvrdma_ndk::ndk::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error};
-use pvrdma_ndk::os::host::held_spin_locks;
+use pvrdma_host::held_spin_locks;
+use pvrdma_ndk::ndk::connect::qp1::{
+    MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config, Qp1Error,
+};
 use pvrdma_sim::fabric::FaultConfig;
 
 /// Hosts without a connection engine: each test opens QP1 itself (one per device).
@@ -59,7 +60,7 @@ struct Side {
 
 fn open(c: &Cluster, h: usize, cfg: Qp1Config) -> Side {
     let sink = Arc::new(Recorder::default());
-    let hw: Arc<dyn Hardware> = c.host(h).hw.clone();
+    let hw = c.host(h).hw.clone();
     let qp1 = Qp1::open(hw, cfg, sink.clone()).expect("QP1 opens");
     Side { qp1, sink }
 }
@@ -283,7 +284,7 @@ fn a_full_send_queue_refuses_and_a_closed_qp1_sends_nothing() {
             Arc::new(Recorder::default())
         )
         .err(),
-        Some(pvrdma_ndk::ndk::HwError::Invalid),
+        Some(pvrdma_ndk::pvrdma::PvrdmaError::InvalidParameter),
         "depths are powers of two"
     );
     // Closing flushes the posted receives (counted as receive errors, never delivered).
@@ -399,7 +400,7 @@ fn short_and_oversized_datagrams_are_dropped_and_counted() {
 mod resolution {
     use super::*;
     use pvrdma_ndk::cm::addr::ip_from_gid;
-    use pvrdma_ndk::ndk::qp1::resolve_status;
+    use pvrdma_ndk::ndk::NdkError;
     use pvrdma_ndk::ndkpi::{STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
     use pvrdma_ndk::os::Platform;
     use pvrdma_ndk::os::net::{
@@ -480,7 +481,7 @@ mod resolution {
         let (r, at) = o.lock().unwrap().unwrap();
         assert_eq!(r, Err(ResolveError::Unreachable));
         assert_eq!(
-            resolve_status(ResolveError::Unreachable),
+            NdkError::from(ResolveError::Unreachable).to_ntstatus(),
             STATUS_HOST_UNREACHABLE
         );
         let took = at - start;
@@ -496,7 +497,7 @@ mod resolution {
         );
         assert_eq!(result(&o), Some(Err(ResolveError::NotLocal)));
         assert_eq!(
-            resolve_status(ResolveError::NotLocal),
+            NdkError::from(ResolveError::NotLocal).to_ntstatus(),
             STATUS_BAD_NETWORK_NAME
         );
         drop(n);
@@ -579,7 +580,7 @@ fn a_mad_from_a_second_gid_carries_it_and_a_reply_to_it_arrives() {
     let b2 = bound.clone();
     c.host(0)
         .hw
-        .bind_gid_async(5, second, Box::new(move |r| *b2.lock().unwrap() = Some(r)));
+        .bind_gid(5, second, Box::new(move |r| *b2.lock().unwrap() = Some(r)));
     c.wait_for("CREATE_BIND", || bound.lock().unwrap().is_some());
     assert_eq!(*bound.lock().unwrap(), Some(Ok(())));
     let from5 = MadPath {

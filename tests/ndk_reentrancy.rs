@@ -1,6 +1,6 @@
 //! NdkCqNotificationCallback calling back into the provider (ndkpi.md §5.2, §5.4), in the
 //! threaded model: the callback runs in the driver's DPC with no driver spin lock held
-//! (counted per thread by the debug host build, `os::host::held_spin_locks`), so it may poll,
+//! (counted per thread by the debug host build, `os::sync::held_spin_locks`), so it may poll,
 //! re-arm and close its own CQ or another CQ of the same adapter through the dispatch
 //! tables without deadlocking. Every wait is bounded and waits on a fact; counts are exact
 //! because each round produces one completion and waits for its callback.
@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use common::Mode;
 use common::ndk::{Cluster, QpSpec, Registered};
 use ndk_dp::*;
+use pvrdma_host::{SPIN_LOCKS_COUNTED, held_spin_locks};
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::host::{SPIN_LOCKS_COUNTED, held_spin_locks};
 
 /// Rounds of one receive and one send each.
 const ROUNDS: u32 = 8;

@@ -29,7 +29,13 @@ NDIS_HANDLERS = [
     "send_net_buffer_lists", "return_net_buffer_lists", "cancel", "device_pnp_event",
     "shutdown", "open_ndk_adapter", "close_ndk_adapter", "process_sg_list",
     "line_isr", "line_dpc", "line_control", "message_isr", "message_dpc", "message_control",
-    "pnp_work_item",
+    "pnp_work_item", "reset",
+]
+# The vmxnet3 adapter's routines ndis::ethernet::entry hands to NDIS (SG DMA, interrupts, the
+# reset work item).
+ETH_HANDLERS = [
+    "eth_process_sg_list", "eth_line_isr", "eth_line_dpc", "eth_line_control",
+    "eth_message_isr", "eth_message_dpc", "eth_message_control", "eth_reset_work_item",
 ]
 # The routines the OS layer hands to the kernel, by module path (the resolver's work item and
 # address-change callback).
@@ -93,12 +99,79 @@ def code_pointers_in_data(pe, skip):
     return found
 
 
+def last_write_from_iat(insns, i, reg, in_iat, window=400):
+    """Whether the register's last write in a linear scan back (following register copies)
+    is a load from the import address table: a heuristic across branches."""
+    for prev in reversed(insns[max(0, i - window):i]):
+        _, written = prev.regs_access()
+        if reg not in written:
+            continue
+        src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
+        if src is not None and src.type == capstone.x86.X86_OP_REG:
+            reg = src.reg  # a copy: follow the source register
+            continue
+        return (src is not None and src.type == capstone.x86.X86_OP_MEM
+                and src.mem.base == capstone.x86.X86_REG_RIP
+                and in_iat(prev.address + prev.size + src.mem.disp))
+    return False
+
+
+def loaded_from_iat(insns, i, reg, in_iat, window=400):
+    """Whether `reg` holds a value loaded from the import address table when `insns[i]`
+    runs, on every path into it within `window` instructions: a backward walk over the
+    instruction before each one (unless that one is an unconditional jump or a return) and
+    every direct jump in the window that targets it, following register copies. A path that
+    leaves the window, or a write from anything else, answers no."""
+    lo = max(0, i - window)
+    index = {insns[k].address: k for k in range(lo, i + 1)}
+    jumps_to = {}
+    for k in range(lo, i):
+        ins = insns[k]
+        if ins.group(capstone.CS_GRP_JUMP) and ins.operands and ins.operands[0].type == capstone.x86.X86_OP_IMM:
+            jumps_to.setdefault(ins.operands[0].imm, []).append(k)
+    seen = set()
+    todo = [(i, reg)]
+    while todo:
+        k, r = todo.pop()
+        if (k, r) in seen:
+            continue
+        seen.add((k, r))
+        preds = list(jumps_to.get(insns[k].address, []))
+        if k - 1 >= lo:
+            prev = insns[k - 1]
+            if not (prev.mnemonic in ("jmp", "ret") or prev.group(capstone.CS_GRP_RET)):
+                preds.append(k - 1)
+        if not preds:
+            # Alignment padding after an unconditional jump is never executed; any other
+            # instruction without a predecessor (a function's entry) leaves `r` unknown.
+            if insns[k].mnemonic in ("nop", "int3") and k - 1 >= lo:
+                continue
+            return False
+        for q in preds:
+            prev = insns[q]
+            _, written = prev.regs_access()
+            if r not in written:
+                todo.append((q, r))
+                continue
+            src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
+            if src is not None and src.type == capstone.x86.X86_OP_REG:
+                todo.append((q, src.reg))  # a copy: follow the source register
+                continue
+            if (src is not None and src.type == capstone.x86.X86_OP_MEM
+                    and src.mem.base == capstone.x86.X86_REG_RIP
+                    and in_iat(prev.address + prev.size + src.mem.disp)):
+                continue
+            return False
+    return True
+
+
 def unguarded_indirect_calls(pe):
     """Addresses of `call reg` / `call [reg...]` in executable sections: indirect calls that
     do not go through `__guard_dispatch_icall_fptr` (a RIP-relative memory operand). A call
     through a register that was last loaded from the import address table is an import call
-    (CFG does not check those; LLVM hoists the IAT load out of loops): found by scanning back
-    linearly to the register's last write, which is a heuristic across branches."""
+    (CFG does not check those; LLVM hoists the IAT load out of loops): the register's last
+    write in a linear scan back, or else every path into the call within the window
+    (`loaded_from_iat`: the linear scan misreads a load on another branch)."""
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = True
     iat = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IAT"]]
@@ -117,23 +190,10 @@ def unguarded_indirect_calls(pe):
                 continue
             if op.type == capstone.x86.X86_OP_MEM and op.mem.base in (0, capstone.x86.X86_REG_RIP):
                 continue
-            if op.type == capstone.x86.X86_OP_REG:
-                reg = op.reg
-                for prev in reversed(insns[max(0, i - 400):i]):
-                    _, written = prev.regs_access()
-                    if reg not in written:
-                        continue
-                    src = prev.operands[1] if prev.mnemonic == "mov" and len(prev.operands) == 2 else None
-                    if src is not None and src.type == capstone.x86.X86_OP_REG:
-                        reg = src.reg  # a copy: follow the source register
-                        continue
-                    if (src is not None and src.type == capstone.x86.X86_OP_MEM
-                            and src.mem.base == capstone.x86.X86_REG_RIP
-                            and in_iat(prev.address + prev.size + src.mem.disp)):
-                        reg = None
-                    break
-                if reg is None:
-                    continue
+            if op.type == capstone.x86.X86_OP_REG and (
+                    last_write_from_iat(insns, i, op.reg, in_iat)
+                    or loaded_from_iat(insns, i, op.reg, in_iat)):
+                continue
             found.append(insn.address)
     return found
 
@@ -207,7 +267,8 @@ def main():
               + (f" (missing {[hex(m) for m in missing]})" if missing else ""))
         if args.map:
             syms = map_symbols(args.map, base)
-            named = [("4ndis5entry", h) for h in NDIS_HANDLERS] + OS_CALLBACKS
+            named = ([("4ndis5entry", h) for h in NDIS_HANDLERS]
+                     + [("4ndis8ethernet5entry", h) for h in ETH_HANDLERS] + OS_CALLBACKS)
             for path, h in named:
                 pat = re.compile(rf"^_ZN10pvrdma_ndk{path}{len(h)}{h}17h[0-9a-f]{{16}}E$")
                 hits = [rva for s, rva in syms.items() if pat.match(s)]

@@ -1,7 +1,7 @@
 //! Shared by `examples/ndkperf.rs`, `benches/instructions.rs` and `benches/datapath.rs`:
 //! N simulated hosts on one `pvrdma_sim::world::World`, each with the driver's hardware
-//! layer probed against its device model, the NDK layer over it (`PvrdmaHardware`, attached
-//! to its `NdkDevice`) and one adapter opened through `NdkDevice::open_adapter`; every NDK
+//! layer probed against its device model, the NDK layer over its verbs (`pvrdma::verbs::Verbs`,
+//! routed by its `NdkDevice`) and one adapter opened through `NdkDevice::open_adapter`; every NDK
 //! call below goes through the dispatch tables, as a kernel consumer's. Creates that answer
 //! STATUS_PENDING are waited for through their CreateCompletion/RequestCompletion.
 //!
@@ -25,15 +25,15 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pvrdma_ndk::ndk::cm_engine::EngineConfig;
+use pvrdma_host::{HostDevice, HostPlatform};
+use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, Qp};
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::net::Neighbours;
 use pvrdma_ndk::os::{DmaAllocator, DmaRegion, Platform};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::world::World;
 
 use crate::common::ndk::{SockBuf, guid_from_mac};
@@ -47,8 +47,8 @@ pub struct Node {
     pub platform: Arc<HostPlatform>,
     /// The driver's hardware layer.
     pub dev: Arc<DrvDevice>,
-    /// Hardware seam of the NDK layer.
-    pub hw: Arc<PvrdmaHardware>,
+    /// The verbs the NDK layer is built on.
+    pub hw: Arc<Verbs>,
     /// NDK device.
     pub ndk: Arc<NdkDevice>,
     /// The open adapter.
@@ -399,9 +399,8 @@ impl Cluster {
             let dev = Arc::new(
                 DrvDevice::probe(p, &DrvConfig::default()).expect("probe against the model"),
             );
-            let hw = PvrdmaHardware::new(dev.clone()).expect("hardware tables");
+            let hw = Verbs::new(dev.clone()).expect("hardware tables");
             let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
-            hw.attach(&ndk).expect("attach");
             let adapter = ndk
                 .open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
                 .expect("open adapter");
@@ -547,7 +546,9 @@ impl Cluster {
     /// CM MADs (sent, received) over every host.
     pub fn mads(&self) -> (u64, u64) {
         self.nodes.iter().fold((0, 0), |(o, i), n| {
-            let s = n.ndk.connections().expect("a connection engine").stats();
+            let s = pvrdma_ndk::ndk::connect::engine(&n.ndk)
+                .expect("a connection engine")
+                .stats();
             (o + s.mads_out, i + s.mads_in)
         })
     }
@@ -876,13 +877,11 @@ fn start_engines(nodes: &[Node]) {
             capacity: CM_CAPACITY,
             ..EngineConfig::new(guid_from_mac(n.mac), 0x5EED ^ n.index as u32)
         };
-        n.ndk
-            .start_connections(p, r, cfg)
-            .expect("connection engine starts");
+        pvrdma_ndk::ndk::connect::start(&n.ndk, p, r, cfg).expect("connection engine starts");
     }
     // The engines bind their GIDs from DPCs: done before the hosts are used (or measured).
     for n in nodes {
-        let engine = n.ndk.connections().expect("a connection engine");
+        let engine = pvrdma_ndk::ndk::connect::engine(&n.ndk).expect("a connection engine");
         let ready = n.platform.wait_until(
             &|| engine.bound_gids().contains(&Some(n.ip)) && n.platform.executor().is_idle(),
             WAIT_NS,

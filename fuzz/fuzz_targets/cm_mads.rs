@@ -144,7 +144,7 @@ impl World {
         for i in 0..2 {
             while let Some(a) = self.nodes[i].cm.poll_action() {
                 match a {
-                    Action::Send { path, mad } => {
+                    Action::Send { path, mad, .. } => {
                         let to = 1 - i;
                         // The wire is bounded like any real queue: a full wire loses the MAD.
                         if self.wire.len() < 256 {

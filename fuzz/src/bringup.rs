@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use arbitrary::Arbitrary;
 use pvrdma_ndk::ndk::NdkDevice;
 use pvrdma_ndk::ndk::dispatch::close_adapter;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_host::{HostDevice, HostPlatform, HostTime, ManualClock};
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform, HostTime, ManualClock};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
 use pvrdma_sim::{DeviceConfig, DmaSpace};
@@ -523,11 +523,9 @@ pub fn run(input: &Input) -> AllocStats {
     if let Ok(dev) = probed {
         let dev = Arc::new(dev);
         let mem = ConsumerMem::new(&rig.space, 2, 0x6000_0000_0000);
-        if let Ok(hw) = PvrdmaHardware::new(dev.clone()) {
+        if let Ok(hw) = Verbs::new(dev.clone()) {
             if let Ok(ndk) = NdkDevice::new(hw.clone()) {
-                if hw.attach(&ndk).is_ok()
-                    && let Ok(adapter) = ndk.open_adapter(NDK_VERSION { Major: 2, Minor: 1 })
-                {
+                if let Ok(adapter) = ndk.open_adapter(NDK_VERSION { Major: 2, Minor: 1 }) {
                     let mut s = Script {
                         rig: &rig,
                         contexts: Vec::new(),

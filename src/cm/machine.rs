@@ -234,6 +234,11 @@ pub enum Event {
 pub enum Action {
     /// Send `mad` on QP1 to `path` (Q_Key 0x80010000, P_Key 0xFFFF).
     Send {
+        /// The connection the MAD belongs to (its local communication ID is this one), so
+        /// it goes out behind that connection's MODIFY_QPs in flight; `None` for a
+        /// connectionless reply (a REJ to a REQ we hold nothing for, the DREP to a DREQ of
+        /// a connection we do not have).
+        conn: Option<ConnId>,
         /// Where.
         path: Path,
         /// The 256-byte MAD.
@@ -683,7 +688,11 @@ impl Cm {
         c.max_retries = cfg.max_cm_retries;
         c.arm(now, per_try, cfg.max_cm_retries);
         let (id, path) = (c.id, c.path);
-        self.push(Action::Send { path, mad });
+        self.push(Action::Send {
+            conn: Some(ConnId(id)),
+            path,
+            mad,
+        });
         Ok(ConnId(id))
     }
 
@@ -736,7 +745,11 @@ impl Cm {
             qpn,
             transition: QpTransition::Rts(rts),
         });
-        self.push(Action::Send { path, mad });
+        self.push(Action::Send {
+            conn: Some(conn),
+            path,
+            mad,
+        });
         Ok(())
     }
 
@@ -774,7 +787,11 @@ impl Cm {
                 transition: QpTransition::Error,
             });
         }
-        self.push(Action::Send { path, mad });
+        self.push(Action::Send {
+            conn: Some(conn),
+            path,
+            mad,
+        });
         Ok(())
     }
 
@@ -791,7 +808,11 @@ impl Cm {
         }
         c.state = State::Established;
         let (mad, path) = (conn_rtu(c), c.path);
-        self.push(Action::Send { path, mad });
+        self.push(Action::Send {
+            conn: Some(conn),
+            path,
+            mad,
+        });
         Ok(())
     }
 
@@ -833,7 +854,11 @@ impl Cm {
                     qpn,
                     transition: QpTransition::Error,
                 });
-                self.push(Action::Send { path, mad });
+                self.push(Action::Send {
+                    conn: Some(conn),
+                    path,
+                    mad,
+                });
             }
             State::DreqRcvd => {
                 let mad = conn_drep(c, c.dreq_tid);
@@ -844,7 +869,11 @@ impl Cm {
                     qpn,
                     transition: QpTransition::Error,
                 });
-                self.push(Action::Send { path, mad });
+                self.push(Action::Send {
+                    conn: Some(conn),
+                    path,
+                    mad,
+                });
                 self.push(Action::Deliver {
                     conn,
                     event: Event::Disconnected { timed_out: false },
@@ -936,7 +965,11 @@ impl Cm {
             });
         }
         if let Some(mad) = send {
-            self.push(Action::Send { path, mad });
+            self.push(Action::Send {
+                conn: Some(conn),
+                path,
+                mad,
+            });
         }
         self.settle(slot);
         Ok(())
@@ -1036,7 +1069,11 @@ impl Cm {
                     c.retries_left -= 1;
                     c.deadline = Some(now.saturating_add(c.per_try_ns));
                     let mad = c.retx;
-                    self.push(Action::Send { path, mad });
+                    self.push(Action::Send {
+                        conn: Some(conn),
+                        path,
+                        mad,
+                    });
                 }
                 State::ReqSent | State::MraReqRcvd => {
                     c.state = State::Idle;
@@ -1085,8 +1122,8 @@ impl Cm {
                 ),
                 _ => return Err(Dropped::Duplicate),
             };
-            let path = c.path;
-            self.push(Action::Send { path, mad });
+            let (conn, path) = (Some(ConnId(c.id)), c.path);
+            self.push(Action::Send { conn, path, mad });
             return Ok(());
         }
         // A new REQ from a (QPN, CA GUID) a live connection here already names is stale
@@ -1196,8 +1233,8 @@ impl Cm {
                 State::MraRepSent => conn_mra(c, msg_code::REP, cfg.mra_service_timeout),
                 _ => return Err(Dropped::Duplicate),
             };
-            let path = c.path;
-            self.push(Action::Send { path, mad });
+            let (conn, path) = (Some(ConnId(c.id)), c.path);
+            self.push(Action::Send { conn, path, mad });
             return Ok(());
         }
         let conn = ConnId(c.id);
@@ -1356,7 +1393,11 @@ impl Cm {
             let mut drep = Drep::new_unchecked(&mut mad[..]);
             drep.set_local_comm_id(dreq.remote_comm_id());
             drep.set_remote_comm_id(dreq.local_comm_id());
-            self.push(Action::Send { path: *path, mad });
+            self.push(Action::Send {
+                conn: None,
+                path: *path,
+                mad,
+            });
             return Ok(());
         };
         let Some(c) = self.conns.get_mut(slot) else {
@@ -1379,16 +1420,16 @@ impl Cm {
             State::DreqSent => {
                 let mad = conn_drep(c, tid);
                 enter_timewait(now, c);
-                let path = c.path;
-                self.push(Action::Send { path, mad });
+                let (conn, path) = (Some(ConnId(c.id)), c.path);
+                self.push(Action::Send { conn, path, mad });
                 self.push_event(slot, Event::Disconnected { timed_out: false });
             }
             // IDLE: TIMEWAIT (≈ 2 s on the passive side) ended before the peer's DREQ came
             // again (6.144 s), with the consumer's connector still open; our DREP was lost.
             State::Timewait | State::Idle => {
                 let mad = conn_drep(c, tid);
-                let path = c.path;
-                self.push(Action::Send { path, mad });
+                let (conn, path) = (Some(ConnId(c.id)), c.path);
+                self.push(Action::Send { conn, path, mad });
             }
             State::DreqRcvd => return Err(Dropped::Duplicate),
             _ => return Err(Dropped::WrongState),
@@ -1426,7 +1467,11 @@ impl Cm {
         rej.set_remote_comm_id(req.local_comm_id());
         rej.set_message_rejected(msg_code::REQ);
         rej.set_reason(reason);
-        self.push(Action::Send { path: *path, mad });
+        self.push(Action::Send {
+            conn: None,
+            path: *path,
+            mad,
+        });
     }
 
     fn match_listener(&self, port: u16, dst: IpAddr) -> Option<ListenerId> {

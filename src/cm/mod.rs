@@ -9,7 +9,7 @@
 //! - [`timing`]: timeout exponents as Linux converts them (§6.3).
 //! - [`machine`]: the state machine [`Cm`] (§6).
 //!
-//! # How the NDK layer drives it (`ndk::cm_engine`, `ndk::connector`, `ndk::listener`)
+//! # How the NDK layer drives it (`ndk::connect`: `engine`, `connector`, `listener`)
 //!
 //! One [`Cm`] per device, created when the device's connection engine starts with the node
 //! GUID, a random seed and the adapter's read-limit maxima, behind one spin lock; `now` is

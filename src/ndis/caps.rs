@@ -13,7 +13,6 @@
 use alloc::boxed::Box;
 
 use super::abi::*;
-use crate::ndk::HwCaps;
 use crate::ndk::adapter::adapter_info;
 use crate::ndkpi::{NDK_ADAPTER_INFO, NDK_VERSION};
 use crate::os::alloc::try_box;
@@ -36,15 +35,15 @@ unsafe impl Send for NdisBlock {}
 unsafe impl Sync for NdisBlock {}
 
 impl NdisBlock {
-    /// The block for a device with `hw` / `dev` caps.
+    /// The block for a device with `caps` (as the verbs honour them).
     ///
     /// # Errors
     /// `None` when the allocation fails.
-    pub fn new(hw: &HwCaps, dev: &Caps) -> Option<Box<NdisBlock>> {
-        let info = adapter_info(hw, CAPS_VERSION);
+    pub fn new(caps: &Caps) -> Option<Box<NdisBlock>> {
+        let info = adapter_info(caps, CAPS_VERSION);
         let mut b = try_box(NdisBlock {
             info,
-            caps: ndk_capabilities(hw, dev, &info),
+            caps: ndk_capabilities(caps, &info),
             pm: pm_capabilities(),
         })
         .ok()?
@@ -98,7 +97,7 @@ pub const CAPS_VERSION: NDK_VERSION = NDK_VERSION { Major: 2, Minor: 1 };
 
 /// Counters of NDIS_NDK_PERFORMANCE_COUNTERS this provider does not keep: none. Connect,
 /// Accept, ConnectFailure, ConnectionError and ActiveConnection come from the connection
-/// engine (`ndk::conn_stats`), CQError from the CQs, the four RDMA traffic counters from the
+/// engine (`ndk::connect::conn_stats`), CQError from the CQs, the four RDMA traffic counters from the
 /// QPs (`ndk::traffic`). The traffic counters see what this host posts and completes, not
 /// the responder side of a READ or WRITE a peer aims at it (the device serves those alone,
 /// and PVRDMA has no traffic counter to ask, pvrdma.md §8), nor ACKs. The mask has one bit
@@ -111,13 +110,13 @@ pub const MISSING_COUNTER_MASK: u64 = 0;
 /// The capabilities, `NdkInfo` pointing at `info` (which must live as long as the miniport
 /// adapter: whether NDIS copies it is unconfirmed, Appendix C).
 ///
-/// - MaxQpCount / MaxCqCount / MaxMrCount / MaxSrqCount: the device's handle limits as the
-///   NDK layer bounds them (`hw`); MaxPdCount from the device caps.
+/// - MaxQpCount / MaxCqCount / MaxMrCount / MaxSrqCount / MaxPdCount: the device's handle
+///   limits (`caps`, as the verbs honour them: `pvrdma::verbs::Verbs::caps`).
 /// - MaxInboundReadLimit: `max_res_rd_atom`, the device-wide responder resources for
 ///   incoming reads; MaxOutboundReadLimit 0 (the device has no adapter-wide initiator
 ///   limit, only per QP, which `NdkInfo` carries).
 /// - MaxMwCount 0: memory windows are not supported (pvrdma.md §1).
-pub fn ndk_capabilities(hw: &HwCaps, dev: &Caps, info: &NDK_ADAPTER_INFO) -> NDIS_NDK_CAPABILITIES {
+pub fn ndk_capabilities(caps: &Caps, info: &NDK_ADAPTER_INFO) -> NDIS_NDK_CAPABILITIES {
     NDIS_NDK_CAPABILITIES {
         Header: NDIS_OBJECT_HEADER {
             Type: NDIS_OBJECT_TYPE_DEFAULT,
@@ -125,14 +124,14 @@ pub fn ndk_capabilities(hw: &HwCaps, dev: &Caps, info: &NDK_ADAPTER_INFO) -> NDI
             Size: NDIS_SIZEOF_NDK_CAPABILITIES_REVISION_1,
         },
         Flags: 0,
-        MaxQpCount: hw.max_qp,
-        MaxCqCount: hw.max_cq,
-        MaxMrCount: hw.max_mr,
-        MaxPdCount: dev.max_pd,
-        MaxInboundReadLimit: dev.max_res_rd_atom,
+        MaxQpCount: caps.max_qp,
+        MaxCqCount: caps.max_cq,
+        MaxMrCount: caps.max_mr,
+        MaxPdCount: caps.max_pd,
+        MaxInboundReadLimit: caps.max_res_rd_atom,
         MaxOutboundReadLimit: 0,
         MaxMwCount: 0,
-        MaxSrqCount: hw.max_srq,
+        MaxSrqCount: caps.max_srq,
         MissingCounterMask: MISSING_COUNTER_MASK,
         NdkInfo: core::ptr::from_ref(info).cast_mut(),
     }
@@ -161,14 +160,9 @@ mod tests {
 
     #[test]
     fn from_model_caps() {
-        let hw = HwCaps::MODEL_DEFAULT;
-        let dev = Caps {
-            max_pd: 1024,
-            max_res_rd_atom: 16384,
-            ..Caps::default()
-        };
-        let info = adapter_info(&hw, CAPS_VERSION);
-        let c = ndk_capabilities(&hw, &dev, &info);
+        let caps = Caps::parse(&pvrdma_sim::dsr::Caps::default().emit([0; 6]));
+        let info = adapter_info(&caps, CAPS_VERSION);
+        let c = ndk_capabilities(&caps, &info);
         assert_eq!(
             (c.Header.Type, c.Header.Revision, c.Header.Size),
             (0x80, 1, 0x38)
@@ -178,8 +172,11 @@ mod tests {
             (c.MaxQpCount, c.MaxCqCount, c.MaxMrCount, c.MaxPdCount),
             (1024, 1024, 16384, 1024)
         );
-        assert_eq!((c.MaxInboundReadLimit, c.MaxOutboundReadLimit), (16384, 0));
-        assert_eq!((c.MaxMwCount, c.MaxSrqCount), (0, hw.max_srq));
+        assert_eq!(
+            (c.MaxInboundReadLimit, c.MaxOutboundReadLimit),
+            (caps.max_res_rd_atom, 0)
+        );
+        assert_eq!((c.MaxMwCount, c.MaxSrqCount), (0, 1024));
         assert_eq!(c.MissingCounterMask, 0);
         assert!(core::ptr::eq(c.NdkInfo, &info));
         let a = ndk_attributes(false, core::ptr::null_mut());
@@ -191,9 +188,8 @@ mod tests {
 
     #[test]
     fn the_block_points_into_itself_and_outlives_a_move() {
-        let hw = HwCaps::MODEL_DEFAULT;
-        let dev = Caps::default();
-        let b = NdisBlock::new(&hw, &dev).unwrap();
+        let caps = Caps::parse(&pvrdma_sim::dsr::Caps::default().emit([0; 6]));
+        let b = NdisBlock::new(&caps).unwrap();
         let info = core::ptr::from_ref(b.info());
         let moved = b;
         assert!(core::ptr::eq(moved.caps().NdkInfo, info));

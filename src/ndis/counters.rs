@@ -1,14 +1,14 @@
 //! NDIS_NDK_PERFORMANCE_COUNTERS (the "RDMA Activity" counter set, ndkpi.md §6.6) and the
 //! general statistics, from what the NDK layer counted: the traffic per QP on the wire's
 //! terms (`ndk::traffic`: RoCEv2 packets, whole Ethernet frames), CQs that failed, and the
-//! connection engine's counts (`ndk::conn_stats`: Connect, Accept, ConnectFailure,
+//! connection engine's counts (`ndk::connect::conn_stats`: Connect, Accept, ConnectFailure,
 //! ConnectionError; ActiveConnection is the connections OID_NDK_CONNECTIONS lists).
 //! Every counter is kept (MissingCounterMask 0, `caps.rs`); what the traffic counters cannot
 //! see is in `ndk::traffic`'s docs.
 #![deny(unsafe_code)]
 
 use super::abi::*;
-use crate::ndk::conn_stats::ConnCounters;
+use crate::ndk::connect::conn_stats::ConnCounters;
 use crate::ndk::traffic::Traffic;
 
 /// What the counters are assembled from.

@@ -15,6 +15,9 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering, fence};
 use super::abi::*;
 use super::attributes::GeneralAttributes;
 use super::config::{ConfigEvent, Keyword, Registry};
+use super::ethernet::abi::PCI_WHICHSPACE_CONFIG;
+use super::ethernet::entry::EthAdapter;
+use super::ethernet::{AdapterKind, EthMiniport};
 use super::link::{LinkState, StatusSink};
 use super::miniport::{MemRange, Miniport, MiniportConfig, OidResult, parse_resources};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
@@ -22,10 +25,11 @@ use crate::os::Platform;
 use crate::os::windows::imports::{
     DbgPrintEx, NdisAllocateIoWorkItem, NdisCloseConfiguration, NdisFreeIoWorkItem,
     NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma,
-    NdisMIndicateStatusEx, NdisMMapIoSpace, NdisMNetPnPEvent, NdisMRegisterInterruptEx,
-    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
-    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisOpenConfigurationEx, NdisQueueIoWorkItem,
-    NdisReadConfiguration, NdisSetOptionalHandlers, NdisWriteErrorLogEntry,
+    NdisMGetBusData, NdisMIndicateStatusEx, NdisMMapIoSpace, NdisMNetPnPEvent,
+    NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma,
+    NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes, NdisMUnmapIoSpace,
+    NdisOpenConfigurationEx, NdisQueueIoWorkItem, NdisReadConfiguration, NdisSetOptionalHandlers,
+    NdisWriteErrorLogEntry,
 };
 use crate::os::windows::{
     MappedBar, NdisSharedMemory, WindowsPlatform, WindowsResolver, WindowsScheduler,
@@ -40,7 +44,7 @@ const MAX_RESOURCE_DESCRIPTORS: u32 = 64;
 /// Bytes of BAR2 the driver maps: UAR page 0, the only one it uses.
 const UAR_MAP_LEN: u64 = 4096;
 
-fn header(Type: u8, Revision: u8, Size: u16) -> NDIS_OBJECT_HEADER {
+pub(super) fn header(Type: u8, Revision: u8, Size: u16) -> NDIS_OBJECT_HEADER {
     NDIS_OBJECT_HEADER {
         Type,
         Revision,
@@ -82,7 +86,11 @@ pub unsafe extern "system" fn DriverEntry(
         CancelSendHandler: Some(cancel),
         // No check-for-hang: NDIS 6.30 drivers use NdisMResetMiniport instead (Learn).
         CheckForHangHandlerEx: None,
-        ResetHandlerEx: None,
+        // SAFETY: NDIS calls the slot with MINIPORT_RESET's prototype, which `reset` has;
+        // NDIS_HANDLER is the untyped slot of the characteristics structure.
+        ResetHandlerEx: Some(unsafe {
+            core::mem::transmute::<MiniportResetHandler, unsafe extern "system" fn()>(reset)
+        }),
         DevicePnPEventNotifyHandler: Some(device_pnp_event),
         ShutdownHandlerEx: Some(shutdown),
         CancelOidRequestHandler: Some(cancel),
@@ -244,11 +252,16 @@ struct AdapterContext {
     shared_memory: Option<Arc<NdisSharedMemory>>,
     platform: Option<Arc<WindowsPlatform>>,
     miniport: Option<Arc<Miniport>>,
+    /// The vmxnet3 function's adapter (15AD:07B0), instead of everything above.
+    eth: Option<Box<EthAdapter>>,
 }
 
 impl AdapterContext {
     /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
     fn teardown(&mut self) {
+        if let Some(mut e) = self.eth.take() {
+            e.teardown();
+        }
         if let Some(r) = self.resolver.take() {
             r.stop();
         }
@@ -350,7 +363,7 @@ fn miniport(context: NDIS_HANDLE) -> Option<&'static Miniport> {
         .map(|m| unsafe { &*core::ptr::from_ref(m) })
 }
 
-fn map(
+pub(super) fn map(
     handle: NDIS_HANDLE,
     range: MemRange,
     len: u64,
@@ -371,6 +384,43 @@ fn map(
         .ok_or(NDIS_STATUS_RESOURCES)
 }
 
+/// The adapter type of the function (vendor and device ID from PCI configuration space);
+/// None when they cannot be read or name a function this driver does not serve.
+///
+/// # Safety
+///
+/// `handle` must be the MiniportAdapterHandle of a running InitializeEx.
+unsafe fn adapter_kind(handle: NDIS_HANDLE) -> Option<AdapterKind> {
+    let mut ids = [0u8; 4];
+    // SAFETY: a 4-byte local buffer; IRQL <= DISPATCH_LEVEL.
+    let got = unsafe {
+        NdisMGetBusData(
+            handle,
+            PCI_WHICHSPACE_CONFIG,
+            0,
+            ids.as_mut_ptr().cast(),
+            ids.len() as u32,
+        )
+    };
+    if got != ids.len() as u32 {
+        return None;
+    }
+    let [v0, v1, d0, d1] = ids;
+    AdapterKind::from_pci_ids(u16::from_le_bytes([v0, v1]), u16::from_le_bytes([d0, d1]))
+}
+
+/// The vmxnet3 adapter behind a handler's context, if the context is one.
+fn eth(context: NDIS_HANDLE) -> Option<&'static EthAdapter> {
+    // SAFETY: NDIS passes the registered context to every handler between InitializeEx and
+    // Halt (the only window in which it calls them).
+    let a = unsafe { adapter(context) }?;
+    // SAFETY: lengthening to 'static is sound for the call's duration: Halt, which frees the
+    // context, never runs concurrently with another handler of the same adapter.
+    a.eth
+        .as_deref()
+        .map(|e| unsafe { &*core::ptr::from_ref(e) })
+}
+
 /// MiniportInitializeEx.
 unsafe extern "system" fn initialize(
     handle: NDIS_HANDLE,
@@ -389,6 +439,7 @@ unsafe extern "system" fn initialize(
         shared_memory: None,
         platform: None,
         miniport: None,
+        eth: None,
     }) else {
         return NDIS_STATUS_RESOURCES;
     };
@@ -435,6 +486,16 @@ unsafe fn initialize_adapter(
     let Some(params) = (unsafe { params.as_ref() }) else {
         return NDIS_STATUS_INVALID_DATA;
     };
+    // One image serves both functions of the slot: the PCI IDs choose the adapter type.
+    // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+    match unsafe { adapter_kind(handle) } {
+        Some(AdapterKind::Pvrdma) => {}
+        Some(AdapterKind::Vmxnet3) => {
+            // SAFETY: the parameters and handle of this InitializeEx; PASSIVE_LEVEL.
+            return unsafe { super::ethernet::entry::initialize(handle, params, &mut ctx.eth) };
+        }
+        None => return NDIS_STATUS_NOT_SUPPORTED,
+    }
     // SAFETY: the translated resource list NDIS built for this adapter, or null.
     let res = match unsafe { resource_descriptors(params.AllocatedResources) } {
         Some(list) => parse_resources(list),
@@ -758,8 +819,8 @@ unsafe fn log_config_event(handle: NDIS_HANDLE, event: &ConfigEvent) {
 }
 
 /// NDIS_STATUS_LINK_STATE indications (NdisMIndicateStatusEx), from the device's DPCs.
-struct NdisStatusSink {
-    handle: NDIS_HANDLE,
+pub(super) struct NdisStatusSink {
+    pub(super) handle: NDIS_HANDLE,
 }
 
 // SAFETY: an NDIS handle, usable from any thread at the IRQLs NdisMIndicateStatusEx allows;
@@ -908,7 +969,7 @@ unsafe extern "system" fn message_control(_context: NDIS_HANDLE, _message_id: u3
 /// # Safety
 ///
 /// `attributes` must point to one of the adapter attribute structures, from InitializeEx.
-unsafe fn set_attributes(
+pub(super) unsafe fn set_attributes(
     handle: NDIS_HANDLE,
     attributes: *mut NDIS_MINIPORT_ADAPTER_ATTRIBUTES,
 ) -> NDIS_STATUS {
@@ -921,7 +982,7 @@ unsafe fn set_attributes(
 /// # Safety
 ///
 /// `list` must be null or a resource list NDIS built, with `Count` descriptors.
-unsafe fn resource_descriptors<'a>(
+pub(super) unsafe fn resource_descriptors<'a>(
     list: *const CM_PARTIAL_RESOURCE_LIST,
 ) -> Option<&'a [CM_PARTIAL_RESOURCE_DESCRIPTOR]> {
     if list.is_null() {
@@ -942,7 +1003,9 @@ unsafe fn resource_descriptors<'a>(
     Some(unsafe { core::slice::from_raw_parts(first, count as usize) })
 }
 
-fn general_attributes(g: &GeneralAttributes) -> NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
+pub(super) fn general_attributes(
+    g: &GeneralAttributes,
+) -> NDIS_MINIPORT_ADAPTER_GENERAL_ATTRIBUTES {
     let widen = |m: [u8; 6]| {
         let mut out = [0u8; 32];
         for (d, s) in out.iter_mut().zip(m) {
@@ -1005,14 +1068,26 @@ unsafe extern "system" fn halt(context: NDIS_HANDLE, _action: i32) {
 }
 
 unsafe extern "system" fn pause(context: NDIS_HANDLE, _params: *mut c_void) -> NDIS_STATUS {
+    if let Some(e) = eth(context) {
+        return e.miniport().map_or(NDIS_STATUS_FAILURE, EthMiniport::pause);
+    }
     miniport(context).map_or(NDIS_STATUS_FAILURE, Miniport::pause)
 }
 
 unsafe extern "system" fn restart(context: NDIS_HANDLE, _params: *mut c_void) -> NDIS_STATUS {
+    if let Some(e) = eth(context) {
+        return e
+            .miniport()
+            .map_or(NDIS_STATUS_FAILURE, EthMiniport::restart);
+    }
     miniport(context).map_or(NDIS_STATUS_FAILURE, Miniport::restart)
 }
 
 unsafe extern "system" fn shutdown(context: NDIS_HANDLE, _action: i32) {
+    if let Some(m) = eth(context).and_then(EthAdapter::miniport) {
+        m.shutdown();
+        return;
+    }
     if let Some(m) = miniport(context) {
         m.shutdown();
     }
@@ -1023,6 +1098,10 @@ unsafe extern "system" fn device_pnp_event(context: NDIS_HANDLE, event: *mut NET
     let Some(event) = (unsafe { event.as_ref() }) else {
         return;
     };
+    if let Some(m) = eth(context).and_then(EthAdapter::miniport) {
+        m.pnp_event(event.DevicePnPEvent as u32);
+        return;
+    }
     if let Some(m) = miniport(context) {
         m.pnp_event(event.DevicePnPEvent as u32);
     }
@@ -1048,6 +1127,10 @@ unsafe extern "system" fn oid_request(
     context: NDIS_HANDLE,
     request: *mut NDIS_OID_REQUEST,
 ) -> NDIS_STATUS {
+    if let Some(e) = eth(context) {
+        // SAFETY: NDIS's request, valid for the call.
+        return unsafe { e.oid_request(request) };
+    }
     let Some(m) = miniport(context) else {
         return NDIS_STATUS_FAILURE;
     };
@@ -1127,6 +1210,11 @@ unsafe extern "system" fn send_net_buffer_lists(
     _port: NDIS_PORT_NUMBER,
     send_flags: u32,
 ) {
+    if let Some(m) = eth(context).and_then(EthAdapter::miniport) {
+        // SAFETY: the chain NDIS hands to the miniport until each NBL is completed.
+        unsafe { m.send_net_buffer_lists(nbls, send_flags) };
+        return;
+    }
     // SAFETY: NDIS calls this only with the registered context.
     let Some(a) = (unsafe { adapter(context) }) else {
         return;
@@ -1145,12 +1233,38 @@ unsafe extern "system" fn send_net_buffer_lists(
     }
 }
 
-/// MiniportReturnNetBufferLists: the driver never indicates receives, so nothing returns.
+/// MiniportReturnNetBufferLists: the vmxnet3 adapter's receive NBLs come back; the PVRDMA
+/// adapter never indicates receives, so nothing returns to it.
 unsafe extern "system" fn return_net_buffer_lists(
-    _context: NDIS_HANDLE,
-    _nbls: *mut NET_BUFFER_LIST,
+    context: NDIS_HANDLE,
+    nbls: *mut NET_BUFFER_LIST,
     _flags: u32,
 ) {
+    if let Some(m) = eth(context).and_then(EthAdapter::miniport) {
+        // SAFETY: a chain of this adapter's receive NBLs NDIS returns.
+        unsafe { m.return_net_buffer_lists(nbls) };
+    }
+}
+
+/// `MINIPORT_RESET(NDIS_HANDLE, PBOOLEAN AddressingReset)`.
+type MiniportResetHandler =
+    unsafe extern "system" fn(context: NDIS_HANDLE, addressing_reset: *mut BOOLEAN) -> NDIS_STATUS;
+
+/// MiniportResetEx: the vmxnet3 adapter resets its device from a work item (pending); the
+/// PVRDMA adapter has nothing to reset (its requests complete before their handlers return)
+/// and succeeds at once.
+unsafe extern "system" fn reset(
+    context: NDIS_HANDLE,
+    addressing_reset: *mut BOOLEAN,
+) -> NDIS_STATUS {
+    if let Some(e) = eth(context) {
+        return e.reset_ex(addressing_reset);
+    }
+    if let Some(a) = NonNull::new(addressing_reset) {
+        // SAFETY: NDIS's out-parameter.
+        unsafe { a.as_ptr().write(0) };
+    }
+    NDIS_STATUS_SUCCESS
 }
 
 /// MiniportProcessSGList: never called (the driver maps no NET_BUFFERs).

@@ -3,7 +3,7 @@
 //! the layouts of ntddndis.h (`netstat -xan` shows them; smb-direct.md §1.1).
 //!
 //! - One snapshot per query: the engine calls back under its own locks
-//!   (`ndk::cm_engine::CmEngine::connections` / `local_endpoints`), the entries go into a
+//!   (`ndk::connect::CmEngine::connections` / `local_endpoints`), the entries go into a
 //!   list allocated before the locks are taken (no allocation under a spin lock), so the
 //!   count and the entries always belong together, whatever connects or closes meanwhile.
 //! - The buffer-too-short protocol: a buffer smaller than the answer gets
@@ -21,7 +21,7 @@ use core::net::SocketAddr;
 use super::abi::*;
 use super::counters::put_header;
 use super::oid::OidResult;
-use crate::ndk::cm_engine::CmEngine;
+use crate::ndk::connect::CmEngine;
 
 /// `SOCKADDR_INET` bytes of `a` (ws2ipdef.h; AF_INET 2 / AF_INET6 23, port in network
 /// order, 28 bytes either way).
@@ -123,7 +123,7 @@ pub fn local_endpoints(engine: Option<&CmEngine>, buf: &mut [u8]) -> OidResult {
     let mut list: Vec<(SocketAddr, bool)> = Vec::new();
     if let Some(e) = engine {
         if list
-            .try_reserve_exact(crate::ndk::cm_engine::ENDPOINTS)
+            .try_reserve_exact(crate::ndk::connect::engine::ENDPOINTS)
             .is_err()
         {
             return OidResult::fail(NDIS_STATUS_RESOURCES);

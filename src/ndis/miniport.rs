@@ -27,10 +27,9 @@ use super::config::{
 use super::counters::CounterSource;
 use super::link::{LinkHook, LinkState, StatusSink, port_speed_bps};
 use super::state::{Lifecycle, NdkState};
+use crate::ndk::NdkDevice;
 use crate::ndk::adapter::Adapter;
 use crate::ndk::object::ObjRef;
-use crate::ndk::pvrdma_hw::PvrdmaHardware;
-use crate::ndk::{Hardware, HwCaps, NdkDevice};
 use crate::ndkpi::{NDK_ADAPTER, NDK_VERSION};
 use crate::os::alloc::try_arc;
 use crate::os::{Platform, SpinLock};
@@ -39,6 +38,7 @@ use crate::pvrdma::cmd::{CreateBind, DEFAULT_TIMEOUT_NS, QueryPort};
 use crate::pvrdma::device::{Device, DeviceConfig, DeviceEvents};
 use crate::pvrdma::eqe::EqeType;
 use crate::pvrdma::regs::{self, Ctl, IMR_ALL_MASKED};
+use crate::pvrdma::verbs::Verbs;
 
 pub use super::oid::OidResult;
 pub use super::resources::{MemRange, Resources, parse_resources};
@@ -86,10 +86,10 @@ impl MiniportConfig {
     }
 }
 
-/// The device, its hardware seam and its NDK device, dropped in that reverse order.
+/// The device, its verbs and its NDK device, dropped in that reverse order.
 struct Stack {
     ndk: Arc<NdkDevice>,
-    hw: Arc<PvrdmaHardware>,
+    hw: Arc<Verbs>,
     dev: Arc<Device>,
 }
 
@@ -171,7 +171,6 @@ impl Miniport {
         )
         .map_err(bring_up_status)?;
         let dev = try_arc(dev).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        let dev_caps = *dev.caps();
         // The port: link state and speed, and the MTU it carries (pvrdma.md M41).
         let mut events = cfg.events;
         let keywords = cfg.keywords;
@@ -200,11 +199,9 @@ impl Miniport {
         }
         // Before any GID is bound: every CREATE_BIND carries the operational MTU.
         dev.set_gid_mtu(roce_mtu);
-        let hw = PvrdmaHardware::new(dev.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
+        let hw = Verbs::new(dev.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
         let ndk = NdkDevice::new(hw.clone()).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        hw.attach(&ndk).map_err(|_| NDIS_STATUS_RESOURCES)?;
-        let hw_caps: HwCaps = *hw.caps();
-        let ndis = NdisBlock::new(&hw_caps, &dev_caps).ok_or(NDIS_STATUS_RESOURCES)?;
+        let ndis = NdisBlock::new(hw.caps()).ok_or(NDIS_STATUS_RESOURCES)?;
         let bar1 = platform.bar1();
         let mac = mac_from_registers(regs::MACL.read(bar1), regs::MACH.read(bar1));
         let m = try_arc(Miniport {
@@ -383,13 +380,7 @@ impl Miniport {
     pub fn add_gid(&self, index: u32, gid: [u8; 16]) -> Result<(), NDIS_STATUS> {
         let dev = self.device().ok_or(NDIS_STATUS_ADAPTER_NOT_READY)?;
         dev.cmd()
-            .execute(&CreateBind {
-                mtu: dev.gid_mtu(),
-                vlan: 0xFFF,
-                index,
-                new_gid: gid,
-                gid_type: 2,
-            })
+            .execute(&CreateBind::roce_v2(index, gid, dev.gid_mtu()))
             .map_err(|e| match e {
                 PvrdmaError::NoMemory | PvrdmaError::QueueFull => NDIS_STATUS_RESOURCES,
                 _ => NDIS_STATUS_FAILURE,
@@ -412,14 +403,15 @@ impl Miniport {
         let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
         // CAST: the low bits of the clock are the randomness wanted.
         let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
-        let mut cfg = crate::ndk::cm_engine::EngineConfig::new(guid, seed);
+        let mut cfg = crate::ndk::connect::EngineConfig::new(guid, seed);
         // The operational RoCE MTU is one of the five IB MTUs by construction.
         cfg.path_mtu = mtu_code(self.roce_mtu).unwrap_or(cfg.path_mtu);
-        ndk.start_connections(self.platform.clone(), resolver, cfg)
-            .map_err(|e| match e {
-                crate::ndk::HwError::NoResources => NDIS_STATUS_RESOURCES,
+        crate::ndk::connect::start(&ndk, self.platform.clone(), resolver, cfg).map_err(
+            |e| match e {
+                PvrdmaError::NoMemory => NDIS_STATUS_RESOURCES,
                 _ => NDIS_STATUS_FAILURE,
-            })
+            },
+        )
     }
 
     /// The NDK device (None after Halt).
@@ -567,8 +559,7 @@ impl Miniport {
             Some(ndk) => CounterSource {
                 traffic: ndk.traffic(),
                 cq_errors: ndk.cq_errors(),
-                connections: ndk
-                    .connections()
+                connections: crate::ndk::connect::engine(&ndk)
                     .map(|e| e.conn_counters())
                     .unwrap_or_default(),
             },
@@ -577,8 +568,9 @@ impl Miniport {
     }
 
     /// The connection engine (None before it starts, after Halt, or without one).
-    pub fn connection_engine(&self) -> Option<Arc<crate::ndk::cm_engine::CmEngine>> {
-        self.ndk_device().and_then(|n| n.connections())
+    pub fn connection_engine(&self) -> Option<Arc<crate::ndk::connect::CmEngine>> {
+        self.ndk_device()
+            .and_then(|n| crate::ndk::connect::engine(&n))
     }
 
     pub(super) fn packet_filter(&self) -> u32 {

@@ -39,7 +39,7 @@ pub const MESSAGES_NEEDED: u32 = crate::pvrdma::device::VECTORS;
 
 /// The length a memory descriptor describes, in bytes; `None` for a MemoryLarge descriptor
 /// whose flags name no (or more than one) length unit.
-fn memory_length(d: &CM_PARTIAL_RESOURCE_DESCRIPTOR) -> Option<u64> {
+pub(crate) fn memory_length(d: &CM_PARTIAL_RESOURCE_DESCRIPTOR) -> Option<u64> {
     let field = u64::from(d.memory_length_field());
     if d.Type == CmResourceTypeMemory {
         return Some(field);

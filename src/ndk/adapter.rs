@@ -2,29 +2,31 @@
 //! (ndkpi.md §1.7 and Project decision (a), §3.7, §5.2, §5.13; pvrdma.md §1, §4).
 //!
 //! [`NdkDevice`] is the per-device part shared by every NDK_ADAPTER opened on the device
-//! (NDIS may open several): the hardware, the QPs by handle for the CQ pollers, and every
-//! live CQ and SRQ for device-wide events (per-object device events reach the objects
-//! through the hardware, [`Hardware::bind_cq`]).
+//! (NDIS may open several): the device's verbs, the QPs by handle for the CQ pollers, and
+//! every live CQ and SRQ for device-wide events (per-object device events reach the objects
+//! through the handlers their creation routed, `Verbs::route_cq` and `route_srq`).
 #![deny(unsafe_code)]
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
+use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::cm_engine::{CmEngine, EngineConfig};
 use super::cq::{Cq, CqEvent};
-use super::dispatch;
-use super::error::{HwError, NdkError, NdkResult};
-use super::hw::{Hardware, HwCaps, pow2_floor};
-use super::object::{Lifetime, NdkObject, ObjRef, try_vec};
+use super::error::{NdkError, NdkResult};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, try_vec};
 use super::qp::Qp;
 use super::qp_table::QpTable;
 use super::srq::Srq;
 use super::traffic::{ClosedTraffic, Traffic};
 use crate::ndkpi::*;
+use crate::os::SpinLock;
+use crate::os::alloc::try_arc;
 use crate::os::mdl::{MdlChain, MdlError, MdlRegion};
-use crate::os::net::AddressResolver;
-use crate::os::{Platform, SpinLock};
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::device::{DeviceEvents, MAX_MSG_SZ};
+use crate::pvrdma::dsr::Caps;
+use crate::pvrdma::eqe::EqeType;
+use crate::pvrdma::verbs::{Verbs, pow2_floor};
 
 /// Highest minor version per supported major (Project decision (a)).
 const fn highest_minor(major: u16) -> Option<u16> {
@@ -69,7 +71,7 @@ const MAX_CALLEE_DATA: u32 = 148;
 /// guest memory with ordinary copies, and no PVRDMA source promises byte order of
 /// placement), not CQ_RESIZE (RESIZE_CQ is unsupported, M11), not CQ_INTERRUPT_MODERATION
 /// (no device control), not READ_LOCAL_INVALIDATE (Project decision (b)).
-pub fn adapter_info(caps: &HwCaps, version: NDK_VERSION) -> NDK_ADAPTER_INFO {
+pub fn adapter_info(caps: &Caps, version: NDK_VERSION) -> NDK_ADAPTER_INFO {
     let srq = caps.max_srq != 0;
     let max_recv_sge = if srq {
         caps.max_sge.min(caps.max_srq_sge)
@@ -86,7 +88,7 @@ pub fn adapter_info(caps: &HwCaps, version: NDK_VERSION) -> NDK_ADAPTER_INFO {
         MaxInitiatorRequestSge: caps.max_sge,
         MaxReceiveRequestSge: max_recv_sge,
         MaxReadRequestSge: caps.max_sge_rd.min(caps.max_sge),
-        MaxTransferLength: caps.max_msg_sz,
+        MaxTransferLength: MAX_MSG_SZ,
         MaxInlineDataSize: 0,
         MaxInboundReadLimit: caps.max_qp_rd_atom,
         MaxOutboundReadLimit: caps.max_qp_init_rd_atom,
@@ -124,8 +126,8 @@ pub fn adapter_info_bytes(has_buffer: bool, size: u32) -> Result<u32, u32> {
 
 /// Handle → NDK object, bounds-checked (style.md §10): every live object of one kind, for the
 /// device-wide events that reach them all (DEVICE_FATAL). Per-object device events do not
-/// come here: the hardware delivers them to the object it was given by
-/// [`Hardware::bind_cq`] / [`Hardware::bind_srq`], found by its own lookup of the handle.
+/// come here: the device delivers them to the handler routed for the object, found by its
+/// own lookup of the handle.
 struct ObjectTable<T: NdkObject> {
     slots: SpinLock<Box<[Option<ObjRef<T>>]>>,
 }
@@ -155,7 +157,7 @@ impl<T: NdkObject> ObjectTable<T> {
         &self,
         handle: u32,
         obj: &ObjRef<T>,
-        bind: impl FnOnce() -> Result<(), HwError>,
+        bind: impl FnOnce() -> Result<(), PvrdmaError>,
     ) -> NdkResult<()> {
         self.insert(handle, obj)?;
         bind().map_err(|e| {
@@ -211,12 +213,33 @@ impl<T: NdkObject> ObjectTable<T> {
     }
 }
 
+/// The connection side of a device as the object core holds it (implemented by
+/// `ndk::connect`'s engine, which the core never names): stopped when the device lets go of
+/// it. `Any`, so the connection objects and the layers above find their concrete engine.
+pub trait Connections: core::any::Any + Send + Sync {
+    /// Stops it (PASSIVE_LEVEL, after every NDK_ADAPTER has closed).
+    fn stop(&self);
+}
+
+/// Device-wide events: DEVICE_FATAL fails every CQ and SRQ of the NDK device; port events
+/// are not mapped yet.
+struct DeviceHook(Weak<NdkDevice>);
+
+impl DeviceEvents for DeviceHook {
+    fn port_event(&self, _kind: EqeType, _port: u32) {}
+    fn device_fatal(&self) {
+        if let Some(d) = self.0.upgrade() {
+            d.device_fatal();
+        }
+    }
+}
+
 /// The NDK side of one PVRDMA device: shared by all its NDK_ADAPTERs.
 ///
-/// It keeps at most one table per kind of handle, each described at its field (the hardware
-/// keeps its own per kind: queue memory, reserved commands, event handlers).
+/// It keeps at most one table per kind of handle, each described at its field (the verbs
+/// keep their own per kind: queue memory, reserved commands; the device its event handlers).
 pub struct NdkDevice {
-    hw: Arc<dyn Hardware>,
+    hw: Arc<Verbs>,
     /// Every live CQ, for DEVICE_FATAL ([`NdkDevice::device_fatal`]).
     cqs: ObjectTable<Cq>,
     /// Every live SRQ, for DEVICE_FATAL.
@@ -236,22 +259,23 @@ pub struct NdkDevice {
     /// later NdkInvalidate of that token fails (ndkpi.md §5.4); the device itself accepts
     /// invalidating an invalid FRMR (M27).
     remote_invalidated: Box<[AtomicU32]>,
-    /// The connection engine, between [`NdkDevice::start_connections`] and
+    /// The connection side (`ndk::connect`), between its start and
     /// [`NdkDevice::stop_connections`].
-    connections: SpinLock<Option<Arc<CmEngine>>>,
+    connections: SpinLock<Option<Arc<dyn Connections>>>,
 }
 
 /// Handles are below `max_*` (M10), which M5 bounds by 65536.
 const MAX_TABLE: u32 = 65536;
 
 impl NdkDevice {
-    /// Binds the NDK layer to a started device (PASSIVE_LEVEL, at device start).
+    /// Binds the NDK layer to a started device's verbs (PASSIVE_LEVEL, at device start) and
+    /// routes the device-wide events to it.
     ///
-    /// `Arc::new` cannot fail gracefully on stable Rust; this runs once per device start,
-    /// never in a data path.
-    pub fn new(hw: Arc<dyn Hardware>) -> NdkResult<Arc<NdkDevice>> {
+    /// # Errors
+    /// STATUS_INSUFFICIENT_RESOURCES.
+    pub fn new(hw: Arc<Verbs>) -> NdkResult<Arc<NdkDevice>> {
         let caps = *hw.caps();
-        Ok(Arc::new(NdkDevice {
+        let ndk = try_arc(NdkDevice {
             cqs: ObjectTable::new(caps.max_cq.min(MAX_TABLE))?,
             srqs: ObjectTable::new(caps.max_srq.min(MAX_TABLE))?,
             qps: QpTable::new(caps.max_qp.min(MAX_TABLE))?,
@@ -262,40 +286,30 @@ impl NdkDevice {
             hw,
             bad_cqes: AtomicU64::new(0),
             connections: SpinLock::new(None),
-        }))
+        })
+        .map_err(|_| NdkError::InsufficientResources)?;
+        let hook: Arc<dyn DeviceEvents> = try_arc(DeviceHook(Arc::downgrade(&ndk)))
+            .map_err(|_| NdkError::InsufficientResources)?;
+        ndk.hw.route_device(Some(hook));
+        Ok(ndk)
     }
 
-    /// Starts the connection engine over `resolver` (PASSIVE_LEVEL, once the device runs and
-    /// its events reach this device): QP1, a GID per interface address, the CM. Until this
-    /// succeeds, connectors, listeners and shared endpoints answer STATUS_NOT_IMPLEMENTED.
-    ///
-    /// # Errors
-    /// What [`CmEngine::start`] reported.
-    pub fn start_connections(
-        &self,
-        platform: Arc<dyn Platform>,
-        resolver: Arc<dyn AddressResolver>,
-        cfg: EngineConfig,
-    ) -> Result<(), HwError> {
-        let engine = CmEngine::start(platform, self.hw.clone(), resolver, cfg)?;
-        let old = self.connections.lock().replace(engine);
+    /// Installs the connection side (`ndk::connect::start`); one installed earlier is stopped.
+    pub fn set_connections(&self, c: Option<Arc<dyn Connections>>) {
+        let old = core::mem::replace(&mut *self.connections.lock(), c);
         if let Some(old) = old {
             old.stop();
         }
-        Ok(())
     }
 
-    /// Stops the connection engine (PASSIVE_LEVEL, after every NDK_ADAPTER has closed):
-    /// QP1 destroyed, every GID unbound.
+    /// Stops the connection side (PASSIVE_LEVEL, after every NDK_ADAPTER has closed): QP1
+    /// destroyed, every GID unbound.
     pub fn stop_connections(&self) {
-        let engine = self.connections.lock().take();
-        if let Some(e) = engine {
-            e.stop();
-        }
+        self.set_connections(None);
     }
 
-    /// The connection engine, if started.
-    pub fn connections(&self) -> Option<Arc<CmEngine>> {
+    /// The connection side, if started (`ndk::connect::engine` is its concrete type).
+    pub fn connections(&self) -> Option<Arc<dyn Connections>> {
         self.connections.lock().clone()
     }
 
@@ -310,7 +324,7 @@ impl NdkDevice {
         let version = negotiate_version(requested)?;
         let ndk = NDK_ADAPTER {
             Header: super::object::header(version, NdkObjectTypeAdapter),
-            Dispatch: &dispatch::ADAPTER_DISPATCH,
+            Dispatch: Adapter::TABLE,
         };
         let adapter = ObjRef::try_new(
             ndk,
@@ -325,16 +339,25 @@ impl NdkDevice {
         Ok(adapter.publish())
     }
 
-    /// The hardware.
-    pub fn hw(&self) -> &dyn Hardware {
-        &*self.hw
+    /// The device's verbs.
+    pub fn hw(&self) -> &Verbs {
+        &self.hw
     }
 
-    /// Files `cq` under its handle and has the hardware route the CQ's device events to it
-    /// (the CQ's [`Hardware::destroy_cq`] undoes that).
+    /// A counted handle to the verbs (for the connection side, which outlives calls).
+    pub fn hw_handle(&self) -> Arc<Verbs> {
+        self.hw.clone()
+    }
+
+    /// Files `cq` under its handle and routes the CQ's device events to it (its
+    /// `Verbs::destroy_cq` undoes that): a CQNE reaches the NDK CQ with the device's one
+    /// lookup of the handle, on the CQ's DPC targeted at the first processor of its
+    /// GROUP_AFFINITY if it has one (NdkCreateCq `Affinity`), else on the CQ-notification DPC.
     pub(crate) fn register_cq(&self, cq: &ObjRef<Cq>) -> NdkResult<()> {
-        self.cqs
-            .insert_bound(cq.handle(), cq, || self.hw.bind_cq(cq))
+        let link = cq.link()?;
+        self.cqs.insert_bound(cq.handle(), cq, || {
+            self.hw.route_cq(cq.handle(), link, cq.target_processor())
+        })
     }
 
     pub(crate) fn unregister_cq(&self, handle: u32) {
@@ -382,11 +405,12 @@ impl NdkDevice {
         &self.qps
     }
 
-    /// Files `srq` under its handle and has the hardware route the SRQ's device events to it
-    /// (the SRQ's [`Hardware::destroy_srq`] undoes that).
+    /// Files `srq` under its handle and routes the SRQ's device events to it (its
+    /// `Verbs::destroy_srq` undoes that).
     pub(crate) fn register_srq(&self, srq: &ObjRef<Srq>) -> NdkResult<()> {
+        let link = srq.link()?;
         self.srqs
-            .insert_bound(srq.handle(), srq, || self.hw.bind_srq(srq))
+            .insert_bound(srq.handle(), srq, || self.hw.route_srq(srq.handle(), link))
     }
 
     pub(crate) fn unregister_srq(&self, handle: u32) {
@@ -465,8 +489,8 @@ impl Adapter {
         &self.device
     }
 
-    /// The hardware.
-    pub fn hw(&self) -> &dyn Hardware {
+    /// The device's verbs.
+    pub fn hw(&self) -> &Verbs {
         self.device.hw()
     }
 }
@@ -505,7 +529,7 @@ impl LamPlan<'_> {
 
 impl Adapter {
     /// The adapter logical address of each page of `region`, in order, into `out` (one entry
-    /// per page; [`Hardware::page_address`] maps the PFNs).
+    /// per page; `Verbs::page_address` maps the PFNs).
     ///
     /// # Errors
     /// STATUS_INVALID_PARAMETER if `out` is not one entry per page, a PFN is bad (see
@@ -575,6 +599,13 @@ impl ObjRef<Adapter> {
 mod tests {
     use super::*;
 
+    /// The model's default caps as the verbs honour them at VERSION 20 (pvrdma.md §4).
+    fn model_caps() -> Caps {
+        let mut c = Caps::parse(&pvrdma_sim::dsr::Caps::default().emit([0; 6]));
+        c.max_fast_reg_page_list_len = c.max_fast_reg_pages(20);
+        c
+    }
+
     fn v(major: u16, minor: u16) -> NDK_VERSION {
         NDK_VERSION {
             Major: major,
@@ -601,7 +632,7 @@ mod tests {
 
     #[test]
     fn info_from_model_caps() {
-        let i = adapter_info(&HwCaps::MODEL_DEFAULT, v(2, 1));
+        let i = adapter_info(&model_caps(), v(2, 1));
         assert_eq!(i.Version, v(2, 1));
         assert_eq!((i.VendorId, i.DeviceId), (0x15AD, 0x0820));
         assert_eq!(i.MaxRegistrationSize, 1 << 30);
@@ -625,7 +656,7 @@ mod tests {
 
     #[test]
     fn info_rounds_limits_down_to_powers_of_two() {
-        let mut c = HwCaps::MODEL_DEFAULT;
+        let mut c = model_caps();
         c.max_qp_wr = 1000;
         c.max_srq_wr = 3000;
         c.max_cqe = 65535;

@@ -286,7 +286,7 @@ impl<K> SlotTable for WqWriter<K, SlotCell> {
 
 /// A run of retirements by a queue's retirer (the poll's fast path): the slot records, the
 /// `wr_id` the queue's next CQE must carry and how many requests were outstanding, read
-/// once ([`OrderedQueue::window`]); [`OrderedQueue::close`] publishes what the run retired.
+/// once ([`OrderedQueue::window`]); [`RetireWindow::close`] publishes what the run retired.
 pub struct RetireWindow<'a> {
     records: Records<'a, SlotCell>,
     /// The queue's `retired`, which [`Self::close`] publishes.

@@ -15,17 +15,18 @@ use super::adapter::Adapter;
 use super::completion::{
     Completion, RetireWindow, SlotRecord, make_result, split_wr_id, tag, to_result,
 };
-use super::dispatch;
-use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwDone, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef};
+use super::object::{CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef};
 use super::qp::Qp;
 use super::qp_table::{CqQps, Graveyard, RawQp};
 use crate::ndkpi::*;
+use crate::os::Processor;
+use crate::os::alloc::try_arc;
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cq::{CqReader, CqState, CqeRing};
 use crate::pvrdma::cqe::{CqeView, WcFlags, wc_status};
 use crate::pvrdma::device::CqEvents;
+use crate::pvrdma::verbs::{Done, pow2_ceil};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -416,9 +417,8 @@ impl Cq {
         if !adapter.lifetime().try_get() {
             return Err(NdkError::InvalidDeviceRequest);
         }
-        let affinity = p.affinity;
         let a = adapter.clone();
-        let done = move |r: Result<u32, HwError>| {
+        let done = move |r: Result<u32, PvrdmaError>| {
             let made = match r {
                 Ok(handle) => Self::wrap(&a, handle, p),
                 Err(e) => Err(e.into()),
@@ -430,8 +430,8 @@ impl Cq {
         };
         match crate::os::alloc::try_box(done) {
             Ok(b) => {
-                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
-                adapter.hw().create_cq_async(entries, affinity, d);
+                let d: Done<u32> = b.map_box(|b| b as Done<u32>).into_inner();
+                adapter.hw().create_cq(entries, d);
                 Ok(())
             }
             Err(_) => {
@@ -452,7 +452,7 @@ impl Cq {
         };
         let ndk = NDK_CQ {
             Header: super::object::header(adapter.version(), NdkObjectTypeCq),
-            Dispatch: &dispatch::CQ_DISPATCH,
+            Dispatch: Cq::TABLE,
         };
         let state = Cq {
             life: Lifetime::new(),
@@ -496,6 +496,16 @@ impl Cq {
     /// The notification affinity given at creation (honoured by the CQNE DPC).
     pub fn affinity(&self) -> Option<GROUP_AFFINITY> {
         self.affinity
+    }
+
+    /// Where its notifications run: the first processor of its GROUP_AFFINITY, if it has
+    /// one (NdkCreateCq `Affinity`), else wherever the CQ-notification DPC runs.
+    pub(crate) fn target_processor(&self) -> Processor {
+        self.affinity
+            .filter(|a| a.Mask != 0)
+            .map_or(Processor::Current, |a| {
+                Processor::from_affinity(a.Group, a.Mask as u64)
+            })
     }
 
     /// The adapter.
@@ -1176,7 +1186,7 @@ impl ObjRef<Cq> {
         }
         let mut status = first;
         loop {
-            dispatch::call_cq_notification(self.notify, self.notify_context, status);
+            upcall::cq_notification(self.notify, self.notify_context, status);
             // A callback deferred while this one ran does not start once the CQ is closing
             // (the consumer may have closed it from this very callback).
             let next = self.arm.update(false, |st| {
@@ -1198,13 +1208,15 @@ impl ObjRef<Cq> {
 
 /// The device's handler of one NDK CQ: a CQNE or CQ_ERR the device's DPC found under the CQ's
 /// handle goes straight to the arm state (no second lookup, no lock).
-pub struct CqLink(ObjRef<Cq>);
+struct CqLink(ObjRef<Cq>);
 
-impl CqLink {
-    /// The handler of `cq`; it keeps the CQ's memory alive until the device drops it
-    /// (unregistered at teardown).
-    pub fn new(cq: &ObjRef<Cq>) -> Self {
-        CqLink(cq.clone())
+impl ObjRef<Cq> {
+    /// The handler the device calls for this CQ's events; it keeps the CQ's memory alive
+    /// until the device drops it (unrouted at teardown, by `Verbs::destroy_cq`).
+    pub(crate) fn link(&self) -> NdkResult<alloc::sync::Arc<dyn CqEvents>> {
+        let link: alloc::sync::Arc<dyn CqEvents> =
+            try_arc(CqLink(self.clone())).map_err(|_| NdkError::InsufficientResources)?;
+        Ok(link)
     }
 }
 

@@ -1,54 +1,46 @@
 //! The NDK provider object layer: every NDKPI object over the PVRDMA device
 //! (docs/reference/ndkpi.md §1, §2, §5; pvrdma.md §1 "NDK → PVRDMA mapping").
 //!
-//! One file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`], [`qp`], [`srq`],
-//! [`connector`], [`listener`], [`shared_endpoint`]), each safe code over the object
-//! framework ([`object`]: allocation, header, memory and close counts, create/request
-//! hand-offs) and the hardware seam ([`hw`]). [`dispatch`] holds the ten dispatch tables and
-//! every `extern "system"` entry point and consumer-callback call; [`completion`] maps CQEs
-//! to NDK_RESULTs; [`error`] is the one error type and its NTSTATUS mapping; [`qp1`] is
-//! the adapter's GSI QP carrying the connection manager's MADs;
-//! [`pvrdma_hw`] implements the seam over `crate::pvrdma` (commands, rings, doorbells,
-//! events).
+//! The object core: one file per object ([`adapter`], [`pd`], [`cq`], [`mr`], [`mw`],
+//! [`qp`], [`srq`]), each safe code over the object framework ([`object`]: allocation,
+//! header, memory and close counts, create/request hand-offs) and the device's verbs
+//! (`crate::pvrdma::verbs`); [`completion`] maps CQEs to NDK_RESULTs; [`error`] is the one
+//! error type and its NTSTATUS mapping. Above the core: [`connect`], the connection side
+//! (its engine, QP1, the connector, listener and shared endpoint), which the device holds
+//! as an [`adapter::Connections`]; and [`dispatch`], the ten dispatch tables with every
+//! `extern "system"` entry point, which implement each object's [`object::Dispatched`].
+//! Neither is named by the core; consumer callbacks are called only from
+//! `crate::ndkpi::upcall`.
 //!
-//! Entry points for the NDIS glue: [`NdkDevice::new`] at device start (with
-//! [`pvrdma_hw::PvrdmaHardware::new`] and `attach`), [`NdkDevice::open_adapter`] from
-//! OpenNDKAdapterHandler, [`dispatch::close_adapter`] from CloseNDKAdapterHandler. Device
-//! events reach each CQ and SRQ through the handler the hardware bound to it
-//! ([`Hardware::bind_cq`], [`Hardware::bind_srq`]), and DEVICE_FATAL through
-//! [`NdkDevice::device_fatal`].
+//! Entry points for the NDIS glue: [`NdkDevice::new`] at device start (over
+//! `pvrdma::verbs::Verbs::new`), [`NdkDevice::open_adapter`] from OpenNDKAdapterHandler,
+//! [`dispatch::close_adapter`] from CloseNDKAdapterHandler. Device events reach each CQ and
+//! SRQ through the handler its creation routed to it (`Verbs::route_cq`, `route_srq`), and
+//! DEVICE_FATAL through [`NdkDevice::device_fatal`].
 //!
-//! Connection management: [`cm_engine`] joins the sans-IO CM (`crate::cm`) to QP1, the GID
-//! table and the OS's address resolver; [`NdkDevice::start_connections`] starts it (without
+//! Connection management ([`connect`]): its engine joins the sans-IO CM (`crate::cm`) to
+//! QP1, the GID table and the OS's address resolver; [`connect::start`] starts it (without
 //! it the connection creates answer STATUS_NOT_IMPLEMENTED). Connectors mark their QP
 //! connected at RTS; [`set_qp_connected`] remains for tests that wire QPs by hand.
 
 pub mod adapter;
-pub mod cm_engine;
 pub mod completion;
-pub mod conn_stats;
-pub mod connector;
+pub mod connect;
 pub mod consumer_array;
 pub mod cq;
 pub mod dispatch;
 pub mod error;
-pub mod hw;
-pub mod listener;
 pub mod mr;
 pub mod mw;
 pub mod object;
 pub mod pd;
-pub mod pvrdma_hw;
 pub mod qp;
-pub mod qp1;
 pub(crate) mod qp_table;
-pub mod shared_endpoint;
 pub mod srq;
 pub mod traffic;
 
 pub use adapter::{NdkDevice, negotiate_version};
-pub use error::{HwError, NdkError};
-pub use hw::{Hardware, HwCaps};
+pub use error::NdkError;
 pub use qp::Qp;
 
 /// Marks a QP connected (initiator requests accepted) or not, as a connector does at RTS;

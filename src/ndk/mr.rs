@@ -19,14 +19,15 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::adapter::mdl_error;
 use super::consumer_array::ConsumerArray;
-use super::dispatch;
-use super::error::{HwError, NdkError, NdkResult};
-use super::hw::{HwDone, MrKeys, MrSpec, access};
-use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use super::error::{NdkError, NdkResult};
+use super::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::mdl::MdlChain;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, MrKeys, MrSpec};
+use crate::pvrdma::wqe::AccessFlags;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MrState {
@@ -90,7 +91,7 @@ impl Mr {
         take_successor(pd)?;
         let ndk = NDK_MR {
             Header: header(pd.adapter().version(), NdkObjectTypeMr),
-            Dispatch: &dispatch::MR_DISPATCH,
+            Dispatch: Mr::TABLE,
         };
         ObjRef::try_new(
             ndk,
@@ -247,15 +248,15 @@ impl ObjRef<Mr> {
         if region.va() == 0 {
             return Err(NdkError::InvalidParameter);
         }
-        let mut access = 0;
+        let mut access = AccessFlags::empty();
         if flags & (NDK_MR_FLAG_ALLOW_LOCAL_WRITE | NDK_MR_FLAG_RDMA_READ_SINK) != 0 {
-            access |= access::LOCAL_WRITE;
+            access |= AccessFlags::LOCAL_WRITE;
         }
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_READ != 0 {
-            access |= access::REMOTE_READ;
+            access |= AccessFlags::REMOTE_READ;
         }
         if flags & NDK_MR_FLAG_ALLOW_REMOTE_WRITE == NDK_MR_FLAG_ALLOW_REMOTE_WRITE {
-            access |= access::REMOTE_WRITE;
+            access |= AccessFlags::REMOTE_WRITE;
         }
         if *self.state.lock() != MrState::Idle {
             return Err(NdkError::InvalidDeviceRequest);
@@ -339,7 +340,7 @@ impl ObjRef<Mr> {
             return Err(NdkError::InvalidDeviceRequest);
         }
         let me = self.clone();
-        let done = move |r: Result<MrKeys, HwError>| {
+        let done = move |r: Result<MrKeys, PvrdmaError>| {
             let status = match r {
                 Ok(keys) => {
                     let new = match fast {
@@ -355,11 +356,11 @@ impl ObjRef<Mr> {
                         None => MrState::Registered(keys),
                     };
                     *me.state.lock() = new;
-                    STATUS_SUCCESS
+                    Ok(())
                 }
                 Err(e) => {
                     *me.state.lock() = from;
-                    NdkError::from(e).to_ntstatus()
+                    Err(NdkError::from(e))
                 }
             };
             // RequestCompletion before the count drops: a close waiting on it completes
@@ -369,11 +370,8 @@ impl ObjRef<Mr> {
         };
         match crate::os::alloc::try_box(done) {
             Ok(b) => {
-                let d: HwDone<MrKeys> = b.map_box(|b| b as HwDone<MrKeys>).into_inner();
-                self.pd
-                    .adapter()
-                    .hw()
-                    .create_mr_async(self.pd.handle(), spec, d);
+                let d: Done<MrKeys> = b.map_box(|b| b as Done<MrKeys>).into_inner();
+                self.pd.adapter().hw().create_mr(self.pd.handle(), spec, d);
                 Ok(())
             }
             Err(_) => {

@@ -25,7 +25,6 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::dispatch;
 use super::error::{NdkError, NdkResult};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
@@ -41,6 +40,16 @@ pub trait NdkObject: Send + Sync + Sized {
     /// CloseCompletion has returned (or the close completed inline): drop this object's
     /// successor counts on its antecedents.
     fn release_antecedents(&self) {}
+}
+
+/// A provider object's dispatch table (the `Dispatch` pointer of its `NDK_xxx`): declared and
+/// implemented in `dispatch/<object>.rs` with its thunks, so an object names its table as
+/// `Self::TABLE` and the object core never imports the dispatch layer above it.
+pub trait Dispatched: NdkObject {
+    /// The table's ABI type (`NDK_xxx_DISPATCH`).
+    type Table: 'static;
+    /// The table.
+    const TABLE: &'static Self::Table;
 }
 
 /// `#[repr(C)]`: `ndk` must stay at offset 0 (see the module docs). The `UnsafeCell` is what
@@ -207,7 +216,7 @@ impl<T: NdkObject> ObjRef<T> {
             None
         };
         if let Some((cb, ctx)) = completion {
-            dispatch::call_close_completion(cb, ctx);
+            upcall::close_completion(cb, ctx);
         }
         state.release_antecedents();
         // Reclaim the consumer's count (published at creation).
@@ -345,7 +354,7 @@ impl<T: NdkObject> CreateHandoff<T> {
             Ok(obj) => (STATUS_SUCCESS, obj.publish().cast::<NDK_OBJECT_HEADER>()),
             Err(e) => (e.to_ntstatus(), core::ptr::null_mut()),
         };
-        dispatch::call_create_completion(self.completion, self.context, status, header);
+        upcall::create_completion(self.completion, self.context, status, header);
     }
 
     /// The create function is returning: `Some(result)` if the hardware already completed
@@ -395,8 +404,9 @@ impl RequestHandoff {
         .map_err(|_| NdkError::InsufficientResources)
     }
 
-    /// The request finished with `status`.
-    pub fn complete(&self, status: NTSTATUS) {
+    /// The request finished: its status is STATUS_SUCCESS or its error's.
+    pub fn complete(&self, r: NdkResult<()>) {
+        let status = super::error::status(r);
         let deliver = {
             let mut g = self.state.lock();
             match *g {
@@ -412,7 +422,7 @@ impl RequestHandoff {
             }
         };
         if deliver {
-            dispatch::call_request_completion(self.completion, self.context, status);
+            upcall::request_completion(self.completion, self.context, status);
         }
     }
 

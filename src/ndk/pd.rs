@@ -6,13 +6,11 @@
 #![deny(unsafe_code)]
 
 use super::adapter::Adapter;
-use super::dispatch;
-use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::HwDone;
-use super::hw::MrKeys;
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, header};
+use super::object::{CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, MrKeys};
 
 /// A protection domain.
 pub struct Pd {
@@ -49,7 +47,7 @@ impl Pd {
     ) -> NdkResult<()> {
         take_successor(adapter)?;
         let a = adapter.clone();
-        let done = move |r: Result<(u32, MrKeys), HwError>| {
+        let done = move |r: Result<(u32, MrKeys), PvrdmaError>| {
             let made = match r {
                 Ok((handle, dma)) => Self::wrap(&a, handle, dma),
                 Err(e) => Err(e.into()),
@@ -60,11 +58,11 @@ impl Pd {
             handoff.complete(made);
         };
         let done = crate::os::alloc::try_box(done)
-            .map(|b| b.map_box(|b| b as HwDone<(u32, MrKeys)>).into_inner())
+            .map(|b| b.map_box(|b| b as Done<(u32, MrKeys)>).into_inner())
             .map_err(|_| NdkError::InsufficientResources);
         match done {
             Ok(d) => {
-                adapter.hw().create_pd_async(d);
+                adapter.hw().create_pd(d);
                 Ok(())
             }
             Err(e) => {
@@ -77,7 +75,7 @@ impl Pd {
     fn wrap(adapter: &ObjRef<Adapter>, handle: u32, dma: MrKeys) -> NdkResult<ObjRef<Pd>> {
         let ndk = NDK_PD {
             Header: header(adapter.version(), NdkObjectTypePd),
-            Dispatch: &dispatch::PD_DISPATCH,
+            Dispatch: Pd::TABLE,
         };
         ObjRef::try_new(
             ndk,

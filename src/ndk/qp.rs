@@ -2,9 +2,9 @@
 //! §5.8; pvrdma.md §1 mapping, §9, §10, §12).
 //!
 //! Posting: validate, take the next slot and store its record (the queue's post side,
-//! below), then one call to the ring writer ([`WqSlot::post_send`]) writes the WQE, commits
-//! the slot, publishes `prod_tail` and rings the doorbell unless the request carries
-//! NDK_OP_FLAG_DEFER. Deferred WQEs are already in the ring and share the doorbell of the
+//! below), write the WQE into it ([`WqSlot::write_send`]), commit the slot, then hand it to
+//! the device ([`WqSlot::hand_over`]: `prod_tail` and the doorbell, unless the request
+//! carries NDK_OP_FLAG_DEFER); the ring writer never calls back into this layer. Deferred WQEs are already in the ring and share the doorbell of the
 //! next non-deferred request; an inline failure first rings for them, so a chain cut short
 //! by a failure still completes what it posted (§5.5). Posts take no lock (the consumer
 //! serializes each queue, §5.3) and never allocate.
@@ -15,17 +15,18 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, 
 use super::completion::{OrderedQueue, SlotCell, SlotMeta, SlotRecord, SlotTable, tag, wr_id};
 use super::consumer_array::ConsumerArray;
 use super::cq::Cq;
-use super::dispatch;
-use super::error::HwError;
 use super::error::{NdkError, NdkResult};
-use super::hw::{HwDone, QpSpec, pow2_ceil};
 use super::mr::Mr;
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, ProviderObject, header};
+use super::object::{
+    CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, ProviderObject, header,
+};
 use super::pd::{Pd, take_successor};
 use super::qp_table::GraveLinks;
 use super::srq::Srq;
 use super::traffic::{Direction, QpTraffic};
 use crate::ndkpi::*;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, QpSpec, pow2_ceil};
 use crate::pvrdma::wq::{RecvWriter, SendWriter, WqKind, WqSlot, WqWriter};
 use crate::pvrdma::wqe::{AccessFlags, SendFlags, Sge, SqHeader, WrOpcode};
 
@@ -119,6 +120,11 @@ const SEND_INV: PostKind = PostKind::new(WrOpcode::SendWithInv, NdkOperationType
 const FAST_REGISTER: PostKind = PostKind::new(WrOpcode::FastRegMr, NdkOperationTypeFastRegister);
 const INVALIDATE: PostKind = PostKind::new(WrOpcode::LocalInv, NdkOperationTypeInvalidate);
 
+/// [`Qp::hold_for_connection`]: an open connector holds the QP.
+const HELD: u8 = 1;
+/// [`Qp::mark_used`]: the QP left INIT (it cannot connect again).
+const USED: u8 = 2;
+
 /// NdkCreateQp / NdkCreateQpWithSrq parameters.
 pub struct QpParams {
     /// `pReceiveCq`.
@@ -176,8 +182,8 @@ impl<T: SlotTable> OrderedQueue<T> {
         Some(posted)
     }
 
-    /// Publishes the slot taken at `index`: from now on a CQE may retire it. Runs inside
-    /// the writer's post, before `prod_tail` covers the WQE ([`WqSlot::post_send`]).
+    /// Publishes the slot taken at `index`: from now on a CQE may retire it. Runs between
+    /// the WQE's write and its hand-over, before `prod_tail` covers it ([`WqSlot::hand_over`]).
     #[inline(always)]
     pub(crate) fn commit(&self, index: u32) {
         self.posted.store(index.wrapping_add(1), Ordering::Release);
@@ -246,8 +252,9 @@ pub struct Qp {
     max_read_sge: u32,
     connected: AtomicBool,
     bad_cqes: AtomicU32,
-    /// Which connector holds it and whether it left INIT (`connector`'s QP rule).
-    cm_binding: AtomicU8,
+    /// Whether a connector holds it ([`HELD`]) and whether it left INIT ([`USED`]): a QP
+    /// serves one connection, once (ndkpi.md §5.10).
+    connection: AtomicU8,
 }
 
 impl NdkObject for Qp {
@@ -348,7 +355,7 @@ impl PendingQp {
         let info = adapter.info();
         let ndk = NDK_QP {
             Header: header(adapter.version(), NdkObjectTypeQp),
-            Dispatch: &dispatch::QP_DISPATCH,
+            Dispatch: Qp::TABLE,
         };
         let max_recv_sge = match &p.srq {
             Some(s) => s.max_sge(),
@@ -400,7 +407,7 @@ impl PendingQp {
                 admit_read: AtomicU64::new(0),
                 bad_cqes: AtomicU32::new(0),
                 traffic: QpTraffic::default(),
-                cm_binding: AtomicU8::new(0),
+                connection: AtomicU8::new(0),
             },
         ) {
             Ok(q) => q,
@@ -498,7 +505,7 @@ impl Qp {
             p,
             counts,
         };
-        let done = move |r: Result<u32, HwError>| {
+        let done = move |r: Result<u32, PvrdmaError>| {
             let made = match r {
                 Ok(handle) => pending.wrap(handle),
                 Err(e) => Err(e.into()),
@@ -507,9 +514,9 @@ impl Qp {
         };
         let d = crate::os::alloc::try_box(done)
             .map_err(|_| NdkError::InsufficientResources)?
-            .map_box(|b| b as HwDone<u32>)
+            .map_box(|b| b as Done<u32>)
             .into_inner();
-        adapter.hw().create_qp_async(&spec, d);
+        adapter.hw().create_qp(&spec, d);
         Ok(())
     }
 
@@ -565,9 +572,27 @@ impl Qp {
             .store(admit(self.max_read_sge), Ordering::Release);
     }
 
-    /// The connection engine's claim on the QP (see [`super::connector`]).
-    pub(crate) fn cm_binding(&self) -> &AtomicU8 {
-        &self.cm_binding
+    /// Claims the QP for one connector; false if another holds it or it left INIT.
+    pub(crate) fn hold_for_connection(&self) -> bool {
+        self.connection
+            .compare_exchange(0, HELD, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The connector lets go of the QP (its close).
+    pub(crate) fn release_from_connection(&self) {
+        self.connection.fetch_and(!HELD, Ordering::AcqRel);
+    }
+
+    /// The QP is about to leave INIT (a connection's MODIFY_QP, NdkFlush): it cannot connect
+    /// again.
+    pub(crate) fn mark_used(&self) {
+        self.connection.fetch_or(USED, Ordering::AcqRel);
+    }
+
+    /// Whether the QP left INIT.
+    pub(crate) fn was_used(&self) -> bool {
+        self.connection.load(Ordering::Acquire) & USED != 0
     }
 
     /// The device handle while the QP lives, `u64::MAX` once torn down.
@@ -718,14 +743,14 @@ impl Qp {
             Ok(h) => h,
             Err(e) => return self.withdraw(dir, sges, e),
         };
-        let commit = || {
-            self.sq.commit(index);
-            posted();
-        };
-        let defer = flags & NDK_OP_FLAG_DEFER != 0;
-        if !slot.post_send(wr_id(tag::SQ, index), &h, sges, commit, defer) {
+        if !slot.write_send(wr_id(tag::SQ, index), &h, sges) {
             return self.withdraw(dir, sges, NdkError::InvalidParameter);
         }
+        // Committed before the device can see the WQE (`hand_over`), so a CQE for it finds
+        // the slot taken.
+        self.sq.commit(index);
+        posted();
+        slot.hand_over(flags & NDK_OP_FLAG_DEFER != 0);
         Ok(())
     }
 
@@ -889,7 +914,8 @@ impl Qp {
                     .pd
                     .adapter()
                     .hw()
-                    .fast_reg_pages(t.handle, pages)
+                    // CAST: a logical address is a 64-bit bus address.
+                    .fast_reg_pages(t.handle, pages.iter().map(|&p| p as u64))
                     .map_err(NdkError::from)?;
                 ticket.set(Some(t));
                 Ok(SqHeader {
@@ -995,9 +1021,11 @@ impl Qp {
         // The most the receive's CQE may report (checked at completion). CAST: at most
         // MaxTransferLength, a u32.
         slot.record().set_posted_len(total as u32);
-        if !slot.post_recv(wr_id(tag::RQ, index), sges, || rq.commit(index)) {
+        if !slot.write_recv(wr_id(tag::RQ, index), sges) {
             return Err(NdkError::InvalidParameter);
         }
+        rq.commit(index);
+        slot.hand_over(false);
         Ok(())
     }
 
@@ -1006,7 +1034,7 @@ impl Qp {
     /// first so they are flushed too.
     pub fn flush(&self) {
         self.ring_deferred();
-        super::connector::mark_qp_used(self);
+        self.mark_used();
         self.pd.adapter().hw().flush_qp(self.handle);
     }
 

@@ -9,12 +9,17 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::completion::{SlotRecord, tag, wr_id};
 use super::consumer_array::ConsumerArray;
-use super::dispatch;
-use super::error::{HwError, NdkError, NdkResult};
-use super::hw::{HwDone, SrqSpec, pow2_ceil};
-use super::object::{CreateHandoff, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec};
+use super::error::{NdkError, NdkResult};
+use super::object::{
+    CreateHandoff, Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header, try_vec,
+};
 use super::pd::{Pd, take_successor};
 use crate::ndkpi::*;
+use crate::os::alloc::try_arc;
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::device::SrqEvents;
+use crate::pvrdma::eqe::EqeType;
+use crate::pvrdma::verbs::{Done, SrqSpec, pow2_ceil};
 use crate::pvrdma::wq::RecvWriter;
 use crate::pvrdma::wqe::Sge;
 
@@ -110,7 +115,7 @@ impl Srq {
         };
         take_successor(pd)?;
         let owner = pd.clone();
-        let done = move |r: Result<u32, HwError>| {
+        let done = move |r: Result<u32, PvrdmaError>| {
             let made = match r {
                 Ok(handle) => Self::wrap(&owner, handle, ring, records, p),
                 Err(e) => Err(e.into()),
@@ -122,8 +127,8 @@ impl Srq {
         };
         match crate::os::alloc::try_box(done) {
             Ok(b) => {
-                let d: HwDone<u32> = b.map_box(|b| b as HwDone<u32>).into_inner();
-                adapter.hw().create_srq_async(&spec, d);
+                let d: Done<u32> = b.map_box(|b| b as Done<u32>).into_inner();
+                adapter.hw().create_srq(&spec, d);
                 Ok(())
             }
             Err(_) => {
@@ -151,7 +156,7 @@ impl Srq {
         };
         let ndk = NDK_SRQ {
             Header: header(adapter.version(), NdkObjectTypeSrq),
-            Dispatch: &dispatch::SRQ_DISPATCH,
+            Dispatch: Srq::TABLE,
         };
         let srq = match ObjRef::try_new(
             ndk,
@@ -243,19 +248,15 @@ impl Srq {
         rec.posted_len
             .store(u32::try_from(total).unwrap_or(u32::MAX), Ordering::Relaxed);
         rec.busy.store(true, Ordering::Release);
-        let commit = || {
-            self.outstanding.fetch_add(1, Ordering::AcqRel);
-            self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
-            self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
-        };
-        if !self
-            .writer
-            .slot(index)
-            .post_recv(wr_id(tag::SRQ, id), sges, commit)
-        {
+        let slot = self.writer.slot(index);
+        if !slot.write_recv(wr_id(tag::SRQ, id), sges) {
             rec.busy.store(false, Ordering::Release);
             return Err(NdkError::InvalidParameter);
         }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.cursor.store(id.wrapping_add(1), Ordering::Relaxed);
+        self.posted.store(index.wrapping_add(1), Ordering::Relaxed);
+        slot.hand_over(false);
         Ok(())
     }
 
@@ -304,14 +305,14 @@ impl ObjRef<Srq> {
         }
         if threshold == 0 {
             // Keeps the threshold and the arm state: nothing to send (M45).
-            req.complete(STATUS_SUCCESS);
+            req.complete(Ok(()));
             return Ok(());
         }
         if !self.life.try_get() {
             return Err(NdkError::InvalidDeviceRequest);
         }
         let me = self.clone();
-        let done = move |r: Result<(), HwError>| {
+        let done = move |r: Result<(), PvrdmaError>| {
             let status = match r {
                 Ok(()) => {
                     me.armed.store(true, Ordering::Release);
@@ -322,21 +323,21 @@ impl ObjRef<Srq> {
                     if queued < threshold && me.armed.swap(false, Ordering::AcqRel) {
                         me.deliver(STATUS_SUCCESS);
                     }
-                    STATUS_SUCCESS
+                    Ok(())
                 }
-                Err(e) => NdkError::from(e).to_ntstatus(),
+                Err(e) => Err(NdkError::from(e)),
             };
             req.complete(status);
             me.put();
         };
         match crate::os::alloc::try_box(done) {
             Ok(b) => {
-                let d: HwDone<()> = b.map_box(|b| b as HwDone<()>).into_inner();
+                let d: Done<()> = b.map_box(|b| b as Done<()>).into_inner();
                 let limit = threshold.min(self.ring);
                 self.pd
                     .adapter()
                     .hw()
-                    .modify_srq_limit_async(self.handle, limit, d);
+                    .modify_srq_limit(self.handle, limit, d);
                 Ok(())
             }
             Err(_) => {
@@ -365,7 +366,31 @@ impl ObjRef<Srq> {
         if !self.life.try_get() {
             return;
         }
-        dispatch::call_srq_notification(cb, self.notify_context, status);
+        upcall::srq_notification(cb, self.notify_context, status);
         self.put();
+    }
+}
+
+/// The device's handler of one NDK SRQ: an SRQ event the device's DPC found under the SRQ's
+/// handle goes straight to the SRQ (no second lookup, no lock).
+struct SrqLink(ObjRef<Srq>);
+
+impl SrqEvents for SrqLink {
+    fn event(&self, kind: EqeType) {
+        match kind {
+            EqeType::SrqLimitReached => self.0.limit_event(),
+            EqeType::SrqErr => self.0.error_event(),
+            _ => {}
+        }
+    }
+}
+
+impl ObjRef<Srq> {
+    /// The handler the device calls for this SRQ's events; it keeps the SRQ's memory alive
+    /// until the device drops it (unrouted at teardown, by `Verbs::destroy_srq`).
+    pub(crate) fn link(&self) -> NdkResult<alloc::sync::Arc<dyn SrqEvents>> {
+        let link: alloc::sync::Arc<dyn SrqEvents> =
+            try_arc(SrqLink(self.clone())).map_err(|_| NdkError::InsufficientResources)?;
+        Ok(link)
     }
 }

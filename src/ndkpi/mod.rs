@@ -11,7 +11,8 @@
 //! the object header and the ten object structs, [`dispatch`] the ten dispatch tables,
 //! [`callbacks`] every `NDK_FN_*` function-pointer type, [`structs`] SGE/results/adapter info/
 //! LAM/extension interface, [`consts`] enums and flag values, [`status`] NTSTATUS and
-//! NDIS_STATUS codes, [`flags`] `bitflags` views of the flag words for the provider's own use.
+//! NDIS_STATUS codes, [`flags`] `bitflags` views of the flag words for the provider's own use;
+//! [`upcall`], the one place a consumer callback is called.
 //! Everything is re-exported here, so `pvrdma_ndk::ndkpi::NDK_CQ` is the path to use.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![deny(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod object;
 pub mod status;
 pub mod structs;
 pub mod types;
+pub mod upcall;
 
 #[cfg(target_pointer_width = "64")]
 mod layout;

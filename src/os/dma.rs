@@ -19,6 +19,9 @@ use super::OsError;
 
 /// Page size of the device and of every DMA region.
 pub const PAGE_SIZE: usize = 4096;
+/// log2([`PAGE_SIZE`]).
+pub const PAGE_SHIFT: u32 = 12;
+const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
 
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);

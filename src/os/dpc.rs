@@ -258,6 +258,67 @@ mod tests {
         rec.queued.lock().unwrap().clear();
     }
 
+    /// What lets a DPC's routine own its state without a lock (the device's ring drains):
+    /// runs of one DPC never overlap, whichever threads start them, and a run started while
+    /// the routine runs elsewhere is not lost: the routine runs again after it.
+    #[test]
+    fn runs_of_one_dpc_never_overlap_and_none_is_lost() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        #[derive(Default)]
+        struct Exclusive {
+            inside: AtomicU32,
+            overlapped: AtomicBool,
+            requested: AtomicU64,
+            served: AtomicU64,
+            runs: AtomicU64,
+        }
+        impl DpcHandler for Exclusive {
+            fn run(&self) {
+                if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    self.overlapped.store(true, Ordering::SeqCst);
+                }
+                // Every request made before this run started is served by it.
+                let r = self.requested.load(Ordering::SeqCst);
+                self.served.fetch_max(r, Ordering::SeqCst);
+                for _ in 0..50 {
+                    core::hint::spin_loop();
+                }
+                self.runs.fetch_add(1, Ordering::SeqCst);
+                self.inside.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let rec = Arc::new(Recorder::default());
+        let sched: Arc<dyn DpcScheduler> = rec.clone();
+        let ex = Arc::new(Exclusive::default());
+        let dpc = Dpc::new(&sched, ex.clone()).unwrap();
+        let (threads, per) = if cfg!(miri) { (3, 20) } else { (4, 2000) };
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..per {
+                        // As an executor does: a queue, then the run it leads to.
+                        ex.requested.fetch_add(1, Ordering::SeqCst);
+                        dpc.inner.queued.store(true, Ordering::SeqCst);
+                        dpc.run();
+                    }
+                });
+            }
+        });
+        let total = (threads * per) as u64;
+        assert!(!ex.overlapped.load(Ordering::SeqCst), "two runs overlapped");
+        assert_eq!(
+            ex.served.load(Ordering::SeqCst),
+            total,
+            "a request was lost"
+        );
+        let runs = ex.runs.load(Ordering::SeqCst);
+        assert!(
+            (1..=total).contains(&runs),
+            "{runs} runs for {total} requests"
+        );
+        assert_eq!(dpc.inner.runs.load(Ordering::SeqCst), 0, "idle at the end");
+    }
+
     #[test]
     fn timer_rearm_and_cancel_invalidate_old_settings() {
         let rec = Arc::new(Recorder::default());

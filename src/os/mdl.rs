@@ -18,11 +18,7 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-pub use super::dma::PAGE_SIZE;
-
-/// `PAGE_SHIFT`.
-pub const PAGE_SHIFT: u32 = 12;
-const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
+pub use super::dma::{PAGE_SHIFT, PAGE_SIZE};
 
 /// `PFN_NUMBER` (`ULONG_PTR`): a physical page number.
 pub type PFN_NUMBER = usize;
@@ -141,7 +137,7 @@ pub struct MdlPage {
     /// Page-aligned virtual address of the page.
     pub va: u64,
     /// Its page frame number (below 2^52). What address a device reaches it at is the
-    /// caller's mapping to make (the NDK layer's `Hardware::page_address`).
+    /// caller's mapping to make (`pvrdma::verbs::Verbs::page_address`).
     pub pfn: u64,
 }
 

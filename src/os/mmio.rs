@@ -1,9 +1,10 @@
-//! Memory-mapped I/O: BAR1 registers as a trait object and the UAR doorbell page.
+//! Memory-mapped I/O: BAR1 registers as a trait object, the UAR doorbell page, and
+//! [`Bell`], the one writer of a doorbell.
 
+use alloc::sync::Arc;
 use core::ptr::NonNull;
 
-#[cfg(not(target_os = "windows"))]
-use alloc::sync::Arc;
+use super::sync::to_device_barrier;
 
 /// 32-bit register access to BAR1 (PVRDMA reference §3: 32-bit LE accesses only).
 /// Windows: `READ_REGISTER_ULONG` / `WRITE_REGISTER_ULONG` on the mapped BAR; host tests: the
@@ -22,10 +23,10 @@ pub type DoorbellHook = Arc<dyn Fn(u32, u32) + Send + Sync>;
 /// The mapped UAR page 0 of BAR2 (§12). A doorbell is one volatile 32-bit store to it: that is
 /// all the Windows build runs, and what instruction-count benchmarks measure.
 ///
-/// The store orders nothing before it: a doorbell that makes the device read DMA memory
-/// (WQEs, `prod_tail`) follows [`crate::os::sync::doorbell_barrier`], as `pvrdma::uar` rings
-/// them. On x86-64 that costs no instruction; on ARM64 it is the `dmb oshst` that Linux's
-/// `writel()` issues before its store.
+/// Doorbells are stored only through a [`Bell`] (a value bound to one word of the page),
+/// which orders the DMA memory it makes the device read (WQEs, `prod_tail`) before the store
+/// with [`to_device_barrier`]: no instruction on x86-64, on ARM64 the `dmb oshst` that
+/// Linux's `writel()` issues before its store.
 ///
 /// On the Linux host build a `Uar` may also carry a hook, called after the store with
 /// `(offset, value)`, through which the test harness forwards doorbells to the device model.
@@ -66,37 +67,96 @@ impl Uar {
         self
     }
 
-    /// The doorbell word at byte offset `off` (reduced to `off & 0xFFC` as in
-    /// [`Uar::write32`]), for data-path ports that precompute it. Store to it only with
-    /// a volatile 32-bit store, then call `Uar::after_store` where the host hook exists.
-    pub fn word(&self, off: u32) -> NonNull<u32> {
+    /// Host only: adds the doorbell-forwarding hook, or refuses with [`OsError::Unavailable`](super::OsError::Unavailable)
+    /// in a `bare-doorbell` build, which has no hook (a harness that needs the model to hear
+    /// its doorbells cannot run there).
+    #[cfg(not(target_os = "windows"))]
+    pub fn try_with_hook(self, hook: DoorbellHook) -> Result<Self, super::OsError> {
+        #[cfg(not(feature = "bare-doorbell"))]
+        return Ok(self.with_hook(hook));
+        #[cfg(feature = "bare-doorbell")]
+        {
+            drop(hook);
+            Err(super::OsError::Unavailable)
+        }
+    }
+
+    /// The doorbell word at byte offset `off`, reduced to an aligned offset inside the page
+    /// (`off & 0xFFC`), so no value can reach outside the mapping.
+    fn word(&self, off: u32) -> NonNull<u32> {
         let word = ((off & 0xFFC) >> 2) as usize;
         // SAFETY: `word < 1024`, so the pointer stays inside the mapped page (type invariant).
         unsafe { self.base.add(word) }
     }
+}
 
-    /// Host only: what [`Uar::write32`] does after its store (the harness hook).
+/// One doorbell value bound to a word of the UAR page, and the only code that stores to the
+/// page: ringing it is [`to_device_barrier`] and one volatile 32-bit store (§12). Callers
+/// build it from the typed doorbells of `pvrdma::uar` (`QpDoorbell::send(handle)`), never
+/// from raw offsets; a data-path port binds it once, when its queue is created.
+///
+/// `#[repr(C)]`, the two words a ring reads first: a post finds them in the same cache line
+/// as the rest of its ring writer's state (`pvrdma::wq::WqWriter`).
+#[repr(C)]
+pub struct Bell {
+    // INVARIANT: `word` is `uar.word(offset)` of a `Uar` that `_keep` keeps alive (and `uar`
+    // points to it where the host's doorbell hook exists: the only reason to read it).
+    word: NonNull<u32>,
+    value: u32,
     #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-    #[inline(always)]
-    pub fn after_store(&self, off: u32, val: u32) {
-        if let Some(hook) = &self.hook {
-            hook(off & 0xFFC, val);
+    offset: u32,
+    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+    uar: NonNull<Uar>,
+    _keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `Bell` only ever stores through its word of a `Uar`, which is `Sync` (a doorbell is
+// one volatile store that any processor may issue), and owns its keeper `Arc`.
+unsafe impl Send for Bell {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Bell {}
+
+impl Bell {
+    /// `value` at byte offset `offset` of a UAR page this bell co-owns.
+    pub fn new(uar: Arc<Uar>, offset: u32, value: u32) -> Bell {
+        Bell::owned_by(uar, |u| u, offset, value)
+    }
+
+    /// `value` at byte offset `offset` of the UAR page that `owner` holds (`uar` projects
+    /// it), co-owning `owner`.
+    pub fn owned_by<K: Send + Sync + 'static>(
+        owner: Arc<K>,
+        uar: fn(&K) -> &Uar,
+        offset: u32,
+        value: u32,
+    ) -> Bell {
+        let u = uar(&owner);
+        // INVARIANT: the page lives as long as `owner`, which the bell keeps.
+        Bell {
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            uar: NonNull::from(u),
+            word: u.word(offset),
+            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
+            offset: offset & 0xFFC,
+            value,
+            _keep: owner,
         }
     }
 
-    /// Stores `val` at byte offset `off` of the page. The offset is reduced to an aligned
-    /// offset inside the page (`off & 0xFFC`), so no value can reach outside the mapping.
-    /// Callers use the typed doorbells of `pvrdma::uar`, never raw offsets.
-    #[inline]
-    pub fn write32(&self, off: u32, val: u32) {
-        let word = ((off & 0xFFC) >> 2) as usize;
-        // SAFETY: `word < 1024`, so the pointer stays inside the mapped page (type invariant).
-        let p = unsafe { self.base.as_ptr().add(word) };
-        // SAFETY: `p` is in bounds, aligned and writable (type invariant).
-        unsafe { core::ptr::write_volatile(p, val.to_le()) }
+    /// Orders every earlier store to DMA memory (`prod_tail`, the WQEs) before the doorbell
+    /// (§12), then stores the value.
+    #[inline(always)]
+    pub fn ring(&self) {
+        to_device_barrier();
+        // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
+        unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
         #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-        if let Some(hook) = &self.hook {
-            hook(off & 0xFFC, val);
+        {
+            // SAFETY: type invariant: the UAR outlives `self`.
+            let uar = unsafe { self.uar.as_ref() };
+            if let Some(hook) = &uar.hook {
+                hook(self.offset, self.value);
+            }
         }
     }
 }

@@ -18,8 +18,8 @@
 //!   (`KeQueryInterruptTimePrecise`) and a PASSIVE_LEVEL wait (`KeWaitForSingleObject`).
 //! - [`NicPlatform`]: the same services for a network function with numbered BARs (vmxnet3).
 //!
-//! The host implementation ([`host`], Linux only, uses std) supplies DPC threads, timers and a
-//! clock; the device-specific parts (BAR1, DMA registration, doorbell forwarding) come from the
+//! The host implementation (the dev-only crate `pvrdma-host` in `host/`, Linux only, uses std)
+//! supplies DPC threads, timers and a clock; the device-specific parts (BAR1, DMA registration, doorbell forwarding) come from the
 //! test harness that joins the driver to the device model.
 
 pub mod alloc;
@@ -40,17 +40,20 @@ pub mod windows;
 #[path = "windows/mailbox.rs"]
 mod windows_mailbox;
 
-#[cfg(not(target_os = "windows"))]
-// The host implementation is Linux test infrastructure on std (threads, std locks): it never
-// runs in the kernel, and a poisoned std mutex there is a test failure, so it may unwrap.
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-pub mod host;
+// The host implementation is Linux test infrastructure on std (threads, std locks), the dev-only
+// crate `pvrdma-host` (host/): tests, examples and benches use it from there. The driver's own
+// unit tests compile the same file in (they read crate-private items, so they cannot use the
+// crate built against the library); the library itself never contains it.
+#[cfg(all(test, not(target_os = "windows")))]
+#[path = "../../host/src/platform.rs"]
+#[allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+pub(crate) mod host;
 
 use ::alloc::sync::Arc;
 
 pub use self::dma::{DmaAllocator, DmaBuffer, DmaRegion, DmaView, SharedDma};
 pub use self::dpc::{Dpc, DpcHandler, DpcScheduler, Processor, Timer};
-pub use self::mmio::{RegisterIo, Uar};
+pub use self::mmio::{Bell, RegisterIo, Uar};
 pub use self::nic::NicPlatform;
 pub use self::sync::{SpinLock, SpinLockGuard};
 

@@ -6,7 +6,8 @@
 //! - Windows (to come with the vmxnet3 miniport): the BARs mapped with `NdisMMapIoSpace` from
 //!   the translated resources, `NdisMAllocateSharedMemory`, KDPCs, `NdisMRegisterInterruptEx`
 //!   with MSI-X messages.
-//! - [`super::host::HostNicPlatform`]: host tests, over the device model.
+//! - `pvrdma_host::HostNicPlatform` (the dev-only crate in `host/`): host tests, over the
+//!   device model.
 //! - A qtest-backed seam (later, issue 24 item 4) fits the same trait: each BAR's
 //!   [`RegisterIo`] sends `readl`/`writel` to the BAR's guest-physical address over QEMU's qtest
 //!   socket, the [`DmaAllocator`] hands out pieces of guest RAM mapped from a shared

@@ -153,10 +153,23 @@ impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
 }
 
 /// Debug host builds count the spin locks each thread holds, so tests can prove that no
-/// consumer callback runs under one ([`crate::os::host::held_spin_locks`]). Elsewhere the
-/// hooks are empty.
+/// consumer callback runs under one ([`held_spin_locks`]). Elsewhere the hooks are empty.
 #[cfg(all(debug_assertions, not(target_os = "windows")))]
-use super::host::held_lock_count as held;
+mod held {
+    use core::cell::Cell;
+
+    std::thread_local! {
+        pub(super) static HELD_SPIN_LOCKS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub fn acquired() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_add(1)));
+    }
+
+    pub fn released() {
+        HELD_SPIN_LOCKS.with(|c| c.set(c.get().wrapping_sub(1)));
+    }
+}
 
 #[cfg(not(all(debug_assertions, not(target_os = "windows"))))]
 mod held {
@@ -165,6 +178,21 @@ mod held {
     #[inline(always)]
     pub fn released() {}
 }
+
+/// Spin locks the calling thread holds right now. Counted in debug host builds only (always 0
+/// otherwise): a consumer callback must see 0 (the driver never calls out with one of its
+/// spin locks held).
+#[cfg(not(target_os = "windows"))]
+pub fn held_spin_locks() -> u32 {
+    #[cfg(debug_assertions)]
+    return held::HELD_SPIN_LOCKS.with(core::cell::Cell::get);
+    #[cfg(not(debug_assertions))]
+    0
+}
+
+/// Whether [`held_spin_locks`] counts (debug host builds).
+#[cfg(not(target_os = "windows"))]
+pub const SPIN_LOCKS_COUNTED: bool = cfg!(debug_assertions);
 
 // The DMA barriers, per architecture. Where the device sits matters on ARM64: it is an observer
 // in the outer shareable domain, and the memory it is told about through a doorbell is Normal
@@ -182,31 +210,17 @@ mod held {
 // Every ARM64 `asm!` below leaves out `nomem`, so the compiler treats it as reading and
 // writing any memory: it is a compiler barrier as well as a CPU one.
 
-/// Orders the CPU's writes to DMA memory (WQEs) before a later write to DMA memory that tells
-/// the device to look (the `prod_tail` update): Linux's `dma_wmb()`.
+/// Orders the CPU's writes to DMA memory before a later write that tells the device to read
+/// them: the WQEs before the `prod_tail` update (Linux's `dma_wmb()`), and `prod_tail` or a
+/// command request before the store to device memory that rings (a UAR doorbell, the
+/// REQUEST register: the ordering Linux's `writel()` gives and `writel_relaxed()` does not,
+/// rdma-core's `udma_to_device_barrier()` before a doorbell ring). One barrier serves both:
+/// `writel()`'s `__iowmb()` is `dma_wmb()`.
 #[inline]
 pub fn to_device_barrier() {
     // ARM64: `dma_wmb()` is `dmb oshst`, a store-store barrier for the outer shareable domain
-    // (the device's).
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: a barrier instruction: it touches no memory, registers or flags and has no
-    // memory-safety precondition.
-    unsafe {
-        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
-    };
-    #[cfg(not(target_arch = "aarch64"))]
-    fence(Ordering::Release);
-}
-
-/// Orders the CPU's writes to DMA memory (WQEs, `prod_tail`, a command request) before a
-/// following store to device memory that makes the device read them (a UAR doorbell, the
-/// REQUEST register): the ordering that Linux's `writel()` gives and `writel_relaxed()` does
-/// not, and rdma-core's `udma_to_device_barrier()` before a doorbell ring.
-#[inline]
-pub fn doorbell_barrier() {
-    // ARM64: `writel()` is `__iowmb()` then the store, and `__iowmb()` is `dma_wmb()`,
-    // `dmb oshst`: every earlier store is observed by the outer shareable domain before the
-    // Device-memory store is. rdma-core's aarch64 `udma_to_device_barrier()` is the same
+    // (the device's): every earlier store is observed there before the next store, to
+    // Normal or to Device memory. rdma-core's aarch64 `udma_to_device_barrier()` is the same
     // instruction. (`dsb st`, Linux's `wmb()` and rdma-core's `mmio_flush_writes()`, would
     // also wait for the stores to complete, which a UC doorbell does not need: that is for
     // draining write-combining buffers.)
@@ -287,7 +301,6 @@ mod tests {
     #[cfg(debug_assertions)]
     #[test]
     fn held_spin_locks_are_counted_per_thread() {
-        use crate::os::host::held_spin_locks;
         let (a, b) = (SpinLock::new(()), SpinLock::new(()));
         assert_eq!(held_spin_locks(), 0);
         let ga = a.lock();

@@ -19,7 +19,7 @@ use core::marker::PhantomData;
 
 use crate::os::alloc::{KBox, try_arc, try_box};
 use crate::os::dma::PAGE_SIZE;
-use crate::os::sync::{doorbell_barrier, from_device_barrier, mmio_flush};
+use crate::os::sync::{from_device_barrier, mmio_flush, to_device_barrier};
 use crate::os::{DmaBuffer, DpcHandler, Platform, SharedDma, SpinLock, Timer};
 
 use super::bytes::{Sink, get, get_u8, get_u16, get_u32};
@@ -795,9 +795,9 @@ impl Command for DestroyQp {
 /// CREATE_BIND (GID registration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CreateBind {
-    /// Linux: 1024.
+    /// Bytes; Linux: 1024 ([`CreateBind::roce_v2`]).
     pub mtu: u32,
-    /// Linux: 0xFFF.
+    /// Linux: 0xFFF, no VLAN ([`CreateBind::roce_v2`]).
     pub vlan: u32,
     /// GID table index.
     pub index: u32,
@@ -805,6 +805,22 @@ pub struct CreateBind {
     pub new_gid: [u8; 16],
     /// 2 = RoCEv2 (as the flag value, M38).
     pub gid_type: u8,
+}
+
+impl CreateBind {
+    /// The bind Linux's `pvrdma_add_gid` sends (pvrdma.md §4 step 10): GID table entry
+    /// `index` holds the RoCEv2 GID `gid` (`gid_type` 2, the flag value, M38), with no VLAN
+    /// (0xFFF) and MTU `mtu` (Linux: always 1024; the driver: the device's `gid_mtu`, the
+    /// operational RoCE MTU the miniport set). The one place a CREATE_BIND is built.
+    pub const fn roce_v2(index: u32, gid: [u8; 16], mtu: u32) -> CreateBind {
+        CreateBind {
+            mtu,
+            vlan: 0xFFF,
+            index,
+            new_gid: gid,
+            gid_type: 2,
+        }
+    }
 }
 
 impl Command for CreateBind {
@@ -1192,7 +1208,7 @@ impl CmdChannel {
             let slot = self.slot.view();
             slot.write_bytes(0, p.req.get(..p.len).unwrap_or(&[]));
             // The request must be in memory before the device is told to read it.
-            doorbell_barrier();
+            to_device_barrier();
             regs::REQUEST.write(bar1, 0);
             // REQUEST must reach the device before ERR is read back.
             mmio_flush();

@@ -15,11 +15,11 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::os::sync::from_device_barrier;
 
-use super::cqe::{CQE_SIZE, CqeView};
+use super::cqe::{CQE_SIZE, CqeView, UdSource};
 use super::elements::{Elements, Entry, get64};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-use super::uar::Bell;
+use crate::os::Bell;
 
 /// Byte offset of the CQ's ring state (`rx`: `prod_tail`, then `cons_head`) in page 0 (§9).
 pub(super) const CQ_STATE: usize = 8;
@@ -257,15 +257,13 @@ impl CqReader {
         }
     }
 
-    /// Copies CQE `i` out of the ring (tests and diagnostics).
-    pub fn read_element(&self, i: u32) -> [u8; CQE_SIZE] {
+    /// The sender of the UD or GSI receive in CQE `i` ([`UdSource`]), read where the poll
+    /// reads its [`CqeView`] (before [`Self::consume`] gives the slot back).
+    pub fn load_ud(&self, i: u32) -> UdSource {
         let p = self.elements.element(i);
-        let mut out = [0u8; CQE_SIZE];
-        for (k, o) in out.iter_mut().enumerate() {
-            // SAFETY: `k` < 64: inside the CQE.
-            *o = unsafe { core::ptr::read_volatile(p.add(k)) };
-        }
-        out
+        // SAFETY: as in `load`.
+        let (w4, w6, w7) = unsafe { (get64(p, 32), get64(p, 48), get64(p, 56)) };
+        UdSource::from_words(w4, w6, w7)
     }
 
     /// Test producer: writes `cqe` at the device's `prod_tail` and advances it, as the

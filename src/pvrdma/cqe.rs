@@ -119,3 +119,26 @@ impl CqeView {
         (w2 >> 32) as u32
     }
 }
+
+/// The sender of a UD or GSI receive (§11, §14 "UD and GSI"): `src_qp` @32 (24 bits) and
+/// `smac` @51..57, valid with [`WcFlags::WITH_SMAC`]; QP1 replies to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdSource {
+    /// The sending QP.
+    pub src_qp: u32,
+    /// The sender's MAC.
+    pub smac: [u8; 6],
+}
+
+impl UdSource {
+    /// The fields from the CQE's little-endian words @32, @48 and @56.
+    #[inline(always)]
+    pub const fn from_words(w4: u64, w6: u64, w7: u64) -> UdSource {
+        let m = w6.to_le_bytes();
+        // CAST: `src_qp` is the low half of the word @32, a 24-bit QP number.
+        UdSource {
+            src_qp: w4 as u32 & 0x00FF_FFFF,
+            smac: [m[3], m[4], m[5], m[6], m[7], w7.to_le_bytes()[0]],
+        }
+    }
+}

@@ -13,7 +13,8 @@
 //! dispatches typed events to the handlers registered per object, vector 2 drains the
 //! CQ-notification ring and calls each CQ's notification handler (Linux
 //! `pvrdma_intrx_handler`). Both drains copy a small fixed batch of elements off the ring
-//! under its head lock, release it, and only then deliver them: each handle is looked up once
+//! (no lock: only the ring's DPC drains it, and `Dpc::run` serializes its runs), then
+//! deliver them: each handle is looked up once
 //! in its bounds-checked [`HandleTable`] (the handler is cloned under the table lock), and the
 //! handler runs with no driver lock held, so it may call back into the driver (a consumer
 //! callback re-arming, polling or closing its CQ). Counters are atomics.
@@ -37,8 +38,8 @@ use super::pdir::PagedBuffer;
 use super::regs::{self, Ctl, IMR_ALL_ENABLED, IMR_ALL_MASKED};
 use super::ring::{Ring, RingCorrupt};
 use super::table::HandleTable;
-use super::uar::Bell;
 use super::uar::{self, Doorbell};
+use crate::os::Bell;
 
 /// `PVRDMA_NUM_RING_PAGES` (M13).
 pub const DEVICE_RING_PAGES: u32 = 4;
@@ -129,11 +130,17 @@ pub struct DeviceStats {
 
 /// A device-produced ring (async events, CQ notifications): page 0 is the ring state with the
 /// device producing on `rx` (@8/@12), elements from page 1.
+///
+/// One consumer: the ring is drained only by its vector's DPC routine, and [`Dpc::run`] never
+/// runs one DPC's routine twice at once, whatever processors it was queued to; so `head` is
+/// read and written by one drain at a time, with no lock, each run ordered after the last by
+/// `Dpc::run` (`os::dpc` tests it; `cq_notifications_queued_from_two_processors_*` here).
 struct DeviceRing {
     buf: PagedBuffer,
     ring: Ring,
     elem: usize,
-    head: SpinLock<u32>,
+    /// Our consumer index (`cons_head` as last published).
+    head: AtomicU32,
     broken: AtomicBool,
 }
 
@@ -144,7 +151,7 @@ impl DeviceRing {
             buf: PagedBuffer::alloc(platform.dma(), DEVICE_RING_PAGES)?,
             ring: Ring::new(n as u32).ok_or(PvrdmaError::InvalidParameter)?,
             elem,
-            head: SpinLock::new(0),
+            head: AtomicU32::new(0),
             broken: AtomicBool::new(false),
         })
     }
@@ -306,20 +313,32 @@ enum DrainEnd {
 }
 
 impl DeviceRing {
-    /// Copies up to `batch.len()` elements (at most `*budget`) into `batch` under the head
-    /// lock and returns how many, and why it stopped. A bad index abandons the ring (M14).
+    /// Copies up to `batch.len()` elements (at most `*budget`) into `batch` and returns how
+    /// many, and why it stopped. A bad index abandons the ring (M14). Only the ring's DPC
+    /// calls it (see [`DeviceRing`]).
     fn drain_into<const N: usize>(
         &self,
         batch: &mut [[u8; N]],
         budget: &mut u32,
     ) -> (usize, Drained) {
-        let mut head = self.head.lock();
+        let mut head = self.head.load(Ordering::Relaxed);
+        let (n, why) = self.take_into(&mut head, batch, budget);
+        self.head.store(head, Ordering::Relaxed);
+        (n, why)
+    }
+
+    fn take_into<const N: usize>(
+        &self,
+        head: &mut u32,
+        batch: &mut [[u8; N]],
+        budget: &mut u32,
+    ) -> (usize, Drained) {
         let mut n = 0;
         for slot in batch.iter_mut() {
             if *budget == 0 {
                 return (n, Drained::Budget);
             }
-            match self.pop(&mut head, slot) {
+            match self.pop(head, slot) {
                 Ok(true) => {}
                 Ok(false) => return (n, Drained::Empty),
                 Err(RingCorrupt) => {
@@ -607,13 +626,8 @@ impl Device {
         }
         // 10. GIDs.
         for (i, gid) in config.gids.iter().enumerate() {
-            cmd.execute(&CreateBind {
-                mtu: DEFAULT_GID_MTU,
-                vlan: 0xFFF,
-                index: i as u32,
-                new_gid: *gid,
-                gid_type: 2,
-            })?;
+            // CAST: below the GID table's length (`DeviceConfig::gids`).
+            cmd.execute(&CreateBind::roce_v2(i as u32, *gid, DEFAULT_GID_MTU))?;
         }
         guard.armed = false;
         guard.cmd = None;
@@ -650,16 +664,10 @@ impl Device {
         &self.shared.platform
     }
 
-    /// Rings a doorbell on UAR page 0.
-    #[inline]
-    pub fn ring(&self, db: impl Doorbell) {
-        uar::ring(&self.shared.uar, db);
-    }
-
     /// `db` bound to this device's UAR page, for a data-path port; the bell keeps the
     /// device's shared state (and with it the mapping) alive.
     pub fn bell(&self, db: impl Doorbell) -> Bell {
-        Bell::owned_by(self.shared.clone(), |s| &s.uar, db)
+        uar::bell_owned_by(self.shared.clone(), |s| &s.uar, db)
     }
 
     /// CTL = UNQUIESCE, then ERR (link up, §5).

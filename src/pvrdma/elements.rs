@@ -9,14 +9,11 @@
 #![allow(unsafe_code)]
 
 use crate::os::alloc::KVec;
-use crate::os::dma::PAGE_SIZE;
+use crate::os::dma::{PAGE_SHIFT, PAGE_SIZE};
 use core::ptr::NonNull;
 
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-
-pub(super) const PAGE_SHIFT: u32 = 12;
-const _: () = assert!(1 << PAGE_SHIFT == PAGE_SIZE);
 
 /// One element of a ring: its address, and what the ring's producer records beside it
 /// (`()` for nothing), so that one index computation finds both.

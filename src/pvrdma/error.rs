@@ -1,7 +1,7 @@
-//! The hardware layer's error type (style.md §16).
+//! The device layer's error type (style.md §16).
 //!
 //! This layer knows device codes, not NTSTATUS: what a consumer sees is the NDK layer's
-//! decision, made once, in `ndk::pvrdma_hw::hw_error` (→ `HwError`) and
+//! decision, made once, in `NdkError`'s conversion from [`PvrdmaError`] and
 //! `NdkError::to_ntstatus`.
 #![deny(unsafe_code)]
 
@@ -67,6 +67,9 @@ pub enum PvrdmaError {
     NotSupported,
     /// The device is being torn down; the request was not sent.
     Shutdown,
+    /// A response that breaks the protocol: a handle out of range or held by a live object
+    /// (M10), a CQ of another size than asked (M11).
+    BadResponse,
 }
 
 impl From<OsError> for PvrdmaError {

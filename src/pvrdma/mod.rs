@@ -6,7 +6,7 @@
 //! - [`cmd`]: typed commands and the command channel (§8);
 //! - [`wqe`], [`cqe`], [`eqe`]: WQE, CQE and async-event formats (§10, §11, §13): the one
 //!   definition of every opcode, flag, status and field offset, which the NDK layer imports;
-//! - [`uar`]: doorbell values and the data path's [`uar::Bell`] (§12);
+//! - [`uar`]: doorbell values, bound to the UAR page as the data path's `os::Bell` (§12);
 //! - [`queue`]: SQ/RQ/SRQ/CQ buffers over page directories and their geometry (§9);
 //! - [`wq`]: the work-queue writer (post: WQE, `prod_tail`, doorbell), the one writer of
 //!   WQEs; [`cq`]: the CQ reader (poll: validated `prod_tail`, CQE fields, `cons_head`, arm),
@@ -14,6 +14,8 @@
 //! - [`table`]: bounds-checked tables keyed by device handle;
 //! - `device_enum`: the one way a C enum of the device is declared and decoded;
 //! - [`device`]: bring-up, teardown, interrupts and event dispatch (§5, §13);
+//! - [`verbs`]: the device's objects made and unmade by commands, their events routed, the
+//!   rings of the data path handed out (§1 mapping, §8–§13), in device terms only;
 //! - [`error`]: [`PvrdmaError`] and its NTSTATUS mapping.
 
 mod bytes;
@@ -33,6 +35,7 @@ pub mod ring;
 pub mod table;
 pub mod uar;
 pub mod ud;
+pub mod verbs;
 pub mod wq;
 pub mod wqe;
 

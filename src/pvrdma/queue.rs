@@ -17,9 +17,9 @@ use super::cqe::CQE_SIZE;
 use super::error::PvrdmaError;
 use super::pdir::{MAX_PAGES, PagedBuffer};
 use super::ring::{Ring, RingCorrupt};
-use super::uar::Bell;
 use super::wq::{RecvWriter, SendWriter, WqGeometry, WqKind, WqWriter};
 use super::wqe::{rq_stride, sq_stride};
+use crate::os::Bell;
 
 fn pages_for(bytes: u64) -> Option<u32> {
     u32::try_from(bytes.div_ceil(PAGE_SIZE as u64)).ok()
@@ -407,7 +407,7 @@ mod tests {
     use super::*;
     use crate::os::dma::test_alloc::TestDma;
     use crate::pvrdma::uar::recording::uar;
-    use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell};
+    use crate::pvrdma::uar::{CqDoorbell, QpDoorbell, SrqDoorbell, bell};
     use crate::pvrdma::wqe::{SendFlags, Sge, SqHeader, WrOpcode};
 
     #[test]
@@ -452,13 +452,11 @@ mod tests {
         let layout = QpLayout::new(4, 1, Some((2, 1))).unwrap();
         let q = QpQueues::alloc(&dma, &layout).unwrap();
         assert_eq!(q.layout.total_chunks, 3);
-        let sq =
-            q.sq.writer(Bell::new(u.clone(), QpDoorbell::send(7)))
-                .unwrap();
+        let sq = q.sq.writer(bell(u.clone(), QpDoorbell::send(7))).unwrap();
         let rq =
             q.rq.as_ref()
                 .unwrap()
-                .writer(Bell::new(u, QpDoorbell::recv(7)))
+                .writer(bell(u, QpDoorbell::recv(7)))
                 .unwrap();
         assert_eq!((sq.entries(), sq.max_sge(), rq.entries()), (4, 1, 2));
         let sges = [Sge {
@@ -510,7 +508,7 @@ mod tests {
         let (u, _log) = uar();
         let s = SrqQueue::alloc(&dma, &SrqLayout::new(2, 1).unwrap()).unwrap();
         assert_eq!(s.nchunks(), 3);
-        let w = s.writer(Bell::new(u, SrqDoorbell::recv(3))).unwrap();
+        let w = s.writer(bell(u, SrqDoorbell::recv(3))).unwrap();
         assert!(w.slot(0).write_recv(11, &[]));
         w.publish(1);
         let p0 = s.wq.buf.page(0).unwrap().view();
@@ -536,9 +534,9 @@ mod tests {
         // The reader takes the device's N.
         let r = cq
             .reader(CqBells {
-                arm: Bell::new(u.clone(), CqDoorbell::arm(1)),
-                arm_solicited: Bell::new(u.clone(), CqDoorbell::arm_solicited(1)),
-                poll: Bell::new(u, CqDoorbell::poll(1)),
+                arm: bell(u.clone(), CqDoorbell::arm(1)),
+                arm_solicited: bell(u.clone(), CqDoorbell::arm_solicited(1)),
+                poll: bell(u, CqDoorbell::poll(1)),
             })
             .unwrap();
         assert_eq!(r.entries(), 2);

@@ -6,8 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
-use crate::os::RegisterIo;
 use crate::os::dma::test_alloc::TestDma;
+use crate::os::host::{HostDevice, HostPlatform};
+use crate::os::{DmaAllocator, RegisterIo};
 use crate::pvrdma::cmd::{REQ_MAX, RESP_BIT, RESP_MAX};
 use crate::pvrdma::dsr::Caps;
 
@@ -78,6 +79,32 @@ impl FakeDevice {
             }),
             irq: Mutex::new(None),
         })
+    }
+
+    /// A host platform over this BAR1 with `dma` and the UAR at `uar_pfn`, on two
+    /// processors; the device's interrupts are raised on it.
+    pub fn platform(
+        self: &Arc<Self>,
+        dma: Arc<dyn DmaAllocator>,
+        uar_pfn: u64,
+    ) -> Arc<HostPlatform> {
+        let platform = HostPlatform::new(
+            HostDevice {
+                bar1: self.clone(),
+                dma,
+                doorbell: None,
+                uar_pfn,
+                pump: None,
+            },
+            2,
+        );
+        let w = Arc::downgrade(&platform);
+        *self.irq.lock().unwrap() = Some(Arc::new(move |v| {
+            if let Some(p) = w.upgrade() {
+                p.raise_interrupt(v);
+            }
+        }));
+        platform
     }
 
     pub fn read(&self, addr: u64, out: &mut [u8]) {

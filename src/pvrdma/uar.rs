@@ -1,13 +1,11 @@
-//! Doorbells (§12): their values, and [`Bell`], a value bound to the mapped UAR page that the
-//! data path rings. Call sites build a value (`QpDoorbell::send(handle)`) and ring it;
-//! offsets never appear outside this file.
+//! Doorbells (§12): their values, bound to the mapped UAR page as an [`os::Bell`](Bell) (the
+//! one writer of a doorbell) by [`bell`]. Call sites build a value (`QpDoorbell::send(handle)`)
+//! and bind it once; offsets never appear outside this file.
 #![allow(unsafe_code)]
 
 use alloc::sync::Arc;
-use core::ptr::NonNull;
 
-use crate::os::Uar;
-use crate::os::sync::doorbell_barrier;
+use crate::os::{Bell, Uar};
 
 /// `PVRDMA_UAR_HANDLE_MASK`.
 pub const HANDLE_MASK: u32 = 0x00FF_FFFF;
@@ -104,89 +102,26 @@ impl Doorbell for SrqDoorbell {
     }
 }
 
-/// Rings a doorbell: orders the preceding `prod_tail` update before the store (§12), then one
-/// volatile 32-bit store.
-#[inline]
-pub fn ring(uar: &Uar, db: impl Doorbell) {
-    doorbell_barrier();
-    uar.write32(db.offset(), db.value());
+/// `db` bound to the UAR page `uar` (which the bell co-owns).
+pub fn bell(uar: Arc<Uar>, db: impl Doorbell) -> Bell {
+    Bell::new(uar, db.offset(), db.value())
 }
 
-/// One doorbell value bound to the UAR page: ringing it is a barrier and one 32-bit store.
-/// `#[repr(C)]`, the two words a ring reads first: a post finds them in the same cache line
-/// as the rest of its ring writer's state (`wq::WqWriter`).
-#[repr(C)]
-pub struct Bell {
-    // INVARIANT: `word` is `uar.word(offset)` of a `Uar` that `_keep` keeps alive (and `uar`
-    // points to it where the host's doorbell hook exists: the only reason to read it).
-    word: NonNull<u32>,
-    value: u32,
-    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-    offset: u32,
-    #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-    uar: NonNull<Uar>,
-    _keep: Arc<dyn Send + Sync>,
-}
-
-// SAFETY: `Bell` only ever hands out `&Uar`, which is `Sync` (a doorbell is one volatile store
-// that any processor may issue), and owns its keeper `Arc`.
-unsafe impl Send for Bell {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Bell {}
-
-impl Bell {
-    /// A bell on a UAR page this bell co-owns.
-    pub fn new(uar: Arc<Uar>, db: impl Doorbell) -> Bell {
-        Bell {
-            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-            uar: NonNull::from(&*uar),
-            word: uar.word(db.offset()),
-            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-            offset: db.offset(),
-            value: db.value(),
-            _keep: uar,
-        }
-    }
-
-    /// A bell on the UAR page that `owner` holds (`uar` projects it), co-owning `owner`.
-    pub fn owned_by<K: Send + Sync + 'static>(
-        owner: Arc<K>,
-        uar: fn(&K) -> &Uar,
-        db: impl Doorbell,
-    ) -> Bell {
-        let u = uar(&owner);
-        Bell {
-            // The reference lives as long as `owner`, which the bell keeps.
-            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-            uar: NonNull::from(u),
-            word: u.word(db.offset()),
-            #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-            offset: db.offset(),
-            value: db.value(),
-            _keep: owner,
-        }
-    }
-
-    /// Orders every earlier store to shared memory (`prod_tail`) before the doorbell (§12),
-    /// then stores the value.
-    #[inline(always)]
-    pub fn ring(&self) {
-        doorbell_barrier();
-        // SAFETY: type invariant: `word` is a doorbell word of the live UAR page.
-        unsafe { core::ptr::write_volatile(self.word.as_ptr(), self.value.to_le()) };
-        #[cfg(all(not(target_os = "windows"), not(feature = "bare-doorbell")))]
-        {
-            // SAFETY: type invariant: the UAR outlives `self`.
-            let uar = unsafe { self.uar.as_ref() };
-            uar.after_store(self.offset, self.value);
-        }
-    }
+/// `db` bound to the UAR page that `owner` holds (`uar` projects it; the bell co-owns
+/// `owner`).
+pub fn bell_owned_by<K: Send + Sync + 'static>(
+    owner: Arc<K>,
+    uar: fn(&K) -> &Uar,
+    db: impl Doorbell,
+) -> Bell {
+    Bell::owned_by(owner, uar, db.offset(), db.value())
 }
 
 /// A UAR page whose doorbells the unit tests of the writer and the reader record.
 #[cfg(test)]
 pub(crate) mod recording {
     use super::*;
+    use core::ptr::NonNull;
     use std::boxed::Box;
     use std::sync::Mutex;
     use std::vec::Vec;

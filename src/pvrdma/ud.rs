@@ -3,6 +3,10 @@
 //! every UD receive (IPv4: 20 bytes of zero and the IPv4 header; IPv6: the IPv6 header).
 #![deny(unsafe_code)]
 
+/// `IB_QP1_QKEY` (cm.md §2): the Q_Key of QP1 (its GSI QP's, set at RESET → INIT) and of
+/// every MAD sent to a peer's QP1.
+pub const QP1_QKEY: u32 = 0x8001_0000;
+
 /// Bytes of GRH area in front of a UD receive's payload.
 pub const GRH_LEN: usize = 40;
 
@@ -129,7 +133,7 @@ mod tests {
     fn ud_body_places_every_field_at_its_offset() {
         let a = UdAddress {
             remote_qpn: 1,
-            remote_qkey: 0x8001_0000,
+            remote_qkey: QP1_QKEY,
             pd: 7,
             dgid: core::array::from_fn(|i| i as u8 + 1),
             dmac: [0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6],

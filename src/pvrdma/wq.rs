@@ -1,9 +1,10 @@
 //! The work-queue writer (§7, §9, §10, §12): the producer side of a driver-produced ring (QP
 //! send queue, QP receive queue, SRQ), resolved once when the queue is created, so that
 //! posting a WQE is a handful of stores with no lock, no table lookup and no allocation:
-//! write the WQE into its slot, publish `prod_tail`, ring the doorbell ([`WqSlot::post_send`],
-//! [`WqSlot::post_recv`]: the whole hardware half of a post, in that order). This is the one
-//! writer of WQE bytes in the driver.
+//! write the WQE into its slot ([`WqSlot::write_send`], [`WqSlot::write_recv`]), then hand it
+//! over: publish `prod_tail`, ring the doorbell ([`WqSlot::hand_over`]). The poster records
+//! that the slot is taken between the two, with no call from here back into it. This is the
+//! one writer of WQE bytes in the driver.
 //!
 //! The ring's WQE format is part of the writer's type ([`SendWriter`], [`RecvWriter`]): only
 //! a send writer writes send WQEs, only a receive writer receive WQEs, and each writer's
@@ -37,8 +38,8 @@ use crate::os::sync::to_device_barrier;
 use super::elements::{Elements, Entry};
 use super::error::PvrdmaError;
 use super::pdir::PagedBuffer;
-use super::uar::Bell;
 use super::wqe::{RQ_WQE_HDR_SIZE, SGE_SIZE, SQ_WQE_HDR_SIZE, Sge, SqHeader};
+use crate::os::Bell;
 
 /// # Safety
 /// `p` is valid for an aligned 8-byte write.
@@ -145,7 +146,7 @@ pub struct WqWriter<K, R = ()> {
     prod_tail: NonNull<AtomicU32>,
     /// 2N − 1.
     wrap: u32,
-    /// A post left its doorbell to a later one ([`WqSlot::post_send`] with `defer`) and no
+    /// A post left its doorbell to a later one ([`WqSlot::hand_over`] with `defer`) and no
     /// doorbell has covered it yet. Only the ring's one producer reads or writes it.
     doorbell_owed: AtomicBool,
     bell: Bell,
@@ -267,12 +268,11 @@ impl<K, R> WqWriter<K, R> {
         }
     }
 
-    /// The rest of a post once WQE `index` is written: `commit`, then the barrier that
-    /// orders the WQE's bytes (and whatever `commit` stored) before `prod_tail` =
+    /// The rest of a post once WQE `index` is written and the poster has recorded it: the
+    /// barrier that orders the WQE's bytes (and the poster's record) before `prod_tail` =
     /// `index + 1 mod 2N` (§7), then the doorbell (§12) unless `defer`.
     #[inline(always)]
-    fn hand_over(&self, index: u32, commit: impl FnOnce(), defer: bool) {
-        commit();
+    fn hand_over(&self, index: u32, defer: bool) {
         self.publish(index.wrapping_add(1));
         if defer {
             self.doorbell_owed.store(true, Ordering::Relaxed);
@@ -361,32 +361,22 @@ impl<'a, K, R> WqSlot<'a, K, R> {
     }
 }
 
-impl<R> WqSlot<'_, SendWqe, R> {
-    /// Posts the send WQE: writes it ([`Self::write_send`]), runs `commit`, publishes
-    /// `prod_tail` to cover it, and rings the doorbell, or with `defer` leaves the doorbell
-    /// owed to the next post ([`WqWriter::ring_owed`]). `false` (nothing written, `commit`
-    /// not run, nothing published) for more SGEs than the ring holds.
+impl<K, R> WqSlot<'_, K, R> {
+    /// Hands the WQE written in this slot ([`Self::write_send`], [`Self::write_recv`]) to
+    /// the device: publishes `prod_tail` to cover it and rings the doorbell, or with `defer`
+    /// leaves the doorbell owed to the next post ([`WqWriter::ring_owed`]; a receive is never
+    /// deferred).
     ///
-    /// `commit` is the poster's record that the slot is taken. It runs before `prod_tail`
-    /// covers the WQE because the device may run a WQE as soon as `prod_tail` covers it,
-    /// without waiting for its doorbell (M17 runs an SQ until empty), so its CQE can be
-    /// polled on another thread before the post returns.
+    /// The poster records that the slot is taken before this, because the device may run a
+    /// WQE as soon as `prod_tail` covers it, without waiting for its doorbell (M17 runs an SQ
+    /// until empty), so its CQE can be polled on another thread before the post returns.
     #[inline(always)]
-    pub fn post_send(
-        self,
-        wr_id: u64,
-        h: &SqHeader,
-        sges: &[Sge],
-        commit: impl FnOnce(),
-        defer: bool,
-    ) -> bool {
-        if !self.write_send(wr_id, h, sges) {
-            return false;
-        }
-        self.writer.hand_over(self.index, commit, defer);
-        true
+    pub fn hand_over(self, defer: bool) {
+        self.writer.hand_over(self.index, defer);
     }
+}
 
+impl<R> WqSlot<'_, SendWqe, R> {
     /// Writes the send WQE (§10: `wr_id` @0, `num_sge` @8, `opcode`/`send_flags` @16, `ex`
     /// @24, the `wr` union @32, SGEs @80); `false` (nothing written) for more SGEs than the
     /// ring holds.
@@ -420,17 +410,6 @@ impl<R> WqSlot<'_, SendWqe, R> {
 }
 
 impl<R> WqSlot<'_, RecvWqe, R> {
-    /// Posts the receive WQE and rings the doorbell, as [`WqSlot::post_send`] does (a
-    /// receive is never deferred).
-    #[inline(always)]
-    pub fn post_recv(self, wr_id: u64, sges: &[Sge], commit: impl FnOnce()) -> bool {
-        if !self.write_recv(wr_id, sges) {
-            return false;
-        }
-        self.writer.hand_over(self.index, commit, false);
-        true
-    }
-
     /// Writes the receive WQE (RQ or SRQ format, §10: `wr_id` @0, `num_sge` @8, SGEs @16);
     /// `false` for too many SGEs.
     #[inline(always)]

@@ -6,6 +6,7 @@
 use bitflags::bitflags;
 
 use super::device_enum::device_enum;
+use crate::os::dma::PAGE_SHIFT;
 
 /// `pvrdma_sq_wqe_hdr` size.
 pub const SQ_WQE_HDR_SIZE: usize = 80;
@@ -167,16 +168,14 @@ impl SqHeader {
         [
             iova_start,
             pl_pdir_dma,
-            FAST_REG_PAGE_SHIFT as u64 | (page_list_len as u64) << 32,
+            // Every page of a fast-register list is an OS page.
+            PAGE_SHIFT as u64 | (page_list_len as u64) << 32,
             length as u64 | (access_flags.bits() as u64) << 32,
             rkey as u64,
             0,
         ]
     }
 }
-
-/// `page_shift` of every fast-register WQE.
-pub const FAST_REG_PAGE_SHIFT: u32 = 12;
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@
 #![deny(unsafe_code)]
 
 use crate::os::alloc::KVec;
-use crate::os::sync::{doorbell_barrier, from_device_barrier, to_device_barrier};
+use crate::os::sync::{from_device_barrier, to_device_barrier};
 use crate::os::{DmaAllocator, DmaBuffer, RegisterIo, SharedDma, SpinLock};
 
 use super::Vmxnet3Error;
@@ -242,7 +242,7 @@ impl TxQueue {
                 st.shared_deferred = 0;
                 shared.set_tx_deferred(0);
             }
-            doorbell_barrier();
+            to_device_barrier();
             txprod.write(bar0, st.fill);
         } else {
             st.shared_deferred = st.deferred;
@@ -258,7 +258,7 @@ impl TxQueue {
             st.deferred = 0;
             st.shared_deferred = 0;
             shared.set_tx_deferred(0);
-            doorbell_barrier();
+            to_device_barrier();
             txprod.write(bar0, st.fill);
         }
     }

@@ -35,10 +35,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostDevice, HostExecutor, HostPlatform};
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::dma::{DmaRegion, PAGE_SIZE};
 use pvrdma_ndk::os::dpc::DpcScheduler;
-use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform};
 use pvrdma_ndk::os::{DmaAllocator, Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::PvrdmaError;
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};

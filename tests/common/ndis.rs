@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::net::Neighbours;
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::pcap::{PcapWriter, TsResolution};

@@ -26,16 +26,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::ndk::object::ObjRef;
-use pvrdma_ndk::ndk::pvrdma_hw::PvrdmaHardware;
 use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::clock::Clock;
-use pvrdma_ndk::os::host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::external::UdpWire;
 use pvrdma_sim::fabric::ThreadMode;
@@ -480,9 +480,7 @@ impl Notes {
 pub unsafe extern "system" fn on_notify(ctx: PVOID, st: NTSTATUS) {
     // SAFETY: the context is an `Arc<Notes>` its object wrapper keeps alive past close.
     let n = unsafe { &*(ctx as *const Notes) };
-    n.1.lock()
-        .unwrap()
-        .push(pvrdma_ndk::os::host::current_processor());
+    n.1.lock().unwrap().push(pvrdma_host::current_processor());
     n.0.lock().unwrap().push(st);
 }
 
@@ -656,9 +654,9 @@ impl ClusterConfig {
             real_time: false,
             benchmark_addresses: false,
             thread_free: false,
-            path_mtu: pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0).path_mtu,
+            path_mtu: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).path_mtu,
             cm_timing: {
-                let e = pvrdma_ndk::ndk::cm_engine::EngineConfig::new(0, 0);
+                let e = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0);
                 (e.cm_response_timeout, e.max_cm_retries)
             },
         }
@@ -719,8 +717,8 @@ pub struct Host {
     pub bar1: Arc<SimBar1>,
     /// The probed driver device.
     pub dev: Arc<DrvDevice>,
-    /// Hardware seam.
-    pub hw: Arc<PvrdmaHardware>,
+    /// The verbs the NDK layer is built on.
+    pub hw: Arc<Verbs>,
     /// NDK device.
     pub ndk: Arc<NdkDevice>,
     /// The open adapter.
@@ -872,9 +870,8 @@ impl Cluster {
                 )
                 .expect("probe against the world node"),
             );
-            let hw = PvrdmaHardware::new(dev.clone()).expect("hardware seam");
+            let hw = Verbs::new(dev.clone()).expect("hardware seam");
             let ndk = NdkDevice::new(hw.clone()).expect("NDK device");
-            hw.attach(&ndk).expect("attach");
             let a = ndk.open_adapter(cfg.version).expect("open adapter");
             hosts.push(Host {
                 index: i,

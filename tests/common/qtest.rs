@@ -43,9 +43,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostExecutor, StdClock};
 use pvrdma_ndk::os::clock::Clock;
 use pvrdma_ndk::os::dma::{DmaRegion, PAGE_SIZE};
-use pvrdma_ndk::os::host::{HostExecutor, StdClock};
 use pvrdma_ndk::os::{
     DmaAllocator, DpcScheduler, InterruptHandler, NicPlatform, OsError, RegisterIo,
 };

@@ -218,22 +218,25 @@ pub fn tshark_or_skip(what: &str) -> bool {
 
 /// Whether tshark runs here.
 pub fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    tshark_version().is_some()
 }
 
-/// tshark's first version line (`TShark (Wireshark) 4.0.17 ...`).
+/// tshark's first version line (`TShark (Wireshark) 4.0.17 ...`), asked once per test
+/// process (each tshark start costs about half a second).
 pub fn tshark_version() -> Option<String> {
-    let o = Command::new("tshark").arg("--version").output().ok()?;
-    o.status.success().then(|| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    })
+    static VERSION: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            let o = Command::new("tshark").arg("--version").output().ok()?;
+            o.status.success().then(|| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+        })
+        .clone()
 }
 
 /// Fields read per frame; multi-valued fields (expert infos) are joined with [`AGGREGATOR`].
@@ -307,6 +310,7 @@ const CHECKSUM_GOOD: u64 = 1;
 const CHECKSUM_NOT_PRESENT: u64 = 3;
 
 /// A frame's fields by name.
+#[derive(Clone)]
 struct Row(BTreeMap<&'static str, String>);
 
 impl Row {
@@ -358,8 +362,22 @@ fn parse_bytes(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Runs tshark over `pcap` and returns one row per frame.
+/// Runs tshark over `pcap` and returns one row per frame; a capture already decoded (the same
+/// bytes) is not decoded again.
 fn read_rows(pcap: &Path) -> Vec<Row> {
+    type Decoded = std::sync::Mutex<std::collections::HashMap<Vec<u8>, Vec<Row>>>;
+    static DECODED: std::sync::OnceLock<Decoded> = std::sync::OnceLock::new();
+    let bytes = std::fs::read(pcap).expect("read the capture");
+    let decoded = DECODED.get_or_init(Default::default);
+    if let Some(rows) = decoded.lock().unwrap().get(&bytes) {
+        return rows.clone();
+    }
+    let rows = decode_rows(pcap);
+    decoded.lock().unwrap().insert(bytes, rows.clone());
+    rows
+}
+
+fn decode_rows(pcap: &Path) -> Vec<Row> {
     let names: Vec<&'static str> = FIELDS.iter().chain(&MORE_FIELDS).copied().collect();
     let mut cmd = Command::new("tshark");
     cmd.arg("-r")
@@ -836,13 +854,22 @@ pub fn frame_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Option<Vec<Ve
     )
 }
 
-/// The Path Packet Payload MTU code (1 = 256 … 5 = 4096) of every CM REQ in `pcap`, as
-/// Wireshark decodes it (`infiniband.cm.req.pppmtu`). `None` without tshark.
-pub fn req_path_mtus(pcap: &Path) -> Option<Vec<u64>> {
-    let rows = frame_fields(pcap, "infiniband.cm.req", &["infiniband.cm.req.pppmtu"])?;
-    Some(
-        rows.iter()
+/// What one tshark run reads out of `pcap`: the Path Packet Payload MTU code (1 = 256 …
+/// 5 = 4096) of every CM REQ, as Wireshark decodes it (`infiniband.cm.req.pppmtu`), and the
+/// BTH opcodes of the RC SEND packets (First/Middle/Last/Only: 0, 1, 2, 4) sent from `src`, in
+/// capture order. `None` without tshark.
+pub fn req_path_mtus_and_rc_sends(pcap: &Path, src: &str) -> Option<(Vec<u64>, Vec<String>)> {
+    let filter = format!("infiniband.cm.req || (infiniband.bth.opcode <= 4 && ip.src == {src})");
+    let rows = frame_fields(
+        pcap,
+        &filter,
+        &["infiniband.cm.req.pppmtu", "infiniband.bth.opcode"],
+    )?;
+    let (reqs, sends): (Vec<_>, Vec<_>) = rows.iter().partition(|r| !r[0].is_empty());
+    Some((
+        reqs.iter()
             .map(|r| parse_uint(&r[0]).expect("a decoded path MTU"))
             .collect(),
-    )
+        sends.iter().map(|r| r[1].clone()).collect(),
+    ))
 }

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use pvrdma_host::{HostExecutor, HostNicDevice, HostNicPlatform, HostTime};
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::host::{HostExecutor, HostNicDevice, HostNicPlatform, HostTime};
 use pvrdma_ndk::os::{DmaAllocator, NicPlatform, RegisterIo};
 use pvrdma_ndk::vmxnet3::{
     Config, Fault, LinkState, NicClient, RxBatch, Sge, TxStatus, Vmxnet3, Vmxnet3Error,
@@ -90,7 +90,7 @@ pub struct TestClient {
 
 impl TestClient {
     fn check_locks(&self) {
-        if pvrdma_ndk::os::host::held_spin_locks() != 0 {
+        if pvrdma_host::held_spin_locks() != 0 {
             self.under_lock.fetch_add(1, Ordering::SeqCst);
         }
     }

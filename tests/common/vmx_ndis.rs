@@ -21,11 +21,11 @@ use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndis::NET_BUFFER_LIST;
 use pvrdma_ndk::ndis::ethernet::abi::*;
 use pvrdma_ndk::ndis::ethernet::{EthConfig, EthMiniport, EthSink, RxNblPool};
 use pvrdma_ndk::ndis::*;
-use pvrdma_ndk::os::host::{HostDevice, HostPlatform};
 use pvrdma_ndk::os::net::{AddressResolver, Neighbours, ResolveDone};
 use pvrdma_ndk::os::{DmaAllocator, NicPlatform, Platform, RegisterIo};
 
@@ -177,7 +177,7 @@ pub struct HostNdis {
 
 impl HostNdis {
     fn check_locks(&self) {
-        if pvrdma_ndk::os::host::held_spin_locks() != 0 {
+        if pvrdma_host::held_spin_locks() != 0 {
             self.under_lock.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -47,15 +47,22 @@ MINIPORT_HANDLERS = [
     "CancelOidRequestHandler", "DirectOidRequestHandler", "CancelDirectOidRequestHandler",
     "SynchronousOidRequestHandler",
 ]
-# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead;
-# the synchronous OID path is for RSSv2 only).
-MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "ResetHandlerEx", "SynchronousOidRequestHandler"}
+# Optional per Learn, and left NULL by this driver (NDIS 6.30: NdisMResetMiniport instead of
+# check-for-hang; the synchronous OID path is for RSSv2 only). ResetHandlerEx is set since
+# issue 24: the vmxnet3 adapter resets its device there (the PVRDMA one succeeds at once).
+MINIPORT_NULL_HANDLERS = {"CheckForHangHandlerEx", "SynchronousOidRequestHandler"}
+# PCI vendor and device IDs (config space offset 0, NdisMGetBusData): the PVRDMA function
+# and the vmxnet3 function of the same slot.
+PVRDMA_PCI_IDS = (0x15AD, 0x0820)
+VMXNET3_PCI_IDS = (0x15AD, 0x07B0)
 HANDLERS_OFFSET = 0x10
 # REVISION_3 (NDIS 6.80+; required of an NDIS 6.85 driver, Learn "Introduction to NDIS
 # 6.85") ends after SynchronousOidRequestHandler.
 CHARACTERISTICS_REVISION_3_SIZE = HANDLERS_OFFSET + 8 * len(MINIPORT_HANDLERS)  # 0xA0
 
 NDIS_STATUS_FAILURE = 0xC0000001
+# NET_BUFFER_LIST.Status (nbl.h, x64: the reserved arrays are 16-aligned).
+NBL_STATUS = 0x8C
 # The adapter's registry (NdisOpenConfigurationEx / NdisReadConfiguration), and what the
 # driver writes to the event log (NdisWriteErrorLogEntry; netevent.h).
 CONFIG_HANDLE = 0xC0F1_0000_0001
@@ -321,6 +328,7 @@ class Harness:
         self.neighbours = NEIGHBOURS if neighbours is None else neighbours
         self.pe = pefile.PE(image)
         self.base_pref = self.pe.OPTIONAL_HEADER.ImageBase
+        self.pci_ids = PVRDMA_PCI_IDS
         self.se = speakeasy.Speakeasy(config=emulator_config())
         self.module = self.se.load_module(image)
         self.base = self.module.base
@@ -432,6 +440,7 @@ class Harness:
         h("ndis", "NdisMDeregisterMiniportDriver", 1, lambda a: self.deregistered.append(a[0]) or 0)
         h("ndis", "NdisSetOptionalHandlers", 2, self.set_optional_handlers)
         h("ndis", "NdisMSetMiniportAttributes", 2, self.set_attributes)
+        h("ndis", "NdisMGetBusData", 5, self.get_bus_data)
         h("ndis", "NdisMRegisterScatterGatherDma", 3, self.register_dma)
         h("ndis", "NdisMDeregisterScatterGatherDma", 1, lambda a: self.maps.pop("dma", None) and 0)
         h("ndis", "NdisMMapIoSpace", 4, self.map_io)
@@ -484,6 +493,17 @@ class Harness:
         # __chkstk takes the frame size in rax and the caller subtracts rax after it returns:
         # give rax back unchanged (the emulator's stack is committed).
         self.se.add_api_hook(lambda emu, api, orig, argv: emu.reg_read("rax"), "ntoskrnl", "__chkstk", argc=0)
+
+    def get_bus_data(self, a):
+        """NdisMGetBusData(handle, WhichSpace, Offset, Buffer, Length): the function's
+        configuration space holds its vendor and device ID at offset 0 (the rest reads 0)."""
+        _handle, space, off, buf, length = a
+        if space != 0 or off + length > 256:
+            return 0
+        cfg = bytearray(256)
+        struct.pack_into("<HH", cfg, 0, *self.pci_ids)
+        self.se.mem_write(buf, bytes(cfg[off:off + length]))
+        return length
 
     def register_miniport(self, a):
         _drv, _reg, _ctx, chars, phandle = a
@@ -1544,13 +1564,15 @@ def full_run(hz, handlers, registration, general):
     check(hz.pnp_events == [NET_EVENT_NDK_DISABLE, NET_EVENT_NDK_ENABLE, NET_EVENT_NDK_DISABLE],
           f"PnP events disable, enable, disable, each once ({hz.pnp_events})")
 
-    # NET_BUFFER_LIST (ndis.h): Next @0, ..., Status @0x84. An NDK-only adapter fails every
-    # send at once with NDIS_STATUS_REQUEST_ABORTED.
+    # NET_BUFFER_LIST (nbl.h): Next @0, ..., NdisReserved, ProtocolReserved and
+    # MiniportReserved each DECLSPEC_ALIGN(MEMORY_ALLOCATION_ALIGNMENT = 16) on x64, so
+    # Scratch @0x70, SourceHandle @0x78, NblFlags, ChildRefCount, Flags, Status @0x8C. An
+    # NDK-only adapter fails every send at once with NDIS_STATUS_REQUEST_ABORTED.
     first, second = hz.alloc(0x100, "nbl"), hz.alloc(0x100, "nbl")
     hz.se.mem_write(first, struct.pack("<Q", second) + b"\0" * 0xF8)
     hz.se.mem_write(second, b"\0" * 0x100)
     hz.call(handlers["SendNetBufferListsHandler"], [ctx, first, 0, 1], "MiniportSendNetBufferLists")
-    statuses = [u32(hz, n + 0x84) for n in (first, second)]
+    statuses = [u32(hz, n + NBL_STATUS) for n in (first, second)]
     check(statuses == [0xC0000240] * 2, f"both NBLs completed with NDIS_STATUS_REQUEST_ABORTED ({[hex(x) for x in statuses]})")
     check(hz.sends_completed == [(ADAPTER_HANDLE, first, 1)],
           f"NdisMSendNetBufferListsComplete(adapter, chain, DISPATCH_LEVEL) once ({hz.sends_completed})")
@@ -1559,6 +1581,14 @@ def full_run(hz, handlers, registration, general):
     check(st == NDIS_STATUS_SUCCESS, f"MiniportPause: NDIS_STATUS_SUCCESS ({st:#x})")
     st = hz.call(handlers["RestartHandler"], [ctx, 0], "MiniportRestart")
     check(st == NDIS_STATUS_SUCCESS, f"MiniportRestart: NDIS_STATUS_SUCCESS ({st:#x})")
+    # MiniportResetEx (issue 24 set the handler for the vmxnet3 adapter): the PVRDMA adapter
+    # has nothing to reset and succeeds at once with AddressingReset FALSE, queueing nothing.
+    addressing = hz.alloc(8, "addressing-reset")
+    hz.se.mem_write(addressing, b"\xAA" * 8)
+    queued = len(hz.pending_work)
+    st = hz.call(handlers["ResetHandlerEx"], [ctx, addressing], "MiniportResetEx")
+    check((st, hz.read(addressing, 2), len(hz.pending_work)) == (NDIS_STATUS_SUCCESS, b"\x00\xAA", queued),
+          f"MiniportResetEx: NDIS_STATUS_SUCCESS, AddressingReset FALSE, no work item ({st:#x}, {hz.read(addressing, 2).hex()})")
     # The address-resolution seam: registered for changes and listed once at InitializeEx;
     # changes arrive on its callback (this LUID's and another's, a parameter change, the
     # initial notification with no row) until Halt cancels the registration.

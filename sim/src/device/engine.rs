@@ -164,6 +164,21 @@ impl Core {
         true
     }
 
+    /// Harness knob: writes `cqe` into CQ `h`'s ring as a completion is written, and nothing
+    /// else (no arm is consulted, no CQNE follows, lazy completion does not hold it), for a
+    /// test that plays the device's completions, the ones the driver must not trust among
+    /// them (a QP the CQ does not serve, a request never posted). Returns false where the
+    /// device would drop it (stopped CQ, overflow, bad `cons_head`).
+    pub fn inject_cqe(&mut self, h: u32, cqe: &Cqe) -> bool {
+        self.put_cqe(h, cqe)
+    }
+
+    /// Harness knob: a CQ notification for CQ `h` whatever its arm (a late or stray CQNE,
+    /// which the driver must tolerate).
+    pub fn inject_cqne(&mut self, h: u32) {
+        self.post_cqne(h);
+    }
+
     /// Clears and reports a matching arm of CQ `h` (M18) for a CQE just completed.
     fn arm_satisfied(&mut self, h: u32, cqe: &Cqe, solicited: bool) -> bool {
         let Some(c) = self.cqs.get_mut(h) else {

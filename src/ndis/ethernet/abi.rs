@@ -106,3 +106,35 @@ pub const NDIS_STATISTICS_FLAGS_VALID_MULTICAST_BYTES_RCV: u32 = 0x0002_0000;
 pub const NDIS_STATISTICS_FLAGS_VALID_BROADCAST_BYTES_RCV: u32 = 0x0004_0000;
 pub const NDIS_STATISTICS_FLAGS_VALID_MULTICAST_BYTES_XMIT: u32 = 0x0010_0000;
 pub const NDIS_STATISTICS_FLAGS_VALID_BROADCAST_BYTES_XMIT: u32 = 0x0020_0000;
+
+/// `NET_BUFFER_LIST_POOL_PARAMETERS` (nbl.h), revision 1 (through `DataSize`): the receive
+/// NBLs' pool (NdisAllocateNetBufferListPool).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NET_BUFFER_LIST_POOL_PARAMETERS {
+    pub Header: super::super::abi::NDIS_OBJECT_HEADER,
+    pub ProtocolId: u8,
+    pub fAllocateNetBuffer: u8,
+    pub ContextSize: u16,
+    pub PoolTag: u32,
+    pub DataSize: u32,
+}
+/// `NET_BUFFER_LIST_POOL_PARAMETERS_REVISION_1`.
+pub const NET_BUFFER_LIST_POOL_PARAMETERS_REVISION_1: u8 = 1;
+/// `NDIS_SIZEOF_NET_BUFFER_LIST_POOL_PARAMETERS_REVISION_1` (through `DataSize`).
+pub const NDIS_SIZEOF_NET_BUFFER_LIST_POOL_PARAMETERS_REVISION_1: u16 = 0x10;
+/// `NDIS_PROTOCOL_ID_DEFAULT`.
+pub const NDIS_PROTOCOL_ID_DEFAULT: u8 = 0;
+
+const _: () = {
+    assert!(offset_of!(NET_BUFFER_LIST_POOL_PARAMETERS, ProtocolId) == 4);
+    assert!(offset_of!(NET_BUFFER_LIST_POOL_PARAMETERS, ContextSize) == 6);
+    assert!(offset_of!(NET_BUFFER_LIST_POOL_PARAMETERS, DataSize) == 0x0C);
+    assert!(
+        core::mem::size_of::<NET_BUFFER_LIST_POOL_PARAMETERS>()
+            == NDIS_SIZEOF_NET_BUFFER_LIST_POOL_PARAMETERS_REVISION_1 as usize
+    );
+};
+
+/// `PCI_WHICHSPACE_CONFIG`: NdisMGetBusData's configuration space.
+pub const PCI_WHICHSPACE_CONFIG: u32 = 0;

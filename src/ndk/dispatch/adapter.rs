@@ -2,14 +2,14 @@
 //! `# Safety` contract of [`super`] ("the module contract").
 
 use super::connector::read_sockaddr;
-use super::{create_async, dispatch_table, optional};
+use super::{create_async, dispatch_table, optional, publish};
 use crate::ndk::adapter::{Adapter, adapter_info_bytes};
-use crate::ndk::connector::Connector;
+use crate::ndk::connect::connector::Connector;
+use crate::ndk::connect::listener::Listener;
+use crate::ndk::connect::shared_endpoint::SharedEndpoint;
 use crate::ndk::cq::{Cq, CqParams};
-use crate::ndk::listener::Listener;
-use crate::ndk::object::{NdkObject, ObjRef};
+use crate::ndk::object::ObjRef;
 use crate::ndk::pd::Pd;
-use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
 use crate::os::mdl::MdlChain;
 
@@ -104,22 +104,6 @@ unsafe extern "system" fn create_pd(
     }
 }
 
-/// Writes an object created inline (the connection objects need no device command) to the
-/// consumer's out pointer, which the caller checked for null.
-///
-/// # Safety
-/// `pp` is valid for a pointer write.
-unsafe fn created<T: NdkObject>(r: Result<ObjRef<T>, NTSTATUS>, pp: *mut *mut T::Ndk) -> NTSTATUS {
-    match r {
-        Ok(obj) => {
-            // SAFETY: valid by the caller's contract.
-            unsafe { pp.write(obj.publish()) };
-            STATUS_SUCCESS
-        }
-        Err(st) => st,
-    }
-}
-
 /// # Safety
 /// See the module contract.
 unsafe extern "system" fn create_shared_endpoint(
@@ -143,10 +127,10 @@ unsafe extern "system" fn create_shared_endpoint(
     // SAFETY: module contract: the address is valid for `AddressLength` bytes.
     let addr = match unsafe { read_sockaddr(pAddress, AddressLength) } {
         Ok(addr) => addr,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     // SAFETY: checked non-null; valid by contract.
-    unsafe { created(SharedEndpoint::create(&a, addr), ppNdkSharedEndpoint) }
+    unsafe { publish(SharedEndpoint::create(&a, addr), ppNdkSharedEndpoint) }
 }
 
 /// # Safety
@@ -165,7 +149,7 @@ unsafe extern "system" fn create_connector(
         return STATUS_INVALID_PARAMETER;
     }
     // SAFETY: checked non-null; valid by contract.
-    unsafe { created(Connector::create(&a), ppNdkConnector) }
+    unsafe { publish(Connector::create(&a), ppNdkConnector) }
 }
 
 /// # Safety
@@ -187,7 +171,7 @@ unsafe extern "system" fn create_listener(
     }
     let made = Listener::create(&a, ConnectEvent, ConnectEventContext as usize);
     // SAFETY: checked non-null; valid by contract.
-    unsafe { created(made, ppNdkListener) }
+    unsafe { publish(made, ppNdkListener) }
 }
 
 /// NdkBuildLam (§5.7): [`Adapter::plan_lam`] checks the MDL chain and sizes the mapping,
@@ -261,7 +245,7 @@ unsafe extern "system" fn release_lam(
 ) {
 }
 
-dispatch_table!(ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH {
+dispatch_table!(ADAPTER_DISPATCH: NDK_ADAPTER_DISPATCH for Adapter {
     NdkQueryAdapterInfo: query_adapter_info,
     NdkCreateCq: create_cq,
     NdkCreatePd: create_pd,

@@ -2,28 +2,29 @@
 //! listener and shared-endpoint tables share. Every thunk follows the shared `# Safety`
 //! contract of [`super`] ("the module contract").
 
-use alloc::sync::Arc;
 use core::ffi::c_void;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::dispatch_table;
-use crate::ndk::connector::{ConnectRequest, Connector, DisconnectCallback};
-use crate::ndk::object::{ObjRef, RequestHandoff};
+use super::{dispatch_table, request, status};
+use crate::ndk::connect::connector::{ConnectRequest, Connector};
+use crate::ndk::connect::shared_endpoint::SharedEndpoint;
+use crate::ndk::error::{NdkError, NdkResult};
+use crate::ndk::object::ObjRef;
 use crate::ndk::qp::Qp;
-use crate::ndk::shared_endpoint::SharedEndpoint;
+use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 
 /// Reads a consumer's SOCKADDR_IN or SOCKADDR_IN6 of `len` bytes.
 ///
 /// # Safety
 /// `p` is null or valid for reads of `len` bytes.
-pub(super) unsafe fn read_sockaddr(p: *const SOCKADDR, len: ULONG) -> Result<SocketAddr, NTSTATUS> {
+pub(super) unsafe fn read_sockaddr(p: *const SOCKADDR, len: ULONG) -> NdkResult<SocketAddr> {
     if p.is_null() {
-        return Err(STATUS_INVALID_PARAMETER);
+        return Err(NdkError::InvalidParameter);
     }
     let len = len as usize;
     if len < core::mem::size_of::<ADDRESS_FAMILY>() {
-        return Err(STATUS_INVALID_ADDRESS);
+        return Err(NdkError::InvalidAddress);
     }
     // SAFETY: at least the family is within the `len` readable bytes (caller contract); the
     // read is unaligned-safe.
@@ -41,7 +42,7 @@ pub(super) unsafe fn read_sockaddr(p: *const SOCKADDR, len: ULONG) -> Result<Soc
             let ip = Ipv6Addr::from(a.sin6_addr.Byte);
             Ok(SocketAddr::new(IpAddr::V6(ip), u16::from_be(a.sin6_port)))
         }
-        _ => Err(STATUS_INVALID_ADDRESS),
+        _ => Err(NdkError::InvalidAddress),
     }
 }
 
@@ -99,36 +100,20 @@ pub(super) unsafe fn write_sockaddr(
     STATUS_SUCCESS
 }
 
-/// A request that may complete later, whose inline failures are NTSTATUS already.
-fn cm_request(
-    completion: NDK_FN_REQUEST_COMPLETION,
-    context: PVOID,
-    issue: impl FnOnce(Arc<RequestHandoff>) -> Result<(), NTSTATUS>,
-) -> NTSTATUS {
-    let req = match RequestHandoff::new(completion, context as usize) {
-        Ok(r) => r,
-        Err(e) => return e.to_ntstatus(),
-    };
-    match issue(req.clone()) {
-        Ok(()) => req.finish_call(),
-        Err(st) => st,
-    }
-}
-
 /// The consumer's private data (`len` bytes at `p`).
 ///
 /// # Safety
 /// `p` is null only with `len` 0, else valid for reads of `len` bytes for the call.
-unsafe fn private_data<'a>(p: *const c_void, len: ULONG) -> Result<&'a [u8], NTSTATUS> {
+unsafe fn private_data<'a>(p: *const c_void, len: ULONG) -> NdkResult<&'a [u8]> {
     if len == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(STATUS_INVALID_PARAMETER);
+        return Err(NdkError::InvalidParameter);
     }
     // A length above what any message carries fails before a slice of it is formed.
-    if len as usize > crate::ndk::connector::MAX_PEER_DATA {
-        return Err(STATUS_INVALID_BUFFER_SIZE);
+    if len as usize > crate::ndk::connect::connector::MAX_PEER_DATA {
+        return Err(NdkError::InvalidBufferSize);
     }
     // SAFETY: caller contract.
     Ok(unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len as usize) })
@@ -139,11 +124,11 @@ unsafe fn private_data<'a>(p: *const c_void, len: ULONG) -> Result<&'a [u8], NTS
 unsafe fn borrow_pair(
     c: *mut NDK_CONNECTOR,
     qp: *mut NDK_QP,
-) -> Result<(ObjRef<Connector>, ObjRef<Qp>), NTSTATUS> {
+) -> NdkResult<(ObjRef<Connector>, ObjRef<Qp>)> {
     // SAFETY: module contract.
-    let c = unsafe { ObjRef::<Connector>::borrow(c) }.ok_or(STATUS_INVALID_PARAMETER)?;
+    let c = unsafe { ObjRef::<Connector>::borrow(c) }.ok_or(NdkError::InvalidParameter)?;
     // SAFETY: module contract.
-    let q = unsafe { ObjRef::<Qp>::borrow(qp) }.ok_or(STATUS_INVALID_PARAMETER)?;
+    let q = unsafe { ObjRef::<Qp>::borrow(qp) }.ok_or(NdkError::InvalidParameter)?;
     Ok((c, q))
 }
 
@@ -166,7 +151,7 @@ unsafe extern "system" fn connect(
     // SAFETY: module contract.
     let (c, q) = match unsafe { borrow_pair(pNdkConnector, pNdkQp) } {
         Ok(p) => p,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     // SAFETY: module contract: the addresses and private data are valid for their lengths.
     let src = unsafe { read_sockaddr(pSrcAddress, SrcAddressLength) };
@@ -176,7 +161,7 @@ unsafe extern "system" fn connect(
     let pd = unsafe { private_data(pPrivateData, PrivateDataLength) };
     let (src, dst, pd) = match (src, dst, pd) {
         (Ok(s), Ok(d), Ok(p)) => (s, d, p),
-        (Err(st), _, _) | (_, Err(st), _) | (_, _, Err(st)) => return st,
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e.to_ntstatus(),
     };
     let p = ConnectRequest {
         src,
@@ -185,7 +170,7 @@ unsafe extern "system" fn connect(
         ord: OutboundReadLimit,
         private_data: pd,
     };
-    cm_request(RequestCompletion, RequestContext, |h| {
+    request(RequestCompletion, RequestContext, |h| {
         c.connect(&q, None, &p, h)
     })
 }
@@ -208,7 +193,7 @@ unsafe extern "system" fn connect_with_shared_endpoint(
     // SAFETY: module contract.
     let (c, q) = match unsafe { borrow_pair(pNdkConnector, pNdkQp) } {
         Ok(p) => p,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     // SAFETY: module contract.
     let Some(se) = (unsafe { ObjRef::<SharedEndpoint>::borrow(pSharedEndpoint) }) else {
@@ -220,7 +205,7 @@ unsafe extern "system" fn connect_with_shared_endpoint(
     let pd = unsafe { private_data(pPrivateData, PrivateDataLength) };
     let (dst, pd) = match (dst, pd) {
         (Ok(d), Ok(p)) => (d, p),
-        (Err(st), _) | (_, Err(st)) => return st,
+        (Err(e), _) | (_, Err(e)) => return e.to_ntstatus(),
     };
     let p = ConnectRequest {
         src: se.local_address(),
@@ -229,7 +214,7 @@ unsafe extern "system" fn connect_with_shared_endpoint(
         ord: OutboundReadLimit,
         private_data: pd,
     };
-    cm_request(RequestCompletion, RequestContext, |h| {
+    request(RequestCompletion, RequestContext, |h| {
         c.connect(&q, Some(&se), &p, h)
     })
 }
@@ -244,12 +229,8 @@ fn complete_connect_with(
     let Some(c) = (unsafe { ObjRef::<Connector>::borrow(c) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    cm_request(rc, ctx, |h| {
-        let r = c.complete_connect(cb);
-        h.complete(match r {
-            Ok(()) => STATUS_SUCCESS,
-            Err(st) => st,
-        });
+    request(rc, ctx, |h| {
+        h.complete(c.complete_connect(cb));
         Ok(())
     })
 }
@@ -297,14 +278,14 @@ unsafe fn accept_with(
     // SAFETY: module contract.
     let (c, q) = match unsafe { borrow_pair(c, qp) } {
         Ok(p) => p,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     // SAFETY: module contract.
     let data = match unsafe { private_data(pd, pdlen) } {
         Ok(d) => d,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
-    cm_request(rc, ctx, |h| c.accept(&q, ird, ord, data, cb, h))
+    request(rc, ctx, |h| c.accept(&q, ird, ord, data, cb, h))
 }
 
 /// # Safety
@@ -383,12 +364,9 @@ unsafe extern "system" fn reject(
     // SAFETY: module contract.
     let data = match unsafe { private_data(pPrivateData, PrivateDataLength) } {
         Ok(d) => d,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
-    match c.reject(data) {
-        Ok(()) => STATUS_SUCCESS,
-        Err(st) => st,
-    }
+    status(c.reject(data))
 }
 
 /// NdkGetConnectionData (ndkpi.md §5.10): the effective read limits, and up to the
@@ -417,7 +395,7 @@ unsafe extern "system" fn get_connection_data(
     }
     let data = match c.connection_data() {
         Ok(d) => d,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     if !pInboundReadLimit.is_null() {
         // SAFETY: non-null out parameter, valid by contract.
@@ -466,7 +444,7 @@ unsafe extern "system" fn local_address(
     match c.addresses() {
         // SAFETY: module contract.
         Ok((local, _)) => unsafe { write_sockaddr(local, pAddress, pAddressLength) },
-        Err(st) => st,
+        Err(e) => e.to_ntstatus(),
     }
 }
 
@@ -484,7 +462,7 @@ unsafe extern "system" fn peer_address(
     match c.addresses() {
         // SAFETY: module contract.
         Ok((_, peer)) => unsafe { write_sockaddr(peer, pAddress, pAddressLength) },
-        Err(st) => st,
+        Err(e) => e.to_ntstatus(),
     }
 }
 
@@ -499,7 +477,7 @@ unsafe extern "system" fn disconnect(
     let Some(c) = (unsafe { ObjRef::<Connector>::borrow(pNdkConnector) }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    cm_request(RequestCompletion, RequestContext, |h| c.disconnect(h))
+    request(RequestCompletion, RequestContext, |h| c.disconnect(h))
 }
 
 dispatch_table!(CONNECTOR_DISPATCH: NDK_CONNECTOR_DISPATCH, NdkCloseConnector: Connector {

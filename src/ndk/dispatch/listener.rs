@@ -3,7 +3,7 @@
 
 use super::connector::{read_sockaddr, write_sockaddr};
 use super::{dispatch_table, request};
-use crate::ndk::listener::Listener;
+use crate::ndk::connect::listener::Listener;
 use crate::ndk::object::ObjRef;
 use crate::ndkpi::*;
 
@@ -25,13 +25,10 @@ unsafe extern "system" fn listen(
     // SAFETY: module contract: the address is valid for its length.
     let addr = match unsafe { read_sockaddr(pAddress, AddressLength) } {
         Ok(a) => a,
-        Err(st) => return st,
+        Err(e) => return e.to_ntstatus(),
     };
     request(RequestCompletion, RequestContext, |h| {
-        h.complete(match l.listen(addr) {
-            Ok(()) => STATUS_SUCCESS,
-            Err(st) => st,
-        });
+        h.complete(l.listen(addr));
         Ok(())
     })
 }

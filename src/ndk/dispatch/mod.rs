@@ -8,8 +8,7 @@
 //! its own counted handle for the duration of the call (§5.1); turns consumer pointers into
 //! references, slices or [`MdlChain`]s after checking them for null; calls the object's
 //! method; maps the result to NTSTATUS once ([`NdkError::to_ntstatus`]). The work is the
-//! objects'. Consumer callbacks are invoked only through the `call_*` helpers at the end of
-//! this file.
+//! objects'. Consumer callbacks are invoked only through [`crate::ndkpi::upcall`].
 //!
 //! Shared `# Safety` contract of every thunk (the NDK consumer's side of §2.11 and §5.2): the
 //! object pointer is one this provider returned, of the table's type, and its close has not
@@ -35,7 +34,7 @@ pub mod srq;
 use alloc::sync::Arc;
 
 use super::consumer_array::ConsumerArray;
-use super::error::{NdkError, NdkResult};
+use super::error::{NdkError, NdkResult, status};
 use super::object::{CreateHandoff, NdkObject, ObjRef, RequestHandoff};
 use crate::ndkpi::*;
 use crate::pvrdma::wqe::Sge;
@@ -50,14 +49,6 @@ pub use pd::PD_DISPATCH;
 pub use qp::QP_DISPATCH;
 pub use shared_endpoint::SHARED_ENDPOINT_DISPATCH;
 pub use srq::SRQ_DISPATCH;
-
-#[inline(always)]
-fn status(r: NdkResult<()>) -> NTSTATUS {
-    match r {
-        Ok(()) => STATUS_SUCCESS,
-        Err(e) => e.to_ntstatus(),
-    }
-}
 
 /// Writes a created object to the consumer's out pointer.
 ///
@@ -171,7 +162,9 @@ unsafe fn sgl<'a>(p: *const NDK_SGE, n: ULONG) -> NdkResult<ConsumerArray<'a, Sg
 /// Declares `pub static $name: $table`, an NDK dispatch table: the slots listed (in ABI order)
 /// after the ones every table fills alike, `$close` with [`close_object`] for `$object` (the
 /// adapter's table has no close slot: adapters close through CLOSE_NDK_ADAPTER_HANDLER) and
-/// `NdkQueryExtension` with [`query_extension`]. The table's field types check every thunk.
+/// `NdkQueryExtension` with [`query_extension`]; and makes it `$object`'s table
+/// ([`Dispatched`]), which is how the object names it without importing this module. The
+/// table's field types check every thunk.
 macro_rules! dispatch_table {
     ($name:ident: $table:ident, $close:ident: $object:ident { $($slot:ident: $thunk:expr,)+ }) => {
         #[doc = concat!("`", stringify!($table), "`.")]
@@ -180,13 +173,21 @@ macro_rules! dispatch_table {
             NdkQueryExtension: $crate::ndk::dispatch::query_extension,
             $($slot: $thunk,)+
         };
+        $crate::ndk::dispatch::dispatch_table!(@of $object: $table = $name);
     };
-    ($name:ident: $table:ident { $($slot:ident: $thunk:expr,)+ }) => {
+    ($name:ident: $table:ident for $object:ident { $($slot:ident: $thunk:expr,)+ }) => {
         #[doc = concat!("`", stringify!($table), "`.")]
         pub static $name: $table = $table {
             NdkQueryExtension: $crate::ndk::dispatch::query_extension,
             $($slot: $thunk,)+
         };
+        $crate::ndk::dispatch::dispatch_table!(@of $object: $table = $name);
+    };
+    (@of $object:ident: $table:ident = $name:ident) => {
+        impl $crate::ndk::object::Dispatched for $object {
+            type Table = $table;
+            const TABLE: &'static $table = &$name;
+        }
     };
 }
 use dispatch_table;
@@ -220,74 +221,4 @@ unsafe extern "system" fn query_extension(
     _pExtensionInterface: *mut NDK_EXTENSION_INTERFACE,
 ) -> NTSTATUS {
     STATUS_NOT_SUPPORTED
-}
-
-// ---------------------------------------------------------------- consumer callbacks
-
-/// Calls a consumer's NdkCloseCompletion.
-pub(crate) fn call_close_completion(cb: NDK_FN_CLOSE_COMPLETION, ctx: usize) {
-    // SAFETY: `cb` is the consumer's callback for this close, callable at ≤ DISPATCH_LEVEL
-    // with the context it supplied (§2.12); the provider calls it exactly once.
-    unsafe { cb(ctx as PVOID) }
-}
-
-/// Calls a consumer's NdkRequestCompletion.
-pub(crate) fn call_request_completion(cb: NDK_FN_REQUEST_COMPLETION, ctx: usize, st: NTSTATUS) {
-    // SAFETY: the consumer's callback for a request that returned STATUS_PENDING, callable at
-    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
-    unsafe { cb(ctx as PVOID, st) }
-}
-
-/// Calls a consumer's NdkCreateCompletion.
-pub(crate) fn call_create_completion(
-    cb: NDK_FN_CREATE_COMPLETION,
-    ctx: usize,
-    st: NTSTATUS,
-    obj: *mut NDK_OBJECT_HEADER,
-) {
-    // SAFETY: the consumer's callback for a create that returned STATUS_PENDING, callable at
-    // ≤ DISPATCH_LEVEL with its context; the provider calls it exactly once.
-    unsafe { cb(ctx as PVOID, st, obj) }
-}
-
-/// Calls a consumer's NdkCqNotificationCallback.
-pub(crate) fn call_cq_notification(cb: NDK_FN_CQ_NOTIFICATION_CALLBACK, ctx: usize, st: NTSTATUS) {
-    // SAFETY: the consumer's callback from NdkCreateCq, callable at ≤ DISPATCH_LEVEL with its
-    // context until the CQ's close completes; the caller holds a close count.
-    unsafe { cb(ctx as PVOID, st) }
-}
-
-/// Calls a consumer's NdkSrqNotificationCallback.
-pub(crate) fn call_srq_notification(
-    cb: NDK_FN_SRQ_NOTIFICATION_CALLBACK,
-    ctx: usize,
-    st: NTSTATUS,
-) {
-    // SAFETY: as for `call_cq_notification`, from NdkCreateSrq.
-    unsafe { cb(ctx as PVOID, st) }
-}
-
-/// Calls a listener's NdkConnectEventCallback with the connector made for the request.
-pub(crate) fn call_connect_event(
-    cb: NDK_FN_CONNECT_EVENT_CALLBACK,
-    ctx: usize,
-    connector: *mut NDK_CONNECTOR,
-) {
-    // SAFETY: the consumer's callback from NdkCreateListener, callable at ≤ DISPATCH_LEVEL
-    // with its context while the listener is open (the caller holds a close count); the
-    // connector was just published and is the consumer's from now on.
-    unsafe { cb(ctx as PVOID, connector) }
-}
-
-/// Calls a connector's disconnect-event callback (plain or Ex; reason 0, none given).
-pub(crate) fn call_disconnect_event(cb: crate::ndk::connector::DisconnectCallback) {
-    use crate::ndk::connector::DisconnectCallback;
-    match cb {
-        // SAFETY: the consumer's callback from NdkCompleteConnect / NdkAccept, callable at ≤
-        // DISPATCH_LEVEL with its context while the connector is open (the caller holds a
-        // close count); called once per connection.
-        DisconnectCallback::Plain(f, ctx) => unsafe { f(ctx as PVOID) },
-        // SAFETY: as above (NdkCompleteConnectEx / NdkAcceptEx).
-        DisconnectCallback::Ex(f, ctx) => unsafe { f(ctx as PVOID, 0) },
-    }
 }

@@ -3,8 +3,8 @@
 
 use super::connector::write_sockaddr;
 use super::dispatch_table;
+use crate::ndk::connect::shared_endpoint::SharedEndpoint;
 use crate::ndk::object::ObjRef;
-use crate::ndk::shared_endpoint::SharedEndpoint;
 use crate::ndkpi::*;
 
 /// # Safety

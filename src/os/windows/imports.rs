@@ -325,3 +325,73 @@ unsafe extern "system" {
     /// callback of the registration runs; never from the callback.
     pub fn CancelMibChangeNotify2(NotificationHandle: *mut c_void) -> NTSTATUS;
 }
+
+// The vmxnet3 Ethernet adapter (`ndis::ethernet::entry`): its function's identity, the
+// receive NBLs, the data path's indications and the pause / reset completions.
+#[link(name = "ndis.sys", kind = "raw-dylib", modifiers = "+verbatim")]
+unsafe extern "system" {
+    /// `ULONG NdisMGetBusData(NDIS_HANDLE NdisMiniportHandle, ULONG WhichSpace, ULONG Offset,
+    /// PVOID Buffer, ULONG Length)`: bytes read from the function's PCI configuration space
+    /// (`PCI_WHICHSPACE_CONFIG` 0). IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMGetBusData(
+        NdisMiniportHandle: NDIS_HANDLE,
+        WhichSpace: u32,
+        Offset: u32,
+        Buffer: *mut c_void,
+        Length: u32,
+    ) -> u32;
+    /// `NDIS_HANDLE NdisAllocateNetBufferListPool(NDIS_HANDLE NdisHandle,
+    /// PNET_BUFFER_LIST_POOL_PARAMETERS Parameters)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisAllocateNetBufferListPool(
+        NdisHandle: NDIS_HANDLE,
+        Parameters: PNDIS_STRUCT,
+    ) -> NDIS_HANDLE;
+    /// `void NdisFreeNetBufferListPool(NDIS_HANDLE PoolHandle)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisFreeNetBufferListPool(PoolHandle: NDIS_HANDLE);
+    /// `PNET_BUFFER_LIST NdisAllocateNetBufferAndNetBufferList(NDIS_HANDLE PoolHandle,
+    /// USHORT ContextSize, USHORT ContextBackFill, PMDL MdlChain, ULONG DataOffset,
+    /// SIZE_T DataLength)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisAllocateNetBufferAndNetBufferList(
+        PoolHandle: NDIS_HANDLE,
+        ContextSize: u16,
+        ContextBackFill: u16,
+        MdlChain: PNDIS_STRUCT,
+        DataOffset: u32,
+        DataLength: usize,
+    ) -> PNDIS_STRUCT;
+    /// `void NdisFreeNetBufferList(PNET_BUFFER_LIST NetBufferList)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisFreeNetBufferList(NetBufferList: PNDIS_STRUCT);
+    /// `PMDL NdisAllocateMdl(NDIS_HANDLE NdisHandle, PVOID VirtualAddress, UINT Length)`:
+    /// an MDL over non-paged memory, its PFN array filled. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisAllocateMdl(
+        NdisHandle: NDIS_HANDLE,
+        VirtualAddress: *mut c_void,
+        Length: u32,
+    ) -> PNDIS_STRUCT;
+    /// `void NdisFreeMdl(PMDL Mdl)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisFreeMdl(Mdl: PNDIS_STRUCT);
+    /// `void NdisMIndicateReceiveNetBufferLists(NDIS_HANDLE MiniportAdapterHandle,
+    /// PNET_BUFFER_LIST NetBufferLists, NDIS_PORT_NUMBER PortNumber,
+    /// ULONG NumberOfNetBufferLists, ULONG ReceiveFlags)`. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMIndicateReceiveNetBufferLists(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        NetBufferLists: PNDIS_STRUCT,
+        PortNumber: u32,
+        NumberOfNetBufferLists: u32,
+        ReceiveFlags: u32,
+    );
+    /// `void NdisMPauseComplete(NDIS_HANDLE MiniportAdapterHandle)`: a MiniportPause that
+    /// returned NDIS_STATUS_PENDING is done. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMPauseComplete(MiniportAdapterHandle: NDIS_HANDLE);
+    /// `void NdisMResetComplete(NDIS_HANDLE MiniportAdapterHandle, NDIS_STATUS Status,
+    /// BOOLEAN AddressingReset)`: a MiniportResetEx that returned NDIS_STATUS_PENDING is
+    /// done. IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMResetComplete(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        Status: NDIS_STATUS,
+        AddressingReset: u8,
+    );
+    /// `void NdisMResetMiniport(NDIS_HANDLE MiniportAdapterHandle)`: NDIS calls
+    /// MiniportResetEx later, from a work item (NDIS 6.30). IRQL <= DISPATCH_LEVEL.
+    pub fn NdisMResetMiniport(MiniportAdapterHandle: NDIS_HANDLE);
+}

@@ -4,7 +4,7 @@
 //! sysroot expects.
 //!
 //! Which file serves which build:
-//! - [`imports`], [`ke`], [`lock`], [`mailbox`], [`net`], [`platform`], [`dpc`]: every
+//! - [`imports`], [`ke`], [`lock`], [`mailbox`], [`net`], [`nic`], [`platform`], [`dpc`]: every
 //!   Windows build (the WDK build links the same imports through ndis.lib/ntoskrnl.lib
 //!   instead of raw-dylib).
 //! - [`heap`] and `rt`: only without `--features wdk`, where wdk-alloc, wdk-panic and wdk-sys
@@ -20,10 +20,12 @@ pub mod ke;
 pub mod lock;
 pub mod mailbox;
 pub mod net;
+pub mod nic;
 pub mod platform;
 #[cfg(all(not(feature = "wdk"), target_arch = "x86_64"))]
 mod rt;
 
 pub use self::dpc::WindowsScheduler;
 pub use self::net::WindowsResolver;
+pub use self::nic::WindowsNicPlatform;
 pub use self::platform::{MappedBar, NdisSharedMemory, WindowsPlatform};

@@ -226,9 +226,63 @@ pub fn at_passive_level() -> bool {
 /// The interrupt handler slot: the ISR thunk reads it at DIRQL, so no lock: a pointer to a
 /// pool-allocated `Arc`, plus a count of ISRs inside it so that disconnecting can wait them
 /// out before freeing.
-struct InterruptSlot {
+pub(super) struct InterruptSlot {
     handler: AtomicPtr<Arc<dyn InterruptHandler>>,
     inside: AtomicU32,
+}
+
+impl InterruptSlot {
+    pub(super) const fn new() -> Self {
+        InterruptSlot {
+            handler: AtomicPtr::new(core::ptr::null_mut()),
+            inside: AtomicU32::new(0),
+        }
+    }
+
+    /// The ISR thunk's entry (DIRQL): false when no handler is connected.
+    pub(super) fn dispatch(&self, vector: u32) -> bool {
+        self.inside.fetch_add(1, Ordering::AcqRel);
+        let h = self.handler.load(Ordering::Acquire);
+        // SAFETY: a non-null slot points to a live Arc: disconnect clears the slot and then
+        // waits until `inside` drops to zero before freeing it.
+        let ours = !h.is_null() && unsafe { &*h }.isr(vector);
+        self.inside.fetch_sub(1, Ordering::AcqRel);
+        ours
+    }
+
+    /// Publishes `handler`; fails when one is connected already.
+    pub(super) fn connect(&self, handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
+        let slot = crate::os::alloc::try_box(handler)?.into_inner();
+        let raw = alloc::boxed::Box::into_raw(slot);
+        if self
+            .handler
+            .compare_exchange(
+                core::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: `raw` was never published; this is its only owner.
+            drop(unsafe { alloc::boxed::Box::from_raw(raw) });
+            return Err(OsError::Unavailable);
+        }
+        Ok(())
+    }
+
+    /// Unpublishes the handler and frees it once no ISR is inside it.
+    pub(super) fn disconnect(&self) {
+        let raw = self.handler.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if raw.is_null() {
+            return;
+        }
+        while self.inside.load(Ordering::Acquire) != 0 {
+            core::hint::spin_loop();
+        }
+        // SAFETY: unpublished above and no ISR is inside any more: this is the only owner.
+        drop(unsafe { alloc::boxed::Box::from_raw(raw) });
+    }
 }
 
 /// The platform of one adapter.
@@ -269,10 +323,7 @@ impl WindowsPlatform {
             uar: uar.cast(),
             uar_phys,
             scheduler,
-            interrupt: InterruptSlot {
-                handler: AtomicPtr::new(core::ptr::null_mut()),
-                inside: AtomicU32::new(0),
-            },
+            interrupt: InterruptSlot::new(),
         }
     }
 
@@ -289,13 +340,7 @@ impl WindowsPlatform {
     /// The ISR thunk's entry (MiniportMessageInterrupt, DIRQL): false when no handler is
     /// connected (the interrupt is not ours).
     pub fn dispatch_interrupt(&self, vector: u32) -> bool {
-        self.interrupt.inside.fetch_add(1, Ordering::AcqRel);
-        let h = self.interrupt.handler.load(Ordering::Acquire);
-        // SAFETY: a non-null slot points to a live Arc: disconnect clears the slot and then
-        // waits until `inside` drops to zero before freeing it.
-        let ours = !h.is_null() && unsafe { &*h }.isr(vector);
-        self.interrupt.inside.fetch_sub(1, Ordering::AcqRel);
-        ours
+        self.interrupt.dispatch(vector)
     }
 }
 
@@ -329,39 +374,11 @@ impl Platform for WindowsPlatform {
     }
 
     fn connect_interrupt(&self, handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
-        let slot = crate::os::alloc::try_box(handler)?.into_inner();
-        let raw = alloc::boxed::Box::into_raw(slot);
-        if self
-            .interrupt
-            .handler
-            .compare_exchange(
-                core::ptr::null_mut(),
-                raw,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
-            // SAFETY: `raw` was never published; this is its only owner.
-            drop(unsafe { alloc::boxed::Box::from_raw(raw) });
-            return Err(OsError::Unavailable);
-        }
-        Ok(())
+        self.interrupt.connect(handler)
     }
 
     fn disconnect_interrupt(&self) {
-        let raw = self
-            .interrupt
-            .handler
-            .swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if raw.is_null() {
-            return;
-        }
-        while self.interrupt.inside.load(Ordering::Acquire) != 0 {
-            core::hint::spin_loop();
-        }
-        // SAFETY: unpublished above and no ISR is inside any more: this is the only owner.
-        drop(unsafe { alloc::boxed::Box::from_raw(raw) });
+        self.interrupt.disconnect();
     }
 
     fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::os::host::{HostDevice, HostPlatform};
+use crate::os::host::HostPlatform;
 use crate::os::{Dpc, DpcHandler, InterruptHandler, Processor, RegisterIo};
 use crate::pvrdma::testdev::{FakeDevice, Mode};
 use std::sync::Mutex;
@@ -478,22 +478,7 @@ impl Drop for Rig {
 fn rig(timeout_ns: u64) -> Rig {
     let fake = FakeDevice::new(20);
     let dma: Arc<dyn crate::os::DmaAllocator> = fake.dma.clone();
-    let platform = HostPlatform::new(
-        HostDevice {
-            bar1: fake.clone(),
-            dma: dma.clone(),
-            doorbell: None,
-            uar_pfn: 0,
-            pump: None,
-        },
-        2,
-    );
-    let w = Arc::downgrade(&platform);
-    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-        if let Some(p) = w.upgrade() {
-            p.raise_interrupt(v);
-        }
-    }));
+    let platform = fake.platform(dma.clone(), 0);
     let pl: Arc<dyn Platform> = platform.clone();
     let ch = CmdChannel::new(pl.clone(), 20, timeout_ns).unwrap();
     let v0 = Arc::new(Vec0 {

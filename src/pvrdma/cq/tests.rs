@@ -6,8 +6,8 @@ use crate::os::Uar;
 use crate::os::dma::test_alloc::TestDma;
 use crate::pvrdma::cqe::{WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::queue::CqRing;
-use crate::pvrdma::uar::CqDoorbell;
 use crate::pvrdma::uar::recording::uar;
+use crate::pvrdma::uar::{CqDoorbell, bell};
 
 /// A UD receive as the device writes it, every field distinct (§11 offsets).
 fn ud_recv() -> [u8; 64] {
@@ -35,9 +35,9 @@ fn reader(ring: &CqRing) -> CqReader {
 
 fn bells(u: &Arc<Uar>) -> CqBells {
     CqBells {
-        arm: Bell::new(u.clone(), CqDoorbell::arm(3)),
-        arm_solicited: Bell::new(u.clone(), CqDoorbell::arm_solicited(3)),
-        poll: Bell::new(u.clone(), CqDoorbell::poll(3)),
+        arm: bell(u.clone(), CqDoorbell::arm(3)),
+        arm_solicited: bell(u.clone(), CqDoorbell::arm_solicited(3)),
+        poll: bell(u.clone(), CqDoorbell::poll(3)),
     }
 }
 
@@ -83,7 +83,22 @@ fn load_reads_each_field_where_the_device_wrote_it() {
     let c = cq.load(1);
     assert_eq!((c.opcode, c.status), (999, wc_status::WR_FLUSH_ERR));
     assert_eq!(cq.load_core(1).2, wc_status::WR_FLUSH_ERR);
-    assert_eq!(cq.read_element(1), e);
+    // A UD receive's sender: `src_qp` @32 (24 bits of it), `smac` @51..57 across two words.
+    assert_eq!(
+        cq.load_ud(0),
+        UdSource {
+            src_qp: 7,
+            smac: [0x00, 0x50, 0x56, 1, 2, 3]
+        }
+    );
+    // 0xA5 everywhere: the QPN keeps its 24 bits only.
+    assert_eq!(
+        cq.load_ud(1),
+        UdSource {
+            src_qp: 0x00A5_A5A5,
+            smac: [0xA5; 6]
+        }
+    );
 }
 
 #[test]
@@ -122,7 +137,6 @@ fn reader_validates_the_device_index_and_consumes() {
             wc_flags: 4,
         }
     );
-    assert_eq!(cq.read_element(2), b);
     // Consume two: cons_head (@12) follows, the rest stays ready.
     cq.consume(cq.next(cq.next(0)));
     assert_eq!(cq.head(), 2);

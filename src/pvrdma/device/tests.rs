@@ -2,7 +2,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::os::host::{HostDevice, HostPlatform};
+use crate::os::host::HostPlatform;
 use crate::os::{DmaAllocator, DmaRegion};
 use crate::pvrdma::testdev::{Access, FakeDevice, Mode};
 use std::sync::Mutex;
@@ -50,22 +50,7 @@ fn rig(version: u32) -> Rig {
         fail_at: Mutex::new(0),
         freed_while_live: Mutex::new(0),
     });
-    let platform = HostPlatform::new(
-        HostDevice {
-            bar1: fake.clone(),
-            dma: dma.clone(),
-            doorbell: None,
-            uar_pfn: 0x1_2345,
-            pump: None,
-        },
-        2,
-    );
-    let w = Arc::downgrade(&platform);
-    *fake.irq.lock().unwrap() = Some(Arc::new(move |v| {
-        if let Some(p) = w.upgrade() {
-            p.raise_interrupt(v);
-        }
-    }));
+    let platform = fake.platform(dma.clone(), 0x1_2345);
     Rig {
         fake,
         platform,
@@ -269,7 +254,7 @@ struct Rec(Mutex<Vec<std::string::String>>, AtomicU64);
 
 impl Rec {
     fn note(&self, what: std::string::String) {
-        if crate::os::host::held_spin_locks() != 0 {
+        if crate::os::sync::held_spin_locks() != 0 {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
         self.0.lock().unwrap().push(what);
@@ -421,6 +406,92 @@ fn cq_notifications_span_several_batches_in_order() {
     assert_eq!(r.finish(), 0);
 }
 
+/// The CQ-notification ring is drained with no lock: its DPC is its one drainer, and
+/// `Dpc::run` never overlaps two runs of it. Here its interrupt is raised from two
+/// processors at once (the test thread's, which queues to processor 0, and a DPC on
+/// processor 1 raising it over and over), so the drain DPC is queued to both while it runs:
+/// every CQNE is still delivered exactly once, in ring order.
+#[test]
+fn cq_notifications_queued_from_two_processors_are_each_delivered_once_in_order() {
+    struct Raiser {
+        platform: Arc<HostPlatform>,
+        stop: core::sync::atomic::AtomicBool,
+        raised: AtomicU64,
+        me: Mutex<Option<Dpc>>,
+    }
+    impl DpcHandler for Raiser {
+        fn run(&self) {
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            self.platform.raise_interrupt(VECTOR_CQ);
+            self.raised.fetch_add(1, Ordering::SeqCst);
+            if let Some(d) = self.me.lock().unwrap().as_ref() {
+                d.queue(Processor::Index(1));
+            }
+        }
+    }
+    /// A handler that takes a while, so drains are long and raises land inside them.
+    struct Slow(Tagged);
+    impl CqEvents for Slow {
+        fn completion(&self) {
+            for _ in 0..200 {
+                core::hint::spin_loop();
+            }
+            self.0.completion();
+        }
+        fn error(&self) {
+            self.0.error();
+        }
+    }
+    let r = rig(20);
+    let dev = r.probe(&[]).unwrap();
+    let rec = Arc::new(Rec::default());
+    for h in 1..=5 {
+        dev.register_cq(h, Arc::new(Slow(Tagged(h, rec.clone()))))
+            .unwrap();
+    }
+    let raiser = Arc::new(Raiser {
+        platform: r.platform.clone(),
+        stop: false.into(),
+        raised: AtomicU64::new(0),
+        me: Mutex::new(None),
+    });
+    let sched = r.platform.scheduler().clone();
+    let dpc = Dpc::new(&sched, raiser.clone()).unwrap();
+    *raiser.me.lock().unwrap() = Some(dpc.clone());
+    dpc.queue(Processor::Index(1));
+    let n: u64 = if cfg!(miri) { 40 } else { 2000 };
+    let mut want = Vec::new();
+    for i in 0..n {
+        let h = 1 + (i % 5) as u32;
+        r.fake.post_cqne(h);
+        want.push(std::format!("cq{h}"));
+        if i % 64 == 0 {
+            // Let the other processor's raises interleave with these.
+            std::thread::yield_now();
+        }
+    }
+    wait_for(|| dev.stats().cq_notifications == n);
+    raiser.stop.store(true, Ordering::SeqCst);
+    wait_for(|| r.platform.executor().is_idle());
+    *raiser.me.lock().unwrap() = None;
+    assert!(
+        raiser.raised.load(Ordering::SeqCst) > 0,
+        "processor 1 raised"
+    );
+    let s = dev.stats();
+    assert_eq!((s.cq_notifications, s.dropped_notifications), (n, 0));
+    assert_eq!(
+        *rec.0.lock().unwrap(),
+        want,
+        "each CQNE once, in ring order"
+    );
+    assert!(!s.cq_ring_broken);
+    drop(dev);
+    assert_eq!(r.finish(), 0);
+}
+
 #[test]
 fn async_ring_wraps_past_its_512_slots() {
     let r = rig(20);
@@ -446,9 +517,9 @@ fn async_ring_wraps_past_its_512_slots() {
 fn doorbell_goes_to_uar_page() {
     let r = rig(20);
     let dev = r.probe(&[]).unwrap();
-    dev.ring(crate::pvrdma::uar::CqDoorbell::arm(7));
+    dev.bell(crate::pvrdma::uar::CqDoorbell::arm(7)).ring();
     assert_eq!(r.platform.uar_word(4), 0x4000_0007);
-    dev.ring(crate::pvrdma::uar::QpDoorbell::send(2));
+    dev.bell(crate::pvrdma::uar::QpDoorbell::send(2)).ring();
     assert_eq!(r.platform.uar_word(0), 0x4000_0002);
     assert_eq!(dev.unquiesce(), Ok(()));
     assert_eq!(r.fake.writes().last(), Some(&(CTL, 1)));

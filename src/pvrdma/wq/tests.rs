@@ -4,8 +4,8 @@
 use super::*;
 use crate::os::dma::test_alloc::TestDma;
 use crate::pvrdma::queue::{QpLayout, QpQueues};
-use crate::pvrdma::uar::QpDoorbell;
 use crate::pvrdma::uar::recording::uar;
+use crate::pvrdma::uar::{QpDoorbell, bell};
 use crate::pvrdma::wqe::{AccessFlags, SendFlags, WrOpcode};
 use std::vec;
 use std::vec::Vec;
@@ -45,13 +45,13 @@ fn rings(sq_stride: u32, sq_sge: u32, rq_stride: u32, rq_sge: u32, fill: u8) -> 
     let sq = SendWriter::new(
         buf.clone(),
         g(1, sq_stride, sq_sge, 0),
-        Bell::new(u.clone(), QpDoorbell::send(7)),
+        bell(u.clone(), QpDoorbell::send(7)),
     )
     .unwrap();
     let rq = RecvWriter::new(
         buf.clone(),
         g(2, rq_stride, rq_sge, 8),
-        Bell::new(u, QpDoorbell::recv(7)),
+        bell(u, QpDoorbell::recv(7)),
     )
     .unwrap();
     Rings { buf, sq, rq }
@@ -202,13 +202,11 @@ fn publish_wraps_at_2n_and_the_doorbell_is_one_store() {
     let (u, log) = uar();
     let layout = QpLayout::new(8, 4, Some((4, 3))).unwrap();
     let q = QpQueues::alloc(&dma, &layout).unwrap();
-    let sq =
-        q.sq.writer(Bell::new(u.clone(), QpDoorbell::send(7)))
-            .unwrap();
+    let sq = q.sq.writer(bell(u.clone(), QpDoorbell::send(7))).unwrap();
     let rq =
         q.rq.as_ref()
             .unwrap()
-            .writer(Bell::new(u, QpDoorbell::recv(7)))
+            .writer(bell(u, QpDoorbell::recv(7)))
             .unwrap();
     assert_eq!((sq.entries(), sq.max_sge(), rq.entries()), (8, 4, 4));
     sq.publish(17);
@@ -233,8 +231,8 @@ fn each_writer_checks_its_elements_hold_its_header_and_sges() {
         max_sge,
         state: 0,
     };
-    let send = |g| SendWriter::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::send(1)));
-    let recv = |g| RecvWriter::new(buf.clone(), g, Bell::new(u.clone(), QpDoorbell::recv(1)));
+    let send = |g| SendWriter::new(buf.clone(), g, bell(u.clone(), QpDoorbell::send(1)));
+    let recv = |g| RecvWriter::new(buf.clone(), g, bell(u.clone(), QpDoorbell::recv(1)));
     // A receive ring's 64-byte elements hold 16 + 3·16 bytes; a send WQE's 80-byte header
     // alone does not fit, so the same geometry gives no send writer.
     assert!(recv(g(64, 3)).is_ok());
@@ -307,12 +305,10 @@ fn records_and_wqes_share_one_index_across_the_wrap() {
     let (u, _log) = uar();
     let layout = QpLayout::new(8, 1, None).unwrap();
     let q = QpQueues::alloc(&dma, &layout).unwrap();
-    let plain =
-        q.sq.writer(Bell::new(u.clone(), QpDoorbell::send(7)))
-            .unwrap();
+    let plain = q.sq.writer(bell(u.clone(), QpDoorbell::send(7))).unwrap();
     let mut k = 0u32;
     let sq =
-        q.sq.writer(Bell::new(u, QpDoorbell::send(7)))
+        q.sq.writer(bell(u, QpDoorbell::send(7)))
             .unwrap()
             .with_records(|| {
                 k += 1;

@@ -29,6 +29,14 @@ use super::super::ndk::{Cluster, ClusterConfig, WireSpec};
 /// Captures so far (`PVRDMA_INTEROP_PCAP=DIR` writes each case's frames to DIR/caseNN.pcap).
 static CAPTURES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Rigs made so far: each fresh cluster is a restarted host and gets its own seed, so its
+/// CM comm IDs and PSNs differ from the last one's as a rebooted Windows host's would
+/// (the driver seeds from the clock). With one fixed seed, a case that fails before it
+/// disconnects leaves Linux an ESTABLISHED connection whose (comm ID, CA GUID) the next
+/// case's first REQ repeats, and ib_cm drops that REQ as a duplicate (cm.c
+/// cm_dup_req_handler): every later case then fails with STATUS_IO_TIMEOUT.
+static RIGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The guest is 198.18.0.100 and 2001:2::64; the simulated host 198.18.0.1 and 2001:2::1.
 pub const GUEST: u8 = 100;
 
@@ -99,9 +107,12 @@ impl Peer {
             COMMAND_TIMEOUT,
         );
         let rxe_before = self.guest.rdma_counters().expect("rxe counters");
+        let base = ClusterConfig::real_peer(1);
+        let rig = RIGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut cfg = ClusterConfig {
             ipv6,
-            ..ClusterConfig::real_peer(1)
+            seed: base.seed ^ rig.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ..base
         };
         (self.cluster)(&mut cfg);
         case(&mut cfg);

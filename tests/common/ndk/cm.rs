@@ -11,10 +11,10 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pvrdma_ndk::ndk::cm_engine::EngineConfig;
+use pvrdma_host::held_spin_locks;
+use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::Platform;
-use pvrdma_ndk::os::host::held_spin_locks;
 use pvrdma_ndk::os::net::Neighbours;
 
 use super::{
@@ -85,18 +85,18 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
             n.add_address(ip).expect("address");
         }
         let seed = (cfg.seed as u32) ^ (h.index as u32).wrapping_mul(0x9E37_79B9);
-        h.ndk
-            .start_connections(
-                p,
-                n.clone(),
-                EngineConfig {
-                    path_mtu: cfg.path_mtu,
-                    cm_response_timeout: cfg.cm_timing.0,
-                    max_cm_retries: cfg.cm_timing.1,
-                    ..EngineConfig::new(guid_from_mac(h.mac), seed)
-                },
-            )
-            .expect("connection engine starts");
+        pvrdma_ndk::ndk::connect::start(
+            &h.ndk,
+            p,
+            n.clone(),
+            EngineConfig {
+                path_mtu: cfg.path_mtu,
+                cm_response_timeout: cfg.cm_timing.0,
+                max_cm_retries: cfg.cm_timing.1,
+                ..EngineConfig::new(guid_from_mac(h.mac), seed)
+            },
+        )
+        .expect("connection engine starts");
         h.resolver = Some(n);
     }
 }
@@ -105,7 +105,7 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
 /// is empty.
 pub(super) fn stop_engines(hosts: &[Host]) {
     for h in hosts {
-        let Some(e) = h.ndk.connections() else {
+        let Some(e) = pvrdma_ndk::ndk::connect::engine(&h.ndk) else {
             continue;
         };
         let (_held, conns, listeners, endpoints) = e.live();
@@ -782,10 +782,14 @@ impl Listener {
 /// Host `h`'s connection engine's live counts: (CM connections, TIMEWAIT included;
 /// connectors registered; listeners; local endpoints).
 pub fn engine_live(h: &Host) -> (usize, usize, usize, usize) {
-    h.ndk.connections().expect("a connection engine").live()
+    pvrdma_ndk::ndk::connect::engine(&h.ndk)
+        .expect("a connection engine")
+        .live()
 }
 
 /// Host `h`'s connection engine's MAD counters.
-pub fn engine_stats(h: &Host) -> pvrdma_ndk::ndk::cm_engine::EngineStats {
-    h.ndk.connections().expect("a connection engine").stats()
+pub fn engine_stats(h: &Host) -> pvrdma_ndk::ndk::connect::EngineStats {
+    pvrdma_ndk::ndk::connect::engine(&h.ndk)
+        .expect("a connection engine")
+        .stats()
 }

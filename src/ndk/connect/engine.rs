@@ -2,9 +2,9 @@
 //! to QP1, the GID table, the address resolver, a timer and the NDK connector and listener
 //! objects (the "how the NDK layer drives it" contract of the `cm` module docs).
 //!
-//! One [`CmEngine`] per [`super::NdkDevice`], started at PASSIVE_LEVEL once the device runs
-//! ([`super::NdkDevice::start_connections`]) and stopped before it goes
-//! ([`super::NdkDevice::stop_connections`]):
+//! One [`CmEngine`] per [`NdkDevice`](crate::ndk::NdkDevice), started at PASSIVE_LEVEL once the device runs
+//! ([`super::start`]) and stopped before it goes
+//! ([`NdkDevice::stop_connections`](crate::ndk::NdkDevice::stop_connections)):
 //! - **GIDs**: one RoCEv2 GID per unicast address of the interface (IPv4 v4-mapped, IPv6 as
 //!   is) in the device's GID table, kept current by the resolver's address events.
 //! - **Inputs** (consumer calls, QP1 receives, the timer DPC) all run
@@ -31,17 +31,17 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::conn_stats::{ConnCounters, ConnStats, EndpointRole};
 use super::connector::Connector;
-use super::error::HwError;
-use super::hw::{Hardware, HwDone};
 use super::listener::Listener;
-use super::object::{ObjRef, try_vec};
 use super::qp1::{MAD_LEN, MadPath, MadSink, MadSource, Qp1, Qp1Config};
 use crate::cm::addr::{Gid, gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::{Action, Cm, CmConfig, CmError, ConnId, Event, ListenerId};
-use crate::ndkpi::*;
+use crate::ndk::error::{NdkError, NdkResult};
+use crate::ndk::object::{ObjRef, try_vec};
 use crate::os::net::{AddressEvents, AddressResolver, Mac};
 use crate::os::{DpcHandler, Platform, SpinLock, Timer};
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{Done, Verbs};
 
 /// GID table entries the engine uses (the model's and the device's default table holds 16).
 pub const MAX_GIDS: usize = 16;
@@ -159,15 +159,15 @@ impl Endpoints {
             .any(|e| e.port == port && (covers(e.ip, ip) || covers(ip, e.ip)))
     }
 
-    fn reserve(&mut self, ip: IpAddr, port: u16, role: EndpointRole) -> Result<u16, NTSTATUS> {
+    fn reserve(&mut self, ip: IpAddr, port: u16, role: EndpointRole) -> NdkResult<u16> {
         let free = self
             .slots
             .iter()
             .position(Option::is_none)
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            .ok_or(NdkError::InsufficientResources)?;
         let port = if port != 0 {
             if self.overlaps(ip, port) {
-                return Err(STATUS_SHARING_VIOLATION);
+                return Err(NdkError::SharingViolation);
             }
             port
         } else {
@@ -182,7 +182,7 @@ impl Endpoints {
                     break;
                 }
             }
-            found.ok_or(STATUS_TOO_MANY_ADDRESSES)?
+            found.ok_or(NdkError::TooManyAddresses)?
         };
         if let Some(slot) = self.slots.get_mut(free) {
             *slot = Some(Endpoint { ip, port, role });
@@ -249,7 +249,7 @@ const AGAIN: u8 = 2;
 pub struct CmEngine {
     me: SpinLock<Weak<CmEngine>>,
     platform: Arc<dyn Platform>,
-    hw: Arc<dyn Hardware>,
+    hw: Arc<Verbs>,
     resolver: Arc<dyn AddressResolver>,
     cfg: EngineConfig,
     cm: SpinLock<Cm>,
@@ -270,6 +270,12 @@ pub struct CmEngine {
     counters: Counters,
     /// The NDIS connection counters (ndkpi.md §6.6).
     conn_stats: ConnStats,
+}
+
+impl crate::ndk::adapter::Connections for CmEngine {
+    fn stop(&self) {
+        CmEngine::stop(self);
+    }
 }
 
 struct Sink(Weak<CmEngine>);
@@ -308,49 +314,27 @@ impl AddressEvents for Addresses {
 }
 
 /// Runs one asynchronous seam command and waits for it (PASSIVE_LEVEL).
-fn wait_for(platform: &dyn Platform, issue: impl FnOnce(HwDone<()>)) -> Result<(), HwError> {
-    let cell: Arc<SpinLock<Option<Result<(), HwError>>>> =
-        crate::os::alloc::try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?;
+fn wait_for(platform: &dyn Platform, issue: impl FnOnce(Done<()>)) -> Result<(), PvrdmaError> {
+    let cell: Arc<SpinLock<Option<Result<(), PvrdmaError>>>> =
+        crate::os::alloc::try_arc(SpinLock::new(None)).map_err(|_| PvrdmaError::NoMemory)?;
     let c2 = cell.clone();
-    let done = crate::os::alloc::try_box(move |r: Result<(), HwError>| *c2.lock() = Some(r))
-        .map_err(|_| HwError::NoResources)?
-        .map_box(|b| b as HwDone<()>)
+    let done = crate::os::alloc::try_box(move |r: Result<(), PvrdmaError>| *c2.lock() = Some(r))
+        .map_err(|_| PvrdmaError::NoMemory)?
+        .map_box(|b| b as Done<()>)
         .into_inner();
     issue(done);
     platform.wait_until(&|| cell.lock().is_some(), COMMAND_WAIT_NS);
     let r = cell.lock().take();
-    r.unwrap_or(Err(HwError::Failed))
+    r.unwrap_or(Err(PvrdmaError::Timeout))
 }
 
 /// A boxed seam completion (IRQL ≤ DISPATCH_LEVEL: non-paged pool).
 pub(crate) fn hw_done<T: 'static>(
-    f: impl FnOnce(Result<T, HwError>) + Send + 'static,
-) -> Option<HwDone<T>> {
+    f: impl FnOnce(Result<T, PvrdmaError>) + Send + 'static,
+) -> Option<Done<T>> {
     crate::os::alloc::try_box(f)
         .ok()
-        .map(|b| b.map_box(|b| b as HwDone<T>).into_inner())
-}
-
-/// The NTSTATUS of a consumer request the CM refused (the `cm` module docs' table).
-pub const fn cm_status(e: CmError) -> NTSTATUS {
-    match e {
-        CmError::PrivateDataTooLong => STATUS_INVALID_BUFFER_SIZE,
-        CmError::InvalidState | CmError::UnknownConnection => STATUS_CONNECTION_INVALID,
-        CmError::AddressInUse => STATUS_SHARING_VIOLATION,
-        CmError::AddressFamily => STATUS_INVALID_ADDRESS,
-        CmError::TableFull | CmError::NoMemory => STATUS_INSUFFICIENT_RESOURCES,
-        CmError::QueueFull => STATUS_DEVICE_BUSY,
-        CmError::UnknownListener | CmError::InvalidParameter => STATUS_INVALID_PARAMETER,
-    }
-}
-
-/// The local communication ID every CM message carries first in its body.
-fn local_comm_id(mad: &[u8; MAD_LEN]) -> u32 {
-    let mut b = [0u8; 4];
-    if let Some(s) = mad.get(24..28) {
-        b.copy_from_slice(s);
-    }
-    u32::from_be_bytes(b)
+        .map(|b| b.map_box(|b| b as Done<T>).into_inner())
 }
 
 impl CmEngine {
@@ -361,10 +345,10 @@ impl CmEngine {
     /// What QP1, the CM or an allocation reported; what was made is undone.
     pub fn start(
         platform: Arc<dyn Platform>,
-        hw: Arc<dyn Hardware>,
+        hw: Arc<Verbs>,
         resolver: Arc<dyn AddressResolver>,
         cfg: EngineConfig,
-    ) -> Result<Arc<CmEngine>, HwError> {
+    ) -> Result<Arc<CmEngine>, PvrdmaError> {
         let caps = *hw.caps();
         let clamp = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
         let mut cm_cfg = CmConfig::rdma_cm_defaults(cfg.capacity, cfg.ca_guid, cfg.seed);
@@ -374,13 +358,13 @@ impl CmEngine {
         cm_cfg.max_cm_retries = cfg.max_cm_retries;
         cm_cfg.adapter_max =
             ReadLimits::new(clamp(caps.max_qp_rd_atom), clamp(caps.max_qp_init_rd_atom));
-        let cm = Cm::new(cm_cfg).map_err(|_| HwError::NoResources)?;
-        let nr = |_| HwError::NoResources;
-        let conns = try_vec(cfg.capacity, || None).map_err(|_| HwError::NoResources)?;
-        let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| HwError::NoResources)?;
-        let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
-        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| HwError::NoResources)?;
-        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| HwError::NoResources)?;
+        let cm = Cm::new(cm_cfg).map_err(|_| PvrdmaError::NoMemory)?;
+        let nr = |_| PvrdmaError::NoMemory;
+        let conns = try_vec(cfg.capacity, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let listeners = try_vec(cm_cfg.listeners, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let endpoints = try_vec(ENDPOINTS, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let tuples = try_vec(ENDPOINTS, || None).map_err(|_| PvrdmaError::NoMemory)?;
+        let neighbour_slots = try_vec(NEIGHBOURS, || None).map_err(|_| PvrdmaError::NoMemory)?;
         let engine = crate::os::alloc::try_arc(CmEngine {
             me: SpinLock::new(Weak::new()),
             platform: platform.clone(),
@@ -454,7 +438,7 @@ impl CmEngine {
     }
 
     /// The hardware.
-    pub fn hw(&self) -> &Arc<dyn Hardware> {
+    pub fn hw(&self) -> &Arc<Verbs> {
         &self.hw
     }
 
@@ -530,7 +514,7 @@ impl CmEngine {
         let idx = index as u32;
         let gid = gid_from_ip(ip);
         let me = self.weak();
-        let undo = move |r: Result<(), HwError>| {
+        let undo = move |r: Result<(), PvrdmaError>| {
             if r.is_err()
                 && let Some(e) = me.upgrade()
                 && let Some(slot) = e.gids.lock().get_mut(index)
@@ -541,11 +525,11 @@ impl CmEngine {
         };
         match wait {
             Some(p) => {
-                let r = wait_for(p, |d| self.hw.bind_gid_async(idx, gid, d));
+                let r = wait_for(p, |d| self.hw.bind_gid(idx, gid, d));
                 undo(r);
             }
             None => match hw_done(undo) {
-                Some(d) => self.hw.bind_gid_async(idx, gid, d),
+                Some(d) => self.hw.bind_gid(idx, gid, d),
                 None => {
                     if let Some(slot) = self.gids.lock().get_mut(index) {
                         *slot = None;
@@ -571,11 +555,11 @@ impl CmEngine {
         let gid = gid_from_ip(ip);
         match wait {
             Some(p) => {
-                let _ = wait_for(p, |d| self.hw.unbind_gid_async(idx, gid, d));
+                let _ = wait_for(p, |d| self.hw.unbind_gid(idx, gid, d));
             }
             None => {
                 if let Some(d) = hw_done(|_| {}) {
-                    self.hw.unbind_gid_async(idx, gid, d);
+                    self.hw.unbind_gid(idx, gid, d);
                 }
             }
         }
@@ -620,7 +604,7 @@ impl CmEngine {
     /// # Errors
     /// STATUS_SHARING_VIOLATION (in use), STATUS_TOO_MANY_ADDRESSES (no ephemeral port
     /// left), STATUS_INSUFFICIENT_RESOURCES (the endpoint table is full).
-    pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> Result<u16, NTSTATUS> {
+    pub fn reserve_endpoint(&self, ip: IpAddr, port: u16) -> NdkResult<u16> {
         self.endpoints
             .lock()
             .reserve(ip, port, EndpointRole::Connector)
@@ -631,12 +615,7 @@ impl CmEngine {
     ///
     /// # Errors
     /// As [`Self::reserve_endpoint`].
-    pub fn reserve_endpoint_as(
-        &self,
-        ip: IpAddr,
-        port: u16,
-        role: EndpointRole,
-    ) -> Result<u16, NTSTATUS> {
+    pub fn reserve_endpoint_as(&self, ip: IpAddr, port: u16, role: EndpointRole) -> NdkResult<u16> {
         self.endpoints.lock().reserve(ip, port, role)
     }
 
@@ -649,15 +628,15 @@ impl CmEngine {
     ///
     /// # Errors
     /// STATUS_ADDRESS_ALREADY_EXISTS (claimed already), STATUS_INSUFFICIENT_RESOURCES.
-    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> Result<(), NTSTATUS> {
+    pub fn claim_tuple(&self, local: SocketAddr, remote: SocketAddr) -> NdkResult<()> {
         let mut t = self.tuples.lock();
         if t.iter().flatten().any(|&(l, r)| l == local && r == remote) {
-            return Err(STATUS_ADDRESS_ALREADY_EXISTS);
+            return Err(NdkError::AddressAlreadyExists);
         }
         let slot = t
             .iter_mut()
             .find(|s| s.is_none())
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            .ok_or(NdkError::InsufficientResources)?;
         *slot = Some((local, remote));
         Ok(())
     }
@@ -873,13 +852,10 @@ impl CmEngine {
     #[inline(never)]
     fn perform(&self, a: Action) {
         match a {
-            Action::Send { path, mad } => {
-                let conn = ConnId(local_comm_id(&mad));
-                match self.connector(conn) {
-                    Some(c) => c.send_in_order(path, mad),
-                    None => self.send_mad(&path, &mad),
-                }
-            }
+            Action::Send { conn, path, mad } => match conn.and_then(|conn| self.connector(conn)) {
+                Some(c) => c.send_in_order(path, mad),
+                None => self.send_mad(&path, &mad),
+            },
             Action::ModifyQp {
                 conn, transition, ..
             } => {

@@ -7,11 +7,11 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
-use super::adapter::Adapter;
-use super::cm_engine::CmEngine;
 use super::conn_stats::EndpointRole;
-use super::dispatch;
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::engine::CmEngine;
+use crate::ndk::adapter::Adapter;
+use crate::ndk::error::{NdkError, NdkResult};
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 
 /// A shared endpoint.
@@ -46,17 +46,14 @@ impl SharedEndpoint {
     pub fn create(
         adapter: &ObjRef<Adapter>,
         addr: SocketAddr,
-    ) -> Result<ObjRef<SharedEndpoint>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+    ) -> NdkResult<ObjRef<SharedEndpoint>> {
+        let engine = super::engine(adapter.device()).ok_or(NdkError::NotImplemented)?;
         let ip = addr.ip();
         if ip.is_unspecified() || !engine.is_local(ip) {
-            return Err(STATUS_INVALID_ADDRESS);
+            return Err(NdkError::InvalidAddress);
         }
         if !adapter.lifetime().try_get() {
-            return Err(STATUS_INVALID_DEVICE_REQUEST);
+            return Err(NdkError::InvalidDeviceRequest);
         }
         let port = match engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Shared) {
             Ok(p) => p,
@@ -67,7 +64,7 @@ impl SharedEndpoint {
         };
         let ndk = NDK_SHARED_ENDPOINT {
             Header: header(adapter.version(), NdkObjectTypeSharedEndpoint),
-            Dispatch: &dispatch::SHARED_ENDPOINT_DISPATCH,
+            Dispatch: SharedEndpoint::TABLE,
         };
         ObjRef::try_new(
             ndk,
@@ -82,7 +79,7 @@ impl SharedEndpoint {
         .map_err(|_| {
             engine.release_endpoint(ip, port);
             adapter.put();
-            STATUS_INSUFFICIENT_RESOURCES
+            NdkError::InsufficientResources
         })
     }
 

@@ -11,13 +11,13 @@
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
 
-use super::adapter::Adapter;
-use super::cm_engine::{CmEngine, cm_status};
 use super::conn_stats::EndpointRole;
 use super::connector::Connector;
-use super::dispatch;
-use super::object::{Lifetime, NdkObject, ObjRef, header};
+use super::engine::CmEngine;
 use crate::cm::ListenerId;
+use crate::ndk::adapter::Adapter;
+use crate::ndk::error::{NdkError, NdkResult};
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, header};
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 
@@ -58,17 +58,14 @@ impl Listener {
         adapter: &ObjRef<Adapter>,
         callback: NDK_FN_CONNECT_EVENT_CALLBACK,
         context: usize,
-    ) -> Result<ObjRef<Listener>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+    ) -> NdkResult<ObjRef<Listener>> {
+        let engine = super::engine(adapter.device()).ok_or(NdkError::NotImplemented)?;
         if !adapter.lifetime().try_get() {
-            return Err(STATUS_INVALID_DEVICE_REQUEST);
+            return Err(NdkError::InvalidDeviceRequest);
         }
         let ndk = NDK_LISTENER {
             Header: header(adapter.version(), NdkObjectTypeListener),
-            Dispatch: &dispatch::LISTENER_DISPATCH,
+            Dispatch: Listener::TABLE,
         };
         ObjRef::try_new(
             ndk,
@@ -83,7 +80,7 @@ impl Listener {
         )
         .map_err(|_| {
             adapter.put();
-            STATUS_INSUFFICIENT_RESOURCES
+            NdkError::InsufficientResources
         })
     }
 
@@ -117,27 +114,27 @@ impl ObjRef<Listener> {
     /// STATUS_INVALID_DEVICE_STATE (listening already), STATUS_INVALID_ADDRESS (not an
     /// address of the interface), STATUS_SHARING_VIOLATION (address:port in use),
     /// STATUS_TOO_MANY_ADDRESSES (no ephemeral port), STATUS_INSUFFICIENT_RESOURCES.
-    pub fn listen(&self, addr: SocketAddr) -> Result<(), NTSTATUS> {
+    pub fn listen(&self, addr: SocketAddr) -> NdkResult<()> {
         let engine = &self.engine;
         if self.bound.lock().is_some() {
-            return Err(STATUS_INVALID_DEVICE_STATE);
+            return Err(NdkError::InvalidDeviceState);
         }
         let ip = addr.ip();
         if !ip.is_unspecified() && !engine.is_local(ip) {
-            return Err(STATUS_INVALID_ADDRESS);
+            return Err(NdkError::InvalidAddress);
         }
         let port = engine.reserve_endpoint_as(ip, addr.port(), EndpointRole::Listener)?;
         let id = match engine.input(|cm, _| cm.listen(port, ip)) {
             Ok(id) => id,
             Err(e) => {
                 engine.release_endpoint(ip, port);
-                return Err(cm_status(e));
+                return Err(NdkError::from(e));
             }
         };
         if !engine.register_listener(id, self) {
             let _ = engine.input(|cm, _| cm.unlisten(id));
             engine.release_endpoint(ip, port);
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
+            return Err(NdkError::InsufficientResources);
         }
         *self.bound.lock() = Some((id, ip, port));
         Ok(())
@@ -151,7 +148,7 @@ impl ObjRef<Listener> {
             return;
         }
         let ptr = c.publish();
-        dispatch::call_connect_event(self.callback, self.context, ptr);
+        upcall::connect_event(self.callback, self.context, ptr);
         self.put();
     }
 }

@@ -24,25 +24,19 @@
 use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use super::error::HwError;
-use super::hw::{Hardware, HwDone, MrKeys, QpModify, QpSpec, QpState, pow2_ceil};
-use crate::ndkpi::{NTSTATUS, STATUS_BAD_NETWORK_NAME, STATUS_HOST_UNREACHABLE};
-use crate::ndkpi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS};
 use crate::os::SharedDma;
 use crate::os::SpinLock;
 use crate::os::alloc::{try_arc, try_box};
-use crate::os::net::ResolveError;
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cq::{CqReader, CqState};
-use crate::pvrdma::cqe::{WcFlags, wc_opcode, wc_status};
+use crate::pvrdma::cqe::{CqeView, UdSource, WcFlags, wc_opcode, wc_status};
 use crate::pvrdma::device::CqEvents;
-use crate::pvrdma::ud::{GRH_LEN, Grh, UdAddress};
+use crate::pvrdma::ud::{GRH_LEN, Grh, QP1_QKEY, UdAddress};
+use crate::pvrdma::verbs::{Done, MrKeys, QpModify, QpSpec, QpState, Verbs, pow2_ceil};
 use crate::pvrdma::wq::{RecvWriter, SendWriter};
 use crate::pvrdma::wqe::{SendFlags, Sge, SqHeader, WrOpcode};
 
-/// A CM MAD: exactly 256 bytes (cm.md §2.1).
-pub const MAD_LEN: usize = 256;
-/// `IB_QP1_QKEY`.
-pub const QP1_QKEY: u32 = 0x8001_0000;
+pub use crate::cm::wire::MAD_LEN;
 /// What a MAD receive's CQE must report: the GRH area and the MAD.
 const RECV_LEN: usize = GRH_LEN + MAD_LEN;
 /// Receive buffers start 64-byte aligned.
@@ -50,20 +44,6 @@ const RECV_STRIDE: usize = 320;
 /// Marks a receive's `wr_id` (a send's has the bit clear); the low 32 bits are the WQE's
 /// free-running index.
 const RECV_TAG: u64 = 1 << 63;
-/// CQE offsets (§11) the CQE view does not carry.
-const CQE_SRC_QP: usize = 32;
-const CQE_SMAC: usize = 51;
-
-/// The NTSTATUS of a failed address resolution (the connection manager's NdkConnect and
-/// NdkAccept report it): a source address that is not the interface's is a bad network
-/// name; a destination no neighbour answered for is unreachable.
-pub const fn resolve_status(e: ResolveError) -> NTSTATUS {
-    match e {
-        ResolveError::NotLocal => STATUS_BAD_NETWORK_NAME,
-        ResolveError::Unreachable => STATUS_HOST_UNREACHABLE,
-        ResolveError::NoResources => STATUS_INSUFFICIENT_RESOURCES,
-    }
-}
 
 /// Sizes of the QP1 queues (powers of two; each slot has its own MAD buffer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +151,7 @@ const BUSY: u8 = 1;
 const AGAIN: u8 = 2;
 
 struct Inner {
-    hw: Arc<dyn Hardware>,
+    hw: Arc<Verbs>,
     pd: u32,
     dma_mr: MrKeys,
     cq: u32,
@@ -223,23 +203,23 @@ impl CqEvents for Qp1Events {
 }
 
 /// Runs one asynchronous seam command and waits for it (PASSIVE_LEVEL).
-fn wait<T: Send + 'static>(hw: &dyn Hardware, issue: impl FnOnce(HwDone<T>)) -> Result<T, HwError> {
-    let cell: Arc<SpinLock<Option<Result<T, HwError>>>> =
-        try_arc(SpinLock::new(None)).map_err(|_| HwError::NoResources)?;
+fn wait<T: Send + 'static>(hw: &Verbs, issue: impl FnOnce(Done<T>)) -> Result<T, PvrdmaError> {
+    let cell: Arc<SpinLock<Option<Result<T, PvrdmaError>>>> =
+        try_arc(SpinLock::new(None)).map_err(|_| PvrdmaError::NoMemory)?;
     let c2 = cell.clone();
-    let done = try_box(move |r: Result<T, HwError>| *c2.lock() = Some(r))
-        .map_err(|_| HwError::NoResources)?
-        .map_box(|b| b as HwDone<T>)
+    let done = try_box(move |r: Result<T, PvrdmaError>| *c2.lock() = Some(r))
+        .map_err(|_| PvrdmaError::NoMemory)?
+        .map_box(|b| b as Done<T>)
         .into_inner();
     issue(done);
     hw.wait_until(&|| cell.lock().is_some());
     let r = cell.lock().take();
-    r.unwrap_or(Err(HwError::Failed))
+    r.unwrap_or(Err(PvrdmaError::Timeout))
 }
 
 /// What `open` has made so far, destroyed in reverse if it fails.
 struct Partial<'a> {
-    hw: &'a dyn Hardware,
+    hw: &'a Verbs,
     pd: Option<(u32, MrKeys)>,
     cq: Option<u32>,
     qp: Option<u32>,
@@ -271,38 +251,38 @@ impl Qp1 {
     /// for the device). `sink` gets every MAD received until [`Qp1::close`].
     ///
     /// # Errors
-    /// [`HwError::Invalid`] for depths that are not powers of two in 1..=2^15 (or that the
+    /// [`PvrdmaError::InvalidParameter`] for depths that are not powers of two in 1..=2^15 (or that the
     /// device would size differently); otherwise the first failing command's error, after
     /// what was made is destroyed.
     pub fn open(
-        hw: Arc<dyn Hardware>,
+        hw: Arc<Verbs>,
         cfg: Qp1Config,
         sink: Arc<dyn MadSink>,
-    ) -> Result<Qp1, HwError> {
+    ) -> Result<Qp1, PvrdmaError> {
         let pow2 = |n: u32| n.is_power_of_two() && n <= 1 << 15;
         if !(pow2(cfg.recv_depth) && pow2(cfg.send_depth)) {
-            return Err(HwError::Invalid);
+            return Err(PvrdmaError::InvalidParameter);
         }
         // CAST: ≤ 2^15 each.
         let recv_bytes = cfg.recv_depth as usize * RECV_STRIDE;
         let send_bytes = cfg.send_depth as usize * MAD_LEN;
         let recv_bufs = hw.alloc_dma(recv_bytes)?;
         let send_bufs = hw.alloc_dma(send_bytes)?;
-        let h: &dyn Hardware = &*hw;
+        let h: &Verbs = &hw;
         let mut made = Partial {
             hw: h,
             pd: None,
             cq: None,
             qp: None,
         };
-        let (pd, dma_mr) = wait(h, |d| h.create_pd_async(d))?;
+        let (pd, dma_mr) = wait(h, |d| h.create_pd(d))?;
         made.pd = Some((pd, dma_mr));
         let entries = cfg
             .recv_depth
             .checked_add(cfg.send_depth)
             .and_then(pow2_ceil)
-            .ok_or(HwError::Invalid)?;
-        let cq = wait(h, |d| h.create_cq_async(entries, None, d))?;
+            .ok_or(PvrdmaError::InvalidParameter)?;
+        let cq = wait(h, |d| h.create_cq(entries, d))?;
         made.cq = Some(cq);
         let reader = h.cq_reader(cq)?;
         let spec = QpSpec {
@@ -315,12 +295,12 @@ impl Qp1 {
             max_send_sge: 1,
             max_recv_sge: 1,
         };
-        let qp = wait(h, |d| h.create_gsi_qp_async(&spec, d))?;
+        let qp = wait(h, |d| h.create_gsi_qp(&spec, d))?;
         made.qp = Some(qp);
         let (sq, rq) = h.qp_writers(qp)?;
-        let rq = rq.ok_or(HwError::Invalid)?;
+        let rq = rq.ok_or(PvrdmaError::InvalidParameter)?;
         if sq.entries() != cfg.send_depth || rq.entries() != cfg.recv_depth {
-            return Err(HwError::Invalid);
+            return Err(PvrdmaError::InvalidParameter);
         }
         let inner = try_arc(Inner {
             hw: hw.clone(),
@@ -345,28 +325,28 @@ impl Qp1 {
             sink: SpinLock::new(Some(sink)),
             counters: Counters::default(),
         })
-        .map_err(|_| HwError::NoResources)?;
+        .map_err(|_| PvrdmaError::NoMemory)?;
         let events: Arc<dyn CqEvents> =
-            try_arc(Qp1Events(Arc::downgrade(&inner))).map_err(|_| HwError::NoResources)?;
-        h.bind_cq_handler(cq, events)?;
+            try_arc(Qp1Events(Arc::downgrade(&inner))).map_err(|_| PvrdmaError::NoMemory)?;
+        h.route_cq(cq, events, crate::os::Processor::Current)?;
         // From here a failure frees the receive buffers while the QP, still in INIT, holds
         // them posted: a QP below RTR receives nothing (M34), and its DESTROY follows.
         for i in 0..cfg.recv_depth {
             if !inner.post_recv(i) {
-                return Err(HwError::Failed);
+                return Err(PvrdmaError::Timeout);
             }
         }
         let rtr = QpModify {
             state: Some(QpState::Rtr),
             ..QpModify::default()
         };
-        wait(h, |d| h.modify_qp_async(qp, &rtr, d))?;
+        wait(h, |d| h.modify_qp(qp, &rtr, d))?;
         let rts = QpModify {
             state: Some(QpState::Rts),
             sq_psn: Some(0),
             ..QpModify::default()
         };
-        wait(h, |d| h.modify_qp_async(qp, &rts, d))?;
+        wait(h, |d| h.modify_qp(qp, &rts, d))?;
         made.disarm();
         // Arms the CQ (and takes anything that arrived already).
         inner.poll();
@@ -421,18 +401,18 @@ impl Qp1 {
     /// Stops sending and receiving, flushes the QP and destroys it with its CQ, MR and PD
     /// (PASSIVE_LEVEL: waits for the flush). The sink is dropped here and called no more
     /// once this returns, but for a call already running in the DPC.
-    pub fn close(self) -> Result<(), HwError> {
+    pub fn close(self) -> Result<(), PvrdmaError> {
         let i = &self.inner;
         i.closing.store(true, Ordering::Release);
         let sink = i.sink.lock().take();
         drop(sink);
-        let h: &dyn Hardware = &*i.hw;
+        let h: &Verbs = &i.hw;
         let err = QpModify {
             state: Some(QpState::Err),
             ..QpModify::default()
         };
         // After the answer the device has written the flush CQEs and owns no buffer (M32).
-        let flushed = wait(h, |d| h.modify_qp_async(i.qp, &err, d));
+        let flushed = wait(h, |d| h.modify_qp(i.qp, &err, d));
         i.poll();
         h.destroy_qp(i.qp);
         h.destroy_cq(i.cq);
@@ -479,16 +459,13 @@ impl Inner {
             length: MAD_LEN as u32,
             lkey: self.dma_mr.lkey,
         };
-        let posted = sq.slot(index).post_send(
-            u64::from(index),
-            &header,
-            &[sge],
-            || {
-                self.send_posted
-                    .store(index.wrapping_add(1), Ordering::Release)
-            },
-            false,
-        );
+        let slot = sq.slot(index);
+        let posted = slot.write_send(u64::from(index), &header, &[sge]);
+        if posted {
+            self.send_posted
+                .store(index.wrapping_add(1), Ordering::Release);
+            slot.hand_over(false);
+        }
         drop(sq);
         if !posted {
             return Err(Qp1Error::Closed);
@@ -507,12 +484,14 @@ impl Inner {
             length: RECV_LEN as u32,
             lkey: self.dma_mr.lkey,
         };
-        self.rq
-            .slot(index)
-            .post_recv(RECV_TAG | u64::from(index), &[sge], || {
-                self.recv_posted
-                    .store(index.wrapping_add(1), Ordering::Relaxed);
-            })
+        let slot = self.rq.slot(index);
+        if !slot.write_recv(RECV_TAG | u64::from(index), &[sge]) {
+            return false;
+        }
+        self.recv_posted
+            .store(index.wrapping_add(1), Ordering::Relaxed);
+        slot.hand_over(false);
+        true
     }
 
     /// One poller at a time: a notification that finds another polling leaves it to poll
@@ -571,36 +550,25 @@ impl Inner {
                 CqState::Ready(n) => n,
             };
             for _ in 0..n {
-                let cqe = self.reader.read_element(head);
+                // Read before the slot goes back to the device.
+                let cqe = self.reader.load(head);
+                let from = self.reader.load_ud(head);
                 head = self.reader.next(head);
-                // The CQE is copied: its slot may go back to the device before it is used.
                 self.reader.consume(head);
-                self.complete(&cqe);
+                self.complete(&cqe, from);
             }
         }
     }
 
-    fn complete(&self, cqe: &[u8; 64]) {
-        let view = self.reader_view(cqe);
-        if view.qp != u64::from(self.qp) {
+    fn complete(&self, cqe: &CqeView, from: UdSource) {
+        if cqe.qp != u64::from(self.qp) {
             return bump(&self.counters.bad_cqes);
         }
-        if view.wr_id & RECV_TAG == 0 {
-            self.send_completed(view.wr_id, view.status);
+        if cqe.wr_id & RECV_TAG == 0 {
+            self.send_completed(cqe.wr_id, cqe.status);
         } else {
-            self.recv_completed(view, cqe);
+            self.recv_completed(cqe, from);
         }
-    }
-
-    fn reader_view(&self, cqe: &[u8; 64]) -> crate::pvrdma::cqe::CqeView {
-        let w = |i: usize| {
-            let mut b = [0u8; 8];
-            if let Some(s) = cqe.get(8 * i..8 * i + 8) {
-                b.copy_from_slice(s);
-            }
-            u64::from_le_bytes(b)
-        };
-        crate::pvrdma::cqe::CqeView::from_words(w(0), w(1), w(2), w(3), w(4))
     }
 
     fn send_completed(&self, wr_id: u64, status: u32) {
@@ -618,43 +586,35 @@ impl Inner {
             .store(retired.wrapping_add(1), Ordering::Release);
     }
 
-    fn recv_completed(&self, view: crate::pvrdma::cqe::CqeView, cqe: &[u8; 64]) {
+    fn recv_completed(&self, cqe: &CqeView, src: UdSource) {
         let retired = self.recv_retired.load(Ordering::Relaxed);
         let posted = self.recv_posted.load(Ordering::Relaxed);
-        if retired == posted || view.wr_id != RECV_TAG | u64::from(retired) {
+        if retired == posted || cqe.wr_id != RECV_TAG | u64::from(retired) {
             return bump(&self.counters.bad_cqes);
         }
         self.recv_retired
             .store(retired.wrapping_add(1), Ordering::Relaxed);
-        let mad = if view.status != wc_status::SUCCESS {
+        let mad = if cqe.status != wc_status::SUCCESS {
             bump(&self.counters.recv_errors);
             None
-        } else if view.opcode != wc_opcode::RECV {
+        } else if cqe.opcode != wc_opcode::RECV {
             bump(&self.counters.bad_cqes);
             None
-        } else if view.byte_len as usize != RECV_LEN {
+        } else if cqe.byte_len as usize != RECV_LEN {
             bump(&self.counters.bad_length);
             None
         } else {
-            self.read_mad(retired, view.wc_flags)
+            self.read_mad(retired, cqe.wc_flags)
         };
         // The buffer goes back before the sink runs, so the RQ never waits on a consumer.
         if !self.closing.load(Ordering::Acquire) && !self.post_recv(posted) {
             bump(&self.counters.bad_cqes);
         }
         let Some((grh, bytes)) = mad else { return };
-        let mut smac = [0u8; 6];
-        if let Some(s) = cqe.get(CQE_SMAC..CQE_SMAC + 6) {
-            smac.copy_from_slice(s);
-        }
-        let mut q = [0u8; 4];
-        if let Some(s) = cqe.get(CQE_SRC_QP..CQE_SRC_QP + 4) {
-            q.copy_from_slice(s);
-        }
         let from = MadSource {
             grh,
-            smac,
-            src_qp: u32::from_le_bytes(q) & 0x00FF_FFFF,
+            smac: src.smac,
+            src_qp: src.src_qp,
         };
         let sink = self.sink.lock().clone();
         if let Some(s) = sink {
@@ -681,13 +641,5 @@ impl Inner {
         let mut mad = [0u8; MAD_LEN];
         view.read_bytes(offset + GRH_LEN, &mut mad);
         Some((grh, mad))
-    }
-}
-
-/// A resolution's outcome as the NDK layer reports it ([`resolve_status`]).
-pub fn resolve_result(r: Result<crate::os::net::Mac, ResolveError>) -> NTSTATUS {
-    match r {
-        Ok(_) => STATUS_SUCCESS,
-        Err(e) => resolve_status(e),
     }
 }

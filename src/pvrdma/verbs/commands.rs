@@ -10,12 +10,10 @@
 
 use alloc::sync::Arc;
 
-use super::hw_error;
 use super::tables::{
     CqRecord, Locked, MrRecord, PdRecord, QpRecord, Quarantine, SrqRecord, locked,
 };
-use crate::ndk::error::HwError;
-use crate::ndk::hw::{MrSpec, QpSpec, SrqSpec};
+use super::{MrSpec, QpSpec, SrqSpec};
 use crate::os::SpinLock;
 use crate::os::alloc::try_arc;
 use crate::pvrdma::PvrdmaError;
@@ -43,7 +41,7 @@ pub(super) fn reserve_destroy<C: Command, K: Send + 'static>(
     ch: &CmdChannel,
     quarantine: &Arc<Quarantine>,
     keep: K,
-) -> Result<Reserved<C>, HwError> {
+) -> Result<Reserved<C>, PvrdmaError> {
     // Weak: a quarantined record holds its own reserved DESTROY, and so this completion.
     let quarantine = Arc::downgrade(quarantine);
     ch.reserve::<C>(move |r| match r {
@@ -53,7 +51,6 @@ pub(super) fn reserve_destroy<C: Command, K: Send + 'static>(
             None => core::mem::forget(keep),
         },
     })
-    .map_err(hw_error)
 }
 
 /// Submits `c` and runs `next` exactly once with its outcome: from the command-completion
@@ -62,24 +59,24 @@ pub(super) fn submit_then<C, F>(ch: &CmdChannel, c: &C, next: F)
 where
     C: Command,
     C::Resp: Send + 'static,
-    F: FnOnce(Result<C::Resp, HwError>) + Send + 'static,
+    F: FnOnce(Result<C::Resp, PvrdmaError>) + Send + 'static,
 {
     let cell: Locked<Option<F>> = match try_arc(SpinLock::new(None)) {
         Ok(cell) => cell,
-        Err(_) => return next(Err(HwError::NoResources)),
+        Err(_) => return next(Err(PvrdmaError::NoMemory)),
     };
     *cell.lock() = Some(next);
     let in_dpc = cell.clone();
     let submitted = ch.submit(c, move |r| {
         let f = in_dpc.lock().take();
         if let Some(f) = f {
-            f(r.map_err(hw_error));
+            f(r);
         }
     });
     if let Err(e) = submitted {
         let f = cell.lock().take();
         if let Some(f) = f {
-            f(Err(hw_error(e)));
+            f(Err(e));
         }
     }
 }
@@ -143,7 +140,7 @@ pub(super) fn dma_mr(pd: u32) -> CreateMr {
 pub(super) fn prepare_pd(
     dev: &Device,
     q: &Arc<Quarantine>,
-) -> Result<(CreatePd, (PdRecord, MrRecord)), HwError> {
+) -> Result<(CreatePd, (PdRecord, MrRecord)), PvrdmaError> {
     let ch = dev.cmd();
     let pd = PdRecord {
         destroy: reserve_destroy(ch, q, ())?,
@@ -160,8 +157,8 @@ pub(super) fn prepare_cq(
     dev: &Device,
     q: &Arc<Quarantine>,
     entries: u32,
-) -> Result<(CreateCq, CqRecord), HwError> {
-    let ring = CqRing::alloc(dev.platform().dma(), entries).map_err(hw_error)?;
+) -> Result<(CreateCq, CqRecord), PvrdmaError> {
+    let ring = CqRing::alloc(dev.platform().dma(), entries)?;
     let cmd = CreateCq {
         pdir_dma: ring.pdir_dma(),
         ctx_handle: 0,
@@ -179,13 +176,13 @@ pub(super) fn prepare_qp(
     dev: &Device,
     q: &Arc<Quarantine>,
     spec: &QpSpec,
-) -> Result<(CreateQp, QpRecord), HwError> {
+) -> Result<(CreateQp, QpRecord), PvrdmaError> {
     let recv = match spec.srq {
         Some(_) => None,
         None => Some((spec.max_recv_wr, spec.max_recv_sge)),
     };
-    let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv).map_err(hw_error)?;
-    let queues = QpQueues::alloc(dev.platform().dma(), &layout).map_err(hw_error)?;
+    let layout = QpLayout::new(spec.max_send_wr, spec.max_send_sge, recv)?;
+    let queues = QpQueues::alloc(dev.platform().dma(), &layout)?;
     let cmd = CreateQp {
         pdir_dma: queues.pdir_dma(),
         pd_handle: spec.pd,
@@ -208,7 +205,7 @@ pub(super) fn prepare_qp(
     };
     let queues = locked(queues)?;
     let ch = dev.cmd();
-    let flush = ch.reserve::<ModifyQp>(|_| {}).map_err(hw_error)?;
+    let flush = ch.reserve::<ModifyQp>(|_| {})?;
     let destroy = reserve_destroy(ch, q, queues.clone())?;
     let record = QpRecord {
         qpn: 0,
@@ -225,9 +222,9 @@ pub(super) fn prepare_srq(
     dev: &Device,
     q: &Arc<Quarantine>,
     spec: &SrqSpec,
-) -> Result<(CreateSrq, SrqRecord), HwError> {
-    let layout = SrqLayout::new(spec.max_wr, spec.max_sge).map_err(hw_error)?;
-    let queue = SrqQueue::alloc(dev.platform().dma(), &layout).map_err(hw_error)?;
+) -> Result<(CreateSrq, SrqRecord), PvrdmaError> {
+    let layout = SrqLayout::new(spec.max_wr, spec.max_sge)?;
+    let queue = SrqQueue::alloc(dev.platform().dma(), &layout)?;
     let cmd = CreateSrq {
         pdir_dma: queue.pdir_dma(),
         pd_handle: spec.pd,
@@ -252,10 +249,10 @@ pub(super) fn prepare_mr(
     q: &Arc<Quarantine>,
     pd: u32,
     spec: &MrSpec<'_>,
-) -> Result<(CreateMr, MrRecord), HwError> {
-    let dir = |n: u32| -> Result<Arc<PageDir>, HwError> {
-        let d = PageDir::new(dev.platform().dma(), n).map_err(hw_error)?;
-        try_arc(d).map_err(|_| HwError::NoResources)
+) -> Result<(CreateMr, MrRecord), PvrdmaError> {
+    let dir = |n: u32| -> Result<Arc<PageDir>, PvrdmaError> {
+        let d = PageDir::new(dev.platform().dma(), n)?;
+        try_arc(d).map_err(|_| PvrdmaError::NoMemory)
     };
     let (cmd, dir) = match *spec {
         MrSpec::Dma => (dma_mr(pd), None),
@@ -277,10 +274,10 @@ pub(super) fn prepare_mr(
             access,
             pages,
         } => {
-            let n = u32::try_from(pages.len()).map_err(|_| HwError::Invalid)?;
+            let n = u32::try_from(pages.len()).map_err(|_| PvrdmaError::InvalidParameter)?;
             let d = dir(n)?;
             for (i, &p) in pages.iter().enumerate() {
-                d.set_page(i as u32, p).map_err(hw_error)?;
+                d.set_page(i as u32, p)?;
             }
             (
                 CreateMr {
@@ -288,7 +285,7 @@ pub(super) fn prepare_mr(
                     length,
                     pdir_dma: d.dma(),
                     pd_handle: pd,
-                    access_flags: AccessFlags::from_bits_truncate(access),
+                    access_flags: access,
                     flags: mr_flags::NORMAL,
                     nchunks: n,
                 },

@@ -1,37 +1,24 @@
-//! The seam's QP state changes, GID binding and QP1 plumbing (pvrdma.md §8 MODIFY_QP,
-//! CREATE_BIND / DESTROY_BIND, CREATE_QP of type GSI): the NDK's [`QpModify`] encoded as
-//! MODIFY_QP's attribute mask and `pvrdma_qp_attr`, checked against the ranges Linux checks
-//! before sending (so a bad value is refused here, not by a device that may not check).
+//! QP state changes, GID binding and the GSI QP (pvrdma.md §8 MODIFY_QP, CREATE_BIND /
+//! DESTROY_BIND, CREATE_QP of type GSI): a [`QpModify`] encoded as MODIFY_QP's attribute mask
+//! and `pvrdma_qp_attr`, checked against the ranges Linux checks before sending (so a bad
+//! value is refused here, not by a device that may not check).
 #![deny(unsafe_code)]
-
-use alloc::sync::Arc;
 
 use super::commands::{prepare_qp, submit_then};
 use super::tables::QpRecord;
-use super::{PvrdmaHardware, hw_error};
-use crate::ndk::error::HwError;
-use crate::ndk::hw::{HwDone, QpModify, QpSpec};
-use crate::os::DmaBuffer;
-use crate::os::SharedDma;
+use super::{Done, QpModify, QpSpec, Verbs};
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     AhAttr, CreateBind, DestroyBind, ModifyQp, QpAttr, QpAttrMask, QpState, QpType,
 };
-use crate::pvrdma::device::CqEvents;
-
-/// `IB_QP1_QKEY` (cm.md §2): the Q_Key of every MAD sent to or received by QP1.
-pub const GSI_QKEY: u32 = 0x8001_0000;
-
-/// What Linux's `pvrdma_add_gid` sends as CREATE_BIND's VLAN (pvrdma.md §4 step 10); the MTU is
-/// the device's `gid_mtu` (the operational RoCE MTU the miniport set).
-const BIND_NO_VLAN: u32 = 0xFFF;
-/// CREATE_BIND `gid_type` of a RoCEv2 GID (the flag value, M38).
-const GID_TYPE_ROCE_V2: u8 = 2;
+use crate::pvrdma::ud::QP1_QKEY;
 
 /// PSNs and QPNs are 24-bit wire fields.
 const MAX_24: u32 = 0x00FF_FFFF;
 
-/// MODIFY_QP of `qp` for `m`, or [`HwError::Invalid`] for a value out of its range.
-pub(super) fn encode(qp: u32, m: &QpModify) -> Result<ModifyQp, HwError> {
+/// MODIFY_QP of `qp` for `m`, or [`PvrdmaError::InvalidParameter`] for a value out of its
+/// range.
+pub(super) fn encode(qp: u32, m: &QpModify) -> Result<ModifyQp, PvrdmaError> {
     let mut mask = QpAttrMask::empty();
     let mut attr = QpAttr::default();
     let in_range = |v: Option<u8>, max: u8| v.is_none_or(|v| v <= max);
@@ -46,7 +33,7 @@ pub(super) fn encode(qp: u32, m: &QpModify) -> Result<ModifyQp, HwError> {
         && fits_24(m.sq_psn)
         && m.path.is_none_or(|p| p.flow_label <= 0xF_FFFF))
     {
-        return Err(HwError::Invalid);
+        return Err(PvrdmaError::InvalidParameter);
     }
     if let Some(s) = m.state {
         mask |= QpAttrMask::STATE;
@@ -113,7 +100,7 @@ pub(super) fn encode(qp: u32, m: &QpModify) -> Result<ModifyQp, HwError> {
     }
     if let Some(v) = m.access {
         mask |= QpAttrMask::ACCESS_FLAGS;
-        attr.qp_access_flags = v;
+        attr.qp_access_flags = v.bits();
     }
     if let Some(v) = m.pkey_index {
         mask |= QpAttrMask::PKEY_INDEX;
@@ -133,32 +120,37 @@ fn init_gsi(qp: u32) -> ModifyQp {
         attr_mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY,
         attr: QpAttr {
             qp_state: QpState::Init as u32,
-            qkey: GSI_QKEY,
+            qkey: QP1_QKEY,
             ..QpAttr::default()
         },
     }
 }
 
-impl PvrdmaHardware {
-    pub(super) fn modify_qp(&self, qp: u32, m: &QpModify, done: HwDone<()>) {
+impl Verbs {
+    /// MODIFY_QP of `qp` with the attributes `m` names (IRQL ≤ DISPATCH_LEVEL); `done` gets
+    /// the device's answer. An attribute out of its range (a PSN or QPN above 24 bits, a path
+    /// MTU outside 1..=5, a timer code above 31, a retry count above 7, a flow label above 20
+    /// bits) is refused with [`PvrdmaError::InvalidParameter`] before anything reaches the
+    /// device. Entering ERR completes every outstanding WQE with WR_FLUSH_ERR before `done`
+    /// runs (M32).
+    pub fn modify_qp(&self, qp: u32, m: &QpModify, done: Done<()>) {
         match encode(qp, m) {
             Ok(cmd) => submit_then(self.dev().cmd(), &cmd, done),
             Err(e) => done(Err(e)),
         }
     }
 
-    pub(super) fn bind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
-        let cmd = CreateBind {
-            mtu: self.dev().gid_mtu(),
-            vlan: BIND_NO_VLAN,
-            index,
-            new_gid: gid,
-            gid_type: GID_TYPE_ROCE_V2,
-        };
-        submit_then(self.dev().cmd(), &cmd, done);
+    /// CREATE_BIND: GID table entry `index` holds the RoCEv2 GID `gid`; packets sent from
+    /// `sgid_index = index` carry it as their source address, and the device accepts
+    /// packets addressed to it (M38). An index the table does not have fails. The bind's MTU
+    /// is the device's `gid_mtu` (the operational RoCE MTU the miniport set).
+    pub fn bind_gid(&self, index: u32, gid: [u8; 16], done: Done<()>) {
+        let bind = CreateBind::roce_v2(index, gid, self.dev().gid_mtu());
+        submit_then(self.dev().cmd(), &bind, done);
     }
 
-    pub(super) fn unbind_gid(&self, index: u32, gid: [u8; 16], done: HwDone<()>) {
+    /// DESTROY_BIND: clears GID table entry `index` if it holds `gid`.
+    pub fn unbind_gid(&self, index: u32, gid: [u8; 16], done: Done<()>) {
         let cmd = DestroyBind {
             index,
             dest_gid: gid,
@@ -166,9 +158,12 @@ impl PvrdmaHardware {
         submit_then(self.dev().cmd(), &cmd, done);
     }
 
-    pub(super) fn create_gsi_qp(&self, spec: &QpSpec, done: HwDone<u32>) {
+    /// CREATE_QP of type GSI (QP1; one per device), then RESET → INIT with P_Key index 0
+    /// and Q_Key [`QP1_QKEY`] (cm.md §2, pvrdma.md §14 "UD and GSI"); `done` gets the QP
+    /// handle. RTR and RTS follow through [`Verbs::modify_qp`]. `spec.srq` must be `None`.
+    pub fn create_gsi_qp(&self, spec: &QpSpec, done: Done<u32>) {
         if spec.srq.is_some() {
-            return done(Err(HwError::Invalid));
+            return done(Err(PvrdmaError::InvalidParameter));
         }
         let prepared =
             prepare_qp(self.dev(), self.seam.tables.quarantine(), spec).map(|(mut cmd, rec)| {
@@ -190,22 +185,12 @@ impl PvrdmaHardware {
             });
         });
     }
-
-    pub(super) fn bind_cq_to(&self, cq: u32, handler: Arc<dyn CqEvents>) -> Result<(), HwError> {
-        self.dev().register_cq(cq, handler).map_err(hw_error)
-    }
-
-    pub(super) fn alloc_shared_dma(&self, len: usize) -> Result<SharedDma, HwError> {
-        DmaBuffer::alloc(self.dev().platform().dma(), len)
-            .map(DmaBuffer::share)
-            .map_err(|_| HwError::NoResources)
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::QpPath;
     use super::*;
-    use crate::ndk::hw::QpPath;
 
     #[test]
     fn only_the_named_attributes_are_in_the_mask() {
@@ -288,7 +273,7 @@ mod tests {
             },
         ];
         for m in bad {
-            assert_eq!(encode(1, &m), Err(HwError::Invalid), "{m:?}");
+            assert_eq!(encode(1, &m), Err(PvrdmaError::InvalidParameter), "{m:?}");
         }
     }
 }

@@ -12,10 +12,9 @@ use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::commands::submit_then;
-use super::hw_error;
-use crate::ndk::error::HwError;
 use crate::os::SpinLock;
 use crate::os::alloc::{KBox, KVec, try_arc, try_box};
+use crate::pvrdma::PvrdmaError;
 use crate::pvrdma::cmd::{
     CmdChannel, Command, DestroyCq, DestroyMr, DestroyPd, DestroyQp, DestroySrq, ModifyQp, Reserved,
 };
@@ -28,8 +27,8 @@ use crate::pvrdma::table::HandleTable;
 /// and the DESTROY completion that frees it).
 pub(super) type Locked<T> = Arc<SpinLock<T>>;
 
-pub(super) fn locked<T>(v: T) -> Result<Locked<T>, HwError> {
-    try_arc(SpinLock::new(v)).map_err(|_| HwError::NoResources)
+pub(super) fn locked<T>(v: T) -> Result<Locked<T>, PvrdmaError> {
+    try_arc(SpinLock::new(v)).map_err(|_| PvrdmaError::NoMemory)
 }
 
 /// A live PD: its reserved DESTROY.
@@ -211,23 +210,23 @@ pub(super) struct Tables {
     quarantine: Arc<Quarantine>,
 }
 
-fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, HwError> {
+fn table<T>(bound: u32) -> Result<SpinLock<HandleTable<T>>, PvrdmaError> {
     // Handles are below `max_*` (M10), which M5 bounds by 65536.
-    let t = HandleTable::new(bound.min(65536)).map_err(hw_error)?;
+    let t = HandleTable::new(bound.min(65536))?;
     Ok(SpinLock::new(t))
 }
 
 impl Tables {
     /// Empty tables sized by the device caps, and the quarantine of the device's memory
     /// (PASSIVE_LEVEL, at device start).
-    pub(super) fn new(c: &Caps, ch: Arc<CmdChannel>) -> Result<Tables, HwError> {
+    pub(super) fn new(c: &Caps, ch: Arc<CmdChannel>) -> Result<Tables, PvrdmaError> {
         Ok(Tables {
             pds: table(c.max_pd)?,
             mrs: table(c.max_mr)?,
             cqs: table(c.max_cq)?,
             qps: table(c.max_qp)?,
             srqs: table(c.max_srq)?,
-            quarantine: try_arc(Quarantine::new(ch)).map_err(|_| HwError::NoResources)?,
+            quarantine: try_arc(Quarantine::new(ch)).map_err(|_| PvrdmaError::NoMemory)?,
         })
     }
 
@@ -239,17 +238,17 @@ impl Tables {
     /// Files `rec` under the new object's handle `h`, the handle of a CREATE response.
     ///
     /// A handle this seam cannot record (out of range, against M10, or held by a live object)
-    /// fails the create with [`HwError::Failed`] (STATUS_INTERNAL_ERROR: a device error) and
+    /// fails the create with [`PvrdmaError::BadResponse`] (STATUS_INTERNAL_ERROR: a device error) and
     /// touches nothing filed: a DESTROY of `h` would destroy the live object, not the new one,
     /// and no command names the new one. The device may still be using the new object's queue
     /// memory, so the record is quarantined ([`Quarantine`]): neither its memory nor its
     /// reserved DESTROY (whose completion would free that memory) is released before the
     /// device is RESET.
-    pub(super) fn file<R: Record>(&self, h: u32, rec: R) -> Result<(), HwError> {
+    pub(super) fn file<R: Record>(&self, h: u32, rec: R) -> Result<(), PvrdmaError> {
         let filed = R::table(self).lock().try_put(h, rec);
         filed.map_err(|rec| {
             self.quarantine.hold(rec);
-            HwError::Failed
+            PvrdmaError::BadResponse
         })
     }
 
@@ -276,21 +275,21 @@ impl Tables {
     }
 
     /// CQ `h`'s ring (the table lock is held only for the clone).
-    pub(super) fn cq_ring(&self, h: u32) -> Result<Locked<CqRing>, HwError> {
+    pub(super) fn cq_ring(&self, h: u32) -> Result<Locked<CqRing>, PvrdmaError> {
         let ring = self.cqs.lock().get(h).map(|r| r.ring.clone());
-        ring.ok_or(HwError::Invalid)
+        ring.ok_or(PvrdmaError::InvalidParameter)
     }
 
     /// QP `h`'s queues.
-    pub(super) fn qp_queues(&self, h: u32) -> Result<Locked<QpQueues>, HwError> {
+    pub(super) fn qp_queues(&self, h: u32) -> Result<Locked<QpQueues>, PvrdmaError> {
         let queues = self.qps.lock().get(h).map(|r| r.queues.clone());
-        queues.ok_or(HwError::Invalid)
+        queues.ok_or(PvrdmaError::InvalidParameter)
     }
 
     /// SRQ `h`'s ring.
-    pub(super) fn srq_queue(&self, h: u32) -> Result<Locked<SrqQueue>, HwError> {
+    pub(super) fn srq_queue(&self, h: u32) -> Result<Locked<SrqQueue>, PvrdmaError> {
         let queue = self.srqs.lock().get(h).map(|r| r.queue.clone());
-        queue.ok_or(HwError::Invalid)
+        queue.ok_or(PvrdmaError::InvalidParameter)
     }
 
     /// Runs `write` on MR `h`'s page directory (an FRMR's or a normal MR's; the DMA MR has
@@ -301,11 +300,11 @@ impl Tables {
     pub(super) fn with_mr_dir<T>(
         &self,
         h: u32,
-        write: impl FnOnce(&PageDir) -> Result<T, HwError>,
-    ) -> Result<T, HwError> {
+        write: impl FnOnce(&PageDir) -> Result<T, PvrdmaError>,
+    ) -> Result<T, PvrdmaError> {
         match self.mrs.lock().get(h) {
             Some(MrRecord::Paged { dir, .. }) => write(dir),
-            _ => Err(HwError::Invalid),
+            _ => Err(PvrdmaError::InvalidParameter),
         }
     }
 

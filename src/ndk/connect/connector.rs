@@ -28,25 +28,25 @@
 
 use alloc::sync::Arc;
 use core::net::{IpAddr, SocketAddr};
-use core::sync::atomic::Ordering;
 
-use super::adapter::Adapter;
-use super::cm_engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, cm_status, hw_done};
-use super::dispatch;
-use super::error::HwError;
-use super::hw::{QpModify, QpPath, QpState};
+use super::engine::{CmEngine, MIN_RNR_TIMER, RETRY_COUNT, RNR_RETRY_COUNT, hw_done};
 use super::listener::Listener;
-use super::object::{Lifetime, NdkObject, ObjRef, RequestHandoff, header};
-use super::qp::Qp;
-use super::qp1::{MAD_LEN, resolve_status};
+use super::qp1::MAD_LEN;
 use super::shared_endpoint::SharedEndpoint;
 use crate::cm::addr::{gid_from_ip, ip_from_gid};
 use crate::cm::limits::ReadLimits;
 use crate::cm::machine::{MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::cm::{AcceptParams, CmError, ConnId, ConnectParams, Event, Path, QpTransition, State};
+use crate::ndk::adapter::Adapter;
+use crate::ndk::error::{NdkError, NdkResult};
+use crate::ndk::object::{Dispatched, Lifetime, NdkObject, ObjRef, RequestHandoff, header};
+use crate::ndk::qp::Qp;
+use crate::ndkpi::upcall::DisconnectCallback;
 use crate::ndkpi::*;
 use crate::os::SpinLock;
 use crate::os::net::{Mac, ResolveError, resolve_done};
+use crate::pvrdma::PvrdmaError;
+use crate::pvrdma::verbs::{QpModify, QpPath, QpState};
 
 /// NDK_ADAPTER_INFO.MaxCallerData.
 pub const MAX_CALLER_DATA: usize = MAX_CONNECT_PRIVATE_DATA;
@@ -57,15 +57,6 @@ pub const MAX_PEER_DATA: usize = crate::cm::msg::REP_PRIVATE_DATA;
 /// Actions one connector holds back behind a MODIFY_QP in flight: an accept queues RTS,
 /// REP and a possible MRA behind its RTR; a connect RTS and `Accepted` behind its RTR.
 const WIRE_SLOTS: usize = 8;
-
-/// A consumer's disconnect-event callback (NdkCompleteConnect(Ex), NdkAccept(Ex)).
-#[derive(Clone, Copy)]
-pub enum DisconnectCallback {
-    /// NDK_FN_DISCONNECT_EVENT_CALLBACK.
-    Plain(NDK_FN_DISCONNECT_EVENT_CALLBACK, usize),
-    /// NDK_FN_DISCONNECT_EVENT_CALLBACK_EX (NDKPI 2.1).
-    Ex(NDK_FN_DISCONNECT_EVENT_CALLBACK_EX, usize),
-}
 
 /// Where the connection is, as the NDK calls see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,26 +83,13 @@ pub enum Phase {
     Done,
 }
 
-/// [`Qp::cm_binding`]: an open connector holds the QP.
-const QP_BOUND: u8 = 1;
-/// [`Qp::cm_binding`]: a MODIFY_QP took the QP out of INIT (it cannot connect again).
-const QP_USED: u8 = 2;
-
 /// Claims `qp` for one connector (the QP rule of the module docs).
-fn bind_qp(qp: &Qp) -> Result<(), NTSTATUS> {
-    qp.cm_binding()
-        .compare_exchange(0, QP_BOUND, Ordering::AcqRel, Ordering::Acquire)
-        .map(|_| ())
-        .map_err(|_| STATUS_INVALID_DEVICE_STATE)
-}
-
-fn unbind_qp(qp: &Qp) {
-    qp.cm_binding().fetch_and(!QP_BOUND, Ordering::AcqRel);
-}
-
-/// The QP is about to leave INIT (a connection's MODIFY_QP, NdkFlush).
-pub(crate) fn mark_qp_used(qp: &Qp) {
-    qp.cm_binding().fetch_or(QP_USED, Ordering::AcqRel);
+fn bind_qp(qp: &Qp) -> NdkResult<()> {
+    if qp.hold_for_connection() {
+        Ok(())
+    } else {
+        Err(NdkError::InvalidDeviceState)
+    }
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -227,7 +205,7 @@ impl NdkObject for Connector {
             self.engine.conn_stats().attempt_failed();
         }
         if let Some(r) = request {
-            r.complete(STATUS_CANCELLED);
+            r.complete(Err(NdkError::Cancelled));
         }
         if let Some(conn) = conn {
             self.engine.release(conn);
@@ -236,12 +214,12 @@ impl NdkObject for Connector {
         if let Some(qp) = qp {
             qp.set_connected(false);
             // A QP this connection never took out of INIT is left there for another one.
-            let used = qp.cm_binding().load(Ordering::Acquire) & QP_USED != 0;
+            let used = qp.was_used();
             if used && qp.is_live() {
                 // ERR flushes its requests (STATUS_CANCELLED); reserved, so it cannot fail.
                 self.engine.hw().flush_qp(qp.handle());
             }
-            unbind_qp(&qp);
+            qp.release_from_connection();
         }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
@@ -318,7 +296,7 @@ impl Connector {
     ) -> Option<ObjRef<Connector>> {
         let ndk = NDK_CONNECTOR {
             Header: header(adapter.version(), NdkObjectTypeConnector),
-            Dispatch: &dispatch::CONNECTOR_DISPATCH,
+            Dispatch: Connector::TABLE,
         };
         ObjRef::try_new(
             ndk,
@@ -359,17 +337,14 @@ impl Connector {
     /// STATUS_NOT_IMPLEMENTED when the device runs without a connection engine (no address
     /// resolver was given at start); STATUS_INVALID_DEVICE_REQUEST for a closing adapter;
     /// STATUS_INSUFFICIENT_RESOURCES.
-    pub fn create(adapter: &ObjRef<Adapter>) -> Result<ObjRef<Connector>, NTSTATUS> {
-        let engine = adapter
-            .device()
-            .connections()
-            .ok_or(STATUS_NOT_IMPLEMENTED)?;
+    pub fn create(adapter: &ObjRef<Adapter>) -> NdkResult<ObjRef<Connector>> {
+        let engine = super::engine(adapter.device()).ok_or(NdkError::NotImplemented)?;
         if !adapter.lifetime().try_get() {
-            return Err(STATUS_INVALID_DEVICE_REQUEST);
+            return Err(NdkError::InvalidDeviceRequest);
         }
         Self::new_object(adapter, engine, Antecedent::Adapter, Phase::Idle, None).ok_or_else(|| {
             adapter.put();
-            STATUS_INSUFFICIENT_RESOURCES
+            NdkError::InsufficientResources
         })
     }
 
@@ -414,9 +389,9 @@ impl Connector {
         self.link.lock().conn
     }
 
-    fn check_qp(&self, qp: &ObjRef<Qp>) -> Result<(), NTSTATUS> {
+    fn check_qp(&self, qp: &ObjRef<Qp>) -> NdkResult<()> {
         if !core::ptr::eq(&**qp.adapter().device(), &**self.adapter.device()) {
-            return Err(STATUS_INVALID_PARAMETER);
+            return Err(NdkError::InvalidParameter);
         }
         Ok(())
     }
@@ -450,26 +425,26 @@ impl ObjRef<Connector> {
         shared: Option<&ObjRef<SharedEndpoint>>,
         p: &ConnectRequest<'_>,
         request: Arc<RequestHandoff>,
-    ) -> Result<(), NTSTATUS> {
+    ) -> NdkResult<()> {
         if p.private_data.len() > MAX_CALLER_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         self.check_qp(qp)?;
         if p.src.is_ipv4() != p.dst.is_ipv4() {
-            return Err(STATUS_INVALID_ADDRESS);
+            return Err(NdkError::InvalidAddress);
         }
         let engine = &self.engine;
         let src_ip = if p.src.ip().is_unspecified() {
             engine
                 .local_address_like(p.dst.ip())
-                .ok_or(STATUS_NETWORK_UNREACHABLE)?
+                .ok_or(NdkError::NetworkUnreachable)?
         } else {
             p.src.ip()
         };
         {
             let mut l = self.link.lock();
             if l.phase != Phase::Idle || l.qp.is_some() {
-                return Err(STATUS_CONNECTION_ACTIVE);
+                return Err(NdkError::ConnectionActive);
             }
             bind_qp(qp)?;
             // Claimed before anything can fail later, so a second connect sees it.
@@ -478,13 +453,13 @@ impl ObjRef<Connector> {
         let undo = |this: &Self| {
             let mut l = this.link.lock();
             l.phase = Phase::Idle;
-            unbind_qp(qp);
+            qp.release_from_connection();
         };
         let (port, endpoint) = match shared {
             Some(se) => {
                 if !se.lifetime().try_get() {
                     undo(self);
-                    return Err(STATUS_INVALID_PARAMETER);
+                    return Err(NdkError::InvalidParameter);
                 }
                 let tuple = (se.local_address(), p.dst);
                 if let Err(e) = engine.claim_tuple(tuple.0, tuple.1) {
@@ -536,7 +511,7 @@ impl ObjRef<Connector> {
                     l.attempt = false;
                 }
                 self.unwind_connect();
-                Err(STATUS_INSUFFICIENT_RESOURCES)
+                Err(NdkError::InsufficientResources)
             }
         }
     }
@@ -547,7 +522,7 @@ impl ObjRef<Connector> {
         let engine = &self.engine;
         let mac = match r {
             Ok(mac) => mac,
-            Err(e) => return self.connect_failed(resolve_status(e)),
+            Err(e) => return self.connect_failed(NdkError::from(e)),
         };
         engine.learn(p.dst.ip(), mac);
         let qp = {
@@ -607,11 +582,11 @@ impl ObjRef<Connector> {
                     engine.unregister_conn(id);
                 }
             }
-            Err(e) => self.connect_failed(cm_status(e)),
+            Err(e) => self.connect_failed(NdkError::from(e)),
         }
     }
 
-    fn connect_failed(&self, status: NTSTATUS) {
+    fn connect_failed(&self, e: NdkError) {
         let (request, attempt) = {
             let mut l = self.link.lock();
             if !matches!(l.phase, Phase::Resolving | Phase::Connecting) {
@@ -624,7 +599,7 @@ impl ObjRef<Connector> {
         }
         self.unwind_connect();
         if let Some(r) = request {
-            r.complete(status);
+            r.complete(Err(e));
         }
     }
 
@@ -642,7 +617,7 @@ impl ObjRef<Connector> {
             )
         };
         if let Some(qp) = qp {
-            unbind_qp(&qp);
+            qp.release_from_connection();
         }
         if let Some((ip, port)) = endpoint {
             self.engine.release_endpoint(ip, port);
@@ -660,21 +635,21 @@ impl ObjRef<Connector> {
     /// # Errors
     /// STATUS_CONNECTION_ABORTED (the peer gave up after its REP), STATUS_CONNECTION_INVALID
     /// (no connect completed).
-    pub fn complete_connect(&self, disconnect: Option<DisconnectCallback>) -> Result<(), NTSTATUS> {
+    pub fn complete_connect(&self, disconnect: Option<DisconnectCallback>) -> NdkResult<()> {
         let conn = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             if l.phase != Phase::Replied {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             l.phase = Phase::Established;
             l.disconnect = disconnect;
             l.conn
         };
         let Some(conn) = conn else {
-            return Err(STATUS_CONNECTION_INVALID);
+            return Err(NdkError::ConnectionInvalid);
         };
         match self.engine.input(|cm, _| cm.complete_connect(conn)) {
             Ok(()) => {
@@ -690,9 +665,9 @@ impl ObjRef<Connector> {
                 l.phase = if aborted { Phase::Done } else { Phase::Replied };
                 l.disconnect = None;
                 Err(if aborted {
-                    STATUS_CONNECTION_ABORTED
+                    NdkError::ConnectionAborted
                 } else {
-                    cm_status(e)
+                    NdkError::from(e)
                 })
             }
         }
@@ -715,21 +690,21 @@ impl ObjRef<Connector> {
         private_data: &[u8],
         disconnect: Option<DisconnectCallback>,
         request: Arc<RequestHandoff>,
-    ) -> Result<(), NTSTATUS> {
+    ) -> NdkResult<()> {
         if private_data.len() > MAX_CALLEE_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         self.check_qp(qp)?;
         let conn = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             if l.phase != Phase::Incoming {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             bind_qp(qp)?;
             l.phase = Phase::Accepting;
@@ -756,14 +731,14 @@ impl ObjRef<Connector> {
                     Phase::Incoming
                 };
                 if let Some(q) = l.qp.take() {
-                    unbind_qp(&q);
+                    q.release_from_connection();
                 }
                 l.request = None;
                 l.disconnect = None;
                 Err(if aborted {
-                    STATUS_CONNECTION_ABORTED
+                    NdkError::ConnectionAborted
                 } else {
-                    cm_status(e)
+                    NdkError::from(e)
                 })
             }
         }
@@ -775,21 +750,21 @@ impl ObjRef<Connector> {
     /// # Errors
     /// STATUS_INVALID_BUFFER_SIZE, STATUS_CONNECTION_ABORTED (the peer gave up),
     /// STATUS_CONNECTION_INVALID.
-    pub fn reject(&self, private_data: &[u8]) -> Result<(), NTSTATUS> {
+    pub fn reject(&self, private_data: &[u8]) -> NdkResult<()> {
         if private_data.len() > MAX_CALLEE_DATA {
-            return Err(STATUS_INVALID_BUFFER_SIZE);
+            return Err(NdkError::InvalidBufferSize);
         }
         let (conn, before) = {
             let mut l = self.link.lock();
             if l.aborted {
-                return Err(STATUS_CONNECTION_ABORTED);
+                return Err(NdkError::ConnectionAborted);
             }
             let before = l.phase;
             if !matches!(before, Phase::Incoming | Phase::Replied) {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             l.phase = Phase::Done;
             (conn, before)
@@ -804,10 +779,10 @@ impl ObjRef<Connector> {
             Err(e) => {
                 let mut l = self.link.lock();
                 if l.aborted {
-                    return Err(STATUS_CONNECTION_ABORTED);
+                    return Err(NdkError::ConnectionAborted);
                 }
                 l.phase = before;
-                Err(cm_status(e))
+                Err(NdkError::from(e))
             }
         }
     }
@@ -820,15 +795,15 @@ impl ObjRef<Connector> {
     /// STATUS_CONNECTION_INVALID when not connected (or disconnecting already);
     /// STATUS_DEVICE_BUSY when the CM's action queue stays full (the DREQ or DREP could not
     /// be queued; nothing changed, the consumer may retry).
-    pub fn disconnect(&self, request: Arc<RequestHandoff>) -> Result<(), NTSTATUS> {
+    pub fn disconnect(&self, request: Arc<RequestHandoff>) -> NdkResult<()> {
         let (conn, before, notified) = {
             let mut l = self.link.lock();
             let before = l.phase;
             if !matches!(before, Phase::Established | Phase::PeerClosed) {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             }
             let Some(conn) = l.conn else {
-                return Err(STATUS_CONNECTION_INVALID);
+                return Err(NdkError::ConnectionInvalid);
             };
             l.phase = Phase::Disconnecting;
             l.request = Some(request);
@@ -847,7 +822,7 @@ impl ObjRef<Connector> {
                 l.phase = before;
                 l.request = None;
                 l.notified = notified;
-                Err(STATUS_DEVICE_BUSY)
+                Err(NdkError::DeviceBusy)
             }
             Err(_) if before == Phase::PeerClosed => {
                 // The CM is done with the connection already (the peer aborted it): only
@@ -860,7 +835,7 @@ impl ObjRef<Connector> {
                 let mut l = self.link.lock();
                 l.phase = before;
                 l.request = None;
-                Err(cm_status(e))
+                Err(NdkError::from(e))
             }
         }
     }
@@ -871,8 +846,8 @@ impl ObjRef<Connector> {
     ///
     /// # Errors
     /// STATUS_CONNECTION_INVALID before a connection exists.
-    pub fn connection_data(&self) -> Result<ConnectionData, NTSTATUS> {
-        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+    pub fn connection_data(&self) -> NdkResult<ConnectionData> {
+        let conn = self.link.lock().conn.ok_or(NdkError::ConnectionInvalid)?;
         self.engine.query(|cm| {
             let limits = cm.read_limits(conn).unwrap_or_default();
             let peer = cm.peer_private_data(conn).unwrap_or(&[]);
@@ -894,11 +869,11 @@ impl ObjRef<Connector> {
     ///
     /// # Errors
     /// STATUS_CONNECTION_INVALID before a connection exists.
-    pub fn addresses(&self) -> Result<(SocketAddr, SocketAddr), NTSTATUS> {
-        let conn = self.link.lock().conn.ok_or(STATUS_CONNECTION_INVALID)?;
+    pub fn addresses(&self) -> NdkResult<(SocketAddr, SocketAddr)> {
+        let conn = self.link.lock().conn.ok_or(NdkError::ConnectionInvalid)?;
         self.engine
             .query(|cm| cm.addresses(conn))
-            .ok_or(STATUS_CONNECTION_INVALID)
+            .ok_or(NdkError::ConnectionInvalid)
     }
 
     /// The CM state of the connection (tests and diagnostics).
@@ -972,7 +947,7 @@ impl ObjRef<Connector> {
         let m = match self.qp_modify(&t) {
             Some(m) => m,
             None => {
-                self.fail(STATUS_HOST_UNREACHABLE);
+                self.fail(NdkError::HostUnreachable);
                 return false;
             }
         };
@@ -984,20 +959,20 @@ impl ObjRef<Connector> {
             qp.traffic()
                 .set_path(p.path_mtu, ip_from_gid(p.path.remote_gid).is_ipv6());
         }
-        mark_qp_used(&qp);
+        qp.mark_used();
         let this = self.clone();
         let q2 = qp.clone();
-        let done = hw_done(move |r: Result<(), HwError>| {
+        let done = hw_done(move |r: Result<(), PvrdmaError>| {
             this.modified(&q2, &t, r);
             this.run_from(None);
         });
         match done {
             Some(d) => {
-                self.engine.hw().modify_qp_async(qp.handle(), &m, d);
+                self.engine.hw().modify_qp(qp.handle(), &m, d);
                 true
             }
             None => {
-                self.fail(STATUS_INSUFFICIENT_RESOURCES);
+                self.fail(NdkError::InsufficientResources);
                 false
             }
         }
@@ -1041,19 +1016,19 @@ impl ObjRef<Connector> {
         })
     }
 
-    fn modified(&self, qp: &ObjRef<Qp>, t: &QpTransition, r: Result<(), HwError>) {
+    fn modified(&self, qp: &ObjRef<Qp>, t: &QpTransition, r: Result<(), PvrdmaError>) {
         match (t, r) {
             (QpTransition::Rts(_), Ok(())) => qp.set_connected(true),
             (QpTransition::Error, _) => qp.set_connected(false),
             (_, Ok(())) => {}
-            (_, Err(_)) => self.fail(STATUS_INTERNAL_ERROR),
+            (_, Err(_)) => self.fail(NdkError::Device),
         }
     }
 
     /// The QP could not be taken where the CM needs it: the connection ends here (its
     /// queued actions are dropped, the CM connection released) and the pending request, if
-    /// any, fails with `status`.
-    fn fail(&self, status: NTSTATUS) {
+    /// any, fails with `e`.
+    fn fail(&self, e: NdkError) {
         self.wire.lock().clear();
         let (conn, request, attempt, established) = {
             let mut l = self.link.lock();
@@ -1070,33 +1045,33 @@ impl ObjRef<Connector> {
             self.engine.release(conn);
         }
         if let Some(r) = request {
-            r.complete(status);
+            r.complete(Err(e));
         }
     }
 
     /// A CM event for this connection (with no lock held).
     fn on_event(&self, e: Event) {
-        let mut complete: Option<(Arc<RequestHandoff>, NTSTATUS)> = None;
+        let mut complete: Option<(Arc<RequestHandoff>, NdkResult<()>)> = None;
         let mut notify = None;
         // What the event does to the counters (ndk::conn_stats), applied with no lock held.
         let (mut established, mut failed, mut broken) = (None, false, false);
         {
             let mut l = self.link.lock();
-            let take = |l: &mut Link, st: NTSTATUS| l.request.take().map(|r| (r, st));
+            let take = |l: &mut Link, r: NdkResult<()>| l.request.take().map(|q| (q, r));
             match (l.phase, e) {
                 (Phase::Connecting, Event::Accepted) => {
                     l.phase = Phase::Replied;
-                    complete = take(&mut l, STATUS_SUCCESS);
+                    complete = take(&mut l, Ok(()));
                 }
                 (Phase::Connecting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
                     failed = l.end_attempt();
-                    complete = take(&mut l, STATUS_CONNECTION_REFUSED);
+                    complete = take(&mut l, Err(NdkError::ConnectionRefused));
                 }
                 (Phase::Connecting, Event::TimedOut) => {
                     l.phase = Phase::Done;
                     failed = l.end_attempt();
-                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                    complete = take(&mut l, Err(NdkError::IoTimeout));
                 }
                 (Phase::Replied | Phase::Incoming, Event::Rejected { .. }) => {
                     l.aborted = true;
@@ -1107,18 +1082,18 @@ impl ObjRef<Connector> {
                     if l.end_attempt() {
                         established = Some(true);
                     }
-                    complete = take(&mut l, STATUS_SUCCESS);
+                    complete = take(&mut l, Ok(()));
                 }
                 (Phase::Accepting, Event::Rejected { .. }) => {
                     l.phase = Phase::Done;
                     l.aborted = true;
                     failed = l.end_attempt();
-                    complete = take(&mut l, STATUS_CONNECTION_ABORTED);
+                    complete = take(&mut l, Err(NdkError::ConnectionAborted));
                 }
                 (Phase::Accepting, Event::TimedOut) => {
                     l.phase = Phase::Done;
                     failed = l.end_attempt();
-                    complete = take(&mut l, STATUS_IO_TIMEOUT);
+                    complete = take(&mut l, Err(NdkError::IoTimeout));
                 }
                 (
                     Phase::Established,
@@ -1138,19 +1113,19 @@ impl ObjRef<Connector> {
                 }
                 (Phase::Disconnecting, Event::Disconnected { timed_out }) => {
                     l.phase = Phase::Done;
-                    let st = if timed_out {
-                        STATUS_IO_TIMEOUT
+                    let r = if timed_out {
+                        Err(NdkError::IoTimeout)
                     } else {
-                        STATUS_SUCCESS
+                        Ok(())
                     };
-                    complete = take(&mut l, st);
+                    complete = take(&mut l, r);
                 }
                 (Phase::Disconnecting, Event::Rejected { .. } | Event::DisconnectRequested) => {
                     // A crossing DREQ or an abort also ends our disconnect (the CM then
                     // reports `Disconnected` for the DREQ; an abort has nothing more).
                     if matches!(e, Event::Rejected { .. }) {
                         l.phase = Phase::Done;
-                        complete = take(&mut l, STATUS_SUCCESS);
+                        complete = take(&mut l, Ok(()));
                     }
                 }
                 _ => {}
@@ -1172,7 +1147,7 @@ impl ObjRef<Connector> {
         if let Some(cb) = notify {
             // A count for the callback: the consumer may close the connector from it.
             if self.life.try_get() {
-                dispatch::call_disconnect_event(cb);
+                upcall::disconnect_event(cb);
                 self.put();
             }
         }

@@ -14,7 +14,7 @@
 //! disconnect (the consumer's NdkDisconnect or the peer's DREQ): the peer aborted (REJ), the
 //! CM timed out, or the QP could not be moved. **ActiveConnection** is not counted here: it is
 //! the number of connections the engine lists (established or disconnecting,
-//! [`super::cm_engine::CmEngine::connections`]), so it and OID_NDK_CONNECTIONS agree.
+//! [`super::engine::CmEngine::connections`]), so it and OID_NDK_CONNECTIONS agree.
 //! Work-request failures on a connected QP (retries exhausted, a remote access error) reach
 //! the consumer as CQE statuses; the driver registers no QP event handler, so they do not
 //! count as a ConnectionError.
