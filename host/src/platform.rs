@@ -22,6 +22,7 @@ use crate::os::clock::{Clock, Deadline};
 use crate::os::dma::DmaAllocator;
 use crate::os::dpc::{Dpc, DpcScheduler, Processor, Timer};
 use crate::os::mmio::{DoorbellHook, RegisterIo, Uar};
+use crate::os::sync::held_spin_locks;
 use crate::os::{InterruptHandler, NicPlatform, OsError, Platform};
 
 /// `std::time::Instant`-based monotonic clock.
