@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
+use pvrdma_host::{HostDevice, HostPlatform, HostTime, ManualClock};
 use pvrdma_ndk::ndk::NdkDevice;
 use pvrdma_ndk::ndk::dispatch::close_adapter;
-use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_host::{HostDevice, HostPlatform, HostTime, ManualClock};
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::{DeviceConfig, DmaSpace};
 
 use crate::common::memory::ConsumerMem;

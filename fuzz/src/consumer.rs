@@ -502,9 +502,24 @@ fn live<T>(v: &[Rec<T>], pred: impl Fn(&Rec<T>) -> bool) -> Vec<usize> {
         .collect()
 }
 
+fn live_count<T>(v: &[Rec<T>]) -> usize {
+    v.iter().filter(|r| r.closing.is_none()).count()
+}
+
+/// The `index`-th (modulo their count) live record that satisfies `pred`, counted without a
+/// list (an allocation per pick is most of a pick's cost under a sanitizer's allocator).
 fn pick<T>(v: &[Rec<T>], index: u8, pred: impl Fn(&Rec<T>) -> bool) -> Option<usize> {
-    let l = live(v, pred);
-    (!l.is_empty()).then(|| l[usize::from(index) % l.len()])
+    let ok = |r: &Rec<T>| r.closing.is_none() && pred(r);
+    let n = v.iter().filter(|r| ok(r)).count();
+    if n == 0 {
+        return None;
+    }
+    let k = usize::from(index) % n;
+    v.iter()
+        .enumerate()
+        .filter(|(_, r)| ok(r))
+        .nth(k)
+        .map(|(i, _)| i)
 }
 
 fn depth_of(raw: u16) -> u32 {
@@ -1812,12 +1827,12 @@ impl Session {
         for kind in [Kind::Qp, Kind::Mw, Kind::Mr, Kind::Srq, Kind::Pd, Kind::Cq] {
             loop {
                 let n = match kind {
-                    Kind::Qp => live(&self.qps, |_| true).len(),
-                    Kind::Mw => live(&self.mws, |_| true).len(),
-                    Kind::Mr => live(&self.mrs, |_| true).len(),
-                    Kind::Srq => live(&self.srqs, |_| true).len(),
-                    Kind::Pd => live(&self.pds, |_| true).len(),
-                    Kind::Cq => live(&self.cqs, |_| true).len(),
+                    Kind::Qp => live_count(&self.qps),
+                    Kind::Mw => live_count(&self.mws),
+                    Kind::Mr => live_count(&self.mrs),
+                    Kind::Srq => live_count(&self.srqs),
+                    Kind::Pd => live_count(&self.pds),
+                    Kind::Cq => live_count(&self.cqs),
                 };
                 if n == 0 {
                     break;

@@ -212,10 +212,18 @@ impl Pump {
         if !self.thread_free {
             return false;
         }
-        let platforms = self.platforms.lock().unwrap().clone();
+        // One platform at a time, by index, with the list unlocked while its DPCs run (a
+        // DPC may reach the pump), and without a copy of the list: a fuzz target pumps after
+        // every step, and an allocation costs a sanitizer's allocator a stack trace.
+        let platform = |i: usize| self.platforms.lock().unwrap().get(i).cloned();
         let mut any = false;
         loop {
-            let n: usize = platforms.iter().map(|p| p.executor().run_queued()).sum();
+            let mut n = 0;
+            let mut i = 0;
+            while let Some(p) = platform(i) {
+                n += p.executor().run_queued();
+                i += 1;
+            }
             if n == 0 {
                 return any;
             }
