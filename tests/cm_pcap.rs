@@ -513,8 +513,7 @@ fn doctor(pcap: &std::path::Path, name: &str, patches: &[Patch<'_>]) -> PathBuf 
 #[test]
 fn the_checker_rejects_wrong_endpoints_and_doctored_mads() {
     let cap = clean_exchange(false, "negative");
-    if !tshark::tshark_available() {
-        eprintln!("NOTICE: tshark not installed; skipping the checker's own test");
+    if !tshark::tshark_or_skip("the checker's own test") {
         return;
     }
     let wrong_port = CmExpect::new(cap.active, SocketAddr::new(cap.passive.ip(), 446));

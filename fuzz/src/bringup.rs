@@ -13,22 +13,22 @@
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
+use pvrdma_host::{HostDevice, HostPlatform, HostTime, ManualClock};
 use pvrdma_ndk::ndk::NdkDevice;
 use pvrdma_ndk::ndk::dispatch::close_adapter;
-use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_ndk::os::alloc::stats;
-use pvrdma_host::{HostDevice, HostPlatform};
+use pvrdma_ndk::os::alloc::{AllocStats, stats};
 use pvrdma_ndk::os::{Platform, RegisterIo};
 use pvrdma_ndk::pvrdma::device::{Device as DrvDevice, DeviceConfig as DrvConfig};
+use pvrdma_ndk::pvrdma::verbs::Verbs;
 use pvrdma_sim::{DeviceConfig, DmaSpace};
 
 use crate::common::memory::ConsumerMem;
-use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma, serial};
+use crate::common::{DEFAULT_UAR_PFN, PlatformSink, SimBar1, SimDma};
 use crate::status::{self, check};
 
 /// Bound on one wait: a hang, not a timing assertion.
@@ -53,23 +53,13 @@ pub struct ResponseWrite {
     pub bytes: [u8; 4],
 }
 
-/// The first phase of target `device_memory`.
+/// A bring-up input of target `device_memory` ([`crate::consumer::DeviceInput::Bringup`]).
 #[derive(Arbitrary, Clone, Debug, PartialEq, Eq)]
 pub struct Input {
     /// The VERSION register (17 to 21), or the model's default (20).
     pub version: Option<u8>,
     pub caps: [CapsWrite; 3],
     pub responses: [ResponseWrite; 3],
-}
-
-impl Input {
-    /// Whether this input writes nothing: the phase is skipped (the second phase brings
-    /// up a healthy device of its own).
-    pub fn is_quiet(&self) -> bool {
-        self.version.is_none()
-            && self.caps.iter().all(|c| !c.on)
-            && self.responses.iter().all(|r| !r.on)
-    }
 }
 
 /// BAR1 over the model that applies the input's writes at DSRHIGH and after REQUEST.
@@ -138,9 +128,14 @@ impl RegisterIo for Bar1 {
     }
 }
 
-/// A one-host rig like `tests/common`'s `Rig`, over [`Bar1`].
+/// A one-host rig like `tests/common`'s `Rig`, over [`Bar1`], thread-free
+/// (`HostPlatform::without_threads`): waits run the model and the DPCs on this thread. In
+/// virtual time: when neither the model nor a DPC has anything to do, the clock jumps to the
+/// next timer ([`step`]), so a command the corrupted device never answers times out at once
+/// instead of after `cmd_timeout_ns` of wall time.
 struct Rig {
     model: Arc<pvrdma_sim::Device>,
+    clock: Arc<ManualClock>,
     space: Arc<DmaSpace>,
     dma: Arc<SimDma>,
     bar1: Arc<Bar1>,
@@ -151,6 +146,7 @@ impl Rig {
     fn new(input: &Input) -> Rig {
         let space = Arc::new(DmaSpace::new());
         let mut cfg = DeviceConfig::default();
+        crate::fuzz_caps(&mut cfg.caps);
         if let Some(v) = input.version {
             cfg.version = 17 + u32::from(v % 5);
         }
@@ -165,25 +161,30 @@ impl Rig {
             applied: AtomicU64::new(0),
             dsr: Mutex::new(0),
         });
-        let m = model.clone();
-        let m2 = model.clone();
-        let platform = HostPlatform::new(
+        let clock = Arc::new(ManualClock::default());
+        // The provider's own waits pump too (`Platform::wait_until` runs the DPCs first).
+        let me: Arc<OnceLock<Weak<HostPlatform>>> = Arc::new(OnceLock::new());
+        let (m, m2, c, me2) = (model.clone(), model.clone(), clock.clone(), me.clone());
+        let platform = HostPlatform::without_threads(
             HostDevice {
                 bar1: bar1.clone(),
                 dma: dma.clone(),
                 doorbell: Some(Arc::new(move |off, val| m2.uar_write32(off, val))),
                 uar_pfn: DEFAULT_UAR_PFN,
                 pump: Some(Arc::new(move || {
-                    m.process();
-                    m.deliver_interrupts();
-                    std::thread::yield_now();
+                    if let Some(p) = me2.get().and_then(Weak::upgrade) {
+                        step(&m, &p, &c);
+                    }
                 })),
             },
             2,
+            HostTime::Virtual(clock.clone()),
         );
+        let _ = me.set(Arc::downgrade(&platform));
         model.set_interrupt_sink(Arc::new(PlatformSink(Arc::downgrade(&platform))));
         Rig {
             model,
+            clock,
             space,
             dma,
             bar1,
@@ -192,9 +193,7 @@ impl Rig {
     }
 
     fn pump(&self) {
-        self.model.process();
-        self.model.deliver_interrupts();
-        std::thread::yield_now();
+        step(&self.model, &self.platform, &self.clock);
     }
 
     fn wait_for(&self, what: &str, cond: impl Fn() -> bool) {
@@ -212,12 +211,35 @@ impl Rig {
             while !ex.is_idle() {
                 waited = true;
                 assert!(Instant::now() < deadline + HANG, "hang: DPCs after {what}");
-                std::thread::yield_now();
+                if ex.run_queued() == 0 {
+                    std::thread::yield_now();
+                }
             }
             if n == 0 && d == 0 && !waited {
                 break;
             }
         }
+    }
+}
+
+/// One step of the rig: the model's work and interrupts, then the DPCs; if none of them had
+/// anything to do, virtual time moves to the earliest timer and fires what is due (nothing
+/// else can happen first: one thread runs everything). With no timer either, a yield: the
+/// caller's wall-clock bound catches a hang.
+fn step(model: &pvrdma_sim::Device, platform: &HostPlatform, clock: &ManualClock) {
+    let n = model.process();
+    let d = model.deliver_interrupts();
+    let ex = platform.executor();
+    if n != 0 || d != 0 || ex.run_queued() != 0 {
+        return;
+    }
+    match ex.next_timer_ns() {
+        Some(t) => {
+            clock.set(t);
+            ex.fire_due(t);
+            ex.run_queued();
+        }
+        None => std::thread::yield_now(),
     }
 }
 
@@ -478,9 +500,12 @@ impl Script<'_> {
     }
 }
 
-/// The first phase of target `device_memory`.
-pub fn run(input: &Input) {
-    let _serial = serial();
+/// A bring-up input of target `device_memory`. Returns what the driver kept for good (zero
+/// unless it quarantined an object): the pool/DMA allocations still live after the teardown.
+pub fn run(input: &Input) -> AllocStats {
+    // No harness lock (`common::serial`): the fuzzer runs one input at a time on one thread,
+    // and the consumer phase's world (which holds that lock while it lives) is untouched
+    // while this runs, so the global counters move with this rig alone.
     let baseline = stats();
     let rig = Rig::new(input);
     let platform: Arc<dyn Platform> = rig.platform.clone();
@@ -539,11 +564,13 @@ pub fn run(input: &Input) {
     let deadline = Instant::now() + HANG;
     while !ex.is_idle() {
         assert!(Instant::now() < deadline, "DPCs did not drain at teardown");
-        std::thread::yield_now();
+        if ex.run_queued() == 0 {
+            std::thread::yield_now();
+        }
     }
     ex.shutdown();
     if quarantined != 0 {
-        return;
+        return kept_since(baseline);
     }
     assert_eq!(rig.dma.live(), 0, "DMA regions leaked");
     assert_eq!(rig.dma.allocs(), rig.dma.frees());
@@ -554,4 +581,16 @@ pub fn run(input: &Input) {
         "pool/DMA accounting not back at baseline"
     );
     let _ = rig.bar1.applied.load(Ordering::SeqCst);
+    kept_since(baseline)
+}
+
+/// The pool/DMA allocations live now that were not at `baseline`.
+fn kept_since(baseline: AllocStats) -> AllocStats {
+    let now = stats();
+    AllocStats {
+        live_allocs: now.live_allocs - baseline.live_allocs,
+        live_bytes: now.live_bytes - baseline.live_bytes,
+        dma_buffers: now.dma_buffers - baseline.dma_buffers,
+        dma_bytes: now.dma_bytes - baseline.dma_bytes,
+    }
 }

@@ -14,6 +14,7 @@
 //!   complete did, exactly once; the models hold no object, and the leak checks of
 //!   `Cluster::finish` pass (no DMA region, no pool allocation left).
 
+use std::cell::RefCell;
 use std::ptr::null_mut;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,10 +22,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use arbitrary::Arbitrary;
 use pvrdma_ndk::ndk::set_qp_connected;
 use pvrdma_ndk::ndkpi::*;
+use pvrdma_ndk::os::alloc::{AllocStats, stats};
+use pvrdma_sim::ObjectCounts;
 
 use crate::common::Mode;
 use crate::common::memory::{BuiltMdl, ConsumerMem};
-use crate::common::ndk::{Cluster, Cq, Mr, PSN_AB, PSN_BA, Pd, Qp, QpSpec, Srq};
+use crate::common::ndk::{Cluster, ClusterConfig, Cq, Mr, PSN_AB, PSN_BA, Pd, Qp, QpSpec, Srq};
 use crate::common::objects::{rc_rtr_rts, rts_attrs};
 use crate::status::{self, check};
 
@@ -357,10 +360,132 @@ struct Taint {
     device: bool,
 }
 
+// ---------------------------------------------------------------------------- the world
+
+/// The two hosts and their consumer memory, kept from one input to the next while inputs
+/// leave them as they were built (see [`World::take`]): building them (two models, two
+/// probes, two adapters) costs more than most inputs.
+///
+/// Thread-free ([`ClusterConfig::thread_free`]): the fuzzer's thread runs every DPC, so an
+/// input costs no thread hand-off per interrupt and replays the same way on a busy machine.
+/// No connection engines ([`ClusterConfig::without_cm`]): `Call::Connect` wires QPs raw.
+pub struct World {
+    c: Cluster,
+    mems: Vec<ConsumerMem>,
+}
+
+/// DMA regions (allocator and space) of each host, and the pool/DMA counters.
+#[derive(Debug, PartialEq, Eq)]
+struct Accounting {
+    hosts: Vec<(usize, usize, usize)>,
+    stats: AllocStats,
+}
+
+/// The kept world. Its destructor (a thread-local's, which `exit` runs on the main thread
+/// before LeakSanitizer's final check) tears it down with every check of `Cluster::finish`,
+/// so the adapters' close and the device's RESET are checked once per fuzzing run and the
+/// world is not reported as a leak.
+struct Kept(RefCell<Option<World>>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.get_mut().take() {
+            w.finish();
+        }
+    }
+}
+
+thread_local! {
+    /// libFuzzer runs every input on the main thread.
+    static WORLD: Kept = const { Kept(RefCell::new(None)) };
+}
+
+impl World {
+    /// Two thread-free hosts in deterministic mode without connection engines, on devices
+    /// with the fuzz targets' capabilities ([`crate::fuzz_caps`]), 16 pages of consumer
+    /// memory on each.
+    fn build() -> World {
+        let c = Cluster::with(ClusterConfig {
+            thread_free: true,
+            tweak: Some(|_, n| crate::fuzz_caps(&mut n.device.caps)),
+            ..ClusterConfig::without_cm(Mode::Deterministic, 2)
+        });
+        let mems = (0..2)
+            .map(|h| c.host(h).mem(MEM_PAGES, VA + (h as u64) * 0x100_0000))
+            .collect();
+        c.settle();
+        World { c, mems }
+    }
+
+    fn accounting(c: &Cluster) -> Accounting {
+        Accounting {
+            hosts: c
+                .hosts
+                .iter()
+                .map(|h| {
+                    (
+                        h.dma.live(),
+                        h.space.region_count(),
+                        h.space.bytes_registered(),
+                    )
+                })
+                .collect(),
+            stats: stats(),
+        }
+    }
+
+    /// The world the last input left clean, or a new one.
+    fn take() -> World {
+        WORLD
+            .with(|w| w.0.borrow_mut().take())
+            .unwrap_or_else(World::build)
+    }
+
+    /// After an input that closed every object it made and wrote no device memory: the
+    /// models hold no object, every DMA region and pool allocation the input made is freed
+    /// (the accounting is back at `before`, taken when the input started: the pool counters
+    /// are global, and `bringup::run` may have left a quarantined object behind, by design),
+    /// and the consumer memory is zeroed for the next input, which gets this world.
+    fn keep(self, before: &Accounting) {
+        self.c.settle();
+        for h in &self.c.hosts {
+            assert_eq!(
+                h.model_objects(),
+                ObjectCounts::default(),
+                "host {}: the model still holds objects",
+                h.index
+            );
+            assert!(h.platform.executor().is_idle(), "a DPC is still queued");
+        }
+        assert_eq!(
+            &Self::accounting(&self.c),
+            before,
+            "DMA regions or pool allocations left behind"
+        );
+        static ZERO: [u8; 4096] = [0; 4096];
+        for m in &self.mems {
+            for p in 0..m.buf.pages() {
+                m.buf.write(p * 4096, &ZERO);
+            }
+        }
+        WORLD.with(|w| *w.0.borrow_mut() = Some(self));
+    }
+
+    /// Tears the world down with the cluster's own checks (`Cluster::finish`: adapters
+    /// closed, RESET, nothing left at all).
+    fn finish(self) {
+        let World { c, mems, .. } = self;
+        drop(mems);
+        c.finish();
+    }
+}
+
 /// One run: two hosts, the consumer's objects, its requests.
 pub struct Session {
     c: Cluster,
     mems: Vec<ConsumerMem>,
+    /// The world's accounting when this input started.
+    before: Accounting,
     cqs: Vec<Rec<CqRec>>,
     pds: Vec<Rec<Pd>>,
     mrs: Vec<Rec<MrRec>>,
@@ -377,9 +502,24 @@ fn live<T>(v: &[Rec<T>], pred: impl Fn(&Rec<T>) -> bool) -> Vec<usize> {
         .collect()
 }
 
+fn live_count<T>(v: &[Rec<T>]) -> usize {
+    v.iter().filter(|r| r.closing.is_none()).count()
+}
+
+/// The `index`-th (modulo their count) live record that satisfies `pred`, counted without a
+/// list (an allocation per pick is most of a pick's cost under a sanitizer's allocator).
 fn pick<T>(v: &[Rec<T>], index: u8, pred: impl Fn(&Rec<T>) -> bool) -> Option<usize> {
-    let l = live(v, pred);
-    (!l.is_empty()).then(|| l[usize::from(index) % l.len()])
+    let ok = |r: &Rec<T>| r.closing.is_none() && pred(r);
+    let n = v.iter().filter(|r| ok(r)).count();
+    if n == 0 {
+        return None;
+    }
+    let k = usize::from(index) % n;
+    v.iter()
+        .enumerate()
+        .filter(|(_, r)| ok(r))
+        .nth(k)
+        .map(|(i, _)| i)
 }
 
 fn depth_of(raw: u16) -> u32 {
@@ -420,15 +560,14 @@ fn zero_sge() -> NDK_SGE {
 }
 
 impl Session {
-    /// Two hosts in deterministic mode, 16 pages of consumer memory on each.
+    /// On the world the last input left clean, or a new one ([`World`]).
     pub fn new() -> Session {
-        let c = Cluster::new(Mode::Deterministic, 2);
-        let mems = (0..2)
-            .map(|h| c.host(h).mem(MEM_PAGES, VA + (h as u64) * 0x100_0000))
-            .collect();
+        let World { c, mems } = World::take();
+        let before = World::accounting(&c);
         Session {
             c,
             mems,
+            before,
             cqs: Vec::new(),
             pds: Vec::new(),
             mrs: Vec::new(),
@@ -1415,7 +1554,9 @@ impl Session {
                 };
                 let _ = sp.write(page + at % 4096, &cqe);
                 if publish {
-                    let _ = sp.write_u32(ring.state + 8, (tail + 1) % (2 * n));
+                    // `tail` is device memory the input may have written: any value.
+                    let next = tail.wrapping_add(1) % n.saturating_mul(2);
+                    let _ = sp.write_u32(ring.state + 8, next);
                 }
             }
             DeviceWrite::CqTail { cq, delta, raw } => {
@@ -1686,12 +1827,12 @@ impl Session {
         for kind in [Kind::Qp, Kind::Mw, Kind::Mr, Kind::Srq, Kind::Pd, Kind::Cq] {
             loop {
                 let n = match kind {
-                    Kind::Qp => live(&self.qps, |_| true).len(),
-                    Kind::Mw => live(&self.mws, |_| true).len(),
-                    Kind::Mr => live(&self.mrs, |_| true).len(),
-                    Kind::Srq => live(&self.srqs, |_| true).len(),
-                    Kind::Pd => live(&self.pds, |_| true).len(),
-                    Kind::Cq => live(&self.cqs, |_| true).len(),
+                    Kind::Qp => live_count(&self.qps),
+                    Kind::Mw => live_count(&self.mws),
+                    Kind::Mr => live_count(&self.mrs),
+                    Kind::Srq => live_count(&self.srqs),
+                    Kind::Pd => live_count(&self.pds),
+                    Kind::Cq => live_count(&self.cqs),
                 };
                 if n == 0 {
                     break;
@@ -1718,10 +1859,23 @@ impl Session {
         self.c.settle();
         self.check_closes();
         self.check_notifications();
-        let Session { c, mems, mrs, .. } = self;
+        let Session {
+            c,
+            mems,
+            before,
+            mrs,
+            taint,
+            ..
+        } = self;
         drop(mrs);
-        drop(mems);
-        c.finish();
+        let world = World { c, mems };
+        // Device memory written: the driver and the model may disagree on any state, so the
+        // world is not reused; its teardown checks run now, on this input.
+        if taint.device {
+            world.finish();
+        } else {
+            world.keep(&before);
+        }
     }
 
     /// With nothing written into device memory: after the flush and the drain, a request
@@ -1778,7 +1932,7 @@ pub fn run_calls(calls: &[Call]) {
     s.finish();
 }
 
-/// The second phase of target `device_memory`.
+/// A steps input of target `device_memory` ([`DeviceInput::Steps`]).
 pub fn run_steps(steps: &[Step]) {
     let mut s = Session::new();
     for st in steps.iter().take(64) {
@@ -1787,18 +1941,30 @@ pub fn run_steps(steps: &[Step]) {
     s.finish();
 }
 
-/// Target `device_memory`: bring-up and command responses first (skipped when the input
-/// writes nothing there), then consumer calls interleaved with device writes.
+/// An input of target `device_memory`: one of two independent tests, each on its own rig
+/// (once both ran on every input, doubling its cost for no interaction between them).
 #[derive(Arbitrary, Clone, Debug, PartialEq, Eq)]
-pub struct DeviceInput {
-    pub bringup: crate::bringup::Input,
-    pub steps: Vec<Step>,
+pub enum DeviceInput {
+    /// Bring-up and command responses written by the device ([`crate::bringup`]), on a
+    /// one-host rig of its own.
+    Bringup(crate::bringup::Input),
+    /// Consumer calls interleaved with device writes, on the kept [`World`].
+    Steps(Vec<Step>),
 }
 
-/// Runs both phases of target `device_memory`.
+/// Runs an input of target `device_memory`.
 pub fn run_device(input: &DeviceInput) {
-    if !input.bringup.is_quiet() {
-        crate::bringup::run(&input.bringup);
+    match input {
+        DeviceInput::Bringup(b) => {
+            let kept = crate::bringup::run(b);
+            // The kept world's final check (`Cluster::finish`) must expect what the
+            // bring-up rig's driver kept for good.
+            WORLD.with(|w| {
+                if let Some(w) = w.0.borrow_mut().as_mut() {
+                    w.c.expect_kept(kept);
+                }
+            });
+        }
+        DeviceInput::Steps(steps) => run_steps(steps),
     }
-    run_steps(&input.steps);
 }

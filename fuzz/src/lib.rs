@@ -19,3 +19,21 @@ pub mod bringup;
 pub mod consumer;
 pub mod seed;
 pub mod status;
+
+/// The device model's capabilities for the fuzz targets: the default device with object
+/// limits a little above what an input can create (`consumer::MAX_OBJECTS` of each kind),
+/// and queue depths of 1,024 WQEs and 4,096 CQEs. The driver sizes its handle tables and
+/// the model its own from these, so a world is smaller to build and to search; depths above
+/// the limits are still asked for (and refused), and a bring-up input can still write any
+/// capability value.
+pub fn fuzz_caps(c: &mut pvrdma_sim::Caps) {
+    c.max_qp = 32;
+    c.max_cq = 32;
+    c.max_pd = 32;
+    c.max_srq = 32;
+    c.max_ah = 32;
+    c.max_mr = 64;
+    c.max_qp_wr = 1024;
+    c.max_srq_wr = 1024;
+    c.max_cqe = 4096;
+}

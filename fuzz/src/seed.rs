@@ -353,7 +353,15 @@ pub fn calls(v: &[Call]) -> Vec<u8> {
 /// The bytes of a `device_memory` input.
 pub fn device(d: &DeviceInput) -> Vec<u8> {
     let mut e = Enc::default();
-    d.bringup.enc(&mut e);
-    encode_rest(&d.steps, &mut e);
+    match d {
+        DeviceInput::Bringup(b) => {
+            e.tag(0, 2);
+            b.enc(&mut e);
+        }
+        DeviceInput::Steps(steps) => {
+            e.tag(1, 2);
+            encode_rest(steps, &mut e);
+        }
+    }
     e.0
 }

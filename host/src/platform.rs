@@ -22,6 +22,7 @@ use crate::os::clock::{Clock, Deadline};
 use crate::os::dma::DmaAllocator;
 use crate::os::dpc::{Dpc, DpcScheduler, Processor, Timer};
 use crate::os::mmio::{DoorbellHook, RegisterIo, Uar};
+use crate::os::sync::held_spin_locks;
 use crate::os::{InterruptHandler, NicPlatform, OsError, Platform};
 
 /// `std::time::Instant`-based monotonic clock.
@@ -115,6 +116,9 @@ struct Shared {
 pub struct HostExecutor {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// No threads ([`HostExecutor::without_threads`]): DPCs and due timers run only in
+    /// [`HostExecutor::run_queued`].
+    thread_free: bool,
 }
 
 impl HostExecutor {
@@ -126,6 +130,19 @@ impl HostExecutor {
     /// Starts `processors` (at least 1) DPC threads, and the timer thread only for
     /// [`HostTime::Wall`].
     pub fn with_time(processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(processors, time, false)
+    }
+
+    /// `processors` (at least 1) simulated processors and no thread at all: a queued DPC (or,
+    /// in wall-clock time, a due timer) runs only when the harness calls
+    /// [`HostExecutor::run_queued`], on the harness's thread. A harness that drives a
+    /// deterministic model from one thread (the fuzz targets) then pays no thread hand-off
+    /// per interrupt, and a run does not depend on how the machine schedules threads.
+    pub fn without_threads(processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(processors, time, true)
+    }
+
+    fn build(processors: u32, time: HostTime, thread_free: bool) -> Arc<Self> {
         let n = processors.max(1) as usize;
         let virtual_clock = match time {
             HostTime::Wall => None,
@@ -143,7 +160,7 @@ impl HostExecutor {
             inflight: 0.into(),
         });
         let mut threads = Vec::new();
-        for p in 0..n {
+        for p in (0..n).filter(|_| !thread_free) {
             let s = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -152,7 +169,7 @@ impl HostExecutor {
                     .expect("spawn DPC thread"),
             );
         }
-        if shared.virtual_clock.is_none() {
+        if shared.virtual_clock.is_none() && !thread_free {
             let s = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -164,7 +181,68 @@ impl HostExecutor {
         Arc::new(HostExecutor {
             shared,
             threads: Mutex::new(threads),
+            thread_free,
         })
+    }
+
+    /// Whether this executor has no threads ([`HostExecutor::without_threads`]).
+    pub fn is_thread_free(&self) -> bool {
+        self.thread_free
+    }
+
+    /// A thread-free executor: runs every queued DPC on the calling thread, each as the
+    /// processor it was queued to (so `Processor::Current` inside it means that processor),
+    /// until no queue holds one; in wall-clock time, timers due by now are queued first.
+    /// Returns how many DPCs ran. Runs nothing (returns 0) on an executor with threads, inside
+    /// a DPC (routines do not nest on a processor), or while the calling thread holds a spin
+    /// lock (it is at DISPATCH_LEVEL: no DPC preempts it).
+    pub fn run_queued(&self) -> usize {
+        if !self.thread_free || current_processor().is_some() || held_spin_locks() != 0 {
+            return 0;
+        }
+        let s = &self.shared;
+        let mut ran = 0;
+        loop {
+            if s.virtual_clock.is_none() {
+                let mut due = Vec::new();
+                {
+                    let mut g = s.timers.lock().unwrap();
+                    let now = (!g.is_empty()).then(Instant::now);
+                    // Settings no longer current (cancelled, re-armed) go too, unfired.
+                    g.retain(|(at, t, gen_)| {
+                        if !t.is_current(*gen_) {
+                            return false;
+                        }
+                        let fire = now.is_some_and(|now| *at <= now);
+                        if fire {
+                            due.push((t.clone(), *gen_));
+                        }
+                        !fire
+                    });
+                }
+                for (t, gen_) in due {
+                    t.expire(gen_, Processor::Index(0));
+                }
+            }
+            let mut any = false;
+            for (p, q) in s.queues.iter().enumerate() {
+                let Some(dpc) = q.lock().unwrap().pop_front() else {
+                    continue;
+                };
+                any = true;
+                CURRENT_PROCESSOR.with(|c| c.set(Some(p as u32)));
+                dpc.run();
+                CURRENT_PROCESSOR.with(|c| c.set(None));
+                if let Some(r) = s.runs.get(p) {
+                    r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                s.inflight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                ran += 1;
+            }
+            if !any {
+                return ran;
+            }
+        }
     }
 
     /// DPC routines run so far on processor `p`.
@@ -352,11 +430,15 @@ impl DpcScheduler for HostExecutor {
             return;
         }
         let at = Instant::now() + Duration::from_nanos(delay_ns);
-        self.shared
-            .timers
-            .lock()
-            .unwrap()
-            .push((at, timer, generation));
+        {
+            let mut g = self.shared.timers.lock().unwrap();
+            // As in virtual time: the new setting replaces the timer's earlier one, whose
+            // expiry would be a no-op (stale generation). Without this a timer re-armed
+            // before it falls due (a command timeout, armed per command) grows the list by
+            // one entry per arming until the old deadlines pass.
+            g.retain(|(_, t, _)| !t.same(&timer));
+            g.push((at, timer, generation));
+        }
         self.shared.timer_wake.notify_all();
     }
 
@@ -412,11 +494,21 @@ impl HostPlatform {
 
     /// A platform with `processors` DPC processors whose `now_ns` and timers follow `time`.
     pub fn with_time(dev: HostDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(dev, processors, time, false)
+    }
+
+    /// The same over a thread-free executor ([`HostExecutor::without_threads`]): DPCs run
+    /// when the harness calls [`HostExecutor::run_queued`], and in [`Platform::wait_until`].
+    pub fn without_threads(dev: HostDevice, processors: u32, time: HostTime) -> Arc<Self> {
+        Self::build(dev, processors, time, true)
+    }
+
+    fn build(dev: HostDevice, processors: u32, time: HostTime, thread_free: bool) -> Arc<Self> {
         let (clock, virtual_time): (Arc<dyn Clock>, bool) = match &time {
             HostTime::Wall => (Arc::new(StdClock::default()), false),
             HostTime::Virtual(c) => (c.clone(), true),
         };
-        let executor = HostExecutor::with_time(processors, time);
+        let executor = HostExecutor::build(processors, time, thread_free);
         let scheduler: Arc<dyn DpcScheduler> = executor.clone();
         Arc::new(HostPlatform {
             dev,
@@ -515,6 +607,10 @@ impl Platform for HostPlatform {
             let wall = wall_start.elapsed();
             if deadline.expired(self.now_ns()) || (self.virtual_time && wall >= wall_deadline) {
                 return cond();
+            }
+            // A thread-free executor's DPCs run on the waiting thread (a DPC preempting it).
+            if self.executor.run_queued() != 0 {
+                continue;
             }
             match &self.dev.pump {
                 Some(p) => p(),

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pvrdma_host::{
-    HostDevice, HostExecutor, HostPlatform, HostTime, ManualClock, current_processor,
+    HostDevice, HostExecutor, HostPlatform, HostTime, ManualClock, SPIN_LOCKS_COUNTED,
+    current_processor,
 };
 use pvrdma_ndk::os::clock::Clock;
 use pvrdma_ndk::os::dma::{DmaAllocator, DmaRegion};
@@ -84,6 +85,71 @@ impl DpcHandler for Overlap {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.runs.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// Queues another DPC from inside its routine (first run only) and records whether a
+/// nested `run_queued` ran anything.
+struct Requeue {
+    ex: Arc<HostExecutor>,
+    other: Mutex<Option<Dpc>>,
+    nested: AtomicU32,
+}
+impl DpcHandler for Requeue {
+    fn run(&self) {
+        if let Some(d) = self.other.lock().unwrap().take() {
+            assert!(d.queue(Processor::Current));
+            let n = self.ex.run_queued() as u32;
+            self.nested.fetch_add(n, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn thread_free_executor_runs_dpcs_and_due_timers_only_in_run_queued() {
+    let ex = HostExecutor::without_threads(3, HostTime::Wall);
+    assert!(ex.is_thread_free() && !HostExecutor::new(1).is_thread_free());
+    let sched: Arc<dyn DpcScheduler> = ex.clone();
+    let rec = Arc::new(Rec {
+        hits: Mutex::new(Vec::new()),
+        n: 0.into(),
+    });
+    let dpc = Dpc::new(&sched, rec.clone()).unwrap();
+    assert!(dpc.queue(Processor::Index(2)));
+    std::thread::sleep(Duration::from_millis(2));
+    assert_eq!(rec.n.load(Ordering::SeqCst), 0, "no thread ran it");
+    assert!(!ex.is_idle());
+    assert_eq!(ex.run_queued(), 1);
+    assert!(ex.is_idle());
+    assert_eq!(ex.runs_on(2), 1);
+    // A DPC queued from a routine to `Current` goes to the routine's processor and runs
+    // after it, not nested inside it.
+    let chained = Arc::new(Requeue {
+        ex: ex.clone(),
+        other: Mutex::new(Some(dpc.clone())),
+        nested: 0.into(),
+    });
+    let first = Dpc::new(&sched, chained.clone()).unwrap();
+    assert!(first.queue(Processor::Index(1)));
+    assert_eq!(ex.run_queued(), 2);
+    assert_eq!(chained.nested.load(Ordering::SeqCst), 0);
+    assert_eq!(ex.runs_on(1), 2);
+    // A wall-clock timer fires once due, from the next `run_queued`.
+    let t = Timer::new(&sched, rec.clone()).unwrap();
+    t.schedule_in(1_000_000);
+    assert_eq!(ex.run_queued(), 0, "not due yet");
+    std::thread::sleep(Duration::from_millis(2));
+    assert_eq!(ex.run_queued(), 1);
+    assert_eq!(*rec.hits.lock().unwrap(), [Some(2), Some(1), Some(0)]);
+    // Spin locks held: the thread is at DISPATCH_LEVEL, nothing preempts it.
+    if SPIN_LOCKS_COUNTED {
+        assert!(dpc.queue(Processor::Index(0)));
+        let lock = pvrdma_ndk::os::sync::SpinLock::new(());
+        let g = lock.lock();
+        assert_eq!(ex.run_queued(), 0);
+        drop(g);
+        assert_eq!(ex.run_queued(), 1);
+    }
+    ex.shutdown();
 }
 
 #[test]

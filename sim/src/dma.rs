@@ -207,6 +207,12 @@ impl DmaSpace {
         })
     }
 
+    /// Whether `len` bytes at bus address `bus` could be read or written now (the fault
+    /// [`DmaSpace::read`] would return, without copying anything).
+    pub fn check(&self, bus: u64, len: usize) -> Result<(), DmaFault> {
+        Self::resolve(&self.lock(), bus, len).map(|_| ())
+    }
+
     /// Copies `out.len()` bytes from bus address `bus`.
     pub fn read(&self, bus: u64, out: &mut [u8]) -> Result<(), DmaFault> {
         let inner = self.lock();

@@ -73,6 +73,9 @@ pub struct Pump {
     real_peer: bool,
     /// One thread moves virtual time at a time (provider waits on several threads pump).
     stepping: Mutex<()>,
+    /// The hosts' executors have no threads ([`ClusterConfig::thread_free`]): every wait
+    /// and settle runs their DPCs itself.
+    thread_free: bool,
     me: Weak<Pump>,
     /// The kit's connections ([`Cluster::connect`]), parted when one of their QPs closes.
     links: Mutex<Vec<links::Link>>,
@@ -103,10 +106,16 @@ impl Pump {
     /// up through the miniport); give each host's platform [`Pump::platform_pump`] and
     /// [`Pump::add_platform`] it. Wall-clock time.
     pub fn new(world: Arc<World>, mode: Mode) -> Arc<Pump> {
-        Self::with_time(world, mode, false, false)
+        Self::with_time(world, mode, false, false, false)
     }
 
-    fn with_time(world: Arc<World>, mode: Mode, virtual_time: bool, real_peer: bool) -> Arc<Pump> {
+    fn with_time(
+        world: Arc<World>,
+        mode: Mode,
+        virtual_time: bool,
+        real_peer: bool,
+        thread_free: bool,
+    ) -> Arc<Pump> {
         assert!(
             !virtual_time || mode == Mode::Deterministic,
             "virtual time needs Mode::Deterministic (threaded hosts run on the wall clock)"
@@ -114,6 +123,10 @@ impl Pump {
         assert!(
             !real_peer || mode == Mode::Threaded,
             "a real peer needs Mode::Threaded (the fabric in real time)"
+        );
+        assert!(
+            !thread_free || mode == Mode::Deterministic,
+            "thread-free hosts need Mode::Deterministic (one thread drives everything)"
         );
         Arc::new_cyclic(|me| Pump {
             world,
@@ -124,6 +137,7 @@ impl Pump {
             virtual_time,
             real_peer,
             stepping: Mutex::new(()),
+            thread_free,
             me: me.clone(),
             links: Mutex::new(Vec::new()),
         })
@@ -166,10 +180,18 @@ impl Pump {
             }
             Mode::Deterministic => {
                 let w = Arc::downgrade(&self.world);
+                let me = self.me.clone();
                 Arc::new(move || {
                     polls.fetch_add(1, Ordering::SeqCst);
+                    let mut ran = false;
                     if let Some(w) = w.upgrade() {
-                        w.run_until_idle();
+                        ran = w.run_until_idle() != 0;
+                    }
+                    // Thread-free: nobody else runs the DPCs, and a yield only loses the core.
+                    if let Some(p) = me.upgrade().filter(|p| p.thread_free)
+                        && (p.run_dpcs() || ran)
+                    {
+                        return;
                     }
                     std::thread::yield_now();
                 })
@@ -189,6 +211,32 @@ impl Pump {
     /// Adds another platform's DPC executor for [`Pump::settle`] and waits to drain.
     pub fn add_executor(&self, e: Arc<HostExecutor>) {
         self.executors.lock().unwrap().push(e);
+    }
+
+    /// Thread-free hosts ([`ClusterConfig::thread_free`]): runs every queued DPC of every
+    /// host on this thread until none is queued. Returns whether any ran; false at once with
+    /// threaded executors.
+    pub fn run_dpcs(&self) -> bool {
+        if !self.thread_free {
+            return false;
+        }
+        // One platform at a time, by index, with the list unlocked while its DPCs run (a
+        // DPC may reach the pump), and without a copy of the list: a fuzz target pumps after
+        // every step, and an allocation costs a sanitizer's allocator a stack trace.
+        let platform = |i: usize| self.platforms.lock().unwrap().get(i).cloned();
+        let mut any = false;
+        loop {
+            let mut n = 0;
+            let mut i = 0;
+            while let Some(p) = platform(i) {
+                n += p.executor().run_queued();
+                i += 1;
+            }
+            if n == 0 {
+                return any;
+            }
+            any = true;
+        }
     }
 
     /// Forgets the platforms (at teardown).
@@ -236,7 +284,10 @@ impl Pump {
                 continue;
             }
             if self.mode == Mode::Deterministic {
-                self.world.run_until_idle();
+                let ran = self.world.run_until_idle() != 0;
+                if self.run_dpcs() || (ran && self.thread_free) {
+                    continue;
+                }
             }
             std::thread::yield_now();
         }
@@ -280,7 +331,9 @@ impl Pump {
             let devices = self.world.run_devices();
             while !executors.iter().all(|e| e.is_idle()) {
                 assert!(Instant::now() < deadline, "DPCs did not drain");
-                std::thread::yield_now();
+                if executors.iter().map(|e| e.run_queued()).sum::<usize>() == 0 {
+                    std::thread::yield_now();
+                }
             }
             if !devices && dpc_runs(&executors) == runs {
                 break;
@@ -363,7 +416,9 @@ impl Pump {
             while !self.executors_idle() {
                 waited = true;
                 assert!(Instant::now() < deadline, "DPCs did not drain");
-                std::thread::yield_now();
+                if !self.run_dpcs() {
+                    std::thread::yield_now();
+                }
             }
             if !ran && !waited {
                 return;
@@ -592,6 +647,11 @@ pub struct ClusterConfig {
     /// its GID (and `Host::ip`) the IPv6 one if [`ClusterConfig::ipv6`]. For an external
     /// wire, whose inner addresses must come from these ranges.
     pub benchmark_addresses: bool,
+    /// The hosts' DPC executors have no threads ([`HostPlatform::without_threads`]): DPCs
+    /// run on the thread that waits or settles, as a DPC preempting it would. One thread then
+    /// drives the whole cluster: no thread hand-off per interrupt, and a run does not depend
+    /// on how the machine schedules threads (the fuzz targets). Mode::Deterministic only.
+    pub thread_free: bool,
     /// The connection engines' path MTU code (`EngineConfig::path_mtu`; 3 = 1024, 5 = 4096).
     pub path_mtu: u8,
     /// The engines' CM Response Timeout and Max CM Retries (`EngineConfig`; rdma_cm's 20
@@ -618,6 +678,7 @@ impl ClusterConfig {
             resolve_bound_ns: 50_000_000,
             real_time: false,
             benchmark_addresses: false,
+            thread_free: false,
             path_mtu: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).path_mtu,
             cm_timing: {
                 let e = pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0);
@@ -787,7 +848,13 @@ impl Cluster {
             });
         }
         let world = Arc::new(w);
-        let pump = Pump::with_time(world.clone(), cfg.mode, cfg.virtual_time, cfg.real_time);
+        let pump = Pump::with_time(
+            world.clone(),
+            cfg.mode,
+            cfg.virtual_time,
+            cfg.real_time,
+            cfg.thread_free,
+        );
         let mut hosts = Vec::new();
         for i in 0..usize::from(cfg.hosts) {
             let node = world.node(i);
@@ -796,7 +863,12 @@ impl Cluster {
             let dma = SimDma::new(space.clone());
             let m = model.clone();
             let bar1 = SimBar1::new(model.clone());
-            let platform = HostPlatform::with_time(
+            let build = if cfg.thread_free {
+                HostPlatform::without_threads
+            } else {
+                HostPlatform::with_time
+            };
+            let platform = build(
                 HostDevice {
                     bar1: bar1.clone(),
                     dma: dma.clone(),
@@ -921,6 +993,18 @@ impl Cluster {
         self.cm
     }
 
+    /// Pool/DMA allocations made outside this cluster while it lived and kept for good by
+    /// design (an object another rig's driver quarantined, `Tables::file`): [`Cluster::finish`]
+    /// expects them still live. For a harness that keeps one cluster across many runs of
+    /// something else (the fuzz targets).
+    pub fn expect_kept(&mut self, kept: AllocStats) {
+        let b = &mut self.baseline;
+        b.live_allocs += kept.live_allocs;
+        b.live_bytes += kept.live_bytes;
+        b.dma_buffers += kept.dma_buffers;
+        b.dma_bytes += kept.dma_bytes;
+    }
+
     /// Closes every adapter (the test closed its objects), waits for the model to hold no
     /// object, drops the driver (RESET), stops the world's threads and checks: no DMA region
     /// left (driver or consumer memory: drop `ConsumerMem`s first), every SimDma region
@@ -975,7 +1059,9 @@ impl Cluster {
             let deadline = Instant::now() + HANG;
             while !ex.is_idle() {
                 assert!(Instant::now() < deadline, "DPCs did not drain at teardown");
-                std::thread::yield_now();
+                if ex.run_queued() == 0 {
+                    std::thread::yield_now();
+                }
             }
             ex.shutdown();
             assert_eq!(dma.live(), 0, "DMA regions leaked");

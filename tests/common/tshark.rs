@@ -6,8 +6,9 @@
 //!
 //! One line for a capture holding one connection:
 //! `common::tshark::assert_cm_exchange(&pcap, active, passive)` (skips itself, returning
-//! `None`, where tshark is not installed). Several connections, private data or a lossy
-//! fabric: [`check_cm_capture`] with one [`CmExpect`] per connection.
+//! `None`, where tshark is not installed, except in CI: [`tshark_or_skip`]). Several
+//! connections, private data or a lossy fabric: [`check_cm_capture`] with one [`CmExpect`]
+//! per connection.
 //!
 //! Robust across tshark 3.x and 4.x: only `-T fields` output is read, byte fields are
 //! accepted with or without the `:` separators 3.x prints, integers in decimal or `0x` hex,
@@ -190,6 +191,29 @@ pub struct CmCapture {
     pub cm_mads: usize,
     /// The connections, in the order their REQs appear.
     pub connections: Vec<CmConnection>,
+}
+
+/// Whether this run is CI's: the `CI` environment variable set and not empty, `0` or
+/// `false` (`.ci/run` sets `CI=true`, as CI services do).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE"))
+}
+
+/// Whether a check that needs tshark can run. Without tshark it fails the test in CI
+/// ([`in_ci`]: a check CI is meant to run must not pass by skipping itself) and elsewhere
+/// prints a NOTICE naming `what` and returns false, and the caller skips the check.
+pub fn tshark_or_skip(what: &str) -> bool {
+    if tshark_available() {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "tshark is not installed, and CI (CI={:?}) must run {what}: install it (Debian: \
+         apt-get install tshark; .ci/run does) or unset CI to let the check skip itself",
+        std::env::var("CI").unwrap_or_default()
+    );
+    eprintln!("NOTICE: tshark not installed; skipping {what} (in CI this fails)");
+    false
 }
 
 /// Whether tshark runs here.
@@ -424,13 +448,10 @@ fn comm_id(row: &Row, f: &str) -> u32 {
 /// - a MAD whose IP source/destination are not the two endpoints;
 /// - connections in the capture that were not expected, or expected ones missing.
 pub fn check_cm_capture(pcap: &Path, expect: &[CmExpect<'_>]) -> Option<CmCapture> {
-    let Some(version) = tshark_version() else {
-        eprintln!(
-            "NOTICE: tshark not installed; skipping the Wireshark decode check of {}",
-            pcap.display()
-        );
+    if !tshark_or_skip(&format!("the Wireshark decode check of {}", pcap.display())) {
         return None;
-    };
+    }
+    let version = tshark_version().expect("tshark answered --version a moment ago");
     let rows = read_rows(pcap);
     let mut cm: Vec<(CmFrame, &Row)> = Vec::new();
     for row in &rows {
@@ -806,9 +827,9 @@ pub fn assert_cm_exchange(
 /// Runs tshark over `pcap` with RoCEv2 decoding, keeps the frames matching the display
 /// `filter` and returns the `fields` of each, in capture order (a field absent from a frame
 /// is an empty string; repeated occurrences are joined with `|`). `None` where tshark is
-/// not installed.
+/// not installed (a failure in CI: [`tshark_or_skip`]).
 pub fn frame_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Option<Vec<Vec<String>>> {
-    if !tshark_available() {
+    if !tshark_or_skip(&format!("the Wireshark fields of {}", pcap.display())) {
         return None;
     }
     let mut cmd = Command::new("tshark");

@@ -647,6 +647,10 @@ def mtu_sweep(image):
         check(ops == [0, 1, 1, 2], f"{size}: the SEND left as First, Middle, Middle, Last ({ops})")
         mtus = req_path_mtus(pcap)
         if mtus is None:
+            # In CI (CI=true, as .ci/run sets) a check that needs tshark fails without it,
+            # as the Rust tests' `tshark_or_skip` does.
+            in_ci = os.environ.get("CI", "").strip() not in ("", "0", "false", "FALSE")
+            check(not in_ci, f"{size}: tshark is installed in CI to decode the REQ's path MTU")
             print("WARNING: tshark is not installed: the REQ's path MTU is not decoded")
         else:
             check(mtus == [code], f"{size}: the REQ's path MTU as Wireshark decodes it is {code} ({mtus})")

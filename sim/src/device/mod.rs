@@ -732,9 +732,8 @@ impl Core {
         let v = Le(&raw[..]);
         let cmd = v.u64(dsr::field::CMD_SLOT);
         let resp = v.u64(dsr::field::RESP_SLOT);
-        let page_ok = |a: u64, dma: &DmaSpace| {
-            a != 0 && a.is_multiple_of(4096) && dma.read(a, &mut [0u8; 4096]).is_ok()
-        };
+        let page_ok =
+            |a: u64, dma: &DmaSpace| a != 0 && a.is_multiple_of(4096) && dma.check(a, 4096).is_ok();
         let slots_ok = page_ok(cmd, &self.dma) && page_ok(resp, &self.dma);
         let async_ring = self.load_dev_ring(&v, dsr::field::ASYNC_RING, 8);
         let cqne_ring = self.load_dev_ring(&v, dsr::field::CQ_RING, 4);
@@ -760,10 +759,8 @@ impl Core {
         }
         let pages = read_pdir(&self.dma, pdir, num_pages).ok()?;
         // Every page must be readable now; the ring is written later without a command to fail.
-        for &p in &pages {
-            if self.dma.read(p, &mut [0u8; 4096]).is_err() {
-                return None;
-            }
+        if pages.iter().any(|&p| self.dma.check(p, 4096).is_err()) {
+            return None;
         }
         let n = u32::try_from(u64::from(num_pages - 1) * 4096 / elem).ok()?;
         Some(DevRing {
