@@ -133,11 +133,12 @@ fn thread_free_executor_runs_dpcs_and_due_timers_only_in_run_queued() {
     assert_eq!(ex.run_queued(), 2);
     assert_eq!(chained.nested.load(Ordering::SeqCst), 0);
     assert_eq!(ex.runs_on(1), 2);
-    // A wall-clock timer fires once due, from the next `run_queued`.
+    // A wall-clock timer fires once due, from the next `run_queued`. Half a second: under
+    // Miri a millisecond passed between the arming and the first look.
     let t = Timer::new(&sched, rec.clone()).unwrap();
-    t.schedule_in(1_000_000);
+    t.schedule_in(500_000_000);
     assert_eq!(ex.run_queued(), 0, "not due yet");
-    std::thread::sleep(Duration::from_millis(2));
+    std::thread::sleep(Duration::from_millis(600));
     assert_eq!(ex.run_queued(), 1);
     assert_eq!(*rec.hits.lock().unwrap(), [Some(2), Some(1), Some(0)]);
     // Spin locks held: the thread is at DISPATCH_LEVEL, nothing preempts it.
