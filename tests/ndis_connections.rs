@@ -15,14 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use common::Mode;
 use common::ndis::*;
 use common::ndk::{Adapter, Connector, Listener, QpSpec, fill, verify};
+use common::wire::qp1_mad_frame;
 use pvrdma_ndk::cm::msg::Rej;
 use pvrdma_ndk::cm::wire::{attr, new_cm_mad};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndkpi::*;
-use pvrdma_sim::wire::bth::BthRepr;
-use pvrdma_sim::wire::ext::DethRepr;
-use pvrdma_sim::wire::psn::Psn;
-use pvrdma_sim::wire::roce::{ExtRepr, RocePacket};
 
 fn rig(mode: Mode) -> NdisRig {
     let mut o = RigOptions::new(mode, 2, &MiniportConfig::default()).engines();
@@ -333,40 +330,7 @@ fn inject_rej(rig: &NdisRig, passive: u32, active: u32) {
         rej.set_reason(28);
     }
     let (h0, h1) = (&rig.hosts[0], &rig.hosts[1]);
-    let frame = RocePacket {
-        src_mac: h1.mac,
-        dst_mac: h0.mac,
-        vlan: None,
-        src_gid: h1.gid,
-        dst_gid: h0.gid,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        ip_ident: 0,
-        udp_src_port: 0xC000,
-        bth: BthRepr {
-            opcode: 0x64,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: 1,
-            ack_req: false,
-            psn: Psn::new(0),
-        },
-        ext: ExtRepr {
-            deth: Some(DethRepr {
-                qkey: 0x8001_0000,
-                src_qp: 1,
-            }),
-            ..ExtRepr::default()
-        },
-        payload: &mad,
-    }
-    .emit()
-    .expect("a REJ frame");
+    let frame = qp1_mad_frame(h1.mac, h0.mac, h1.gid, h0.gid, &mad);
     rig.world.fabric().transmit(rig.world.node(1).port(), frame);
 }
 

@@ -17,16 +17,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use common::Mode;
-use common::ndk::{Cluster, ClusterConfig, Connector, Listener, QpSpec, engine_live, sa};
+use common::ndk::{Cluster, ClusterConfig, Connector, Cq, Listener, Pd, QpSpec, engine_live, sa};
+use common::wire::qp1_mad_frame;
 use pvrdma_ndk::cm::addr::{CMA_HDR_LEN, CmaAddrs, CmaHdr, Gid, gid_from_ip};
 use pvrdma_ndk::cm::msg::{Drep, Req, Rtu};
 use pvrdma_ndk::cm::wire::{attr, new_cm_mad};
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_sim::fabric::{FabricPort, PortId};
-use pvrdma_sim::wire::bth::BthRepr;
-use pvrdma_sim::wire::ext::DethRepr;
-use pvrdma_sim::wire::psn::Psn;
-use pvrdma_sim::wire::roce::{ExtRepr, RocePacket};
+use pvrdma_sim::wire::roce::RocePacket;
 
 const PEER_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x63];
 const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
@@ -86,40 +84,7 @@ impl Rig {
     /// Puts `mad` on the wire from the peer (`src_gid`) to the host, and lets it be handled.
     fn send_from(&self, src_gid: Gid, mad: &[u8; 256]) {
         let h = self.c.host(0);
-        let frame = RocePacket {
-            src_mac: PEER_MAC,
-            dst_mac: h.mac,
-            vlan: None,
-            src_gid,
-            dst_gid: h.gid,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            ip_ident: 0,
-            udp_src_port: 0xC000,
-            bth: BthRepr {
-                opcode: 0x64,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qp: 1,
-                ack_req: false,
-                psn: Psn::new(0),
-            },
-            ext: ExtRepr {
-                deth: Some(DethRepr {
-                    qkey: 0x8001_0000,
-                    src_qp: 1,
-                }),
-                ..ExtRepr::default()
-            },
-            payload: mad,
-        }
-        .emit()
-        .expect("a frame");
+        let frame = qp1_mad_frame(PEER_MAC, h.mac, src_gid, h.gid, mad);
         self.c.world.fabric().transmit(self.port, frame);
     }
 
@@ -421,6 +386,74 @@ fn a_stale_req_gets_rej_10_and_the_old_connection_a_dreq() {
     rig.c.finish();
 }
 
+/// The setup of items 2 and 6: a QP holding one receive (0x77), the peer's REQ (`tid`,
+/// `comm`) handed to the listener as `server`, and the device set to refuse the `nth`
+/// MODIFY_QP from here on (the accept's: 1 is its RTR, 2 its RTS).
+struct RefusedAccept {
+    pd: Pd,
+    cq: Cq,
+    qp: common::ndk::Qp,
+    server: Connector,
+    tid: u64,
+    comm: u32,
+}
+
+impl RefusedAccept {
+    fn new(rig: &Rig, tid: u64, comm: u32, nth: u64) -> RefusedAccept {
+        let h = rig.c.host(0);
+        let pd = h.adapter.create_pd().unwrap();
+        let cq = h.adapter.create_cq(16, None).unwrap();
+        let qp = pd.create_qp(&cq, &cq, QpSpec::new(0xA2)).unwrap();
+        assert_eq!(qp.receive(0x77, &[]), STATUS_SUCCESS);
+        rig.send(&req(
+            comm,
+            tid,
+            gid_from_ip(IpAddr::V4(PEER_IP)),
+            rig.host_gid(),
+            h.ip,
+        ));
+        let server = rig.listener.next_incoming();
+        const MODIFY_QP: u32 = 10;
+        h.model
+            .with_core(|core| core.fail_nth_command(nth, 22, 1 << MODIFY_QP));
+        RefusedAccept {
+            pd,
+            cq,
+            qp,
+            server,
+            tid,
+            comm,
+        }
+    }
+
+    /// The QP went to ERR (`cma_modify_qp_err`): its receive came back flushed.
+    fn assert_flushed(&self) {
+        let flushed = self.cq.wait_results(1);
+        assert_eq!(
+            (flushed[0].Status, flushed[0].RequestContext as usize),
+            (STATUS_CANCELLED, 0x77),
+            "the QP went to ERR"
+        );
+    }
+
+    /// Closes everything; closing sends nothing after the `sent` MADs and nothing is held.
+    fn close(self, rig: Rig, sent: usize) {
+        assert_eq!(self.server.close(), STATUS_SUCCESS);
+        assert_eq!(self.qp.close(), STATUS_SUCCESS);
+        assert_eq!(self.cq.close(), STATUS_SUCCESS);
+        assert_eq!(self.pd.close(), STATUS_SUCCESS);
+        assert_eq!(rig.listener.close(), STATUS_SUCCESS);
+        rig.c.settle();
+        assert_eq!(
+            rig.peer.0.lock().unwrap().len(),
+            sent,
+            "closing sent nothing more"
+        );
+        assert_eq!(engine_live(rig.c.host(0)), (0, 0, 0, 0), "nothing held");
+        rig.c.finish();
+    }
+}
+
 /// Item 2, for the `nth` MODIFY_QP of the accept failing in the device (1: RTR; the RTS
 /// comes after the REP since item 6, below).
 /// Linux's `__rdma_accept`: when `cma_accept_ib` fails (it sends the REP only after both
@@ -432,26 +465,10 @@ fn a_stale_req_gets_rej_10_and_the_old_connection_a_dreq() {
 /// nothing behind.
 fn failed_accept(nth: u64) {
     let rig = Rig::new();
-    let h = rig.c.host(0);
-    let pd = h.adapter.create_pd().unwrap();
-    let cq = h.adapter.create_cq(16, None).unwrap();
-    let qp = pd.create_qp(&cq, &cq, QpSpec::new(0xA2)).unwrap();
-    assert_eq!(qp.receive(0x77, &[]), STATUS_SUCCESS);
-    let (tid, comm) = (0x63_0000_0100, 0x6300_0100);
-    rig.send(&req(
-        comm,
-        tid,
-        gid_from_ip(IpAddr::V4(PEER_IP)),
-        rig.host_gid(),
-        h.ip,
-    ));
-    let server = rig.listener.next_incoming();
-    const MODIFY_QP: u32 = 10;
-    h.model
-        .with_core(|core| core.fail_nth_command(nth, 22, 1 << MODIFY_QP));
+    let a = RefusedAccept::new(&rig, 0x63_0000_0100, 0x6300_0100, nth);
     // Inline when the device answered before NdkAccept returned (the RTR, in this
     // deterministic cluster), else through the RequestCompletion.
-    let accept = server.accept_raw(&qp, 4, 4, &[]);
+    let accept = a.server.accept_raw(&a.qp, 4, 4, &[]);
     assert_eq!(accept.wait(), STATUS_INTERNAL_ERROR, "NdkAccept");
     rig.c.settle();
     let got = rig.received();
@@ -462,38 +479,21 @@ fn failed_accept(nth: u64) {
         "MODIFY_QP {nth} failed: one REJ, no REP"
     );
     let rej = rej_fields(&got[0]);
-    assert_eq!(rej.tid, tid);
+    assert_eq!(rej.tid, a.tid);
     assert_ne!(rej.local, 0, "Local ID: the connection's (MRA_REQ_SENT)");
     assert_eq!(
         (rej.remote, rej.rejected, rej.reason, rej.ari.len()),
-        (comm, 0, 28, 0),
+        (a.comm, 0, 28, 0),
         "MsgREJected REQ, IB_CM_REJ_CONSUMER_DEFINED"
     );
-    let flushed = cq.wait_results(1);
+    a.assert_flushed();
     assert_eq!(
-        (flushed[0].Status, flushed[0].RequestContext as usize),
-        (STATUS_CANCELLED, 0x77),
-        "the QP went to ERR (cma_modify_qp_err)"
-    );
-    assert_eq!(
-        server.accept_raw(&qp, 4, 4, &[]).inline,
+        a.server.accept_raw(&a.qp, 4, 4, &[]).inline,
         STATUS_CONNECTION_INVALID,
         "the connector is done"
     );
-    assert_eq!(server.disconnects.count(), 0);
-    assert_eq!(server.close(), STATUS_SUCCESS);
-    assert_eq!(qp.close(), STATUS_SUCCESS);
-    assert_eq!(cq.close(), STATUS_SUCCESS);
-    assert_eq!(pd.close(), STATUS_SUCCESS);
-    assert_eq!(rig.listener.close(), STATUS_SUCCESS);
-    rig.c.settle();
-    assert_eq!(
-        rig.peer.0.lock().unwrap().len(),
-        1,
-        "closing sent nothing more"
-    );
-    assert_eq!(engine_live(rig.c.host(0)), (0, 0, 0, 0), "nothing held");
-    rig.c.finish();
+    assert_eq!(a.server.disconnects.count(), 0);
+    a.close(rig, 1);
 }
 
 #[test]
@@ -510,24 +510,9 @@ fn an_accept_whose_rtr_fails_rejects_the_req_and_never_sends_a_rep() {
 #[test]
 fn an_accept_whose_rts_fails_after_the_rtu_fails_the_accept_and_sends_a_dreq() {
     let rig = Rig::new();
-    let h = rig.c.host(0);
-    let pd = h.adapter.create_pd().unwrap();
-    let cq = h.adapter.create_cq(16, None).unwrap();
-    let qp = pd.create_qp(&cq, &cq, QpSpec::new(0xA2)).unwrap();
-    assert_eq!(qp.receive(0x77, &[]), STATUS_SUCCESS);
-    let (tid, comm) = (0x63_0000_0200, 0x6300_0200);
-    rig.send(&req(
-        comm,
-        tid,
-        gid_from_ip(IpAddr::V4(PEER_IP)),
-        rig.host_gid(),
-        h.ip,
-    ));
-    let server = rig.listener.next_incoming();
-    const MODIFY_QP: u32 = 10;
-    h.model
-        .with_core(|core| core.fail_nth_command(2, 22, 1 << MODIFY_QP));
-    let accept = server.accept_raw(&qp, 4, 4, &[]);
+    let a = RefusedAccept::new(&rig, 0x63_0000_0200, 0x6300_0200, 2);
+    let (tid, comm) = (a.tid, a.comm);
+    let accept = a.server.accept_raw(&a.qp, 4, 4, &[]);
     let rep = rig.wait_mad(1);
     assert_eq!(attr_of(&rep), attr::REP, "the REP leaves at RTR");
     let passive = be32(&rep, BODY);
@@ -556,23 +541,6 @@ fn an_accept_whose_rts_fails_after_the_rtu_fails_the_accept_and_sends_a_dreq() {
     rig.c.settle();
     let attrs: Vec<u16> = rig.received().iter().map(|m| attr_of(m)).collect();
     assert_eq!(attrs, [attr::REP, attr::DREQ], "a REP, one DREQ, no REJ");
-    let flushed = cq.wait_results(1);
-    assert_eq!(
-        (flushed[0].Status, flushed[0].RequestContext as usize),
-        (STATUS_CANCELLED, 0x77),
-        "the QP went to ERR"
-    );
-    assert_eq!(server.close(), STATUS_SUCCESS);
-    assert_eq!(qp.close(), STATUS_SUCCESS);
-    assert_eq!(cq.close(), STATUS_SUCCESS);
-    assert_eq!(pd.close(), STATUS_SUCCESS);
-    assert_eq!(rig.listener.close(), STATUS_SUCCESS);
-    rig.c.settle();
-    assert_eq!(
-        rig.peer.0.lock().unwrap().len(),
-        2,
-        "closing sent nothing more"
-    );
-    assert_eq!(engine_live(rig.c.host(0)), (0, 0, 0, 0), "nothing held");
-    rig.c.finish();
+    a.assert_flushed();
+    a.close(rig, 2);
 }

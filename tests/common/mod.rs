@@ -28,6 +28,7 @@ pub mod qtest;
 pub mod smbd;
 pub mod tshark;
 pub mod vmx;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
