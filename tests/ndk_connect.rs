@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use common::Mode;
 use common::ndk::{
-    Cluster, ClusterConfig, Connector, Qp, QpSpec, Registered, cm_connect, fill, pattern, sa,
-    verify,
+    Cluster, ClusterConfig, Connector, Listener, Qp, QpSpec, Registered, cm_connect, fill, pattern,
+    sa, verify,
 };
 use ndk_dp::*;
 use pvrdma_ndk::ndkpi::*;
@@ -1011,21 +1011,17 @@ unsafe extern "system" fn answer_from_the_callback(ctx: PVOID) {
     a.disconnect_inline = Some(st);
 }
 
-/// NdkDisconnect answering a peer's DREQ while the CM's action queue is full (here: from
-/// the DisconnectEvent callback, after closing 31 connections from it) fails inline with
-/// STATUS_DEVICE_BUSY and changes nothing, rather than counting the connection as done
-/// without its DREP; retried, it sends the DREP and the peer's NdkDisconnect succeeds.
-#[test]
-fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
-    const OTHERS: usize = 31;
-    let c = cm_cluster(false);
-    let p = pair(&c);
+/// A connection's two connectors: (client, server).
+type Ends = (Connector, Connector);
+
+/// `n` connections from host 0 to `l` on host 1, established, each on a QP pair of its own
+/// over `p`'s PDs and CQs: the connections whose servers a DisconnectEvent callback closes
+/// to fill the CM's action queue.
+fn connect_others(c: &Cluster, p: &Pair, l: &Listener, n: usize) -> (Vec<(Qp, Qp)>, Vec<Ends>) {
     let (ia, ib) = (c.host(0).ip, c.host(1).ip);
-    let l = c.adapter(1).create_listener().unwrap();
-    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
     let mut qps = Vec::new();
     let mut ends = Vec::new();
-    for i in 0..OTHERS {
+    for i in 0..n {
         let qa = p
             .pd_a
             .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1 + i))
@@ -1044,6 +1040,67 @@ fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
         qps.push((qa, qb));
         ends.push((client, server));
     }
+    (qps, ends)
+}
+
+/// The `victim`'s NdkAccept on `p.qb` with `on_disconnect(ctx)` as its DisconnectEvent
+/// callback, and the `client`'s side of it (its pending NdkConnect), to both ends
+/// connected.
+fn accept_calling_back(
+    c: &Cluster,
+    p: &Pair,
+    (client, connect): (&Connector, common::ndk::Request),
+    victim: &Connector,
+    on_disconnect: NDK_FN_DISCONNECT_EVENT_CALLBACK,
+    ctx: PVOID,
+) {
+    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
+    // SAFETY: live connector and QP; the callback context outlives the connector.
+    let inline = unsafe {
+        (connector_dispatch(victim.ptr).NdkAccept)(
+            victim.ptr,
+            p.qb.ptr,
+            1,
+            1,
+            std::ptr::null(),
+            0,
+            Some(on_disconnect),
+            ctx,
+            common::ndk::on_request,
+            std::sync::Arc::as_ptr(&accepted) as PVOID,
+        )
+    };
+    assert_eq!(inline, STATUS_PENDING);
+    assert_eq!(connect.wait(), STATUS_SUCCESS);
+    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
+    c.wait_for("NdkAccept", || accepted.calls() == 1);
+    assert_eq!(accepted.status(), Some(STATUS_SUCCESS));
+}
+
+/// Closes the clients of [`connect_others`] once each heard its DisconnectEvent (their
+/// servers were closed from the callback; only the wrappers are left).
+fn close_others(c: &Cluster, ends: Vec<Ends>) {
+    for (client, _server) in ends {
+        c.wait_for("the client's DisconnectEvent", || {
+            client.disconnects.count() == 1
+        });
+        assert_eq!(client.close(), STATUS_SUCCESS);
+    }
+}
+
+/// NdkDisconnect answering a peer's DREQ while the CM's action queue is full (here: from
+/// the DisconnectEvent callback, after closing 31 connections from it) fails inline with
+/// STATUS_DEVICE_BUSY and changes nothing, rather than counting the connection as done
+/// without its DREP; retried, it sends the DREP and the peer's NdkDisconnect succeeds.
+#[test]
+fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
+    const OTHERS: usize = 31;
+    let c = cm_cluster(false);
+    let p = pair(&c);
+    let (ia, ib) = (c.host(0).ip, c.host(1).ip);
+    let l = c.adapter(1).create_listener().unwrap();
+    assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
+    let (qps, ends) = connect_others(&c, &p, &l, OTHERS);
     let client = c.adapter(0).create_connector().unwrap();
     let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
     let victim = l.next_incoming();
@@ -1055,28 +1112,15 @@ fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
         disconnect: std::sync::Arc::new(common::ndk::RequestCtx::default()),
         disconnect_inline: None,
     });
-    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
     let answer_ptr: *mut AnswerFromTheCallback = &mut *answer;
-    // SAFETY: live connector and QP; the callback context outlives the connector.
-    let inline = unsafe {
-        (connector_dispatch(victim.ptr).NdkAccept)(
-            victim.ptr,
-            p.qb.ptr,
-            1,
-            1,
-            std::ptr::null(),
-            0,
-            Some(answer_from_the_callback),
-            answer_ptr.cast(),
-            common::ndk::on_request,
-            std::sync::Arc::as_ptr(&accepted) as PVOID,
-        )
-    };
-    assert_eq!(inline, STATUS_PENDING);
-    assert_eq!(connect.wait(), STATUS_SUCCESS);
-    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
-    c.wait_for("NdkAccept", || accepted.calls() == 1);
-    assert_eq!(accepted.status(), Some(STATUS_SUCCESS));
+    accept_calling_back(
+        &c,
+        &p,
+        (&client, connect),
+        &victim,
+        answer_from_the_callback,
+        answer_ptr.cast(),
+    );
     let d = client.disconnect_raw();
     assert_eq!(d.inline, STATUS_PENDING);
     c.wait_for("the victim's DisconnectEvent", || {
@@ -1111,13 +1155,7 @@ fn a_disconnect_with_the_action_queue_full_keeps_the_drep_owed() {
     c.wait_for("the closes that pended", || {
         a.closes.load(std::sync::atomic::Ordering::SeqCst) == pended
     });
-    // The servers were closed from the callback; only their wrappers are left.
-    for (client, _server) in ends {
-        c.wait_for("the client's DisconnectEvent", || {
-            client.disconnects.count() == 1
-        });
-        assert_eq!(client.close(), STATUS_SUCCESS);
-    }
+    close_others(&c, ends);
     assert_eq!(client.close(), STATUS_SUCCESS);
     assert_eq!(victim.close(), STATUS_SUCCESS);
     assert_eq!(l.close(), STATUS_SUCCESS);
@@ -1241,27 +1279,7 @@ fn a_connector_closed_from_its_own_disconnect_event_with_the_queue_full_frees_it
     let (ia, ib) = (c.host(0).ip, c.host(1).ip);
     let l = c.adapter(1).create_listener().unwrap();
     assert_eq!(l.listen(sa(ib, 445)), STATUS_SUCCESS);
-    let mut qps = Vec::new();
-    let mut ends = Vec::new();
-    for i in 0..OTHERS {
-        let qa = p
-            .pd_a
-            .create_qp(&p.cq_a, &p.cq_a, QpSpec::new(QPC_A + 1 + i))
-            .unwrap();
-        let qb = p
-            .pd_b
-            .create_qp(&p.cq_b, &p.cq_b, QpSpec::new(QPC_B + 1 + i))
-            .unwrap();
-        let client = c.adapter(0).create_connector().unwrap();
-        let connect = client.connect_raw(&qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
-        let server = l.next_incoming();
-        let accept = server.accept_raw(&qb, 1, 1, &[]);
-        assert_eq!(connect.wait(), STATUS_SUCCESS);
-        assert_eq!(client.complete_connect(), STATUS_SUCCESS);
-        assert_eq!(accept.wait(), STATUS_SUCCESS);
-        qps.push((qa, qb));
-        ends.push((client, server));
-    }
+    let (qps, ends) = connect_others(&c, &p, &l, OTHERS);
     let client = c.adapter(0).create_connector().unwrap();
     let connect = client.connect_raw(&p.qa, sa(ia, 0), sa(ib, 445), 1, 1, &[]);
     let victim = l.next_incoming();
@@ -1272,27 +1290,15 @@ fn a_connector_closed_from_its_own_disconnect_event_with_the_queue_full_frees_it
         close_inline: Vec::new(),
         victim_close: None,
     });
-    let accepted = std::sync::Arc::new(common::ndk::RequestCtx::default());
     let cb_ptr: *mut CloseFromTheCallback = &mut *cb;
-    // SAFETY: live connector and QP; the callback context outlives the connector.
-    let inline = unsafe {
-        (connector_dispatch(victim.ptr).NdkAccept)(
-            victim.ptr,
-            p.qb.ptr,
-            1,
-            1,
-            std::ptr::null(),
-            0,
-            Some(close_from_the_callback),
-            cb_ptr.cast(),
-            common::ndk::on_request,
-            std::sync::Arc::as_ptr(&accepted) as PVOID,
-        )
-    };
-    assert_eq!(inline, STATUS_PENDING);
-    assert_eq!(connect.wait(), STATUS_SUCCESS);
-    assert_eq!(client.complete_connect(), STATUS_SUCCESS);
-    c.wait_for("NdkAccept", || accepted.calls() == 1);
+    accept_calling_back(
+        &c,
+        &p,
+        (&client, connect),
+        &victim,
+        close_from_the_callback,
+        cb_ptr.cast(),
+    );
     let held_before = common::ndk::engine_live(c.host(1)).0;
     assert_eq!(held_before, OTHERS + 1);
     let d = client.disconnect_raw();
@@ -1320,12 +1326,7 @@ fn a_connector_closed_from_its_own_disconnect_event_with_the_queue_full_frees_it
     // The victim's close told the peer (REJ/DREQ/DREP as the state asks), so the client's
     // NdkDisconnect ends; everything goes through TIMEWAIT and out of the table.
     assert_eq!(d.wait(), STATUS_SUCCESS);
-    for (client, _server) in ends {
-        c.wait_for("the client's DisconnectEvent", || {
-            client.disconnects.count() == 1
-        });
-        assert_eq!(client.close(), STATUS_SUCCESS);
-    }
+    close_others(&c, ends);
     assert_eq!(client.close(), STATUS_SUCCESS);
     c.settle();
     assert_eq!(
