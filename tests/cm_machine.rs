@@ -1454,14 +1454,10 @@ fn a_thousand_connect_disconnect_cycles_leave_no_id_or_slot_behind() {
     assert_eq!(passive_ids.len(), 1_000);
 }
 
-#[test]
-fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
-    let cfg = |seed| {
-        let mut c = CmConfig::rdma_cm_defaults(16, 1, seed);
-        c.actions = 256;
-        c
-    };
-    let params = |qpn| ConnectParams {
+/// A connect from 10.0.0.1:50000 to 10.0.0.2:445 on the default path, for the tests that
+/// fill tables and queues without a peer.
+fn table_params(qpn: u32) -> ConnectParams<'static> {
+    ConnectParams {
         src: "10.0.0.1:50000".parse().unwrap(),
         dst: "10.0.0.2:445".parse().unwrap(),
         path: Path::default(),
@@ -1472,14 +1468,23 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         retry_count: 7,
         rnr_retry_count: 7,
         private_data: b"",
+    }
+}
+
+#[test]
+fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
+    let cfg = |seed| {
+        let mut c = CmConfig::rdma_cm_defaults(16, 1, seed);
+        c.actions = 256;
+        c
     };
     let mut a = Cm::new(cfg(0x1111_2222)).unwrap();
     let mut b = Cm::new(cfg(0x3333_4444)).unwrap();
     let ia: Vec<u32> = (0..16)
-        .map(|q| a.connect(0, &params(q)).unwrap().0)
+        .map(|q| a.connect(0, &table_params(q)).unwrap().0)
         .collect();
     let ib: Vec<u32> = (0..16)
-        .map(|q| b.connect(0, &params(q)).unwrap().0)
+        .map(|q| b.connect(0, &table_params(q)).unwrap().0)
         .collect();
     assert!(ia.iter().all(|&i| i != 0));
     let set: std::collections::HashSet<_> = ia.iter().collect();
@@ -1489,7 +1494,7 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         ia.windows(2).any(|w| w[1] != w[0].wrapping_add(1)),
         "not sequential"
     );
-    assert_eq!(a.connect(0, &params(99)), Err(CmError::TableFull));
+    assert_eq!(a.connect(0, &table_params(99)), Err(CmError::TableFull));
     // Private data limits: 56 fits, 57 does not; mixed families refused.
     let mut c = Cm::new(cfg(5)).unwrap();
     assert!(
@@ -1497,7 +1502,7 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
             0,
             &ConnectParams {
                 private_data: &[1; 56],
-                ..params(1)
+                ..table_params(1)
             }
         )
         .is_ok()
@@ -1507,7 +1512,7 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
             0,
             &ConnectParams {
                 private_data: &[1; 57],
-                ..params(1)
+                ..table_params(1)
             }
         ),
         Err(CmError::PrivateDataTooLong)
@@ -1517,7 +1522,7 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
             0,
             &ConnectParams {
                 dst: "[::1]:445".parse().unwrap(),
-                ..params(1)
+                ..table_params(1)
             }
         ),
         Err(CmError::AddressFamily)
@@ -1541,7 +1546,7 @@ fn communication_ids_are_nonzero_unique_seeded_and_held_through_timewait() {
         dst: SocketAddr::new(f.nodes[1].ip, PORT),
         path: f.path(0),
         local_qpn: qpn,
-        ..params(qpn)
+        ..table_params(qpn)
     };
     assert_eq!(f.nodes[0].cm.connect(f.now, &p), Err(CmError::TableFull));
     f.nodes[0].cm.release(f.now, first).unwrap();
@@ -1641,21 +1646,9 @@ fn a_full_table_reclaims_its_oldest_released_timewait_entry() {
     assert_eq!(f.nodes[1].cm.live_connections(), 0);
     // A table full of connections the consumer holds is still full.
     let mut a = Cm::new(CmConfig::rdma_cm_defaults(2, 1, 3)).unwrap();
-    let params = |qpn| ConnectParams {
-        src: "10.0.0.1:50000".parse().unwrap(),
-        dst: "10.0.0.2:445".parse().unwrap(),
-        path: Path::default(),
-        local_qpn: qpn,
-        starting_psn: 0,
-        limits: ReadLimits::default(),
-        path_mtu: 3,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        private_data: b"",
-    };
-    a.connect(0, &params(1)).unwrap();
-    a.connect(0, &params(2)).unwrap();
-    assert_eq!(a.connect(0, &params(3)), Err(CmError::TableFull));
+    a.connect(0, &table_params(1)).unwrap();
+    a.connect(0, &table_params(2)).unwrap();
+    assert_eq!(a.connect(0, &table_params(3)), Err(CmError::TableFull));
     assert_eq!(a.timewait_reclaimed(), 0);
 }
 
@@ -1664,18 +1657,7 @@ fn a_full_action_queue_refuses_inputs_without_changing_state() {
     let mut cfg = CmConfig::rdma_cm_defaults(8, 1, 9);
     cfg.actions = 4;
     let mut cm = Cm::new(cfg).unwrap();
-    let p = ConnectParams {
-        src: "10.0.0.1:50000".parse().unwrap(),
-        dst: "10.0.0.2:445".parse().unwrap(),
-        path: Path::default(),
-        local_qpn: 5,
-        starting_psn: 0,
-        limits: ReadLimits::default(),
-        path_mtu: 3,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        private_data: b"",
-    };
+    let p = table_params(5);
     let c = cm.connect(0, &p).unwrap();
     assert_eq!(cm.pending_actions(), 1);
     assert_eq!(cm.connect(0, &p), Err(CmError::QueueFull));
