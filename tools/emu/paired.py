@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
 import vmx  # noqa: E402
 from run import ADAPTER_HANDLE, DRIVER_HANDLE, NDIS_STATUS_SUCCESS, check, header  # noqa: E402
+import two_nodes  # noqa: E402
 from two_nodes import finish_checks  # noqa: E402
 
 import pvrdma_simbridge  # noqa: E402
@@ -65,7 +66,7 @@ def gid_of(text):
 class SlotHarness(vmx.EthHarness):
     """vmx.py's harness with the slot's PVRDMA function as a second adapter (module docs)."""
 
-    def __init__(self, image, world, node):
+    def __init__(self, image, world, node, rows=None, neighbours=None):
         self.pv = None
         self.ints = {}
         self.vq = {ETH: [], PV: []}
@@ -80,7 +81,9 @@ class SlotHarness(vmx.EthHarness):
         self.ndis_closes = []
         self.stub_work = False
         super().__init__(image, world, node, f"node {node}")
-        self.unicast_rows = ROWS
+        self.unicast_rows = rows or ROWS
+        if neighbours is not None:
+            self.neighbours = neighbours
         self.pv = run.ModelDevice(self, world, node)
         self.devices = {ETH: self.device, PV: self.pv}
 
@@ -281,9 +284,9 @@ class SlotHarness(vmx.EthHarness):
 class Slot:
     """One paired node: the image, its handlers, and each adapter's context while started."""
 
-    def __init__(self, image, world, node=0):
+    def __init__(self, image, world, node=0, rows=None, neighbours=None):
         self.world, self.node = world, node
-        self.hz = SlotHarness(image, world, node)
+        self.hz = SlotHarness(image, world, node, rows, neighbours)
         self.hz.guard_cfg()
         self.tag = f"node {node}"
         self.ctx = {}
@@ -479,13 +482,147 @@ class Slot:
         finish_checks(self)
 
 
+def status_of(hz, handle):
+    """(connected, xmit speed) of each NDIS_STATUS_LINK_STATE adapter `handle` indicated
+    since the last call (NDIS_LINK_STATE: MediaConnectState @4, XmitLinkSpeed @0x10)."""
+    mine = [i for i in hz.status_indications if i["handle"] == handle]
+    hz.status_indications = [i for i in hz.status_indications if i["handle"] != handle]
+    out = []
+    for i in mine:
+        b = i["buffer"].ljust(0x28, b"\0")
+        check(i["code"] == run.NDIS_STATUS_LINK_STATE and i["source"] == handle and header(b) == (0x80, 1, 0x28),
+              f"NdisMIndicateStatusEx({NAMES[handle]}): NDIS_STATUS_LINK_STATE from the adapter, NDIS_LINK_STATE "
+              f"(0x80, 1, 0x28) ({i['code']:#x}, {header(b)})")
+        out.append((struct.unpack_from("<I", b, 4)[0], struct.unpack_from("<Q", b, 0x10)[0]))
+    return out
+
+
+class PairedSide(two_nodes.Side):
+    """One paired node of the two-node run: the Slot (both functions started, `first` first)
+    and two_nodes.py's NDK consumer on the NDK_ADAPTER opened through the vmxnet3 adapter
+    (`eth` is vmx.py's protocol on the same adapter: ARP, ICMP echo); `halt_first` halts first
+    at the end."""
+
+    def __init__(self, image, world, node, ip, ip6, neighbours, first, halt_first):
+        rows = [(run.NET_LUID, ip), (run.NET_LUID, ip6), (run.OTHER_LUID, "198.51.100.7")]
+        self.slot = Slot(image, world, node, rows, neighbours)
+        self.hz = self.slot.hz
+        self.world, self.node, self.ip, self.tag = world, node, ip, f"node {node}"
+        self.mac = bytes(world.identity(node)[0])
+        self.first, self.halt_first = first, halt_first
+        self.arena, self.arena_bus = self.hz.device.scattered_buffer(48)
+        self.arena_used = 0
+        slot = self.slot
+        slot.bring_up()
+        other = PV if first == ETH else ETH
+        slot.start(first, pv_there=False)
+        slot.start(other, pv_there=first == PV)
+        self.hz.run_work_items()
+        want = [(ETH, ENABLE)] if first == ETH else []
+        check(self.hz.events == want, f"{self.tag}: {NAMES[first]} started first: NDK PnP events {want} ({self.hz.events})")
+        self.hz.events, self.hz.pnp_events = [], []
+        self.handlers, self.ctx, self.close_ndk = slot.handlers, slot.ctx[ETH], slot.close_ndk
+        # The general attributes' OID list (vmx.Host.configure checks the query against it).
+        oid_list, oid_len = struct.unpack_from("<QI", slot.general[ETH][4], 0xC8)
+        self.supported_oids = struct.unpack(f"<{oid_len // 4}I", self.hz.read(oid_list, oid_len))
+        st, self.adapter = slot.open(ETH, f"{self.tag}: OpenNDKAdapter(2.1) on the vmxnet3 adapter")
+        check(st == NDIS_STATUS_SUCCESS, f"{self.tag}: OpenNDKAdapter(2.1) through the vmxnet3 adapter: SUCCESS ({st:#x})")
+        self.c = run.NdkConsumer(self.hz)
+        # vmx.py's protocol host over the same adapter and harness.
+        self.eth = vmx.Host.__new__(vmx.Host)
+        for k in ("world", "node", "ip", "tag", "hz", "mac", "ctx", "handlers", "arena", "arena_bus", "arena_used",
+                  "supported_oids"):
+            setattr(self.eth, k, getattr(self, k))
+        # The link indications of bring-up are not the flap's.
+        status_of(self.hz, ETH), status_of(self.hz, PV)
+
+    def close(self):
+        c, t, hz, slot = self.c, self.tag, self.hz, self.slot
+        c.close(self.qp, f"{t}: NdkCloseQp")
+        c.request(c.slot(self.mr, run.MR_DEREGISTER), [self.mr], f"{t}: NdkDeregisterMr")
+        c.close(self.mr, f"{t}: NdkCloseMr")
+        c.close(self.cq, f"{t}: NdkCloseCq")
+        c.close(self.pd, f"{t}: NdkClosePd")
+        hz.device.free_consumer_buffer(self.buf)
+        slot.close(ETH, self.adapter, f"{t}: CloseNDKAdapter")
+        other = PV if self.halt_first == ETH else ETH
+        slot.halt(self.halt_first)
+        hz.run_work_items()
+        slot.halt(other)
+        hz.run_work_items()
+        check(hz.events == ([(ETH, DISABLE)] if self.halt_first == PV else []),
+              f"{t}: {NAMES[self.halt_first]} halted first: NDK PnP events "
+              f"{'NetEventNDKDisable' if self.halt_first == PV else 'none'} ({hz.events})")
+        hz.device.free_scattered(self.arena)
+        slot.finish(None)
+
+
+def paired_flap(world, side):
+    """The vmxnet3 link goes down and up: the vmxnet3 adapter indicates it; its NDK surface
+    tells the PVRDMA function, which reports its port down, then (UNQUIESCE) up again."""
+    hz, t = side.hz, side.tag
+    world.set_link(side.node, False)
+    two_nodes.settle(world, (side,))
+    eth, pv = status_of(hz, ETH), status_of(hz, PV)
+    check(eth == [(vmx.NDIS_MEDIA_STATE_DISCONNECTED, run.NDIS_LINK_SPEED_UNKNOWN)]
+          and pv == [(vmx.NDIS_MEDIA_STATE_DISCONNECTED, run.NDIS_LINK_SPEED_UNKNOWN)],
+          f"{t}: vmxnet3 link down: the vmxnet3 adapter indicates it, and the PVRDMA function its port down "
+          f"({eth}, {pv})")
+    world.set_link(side.node, True)
+    two_nodes.settle(world, (side,))
+    eth, pv = status_of(hz, ETH), status_of(hz, PV)
+    check(eth == [(vmx.NDIS_MEDIA_STATE_CONNECTED, vmx.LINK_10G)] and pv == [(vmx.NDIS_MEDIA_STATE_CONNECTED, run.LINK_25G)],
+          f"{t}: vmxnet3 link up: the vmxnet3 adapter connected at 10 Gb/s, the PVRDMA port active again at "
+          f"25 Gb/s after UNQUIESCE ({eth}, {pv})")
+
+
+def two_node_run(image, listener):
+    """Issue 25 item 5: two paired nodes, node 0 starting its vmxnet3 function first and
+    halting its PVRDMA function first, node 1 the other way round; a ping between the
+    vmxnet3 interfaces' addresses, then two_nodes.py's NDK scenario over them."""
+    world = pvrdma_simbridge.World(2, kind="paired")
+    macs = [bytes(world.identity(i)[0]) for i in (0, 1)]
+    ips, ips6 = vmx.IPS, two_nodes.IPS6
+    sides = [PairedSide(image, world, i, ips[i], ips6[i], {ips[1 - i]: macs[1 - i], ips6[1 - i]: macs[1 - i]},
+                        ETH if i == 0 else PV, PV if i == 0 else ETH) for i in (0, 1)]
+    a, b = (s.eth for s in sides)
+    check(macs[0] != macs[1] and all(s.mac == macs[s.node] for s in sides), "each vNIC has its MAC")
+    for s in sides:
+        s.eth.configure([bytes.fromhex("01005e000001")])
+    arp_req = vmx.ether(vmx.BROADCAST, a.mac, vmx.ETH_P_ARP, vmx.arp(1, a.mac, a.ip, b"\0" * 6, b.ip))
+    got = vmx.exchange(world, a, b, [[(arp_req, "one")]], "an ARP request for " + b.ip)
+    check(got == [("arp", 2, b.mac, b.ip, a.ip)], f"{a.tag}: the ARP reply says {b.ip} is at {b.mac.hex(':')} ({got})")
+    data = bytes(range(256)) * 4
+    got = vmx.exchange(world, a, b, [[(vmx.echo_request(a.mac, b.mac, a.ip, b.ip, 1, data), "split")]],
+                       f"a ping from {a.ip} to {b.ip}")
+    check(got == [("echo", 0, b.ip, a.ip, vmx.ECHO_ID, 1, data)], f"{a.tag}: {b.ip} answers the ping, seq 1, 1024 bytes")
+    for s in sides:
+        pc = world.counters(s.node)
+        check(pc["dma_faults"] == 0, f"{s.tag}: no DMA fault on the PVRDMA function")
+    two_nodes.scenario(world, sides, listener, flap=paired_flap)
+    return sides
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--two-nodes", action="store_true",
+                    help="issue 25 item 5: two paired nodes, a ping, then the two-node NDK scenario")
     args = ap.parse_args()
     run.verbose = args.verbose or True
     started = time.monotonic()
+    if args.two_nodes:
+        sides = two_node_run(args.image, 0)
+        for line in run.log_lines:
+            print("info DbgPrintEx: " + line.rstrip())
+        if run.failures:
+            print(f"{len(run.failures)} check(s) failed", file=sys.stderr)
+            return 1
+        print(f"two paired nodes, a ping over vmxnet3 and the NDK scenario through the vmxnet3 adapters: "
+              f"{run.passed} checks passed, {sum(s.hz.indirect_calls for s in sides)} CFG-checked indirect calls "
+              f"({time.monotonic() - started:.0f} s)")
+        return 0
     world = pvrdma_simbridge.World(1, kind="paired")
     slot = Slot(args.image, world)
     slot.bring_up()

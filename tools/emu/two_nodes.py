@@ -480,6 +480,14 @@ def direction(image, image2, listener_node, ipv6=False):
     macs = [bytes(world.identity(i)[0]) for i in (0, 1)]
     sides = [Side(image if i == 0 else (image2 or image), world, i, IPS[i],
                   {IPS[1 - i]: macs[1 - i], IPS6[1 - i]: macs[1 - i]}, IPS6[i]) for i in (0, 1)]
+    return scenario(world, sides, listener_node, ipv6)
+
+
+def scenario(world, sides, listener_node, ipv6=False, flap=link_flap):
+    """The two-node NDK scenario (module docs) on two started sides, each with its NDK_ADAPTER
+    open (a Side, or tools/emu/paired.py's, whose adapter is the vmxnet3 one): `flap(world,
+    side)` takes the client's link down and up before the connection; each side's `close`
+    ends it (objects, CloseNDKAdapter, Halt, Unload, leaks)."""
     if ipv6:
         for s in sides:
             s.ip = IPS6[s.node]
@@ -490,7 +498,7 @@ def direction(image, image2, listener_node, ipv6=False):
     for s in sides:
         s.enable_ndk()
         s.objects()
-    link_flap(world, client)
+    flap(world, client)
     pcap = f"/tmp/pvrdma-emu-{os.getpid()}-{server.node}.pcap"
     world.capture(pcap)
     check(world.object_counts(0) == world.object_counts(1) == (2, 3, 2, 2, 0),
