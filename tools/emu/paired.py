@@ -576,6 +576,49 @@ def paired_flap(world, side):
           f"25 Gb/s after UNQUIESCE ({eth}, {pv})")
 
 
+def new_qp(side):
+    """The consumer's next QP on its PD and CQ (a disconnected QP is not connected again)."""
+    c, t = side.c, side.tag
+    c.close(side.qp, f"{t}: NdkCloseQp (the parted connection's)")
+    side.qp = c.create(c.slot(side.pd, run.PD_CREATE_QP),
+                       [side.pd, side.cq, side.cq, two_nodes.QP_CONTEXT[side.node], 16, 16, 1, 1, 0],
+                       f"{t}: NdkCreateQp")
+
+
+def flap_and_reconnect(world, server, client):
+    """The vmxnet3 link down and up under a live connection, and the consumer's recovery: a
+    connection, data both ways; the client's vmxnet3 link down (its PVRDMA port with it) and
+    up (UNQUIESCE); the consumer hangs up the connection it had and connects again on new
+    QPs: SEND/RECEIVE both ways, WRITE and READ move their bytes. Returns the QPs created
+    besides the scenario's (two per side)."""
+    sides = (server, client)
+    for s in sides:
+        new_qp(s)
+    conn = two_nodes.connect(world, server, client)
+    if not check(conn is not None, "a second connection before the link flap"):
+        return 1
+    listener, incoming, outgoing, _disc, _, _ = conn
+    two_nodes.send_receive(world, client, server, 300, 21)
+    paired_flap(world, client)
+    two_nodes.hang_up(world, server, client, listener, incoming, outgoing)
+    for s in sides:
+        new_qp(s)
+    conn = two_nodes.connect(world, server, client)
+    if not check(conn is not None, f"{client.tag}: reconnected after the vmxnet3 link came back"):
+        return 2
+    listener, incoming, outgoing, _disc, _, _ = conn
+    two_nodes.send_receive(world, client, server, 400, 22)
+    two_nodes.send_receive(world, server, client, 500, 23)
+    two_nodes.rdma(world, client, server, 24)
+    two_nodes.hang_up(world, server, client, listener, incoming, outgoing)
+    for s in sides:
+        c = s.counters()
+        check(s.lists() == [[], []] and c["active"] == 0 and (c["failure"], c["error"]) == (0, 0),
+              f"{s.tag}: after the reconnection parted: nothing listed, no active connection, no failure or error "
+              f"({c})")
+    return 2
+
+
 def two_node_run(image, listener):
     """Issue 25 item 5: two paired nodes, node 0 starting its vmxnet3 function first and
     halting its PVRDMA function first, node 1 the other way round; a ping between the
@@ -599,7 +642,7 @@ def two_node_run(image, listener):
     for s in sides:
         pc = world.counters(s.node)
         check(pc["dma_faults"] == 0, f"{s.tag}: no DMA fault on the PVRDMA function")
-    two_nodes.scenario(world, sides, listener, flap=paired_flap)
+    two_nodes.scenario(world, sides, listener, flap=paired_flap, middle=flap_and_reconnect)
     return sides
 
 
