@@ -399,6 +399,22 @@ class Slot:
         check(hz.events == want, f"{label}: NDK PnP events {want}: "
                                  f"{'NetEventNDKEnable from the vmxnet3 adapter work item once the PVRDMA function joined' if want else 'none (Enabled TRUE in the attributes)'} "
                                  f"({hz.events})")
+        self.check_surface(label)
+        st, adapter = self.open(ETH, f"{label}: OpenNDKAdapter(2.1) on the vmxnet3 adapter")
+        ok = check(st == NDIS_STATUS_SUCCESS and adapter, f"{label}: OpenNDKAdapter on the vmxnet3 adapter: SUCCESS ({st:#x})")
+        if ok:
+            c = run.NdkConsumer(hz)
+            pd = c.create(c.slot(adapter, run.AD_CREATE_PD), [adapter], f"{label}: NdkCreatePd")
+            check(pd is not None, f"{label}: the PVRDMA function made a PD for the vmxnet3 adapter's NDK_ADAPTER")
+            if pd:
+                c.close(pd, f"{label}: NdkClosePd")
+        return self.halts(label, halt_first, adapter if ok else None)
+
+    def check_surface(self, label):
+        """The paired NDK surface once both functions run: the vmxnet3 adapter's capabilities
+        are the PVRDMA function's, the GIDs the vmxnet3 interface's addresses, NDK is refused
+        on the PVRDMA adapter and its OIDs answer on the vmxnet3 one."""
+        hz = self.hz
         # The capabilities behind the pointer NDIS keeps are the PVRDMA function's.
         caps = hz.read(self.ndk_attr["caps"], 0x38)
         max_qp, max_cq, max_mr, max_pd = struct.unpack_from("<IIII", caps, 8)
@@ -408,9 +424,10 @@ class Slot:
               and (vendor, device) == (0x15AD, 0x0820),
               f"{label}: the vmxnet3 adapter's NDK capabilities are the PVRDMA function's (QPs {max_qp}, CQs {max_cq}, "
               f"MRs {max_mr}, PDs {max_pd}; VendorId {vendor:#x}, DeviceId {device:#x})")
-        want_gids = sorted(gid_of(ip) for luid, ip in ROWS if luid == run.NET_LUID)
+        mine = [ip for luid, ip in hz.unicast_rows if luid == run.NET_LUID]
+        want_gids = sorted(gid_of(ip) for ip in mine)
         check(self.gids() == want_gids,
-              f"{label}: the PVRDMA function's GIDs are the vmxnet3 interface's addresses (198.18.0.1, fd00::1), "
+              f"{label}: the PVRDMA function's GIDs are the vmxnet3 interface's addresses ({', '.join(mine)}), "
               f"not another interface's ({[g.hex() for g in self.gids()]})")
         # NDK on the vmxnet3 adapter only.
         st, _ = self.open(PV, f"{label}: OpenNDKAdapter(2.1) on the PVRDMA adapter")
@@ -422,14 +439,14 @@ class Slot:
         st, done, _, out = self.oid(ETH, 0, run.OID_NDK_STATISTICS, struct.pack("<BBH", 0x80, 1, 0xF8), 0xF8)
         check((st, done, header(out)) == (NDIS_STATUS_SUCCESS, 0xF8, (0x80, 1, 0xF8)),
               f"{label}: OID_NDK_STATISTICS on the vmxnet3 adapter: SUCCESS, 0xF8 bytes ({st:#x}, {done})")
-        st, adapter = self.open(ETH, f"{label}: OpenNDKAdapter(2.1) on the vmxnet3 adapter")
-        ok = check(st == NDIS_STATUS_SUCCESS and adapter, f"{label}: OpenNDKAdapter on the vmxnet3 adapter: SUCCESS ({st:#x})")
-        if ok:
-            c = run.NdkConsumer(hz)
-            pd = c.create(c.slot(adapter, run.AD_CREATE_PD), [adapter], f"{label}: NdkCreatePd")
-            check(pd is not None, f"{label}: the PVRDMA function made a PD for the vmxnet3 adapter's NDK_ADAPTER")
-            if pd:
-                c.close(pd, f"{label}: NdkClosePd")
+
+    def halts(self, label, halt_first, adapter):
+        """Halt of `halt_first`, then of the other, with `adapter` (an NDK_ADAPTER NDIS opened
+        on the vmxnet3 adapter, or None) open: the PVRDMA function first disables NDK on the
+        vmxnet3 adapter and NDIS closes the adapter; the vmxnet3 adapter first has it closed by
+        NDIS before its Halt."""
+        hz = self.hz
+        ok = adapter is not None
         hz.events = []
         if halt_first == PV:
             # NDK goes away under an open NDK_ADAPTER: the vmxnet3 adapter's work item
@@ -527,6 +544,7 @@ class PairedSide(two_nodes.Side):
         self.supported_oids = struct.unpack(f"<{oid_len // 4}I", self.hz.read(oid_list, oid_len))
         st, self.adapter = slot.open(ETH, f"{self.tag}: OpenNDKAdapter(2.1) on the vmxnet3 adapter")
         check(st == NDIS_STATUS_SUCCESS, f"{self.tag}: OpenNDKAdapter(2.1) through the vmxnet3 adapter: SUCCESS ({st:#x})")
+        slot.check_surface(f"{self.tag} [{NAMES[first]} started first]")
         self.c = run.NdkConsumer(self.hz)
         # vmx.py's protocol host over the same adapter and harness.
         self.eth = vmx.Host.__new__(vmx.Host)
@@ -537,6 +555,8 @@ class PairedSide(two_nodes.Side):
         status_of(self.hz, ETH), status_of(self.hz, PV)
 
     def close(self):
+        """The consumer closes its objects; the NDK_ADAPTER stays open into the Halts
+        (`Slot.halts`: closed by NDIS at the disable, or before the vmxnet3 Halt)."""
         c, t, hz, slot = self.c, self.tag, self.hz, self.slot
         c.close(self.qp, f"{t}: NdkCloseQp")
         c.request(c.slot(self.mr, run.MR_DEREGISTER), [self.mr], f"{t}: NdkDeregisterMr")
@@ -544,15 +564,7 @@ class PairedSide(two_nodes.Side):
         c.close(self.cq, f"{t}: NdkCloseCq")
         c.close(self.pd, f"{t}: NdkClosePd")
         hz.device.free_consumer_buffer(self.buf)
-        slot.close(ETH, self.adapter, f"{t}: CloseNDKAdapter")
-        other = PV if self.halt_first == ETH else ETH
-        slot.halt(self.halt_first)
-        hz.run_work_items()
-        slot.halt(other)
-        hz.run_work_items()
-        check(hz.events == ([(ETH, DISABLE)] if self.halt_first == PV else []),
-              f"{t}: {NAMES[self.halt_first]} halted first: NDK PnP events "
-              f"{'NetEventNDKDisable' if self.halt_first == PV else 'none'} ({hz.events})")
+        slot.halts(f"{t} [{NAMES[self.first]} started first]", self.halt_first, self.adapter)
         hz.device.free_scattered(self.arena)
         slot.finish(None)
 
@@ -671,7 +683,10 @@ def main():
     slot.bring_up()
     for first in (ETH, PV):
         for halt_first in (PV, ETH):
-            if not slot.cycle(first, halt_first):
+            t0 = time.monotonic()
+            ok = slot.cycle(first, halt_first)
+            print(f"info {NAMES[first]} first, {NAMES[halt_first]} halts first: {time.monotonic() - t0:.0f} s")
+            if not ok:
                 break
     slot.finish(None)
     for line in run.log_lines:
