@@ -664,11 +664,16 @@ def main():
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--two-nodes", action="store_true",
                     help="issue 25 item 5: two paired nodes, a ping, then the two-node NDK scenario")
+    ap.add_argument("--stack-report", action="store_true",
+                    help="measure each top-level call's stack high-water mark (run.py's)")
     args = ap.parse_args()
     run.verbose = args.verbose or True
+    run.measure_stack = args.stack_report
     started = time.monotonic()
     if args.two_nodes:
         sides = two_node_run(args.image, 0)
+        if args.stack_report:
+            run.stack_report([s.hz for s in sides])
         for line in run.log_lines:
             print("info DbgPrintEx: " + line.rstrip())
         if run.failures:

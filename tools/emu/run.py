@@ -589,6 +589,9 @@ class Harness:
         """NdisMGetBusData(handle, WhichSpace, Offset, Buffer, Length): the function's
         configuration space holds its vendor and device ID at offset 0 (the rest reads 0)."""
         _handle, space, off, buf, length = a
+        # ULONGs: the upper half of a register or stack slot is undefined (the debug image
+        # leaves whatever the slot held there).
+        space, off, length = space & 0xFFFF_FFFF, off & 0xFFFF_FFFF, length & 0xFFFF_FFFF
         if space != 0 or off + length > 256:
             return 0
         cfg = bytearray(256)
