@@ -26,6 +26,9 @@ pub const KW_NETWORK_DIRECT: &str = "*NetworkDirect";
 pub const KW_NETWORK_DIRECT_TECHNOLOGY: &str = "*NetworkDirectTechnology";
 pub const KW_ROCE_FRAME_SIZE: &str = "*NetworkDirectRoCEFrameSize";
 pub const KW_JUMBO_PACKET: &str = "*JumboPacket";
+/// Not an NDK keyword: the INF sets it (1) on the PVRDMA function of a paired installation,
+/// which then registers no NDK of its own and serves the vmxnet3 adapter's (`super::pair`).
+pub const KW_PAIRED: &str = "Paired";
 
 /// `NDK_RDMA_TECHNOLOGY`: the one transport this device carries.
 pub const TECHNOLOGY_ROCEV2: u32 = 4;

@@ -20,16 +20,17 @@ use super::ethernet::entry::EthAdapter;
 use super::ethernet::{AdapterKind, EthMiniport};
 use super::link::{LinkState, StatusSink};
 use super::miniport::{MemRange, Miniport, MiniportConfig, OidResult, parse_resources};
+use super::pair::{NdkEvents, NicNdk, PairRegistry, PciLocation};
 use crate::ndkpi::{BOOLEAN, NDK_ADAPTER, NTSTATUS};
 use crate::os::Platform;
 use crate::os::windows::imports::{
-    DbgPrintEx, NdisAllocateIoWorkItem, NdisCloseConfiguration, NdisFreeIoWorkItem,
-    NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver, NdisMDeregisterScatterGatherDma,
-    NdisMGetBusData, NdisMIndicateStatusEx, NdisMMapIoSpace, NdisMNetPnPEvent,
-    NdisMRegisterInterruptEx, NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma,
-    NdisMSendNetBufferListsComplete, NdisMSetMiniportAttributes, NdisMUnmapIoSpace,
-    NdisOpenConfigurationEx, NdisQueueIoWorkItem, NdisReadConfiguration, NdisSetOptionalHandlers,
-    NdisWriteErrorLogEntry,
+    DbgPrintEx, IoGetDeviceProperty, NdisAllocateIoWorkItem, NdisCloseConfiguration,
+    NdisFreeIoWorkItem, NdisMDeregisterInterruptEx, NdisMDeregisterMiniportDriver,
+    NdisMDeregisterScatterGatherDma, NdisMGetBusData, NdisMGetDeviceProperty,
+    NdisMIndicateStatusEx, NdisMMapIoSpace, NdisMNetPnPEvent, NdisMRegisterInterruptEx,
+    NdisMRegisterMiniportDriver, NdisMRegisterScatterGatherDma, NdisMSendNetBufferListsComplete,
+    NdisMSetMiniportAttributes, NdisMUnmapIoSpace, NdisOpenConfigurationEx, NdisQueueIoWorkItem,
+    NdisReadConfiguration, NdisSetOptionalHandlers, NdisWriteErrorLogEntry,
 };
 use crate::os::windows::{
     MappedBar, NdisSharedMemory, WindowsPlatform, WindowsResolver, WindowsScheduler,
@@ -37,6 +38,17 @@ use crate::os::windows::{
 
 /// The handle NdisMRegisterMiniportDriver returned (for Unload's deregistration).
 static DRIVER_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+/// The driver-global table where the two adapters of a paired slot find each other
+/// (`super::pair::registry`): the vmxnet3 adapter registers at its InitializeEx
+/// (`super::ethernet::entry`), the PVRDMA adapter at its own when its `Paired` value is set;
+/// each leaves at its Halt.
+pub(super) static PAIRS: PairRegistry = PairRegistry::new();
+
+/// `DEVICE_REGISTRY_PROPERTY` (wdm.h): the PCI bus number, and the address (device number
+/// in the high word, function in the low one) of a PCI function's PDO.
+const DEVICE_PROPERTY_BUS_NUMBER: i32 = 14;
+const DEVICE_PROPERTY_ADDRESS: i32 = 16;
 
 /// Resource descriptors read from a list at most (a PCI function has a handful).
 const MAX_RESOURCE_DESCRIPTORS: u32 = 64;
@@ -148,13 +160,32 @@ unsafe extern "system" fn set_options(
     unsafe { NdisSetOptionalHandlers(driver_handle, optional.cast()) }
 }
 
+/// Where an adapter's NDK PnP events come from: the PVRDMA miniport's own NDK state, or the
+/// NDK surface of a paired vmxnet3 adapter.
+pub(super) trait NdkPnpSource: Send + Sync {
+    /// The next event NDIS must be told (until `None`).
+    fn next_ndk_pnp_event(&self) -> Option<NET_PNP_EVENT_CODE>;
+}
+
+impl NdkPnpSource for Miniport {
+    fn next_ndk_pnp_event(&self) -> Option<NET_PNP_EVENT_CODE> {
+        Miniport::next_ndk_pnp_event(self)
+    }
+}
+
+impl NdkPnpSource for NicNdk {
+    fn next_ndk_pnp_event(&self) -> Option<NET_PNP_EVENT_CODE> {
+        NicNdk::next_ndk_pnp_event(self)
+    }
+}
+
 /// The NDIS I/O work item that issues the core's NDK PnP events (ndkpi.md §6.5: never from
 /// the OID handler, where NdisMNetPnPEvent would deadlock). Shared by the adapter context and
 /// each queued run, so a run never reads a context Halt has freed.
-struct PnpWorker {
+pub(super) struct PnpWorker {
     adapter_handle: NDIS_HANDLE,
     work_item: NDIS_HANDLE,
-    miniport: Arc<Miniport>,
+    source: Arc<dyn NdkPnpSource>,
     /// Set while a run is queued and has not started: the item is never queued twice.
     queued: AtomicBool,
     /// Runs queued or running; Halt frees the item only at 0.
@@ -168,9 +199,67 @@ unsafe impl Send for PnpWorker {}
 unsafe impl Sync for PnpWorker {}
 
 impl PnpWorker {
-    /// After an OID_NDK_SET_STATE: queue a run unless one is queued and not started (that one
-    /// will see the new state). IRQL <= DISPATCH_LEVEL.
-    fn kick(self: &Arc<Self>) {
+    /// The worker of the adapter `handle` (its work item allocated), issuing `source`'s
+    /// events. PASSIVE_LEVEL (InitializeEx).
+    ///
+    /// # Errors
+    /// NDIS_STATUS_RESOURCES.
+    ///
+    /// # Safety
+    /// `handle` must be the MiniportAdapterHandle of a running InitializeEx; the worker must
+    /// be freed ([`PnpWorker::free`]) before its Halt returns.
+    pub(super) unsafe fn new(
+        handle: NDIS_HANDLE,
+        source: Arc<dyn NdkPnpSource>,
+    ) -> Result<Arc<PnpWorker>, NDIS_STATUS> {
+        // SAFETY: the adapter handle InitializeEx received (contract); PASSIVE_LEVEL.
+        let work_item = unsafe { NdisAllocateIoWorkItem(handle) };
+        if work_item.is_null() {
+            return Err(NDIS_STATUS_RESOURCES);
+        }
+        crate::os::alloc::try_arc(PnpWorker {
+            adapter_handle: handle,
+            work_item,
+            source,
+            queued: AtomicBool::new(false),
+            outstanding: AtomicU32::new(0),
+        })
+        .map_err(|_| {
+            // SAFETY: just allocated, never queued.
+            unsafe { NdisFreeIoWorkItem(work_item) };
+            NDIS_STATUS_RESOURCES
+        })
+    }
+
+    /// Frees the work item once no run is queued or running. NDIS sends no OID during Halt,
+    /// so no new run is queued by one; one still pending gets the core's Halt grace (on
+    /// `platform`), and one that outlives it keeps its item and worker (leaked, never freed
+    /// under it). PASSIVE_LEVEL.
+    pub(super) fn free(self: Arc<Self>, platform: Option<&dyn Platform>) {
+        let idle = || self.outstanding.load(Ordering::Acquire) == 0;
+        let idle =
+            idle() || platform.is_some_and(|p| p.wait_until(&idle, super::miniport::HALT_GRACE_NS));
+        if idle {
+            // SAFETY: allocated in `new`; no run is queued or running.
+            unsafe { NdisFreeIoWorkItem(self.work_item) };
+        } else {
+            // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: NDK PnP work item still running at halt\n"
+                        .as_ptr()
+                        .cast(),
+                )
+            };
+            core::mem::forget(self);
+        }
+    }
+
+    /// After a change of the NDK state: queue a run unless one is queued and not started
+    /// (that one will see the new state). IRQL <= DISPATCH_LEVEL.
+    pub(super) fn kick(self: &Arc<Self>) {
         // Pairs with the routine's fence: either it sees the new state, or this sees its
         // cleared flag (a store then a load on each side, so both need the full fence).
         fence(Ordering::SeqCst);
@@ -195,7 +284,7 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
     // may be requeued once its routine runs), one before it is drained here.
     worker.queued.store(false, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    while let Some(event) = worker.miniport.next_ndk_pnp_event() {
+    while let Some(event) = worker.source.next_ndk_pnp_event() {
         // REVISION_2 (NDIS 6.50+): the default switch and vPort, the only ones NDK is offered on.
         let mut notification = NET_PNP_EVENT_NOTIFICATION {
             Header: header(
@@ -237,6 +326,16 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
     worker.outstanding.fetch_sub(1, Ordering::AcqRel);
 }
 
+/// How a paired vmxnet3 adapter's NDK surface announces its state changes: it queues the
+/// adapter's PnP work item ([`NdkEvents`] for `ndis::pair::NicNdk`).
+pub(super) struct PnpKick(pub(super) Arc<PnpWorker>);
+
+impl NdkEvents for PnpKick {
+    fn ndk_state_changed(&self) {
+        self.0.kick();
+    }
+}
+
 /// The MiniportAdapterContext.
 struct AdapterContext {
     handle: NDIS_HANDLE,
@@ -252,6 +351,8 @@ struct AdapterContext {
     shared_memory: Option<Arc<NdisSharedMemory>>,
     platform: Option<Arc<WindowsPlatform>>,
     miniport: Option<Arc<Miniport>>,
+    /// Where the adapter is registered in [`PAIRS`] (its `Paired` value was set).
+    pair_at: Option<PciLocation>,
     /// The vmxnet3 function's adapter (15AD:07B0), instead of everything above.
     eth: Option<Box<EthAdapter>>,
 }
@@ -266,10 +367,15 @@ impl AdapterContext {
             r.stop();
         }
         if let Some(worker) = self.pnp.take() {
-            self.free_pnp_worker(worker);
+            worker.free(self.platform.as_deref().map(|p| p as &dyn Platform));
         }
         if let Some(m) = self.miniport.take() {
-            m.halt();
+            match self.pair_at.take() {
+                // Parted from the vmxnet3 adapter first: NDK disabled there, its open NDK
+                // objects failed, the interface detached; then halted.
+                Some(at) => super::rdma::leave_and_halt(&PAIRS, at, &m),
+                None => m.halt(),
+            }
         }
         if !self.interrupt_handle.is_null() {
             // SAFETY: registered in InitializeEx; the platform (its context) is still alive.
@@ -308,36 +414,6 @@ impl AdapterContext {
             // SAFETY: registered in InitializeEx; every shared-memory block is freed.
             unsafe { NdisMDeregisterScatterGatherDma(self.dma_handle) };
             self.dma_handle = null_mut();
-        }
-    }
-}
-
-impl AdapterContext {
-    /// Frees the PnP work item once no run is queued or running. NDIS sends no OID during
-    /// Halt, so no new run is queued; one still pending gets the core's Halt grace, and one
-    /// that outlives it keeps its item and worker (leaked, never freed under it).
-    fn free_pnp_worker(&self, worker: Arc<PnpWorker>) {
-        let idle = || worker.outstanding.load(Ordering::Acquire) == 0;
-        let idle = idle()
-            || self
-                .platform
-                .as_ref()
-                .is_some_and(|p| p.wait_until(&idle, super::miniport::HALT_GRACE_NS));
-        if idle {
-            // SAFETY: allocated in InitializeEx; no run is queued or running.
-            unsafe { NdisFreeIoWorkItem(worker.work_item) };
-        } else {
-            // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
-            unsafe {
-                DbgPrintEx(
-                    77,
-                    0,
-                    c"pvrdma: NDK PnP work item still running at halt\n"
-                        .as_ptr()
-                        .cast(),
-                )
-            };
-            core::mem::forget(worker);
         }
     }
 }
@@ -439,6 +515,7 @@ unsafe extern "system" fn initialize(
         shared_memory: None,
         platform: None,
         miniport: None,
+        pair_at: None,
         eth: None,
     }) else {
         return NDIS_STATUS_RESOURCES;
@@ -575,39 +652,31 @@ unsafe fn initialize_adapter(
         unsafe { log_config_event(handle, event) };
     }
     ctx.miniport = Some(miniport.clone());
-    // SAFETY: the adapter handle InitializeEx received; PASSIVE_LEVEL.
-    let work_item = unsafe { NdisAllocateIoWorkItem(handle) };
-    if work_item.is_null() {
-        return NDIS_STATUS_RESOURCES;
-    }
-    let worker = crate::os::alloc::try_arc(PnpWorker {
-        adapter_handle: handle,
-        work_item,
-        miniport: miniport.clone(),
-        queued: AtomicBool::new(false),
-        outstanding: AtomicU32::new(0),
-    });
-    match worker {
-        Ok(w) => ctx.pnp = Some(w),
-        Err(_) => {
-            // SAFETY: just allocated, never queued.
-            unsafe { NdisFreeIoWorkItem(work_item) };
-            return NDIS_STATUS_RESOURCES;
+    // A paired function (the hidden PVRDMA adapter of a paired installation) has no NDK state
+    // of its own to announce and no IP interface: the vmxnet3 adapter of its slot attaches its
+    // interface when they join (below).
+    let paired = cfg.paired;
+    if !paired {
+        let source: Arc<dyn NdkPnpSource> = miniport.clone();
+        // SAFETY: this InitializeEx's adapter handle; teardown frees the worker.
+        match unsafe { PnpWorker::new(handle, source) } {
+            Ok(w) => ctx.pnp = Some(w),
+            Err(s) => return s,
         }
-    }
-    let Some(platform) = ctx.platform.clone() else {
-        return NDIS_STATUS_FAILURE;
-    };
-    // SAFETY: this InitializeEx's adapter handle; teardown stops the resolver before Halt
-    // returns.
-    match unsafe { WindowsResolver::start(platform, handle, params.NetLuid, params.IfIndex) } {
-        Ok(r) => ctx.resolver = Some(r),
-        Err(_) => return NDIS_STATUS_RESOURCES,
-    }
-    if let Some(r) = ctx.resolver.clone()
-        && let Err(s) = miniport.start_connections(r)
-    {
-        return s;
+        let Some(platform) = ctx.platform.clone() else {
+            return NDIS_STATUS_FAILURE;
+        };
+        // SAFETY: this InitializeEx's adapter handle; teardown stops the resolver before
+        // Halt returns.
+        match unsafe { WindowsResolver::start(platform, handle, params.NetLuid, params.IfIndex) } {
+            Ok(r) => ctx.resolver = Some(r),
+            Err(_) => return NDIS_STATUS_RESOURCES,
+        }
+        if let Some(r) = ctx.resolver.clone()
+            && let Err(s) = miniport.start_connections(r)
+        {
+            return s;
+        }
     }
 
     let reported = miniport.link();
@@ -620,21 +689,82 @@ unsafe fn initialize_adapter(
     if status != NDIS_STATUS_SUCCESS {
         return status;
     }
-    // The capabilities (and the NDK_ADAPTER_INFO they point at) are the miniport's, alive
-    // until Halt: NDIS may keep the pointer (ndkpi.md §6.4). `Enabled` is the state at this
-    // moment (`*NetworkDirect`, §6.5).
-    let mut ndk =
-        super::caps::ndk_attributes(miniport.ndk_enabled(), miniport.ndk_capabilities_ptr());
-    // SAFETY: the NDK attributes, valid for the call; the capabilities outlive it.
-    let status = unsafe { set_attributes(handle, (&raw mut ndk).cast()) };
-    if status != NDIS_STATUS_SUCCESS {
-        return status;
+    if !paired {
+        // The capabilities (and the NDK_ADAPTER_INFO they point at) are the miniport's, alive
+        // until Halt: NDIS may keep the pointer (ndkpi.md §6.4). `Enabled` is the state at
+        // this moment (`*NetworkDirect`, §6.5).
+        let mut ndk =
+            super::caps::ndk_attributes(miniport.ndk_enabled(), miniport.ndk_capabilities_ptr());
+        // SAFETY: the NDK attributes, valid for the call; the capabilities outlive it.
+        let status = unsafe { set_attributes(handle, (&raw mut ndk).cast()) };
+        if status != NDIS_STATUS_SUCCESS {
+            return status;
+        }
     }
     match crate::os::alloc::try_arc(NdisStatusSink { handle }) {
         Ok(sink) => miniport.set_status_sink(sink, reported),
         Err(_) => return NDIS_STATUS_RESOURCES,
     }
+    if paired {
+        // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+        let Some(at) = (unsafe { pci_location(handle) }) else {
+            // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
+            unsafe {
+                DbgPrintEx(
+                    77,
+                    0,
+                    c"pvrdma: Paired is set but the PCI location is unknown: not started\n"
+                        .as_ptr()
+                        .cast(),
+                )
+            };
+            return NDIS_STATUS_FAILURE;
+        };
+        // Joined at once when the slot's vmxnet3 adapter is there (it attaches its interface
+        // and offers NDK), or when it arrives.
+        if let Err(s) = super::rdma::join(&PAIRS, at, &miniport) {
+            return s;
+        }
+        ctx.pair_at = Some(at);
+    }
     NDIS_STATUS_SUCCESS
+}
+
+/// Where the adapter's PCI function is: the bus number and address of its PDO
+/// (NdisMGetDeviceProperty, IoGetDeviceProperty), None when either cannot be read.
+///
+/// # Safety
+///
+/// `handle` must be the MiniportAdapterHandle of a running InitializeEx; PASSIVE_LEVEL.
+pub(super) unsafe fn pci_location(handle: NDIS_HANDLE) -> Option<PciLocation> {
+    let mut pdo: *mut c_void = null_mut();
+    // SAFETY: the adapter handle (contract) and one out-parameter, the others NULL (not
+    // asked for); PASSIVE_LEVEL.
+    unsafe {
+        NdisMGetDeviceProperty(
+            handle,
+            &mut pdo,
+            null_mut(),
+            null_mut(),
+            null_mut(),
+            null_mut(),
+        )
+    };
+    if pdo.is_null() {
+        return None;
+    }
+    let property = |which: i32| -> Option<u32> {
+        let mut value: u32 = 0;
+        let mut len: u32 = 0;
+        // SAFETY: the PDO NDIS returned, a 4-byte local buffer and its length; PASSIVE_LEVEL.
+        let status =
+            unsafe { IoGetDeviceProperty(pdo, which, 4, (&raw mut value).cast(), &mut len) };
+        (status == 0 && len == 4).then_some(value)
+    };
+    Some(PciLocation::from_address(
+        property(DEVICE_PROPERTY_BUS_NUMBER)?,
+        property(DEVICE_PROPERTY_ADDRESS)?,
+    ))
 }
 
 /// The adapter's keywords (NdisOpenConfigurationEx on its handle, NdisReadConfiguration),
@@ -643,7 +773,7 @@ unsafe fn initialize_adapter(
 /// # Safety
 ///
 /// `handle` must be the MiniportAdapterHandle of a running InitializeEx; PASSIVE_LEVEL.
-unsafe fn read_config(handle: NDIS_HANDLE) -> MiniportConfig {
+pub(super) unsafe fn read_config(handle: NDIS_HANDLE) -> MiniportConfig {
     let mut object = NDIS_CONFIGURATION_OBJECT {
         Header: header(
             NDIS_OBJECT_TYPE_CONFIGURATION_OBJECT,
@@ -740,7 +870,7 @@ fn keyword_cstr(k: Keyword) -> &'static core::ffi::CStr {
 /// # Safety
 ///
 /// `handle` must be the adapter's MiniportAdapterHandle; IRQL <= DISPATCH_LEVEL.
-unsafe fn log_config_event(handle: NDIS_HANDLE, event: &ConfigEvent) {
+pub(super) unsafe fn log_config_event(handle: NDIS_HANDLE, event: &ConfigEvent) {
     let [a, b, c] = event.log_values();
     // SAFETY: the adapter handle and three ULONG values, as NumberOfErrorValues says.
     unsafe {
@@ -1282,9 +1412,6 @@ unsafe extern "system" fn open_ndk_adapter(
     params: *mut NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
     out: *mut *mut NDK_ADAPTER,
 ) -> NDIS_STATUS {
-    let Some(m) = miniport(context) else {
-        return NDIS_STATUS_ADAPTER_NOT_READY;
-    };
     // SAFETY: NDIS passes valid parameters (or null, refused).
     let Some(params) = (unsafe { params.as_ref() }) else {
         return NDIS_STATUS_INVALID_PARAMETER;
@@ -1292,7 +1419,18 @@ unsafe extern "system" fn open_ndk_adapter(
     if out.is_null() {
         return NDIS_STATUS_INVALID_PARAMETER;
     }
-    match m.open_ndk_adapter_with(params) {
+    // A vmxnet3 adapter's NDK is its paired PVRDMA function's (none: not ready).
+    let opened = if let Some(e) = eth(context) {
+        e.ndk().map_or(Err(NDIS_STATUS_ADAPTER_NOT_READY), |n| {
+            n.open_ndk_adapter_with(params)
+        })
+    } else {
+        let Some(m) = miniport(context) else {
+            return NDIS_STATUS_ADAPTER_NOT_READY;
+        };
+        m.open_ndk_adapter_with(params)
+    };
+    match opened {
         Ok(adapter) => {
             // SAFETY: `out` is NDIS's non-null out-parameter.
             unsafe { out.write(adapter) };
@@ -1304,6 +1442,12 @@ unsafe extern "system" fn open_ndk_adapter(
 
 /// CLOSE_NDK_ADAPTER_HANDLER. PASSIVE_LEVEL.
 unsafe extern "system" fn close_ndk_adapter(context: NDIS_HANDLE, adapter: *mut NDK_ADAPTER) {
+    if let Some(e) = eth(context) {
+        if let Some(n) = e.ndk() {
+            n.close_ndk_adapter(adapter);
+        }
+        return;
+    }
     if let Some(m) = miniport(context) {
         m.close_ndk_adapter(adapter);
     }

@@ -22,7 +22,8 @@ use super::abi::*;
 use super::attributes::{GeneralAttributes, mac_from_registers};
 use super::caps::NdisBlock;
 use super::config::{
-    ConfigEvent, ConfigEvents, EmptyRegistry, Keywords, Registry, mtu_code, operational_mtu,
+    ConfigEvent, ConfigEvents, EmptyRegistry, KW_PAIRED, Keywords, Registry, mtu_code,
+    operational_mtu,
 };
 use super::counters::CounterSource;
 use super::link::{LinkHook, LinkState, StatusSink, port_speed_bps};
@@ -79,7 +80,8 @@ impl MiniportConfig {
             events,
             halt_grace_ns: HALT_GRACE_NS,
             cmd_timeout_ns: DEFAULT_TIMEOUT_NS,
-            paired: false,
+            // Read after the four keywords; any value but 0 pairs.
+            paired: reg.integer(KW_PAIRED).is_some_and(|v| v != 0),
         }
     }
 

@@ -123,6 +123,22 @@ impl NdkState {
         })
     }
 
+    /// InitializeEx reports the NDK attributes now: returns their `Enabled` (the effective
+    /// state), which NDIS knows from then on, so nothing is announced for it. For an adapter
+    /// whose function may have joined before its attributes were set (`super::pair`).
+    pub fn report(&self) -> bool {
+        let mut s = self.inner.lock();
+        let effective = s.wanted && s.present && s.lifecycle != Lifecycle::Halted;
+        s.announced = effective;
+        effective
+    }
+
+    /// Whether [`NdkState::next_event`] would return an event now (nothing is taken).
+    pub fn pending(&self) -> bool {
+        let s = self.inner.lock();
+        s.lifecycle != Lifecycle::Halted && (s.wanted && s.present) != s.announced
+    }
+
     /// Whether an NDK_ADAPTER may be opened now.
     ///
     /// # Errors
@@ -212,6 +228,24 @@ mod tests {
         assert!(!off.set_present(true));
         assert_eq!(off.next_event(), None);
         assert!(!off.enabled());
+    }
+
+    #[test]
+    fn a_function_joined_before_the_attributes_is_reported_not_announced() {
+        let s = NdkState::with_presence(true, false);
+        assert!(s.set_present(true));
+        assert!(s.pending());
+        assert!(s.report(), "the attributes say enabled");
+        assert!(!s.pending());
+        assert_eq!(s.next_event(), None, "NDIS learnt it from the attributes");
+        // A departure between the attributes and the work item's installation is pending.
+        assert!(s.set_present(false));
+        assert!(s.pending());
+        assert_eq!(s.next_event(), Some(NetEventNDKDisable));
+        assert!(!s.pending());
+        s.move_to(Lifecycle::Halted);
+        assert!(s.set_present(true));
+        assert!(!s.pending() && !s.report(), "nothing after Halt");
     }
 
     #[test]

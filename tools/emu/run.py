@@ -67,7 +67,9 @@ NBL_STATUS = 0x8C
 # driver writes to the event log (NdisWriteErrorLogEntry; netevent.h).
 CONFIG_HANDLE = 0xC0F1_0000_0001
 NDIS_ERROR_CODE_UNSUPPORTED_CONFIGURATION = 0xC0001391
-KEYWORDS = ["*NetworkDirect", "*NetworkDirectTechnology", "*NetworkDirectRoCEFrameSize", "*JumboPacket"]
+# The four NDK keywords, then `Paired` (set by the INF on the PVRDMA function of a paired
+# installation: no NDK of its own; tools/emu/paired.py).
+KEYWORDS = ["*NetworkDirect", "*NetworkDirectTechnology", "*NetworkDirectRoCEFrameSize", "*JumboPacket", "Paired"]
 # NdisMIndicateStatusEx (ndis.h NDIS_STATUS_INDICATION, x64 0x70 bytes; ntddndis.h
 # NDIS_LINK_STATE, 0x28 bytes).
 NDIS_STATUS_LINK_STATE = 0x40010017
@@ -97,6 +99,12 @@ OID_NDK_STATISTICS = 0xFC040202
 OID_NDK_CONNECTIONS = 0xFC040203
 OID_NDK_LOCAL_ENDPOINTS = 0xFC040204
 WORK_ITEM_HANDLE = 0x3030_0000_0001
+# The PDO NdisMGetDeviceProperty returns, and the two DEVICE_REGISTRY_PROPERTY values
+# IoGetDeviceProperty answers (wdm.h): where the adapter's PCI function is (issue 25's
+# pairing: function 0 and 1 of one bus and device number).
+PDO_BASE = 0x9D00_0000_0001
+DEVICE_PROPERTY_BUS_NUMBER, DEVICE_PROPERTY_ADDRESS = 14, 16
+PCI_BUS = 3
 # The interface NDIS names in NDIS_MINIPORT_INIT_PARAMETERS (IfIndex @0x20, NetLuid @0x28):
 # NET_LUID {Reserved:24, NetLuidIndex:24, IfType:16}, IfType 6 = IF_TYPE_ETHERNET_CSMACD.
 IF_INDEX = 7
@@ -199,6 +207,9 @@ class ScriptedDevice:
         va = self.hz.alloc((length + 0xFFF) & ~0xFFF, "shared")
         return va, va
 
+    def location(self):
+        return PCI_BUS, 0, 0
+
     def free_shared(self, va):
         pass
 
@@ -236,10 +247,15 @@ class SimDevice:
         self.prot = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE
         self.blocks = {}  # guest VA -> (bus, size), the driver's shared memory
         self.consumer = {}  # the same for the consumer's buffers
-        functions = {(vendor, device) for _f, vendor, device in world.functions(node)}
+        functions = {(vendor, device): f for f, vendor, device in world.functions(node)}
         self.pci_ids = (0x15AD, self.device_id)
         if self.pci_ids not in functions:
             raise ValueError(f"node {node} ({world.kind(node)}) has no function {self.device_id:#06x}")
+        self.function = functions[self.pci_ids]
+
+    def location(self):
+        """(bus, device, function): node i's slot is device i of bus PCI_BUS."""
+        return PCI_BUS, self.node, self.function
 
     def register_hooks(self, va, length, read, write):
         """Memory hooks on a mapped register range: `read(offset)` answers each 32-bit load
@@ -446,6 +462,8 @@ class Harness:
         # each CREATE_BIND carried.
         self.port_mtu = 3
         self.bind_mtus = []
+        # (PDO, property) of each IoGetDeviceProperty.
+        self.device_properties = []
         if device == "scripted":
             self.world = None
             self.device = ScriptedDevice(self)
@@ -508,11 +526,13 @@ class Harness:
         h("ndis", "NdisMSetMiniportAttributes", 2, self.set_attributes)
         h("ndis", "NdisMGetBusData", 5, self.get_bus_data)
         h("ndis", "NdisMRegisterScatterGatherDma", 3, self.register_dma)
-        h("ndis", "NdisMDeregisterScatterGatherDma", 1, lambda a: self.maps.pop("dma", None) and 0)
+        h("ndis", "NdisMDeregisterScatterGatherDma", 1, self.deregister_dma)
         h("ndis", "NdisMMapIoSpace", 4, self.map_io)
         h("ndis", "NdisMUnmapIoSpace", 3, self.unmap_io)
         h("ndis", "NdisMRegisterInterruptEx", 4, self.register_interrupt)
-        h("ndis", "NdisMDeregisterInterruptEx", 1, lambda a: self.maps.pop("interrupt", None) and 0)
+        h("ndis", "NdisMDeregisterInterruptEx", 1, self.deregister_interrupt)
+        h("ndis", "NdisMGetDeviceProperty", 6, self.get_device_property)
+        h("ntoskrnl", "IoGetDeviceProperty", 5, self.io_device_property)
         h("ndis", "NdisMAllocateSharedMemory", 5, self.alloc_shared)
         h("ndis", "NdisMFreeSharedMemory", 5, self.free_shared)
         h("ndis", "NdisAllocateIoWorkItem", 1, self.alloc_work_item)
@@ -569,12 +589,67 @@ class Harness:
         """NdisMGetBusData(handle, WhichSpace, Offset, Buffer, Length): the function's
         configuration space holds its vendor and device ID at offset 0 (the rest reads 0)."""
         _handle, space, off, buf, length = a
+        # ULONGs: the upper half of a register or stack slot is undefined (the debug image
+        # leaves whatever the slot held there).
+        space, off, length = space & 0xFFFF_FFFF, off & 0xFFFF_FFFF, length & 0xFFFF_FFFF
         if space != 0 or off + length > 256:
             return 0
         cfg = bytearray(256)
         struct.pack_into("<HH", cfg, 0, *self.pci_ids)
         self.se.mem_write(buf, bytes(cfg[off:off + length]))
         return length
+
+    def adapter_pdo(self, handle):
+        """The PDO NdisMGetDeviceProperty names for adapter `handle` and where its PCI
+        function is, (bus, device, function); None for a handle that is no adapter's."""
+        if handle != ADAPTER_HANDLE:
+            return None
+        return PDO_BASE, self.device.location()
+
+    def get_device_property(self, a):
+        """NdisMGetDeviceProperty(handle, &Pdo, &Fdo, &Next, &Resources, &Translated): the
+        PDO of the adapter's PCI function (the other out-parameters, when asked, get
+        distinct dummy objects)."""
+        handle, ppdo, *others = a
+        got = self.adapter_pdo(handle)
+        check(got is not None and self.call_stack and "MiniportInitializeEx" in self.call_stack[-1],
+              f"NdisMGetDeviceProperty({handle:#x}) for an adapter, in its InitializeEx")
+        if ppdo:
+            self.se.mem_write(ppdo, struct.pack("<Q", got[0] if got else 0))
+        for i, p in enumerate(others):
+            if p:
+                self.se.mem_write(p, struct.pack("<Q", 0xD0B0_0000_0000 + i))
+        return 0
+
+    def io_device_property(self, a):
+        """IoGetDeviceProperty(Pdo, Property, Length, Buffer, &ResultLength) for
+        DevicePropertyBusNumber (14) and DevicePropertyAddress (16, PCI: device << 16 |
+        function); any other property or object is refused."""
+        pdo, prop, length, buf, plen = a
+        prop, length = prop & 0xFFFF_FFFF, length & 0xFFFF_FFFF
+        self.device_properties.append((pdo, prop))
+        loc = next((got[1] for got in map(self.adapter_pdo, self.adapter_handles()) if got and got[0] == pdo), None)
+        if loc is None or prop not in (DEVICE_PROPERTY_BUS_NUMBER, DEVICE_PROPERTY_ADDRESS):
+            return NDIS_STATUS_INVALID_PARAMETER
+        if plen:
+            self.se.mem_write(plen, struct.pack("<I", 4))
+        if length < 4:
+            return STATUS_BUFFER_TOO_SMALL
+        bus, device, function = loc
+        value = bus if prop == DEVICE_PROPERTY_BUS_NUMBER else (device << 16) | function
+        self.se.mem_write(buf, struct.pack("<I", value))
+        return STATUS_SUCCESS
+
+    def adapter_handles(self):
+        return [ADAPTER_HANDLE]
+
+    def deregister_dma(self, a):
+        self.maps.pop("dma", None)
+        return 0
+
+    def deregister_interrupt(self, a):
+        self.maps.pop("interrupt", None)
+        return 0
 
     def register_miniport(self, a):
         _drv, _reg, _ctx, chars, phandle = a
@@ -913,6 +988,10 @@ class Harness:
         returns, as the kernel would while the thread sleeps: a stub calls each routine, then
         KeDelayExecutionThread again (which delivers what those queued), then jumps back to
         the waiting code. Only from a KeDelayExecutionThread hook."""
+        self.resume_through(self.deliver_calls(), redeliver=True)
+
+    def deliver_calls(self):
+        """The calls `deliver`'s stub makes: the pending ISRs, else the queued DPCs."""
         calls = b""
         if self.pending_vectors and self.interrupt_chars is not None:
             isr = struct.unpack_from("<Q", self.interrupt_chars, 0x30)[0]
@@ -926,6 +1005,15 @@ class Harness:
                 calls += asm_call(routine, [kdpc, ctx, 0, 0])
             self.pending_dpcs = []
             self.stub_dpcs = True
+        return calls
+
+    def resume_through(self, calls, redeliver=False, result=0, unsupported=False):
+        """From an import's hook: the import returns through a stub that makes `calls` (then,
+        with `redeliver`, waits again: KeDelayExecutionThread delivers what they queued) and
+        returns `result` to its caller. Nothing happens without calls. `unsupported`: an
+        import speakeasy has no handler of its own for, whose hook's return speakeasy always
+        performs (with the stub as the return address) rather than skipping it when the
+        hook moved the program counter."""
         if not calls:
             return
         zero = self.scratch
@@ -933,12 +1021,18 @@ class Harness:
         rsp = emu.reg_read("rsp")
         ret = self.q(rsp)
         code = b"\x48\x83\xEC\x40" + calls  # sub rsp, 0x40 (rsp is 16-aligned here)
-        code += b"\x31\xC9\x31\xD2\x49\xB8" + struct.pack("<Q", zero)  # KernelMode, FALSE, &0
-        code += b"\x48\xB8" + struct.pack("<Q", self.delay_slot) + b"\x48\x8B\x00\xFF\xD0"
-        code += b"\x48\x83\xC4\x40\x31\xC0"  # add rsp, 0x40; STATUS_SUCCESS
-        code += b"\x48\xB9" + struct.pack("<Q", ret) + b"\xFF\xE1"  # jmp to the waiter
+        if redeliver:
+            code += b"\x31\xC9\x31\xD2\x49\xB8" + struct.pack("<Q", zero)  # KernelMode, FALSE, &0
+            code += b"\x48\xB8" + struct.pack("<Q", self.delay_slot) + b"\x48\x8B\x00\xFF\xD0"
+        code += b"\x48\x83\xC4\x40"  # add rsp, 0x40
+        code += b"\xB8" + struct.pack("<I", result & 0xFFFF_FFFF)  # mov eax, result
+        code += b"\x48\xB9" + struct.pack("<Q", ret) + b"\xFF\xE1"  # jmp to the caller
         stub = self.alloc(0x1000, "harness_deliver")
         emu.mem_write(stub, code)
+        if unsupported:
+            # The emulator returns from the hooked call to the stub.
+            emu.mem_write(rsp, struct.pack("<Q", stub))
+            return
         # Return from the hooked call into the stub (the emulator then skips its own return).
         emu.reg_write("rsp", rsp + 8)
         emu.set_pc(stub)
@@ -1109,24 +1203,25 @@ def stack_report(harnesses):
         print(f"  {v:6d}  {k}")
 
 
-def init_params(hz):
+def init_params(hz, device=None, if_index=IF_INDEX, luid=NET_LUID):
     """NDIS_MINIPORT_INIT_PARAMETERS for MiniportInitializeEx: the function's memory BARs
     (PVRDMA: BAR0 the MSI-X table, BAR1 registers, BAR2 UAR) and MSI-X messages (three) as
     the device names them (CM_PARTIAL_RESOURCE_LIST, wdm.h pack(4): descriptors of 0x14
-    bytes at 8), IfIndex and NetLuid."""
-    bars = hz.device.bars
+    bytes at 8), IfIndex and NetLuid. `device`: the harness's own by default."""
+    device = device or hz.device
+    bars = device.bars
     descs = b""
     for phys, length in bars:
         descs += struct.pack("<BBHqII", 3, 1, 0, phys, length, 0)  # CmResourceTypeMemory
-    for vector in range(hz.device.messages):
+    for vector in range(device.messages):
         # CmResourceTypeInterrupt, CM_RESOURCE_INTERRUPT_MESSAGE | LATCHED; Translated
         # {Level, Vector, Affinity}.
         descs += struct.pack("<BBHIIQ", 2, 1, 0x3, 0, 0x60 + vector, 1)
-    count = len(bars) + hz.device.messages
+    count = len(bars) + device.messages
     rlist = hz.alloc(8 + len(descs), "resources")
     hz.se.mem_write(rlist, struct.pack("<HHI", 1, 1, count) + descs)
     params = hz.alloc(0x40, "init_params")
-    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, IF_INDEX, 0, NET_LUID)
+    hz.se.mem_write(params, struct.pack("<BBHIQQQIIQ", 0x81, 1, 0x40, 0, rlist, 0, 0, if_index, 0, luid)
                     + b"\0" * 0x10)
     return params
 
@@ -1287,7 +1382,7 @@ def restart(hz, handlers, registry, what):
     st = hz.call(handlers["InitializeHandlerEx"], [ADAPTER_HANDLE, 0, init_params(hz)], f"MiniportInitializeEx ({what})")
     hz.check_kept(f"after InitializeEx ({what})")
     check(st == NDIS_STATUS_SUCCESS, f"{what}: InitializeEx SUCCESS, whatever the keywords hold ({st:#x})")
-    check(hz.config_reads == KEYWORDS and not hz.config_open, f"{what}: the four keywords read, the configuration closed")
+    check(hz.config_reads == KEYWORDS and not hz.config_open, f"{what}: the four keywords and Paired read, the configuration closed")
     hz.pump()
     regs = [a for a in hz.attributes if a[1] == 0x9E]
     ndk = [a for a in hz.attributes if a[1] == 0xB3]

@@ -480,6 +480,16 @@ def direction(image, image2, listener_node, ipv6=False):
     macs = [bytes(world.identity(i)[0]) for i in (0, 1)]
     sides = [Side(image if i == 0 else (image2 or image), world, i, IPS[i],
                   {IPS[1 - i]: macs[1 - i], IPS6[1 - i]: macs[1 - i]}, IPS6[i]) for i in (0, 1)]
+    return scenario(world, sides, listener_node, ipv6)
+
+
+def scenario(world, sides, listener_node, ipv6=False, flap=link_flap, middle=None):
+    """The two-node NDK scenario (module docs) on two started sides, each with its NDK_ADAPTER
+    open (a Side, or tools/emu/paired.py's, whose adapter is the vmxnet3 one): `flap(world,
+    side)` takes the client's link down and up before the connection; `middle(world, server,
+    client)`, if any, runs once the connection has parted and returns how many QPs it created
+    (and closed) besides; each side's `close` ends it (objects, CloseNDKAdapter, Halt,
+    Unload, leaks)."""
     if ipv6:
         for s in sides:
             s.ip = IPS6[s.node]
@@ -490,7 +500,7 @@ def direction(image, image2, listener_node, ipv6=False):
     for s in sides:
         s.enable_ndk()
         s.objects()
-    link_flap(world, client)
+    flap(world, client)
     pcap = f"/tmp/pvrdma-emu-{os.getpid()}-{server.node}.pcap"
     world.capture(pcap)
     check(world.object_counts(0) == world.object_counts(1) == (2, 3, 2, 2, 0),
@@ -564,13 +574,15 @@ def direction(image, image2, listener_node, ipv6=False):
         check(s.lists() == [[], []] and c["active"] == 0 and (c["connect"], c["accept"]) == (
               (1, 0) if s is client else (0, 1)) and (c["failure"], c["error"]) == (0, 0),
               f"{s.tag}: parted: nothing listed, no active connection, Connect/Accept kept, no failure or error")
+    extra_qps = middle(world, server, client) if middle else 0
     for s in sides:
         s.close()
     for s in sides:
         binds, unbinds = s.hz.requests.count(15), s.hz.requests.count(16)
         check(binds == unbinds == 2, f"{s.tag}: Halt unbound the GIDs InitializeEx bound ({binds}, {unbinds})")
         qps = s.hz.requests.count(run.CMD_CREATE_QP), s.hz.requests.count(run.CMD_DESTROY_QP)
-        check(qps == (2, 2), f"{s.tag}: two QPs created and destroyed, the consumer's and QP1 ({qps})")
+        check(qps == (2 + extra_qps, 2 + extra_qps),
+              f"{s.tag}: {2 + extra_qps} QPs created and destroyed, the consumer's and QP1 ({qps})")
         finish_checks(s)
     check(world.object_counts(0) == world.object_counts(1) == (0, 0, 0, 0, 0),
           f"nothing left on either node ({world.object_counts(0)}, {world.object_counts(1)})")
@@ -750,6 +762,15 @@ def churn(image, n):
 
 def part(world, server, client, listener, incoming, outgoing, disc):
     """NdkDisconnect both ways, the connectors and the listener closed, both sides shut down."""
+    hang_up(world, server, client, listener, incoming, outgoing)
+    for s in (server, client):
+        s.close()
+        finish_checks(s)
+
+
+def hang_up(world, server, client, listener, incoming, outgoing):
+    """NdkDisconnect both ways (each completes SUCCESS), the connectors and the listener
+    closed."""
     sides = (server, client)
     st, done = client.start(client.c.slot(outgoing, CONN_DISCONNECT), [outgoing], f"{client.tag}: NdkDisconnect", 0xD15C)
     settle(world, sides)
@@ -762,9 +783,6 @@ def part(world, server, client, listener, incoming, outgoing, disc):
     if listener is not None:
         server.c.close(listener, f"{server.tag}: NdkCloseListener")
     settle(world, sides)
-    for s in sides:
-        s.close()
-        finish_checks(s)
 
 
 def main():

@@ -12,8 +12,17 @@
 //!   NDIS_STATUS_LINK_STATE, NdisMPauseComplete, NdisMResetMiniport ([`NdisEthSink`]).
 //! - MiniportResetEx pends and resets the device from an NDIS I/O work item (the reset is
 //!   PASSIVE_LEVEL work; ResetEx may run at DISPATCH_LEVEL), then NdisMResetComplete.
-//! - Halt: the device, then the receive NBLs and their pool, the interrupt, the scheduler,
-//!   shared memory, the mappings, the DMA registration, newest first.
+//! - NDK (a paired slot, issue 25; `ndis::pair`): when the function's PCI location is known
+//!   (`entry::pci_location`), InitializeEx also reads `*NetworkDirect`, starts the address
+//!   resolver over the adapter's interface (NetLuid, IfIndex), builds the NDK surface
+//!   ([`NicNdk`]) over them with its PnP work item, registers it in the driver-global slot
+//!   table (`entry::PAIRS`; joined at once if the slot's PVRDMA function is there) and sets
+//!   the NDK attributes (`Enabled`: the state at that moment). OpenNDKAdapter and
+//!   CloseNDKAdapter reach it through `entry`'s handlers, the NDK OIDs through the miniport.
+//! - Halt: parted from the PVRDMA function first (NDK disabled, the open NDK objects failed,
+//!   the interface detached), the NDK surface, resolver and PnP work item let go; then the
+//!   device, the receive NBLs and their pool, the interrupt, the scheduler, shared memory,
+//!   the mappings, the DMA registration, newest first.
 
 use alloc::sync::Arc;
 use core::ffi::c_void;
@@ -23,15 +32,17 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use super::super::abi::*;
 use super::super::attributes::GeneralAttributes;
 use super::super::entry::{
-    NdisStatusSink, general_attributes, header, map, resource_descriptors, set_attributes,
+    NdisStatusSink, NdkPnpSource, PAIRS, PnpKick, PnpWorker, general_attributes, header,
+    log_config_event, map, pci_location, read_config, resource_descriptors, set_attributes,
 };
 use super::super::link::{LinkState, StatusSink};
+use super::super::pair::nic::PART_GRACE_NS;
+use super::super::pair::{NetInterface, NicNdk, PairedNic, PciLocation};
 use super::abi::*;
 use super::miniport::{ETH_MTU, EthConfig, EthMiniport, EthSink, MAX_MULTICAST, RxNblPool};
-use super::oid::{ETH_SUPPORTED_OIDS, ETH_SUPPORTED_STATISTICS};
+use super::oid::{ETH_NDK_SUPPORTED_OIDS, ETH_SUPPORTED_OIDS, ETH_SUPPORTED_STATISTICS};
 use super::resources::parse_eth_resources;
 use crate::ndkpi::BOOLEAN;
-use crate::os::NicPlatform;
 use crate::os::windows::imports::{
     DbgPrintEx, KeDelayExecutionThread, NdisAllocateIoWorkItem, NdisAllocateMdl,
     NdisAllocateNetBufferAndNetBufferList, NdisAllocateNetBufferListPool, NdisFreeIoWorkItem,
@@ -43,7 +54,10 @@ use crate::os::windows::imports::{
 use crate::os::windows::ke::KERNEL_MODE;
 use crate::os::windows::nic::MAX_BARS;
 use crate::os::windows::platform::MappedBar;
-use crate::os::windows::{NdisSharedMemory, WindowsNicPlatform, WindowsScheduler};
+use crate::os::windows::{
+    NdisSharedMemory, WindowsNicPlatform, WindowsResolver, WindowsScheduler, WindowsServices,
+};
+use crate::os::{NicPlatform, Platform};
 
 /// The receive NBL pool's tag ('Vmx3' as it reads in a pool dump).
 const POOL_TAG: u32 = u32::from_le_bytes(*b"Vmx3");
@@ -64,6 +78,15 @@ pub struct EthAdapter {
     pool: Option<Arc<NdisRxPool>>,
     reset: Option<Arc<ResetWorker>>,
     miniport: Option<Arc<EthMiniport>>,
+    /// The OS services of the NDK surface and the resolver (timers, waits).
+    services: Option<Arc<WindowsServices>>,
+    /// The address resolver over the adapter's interface (the paired function's GIDs).
+    resolver: Option<Arc<WindowsResolver>>,
+    /// The NDK surface of the paired slot and the work item that announces its changes.
+    ndk: Option<Arc<NicNdk>>,
+    pnp: Option<Arc<PnpWorker>>,
+    /// Where the adapter is registered in the slot table.
+    pair_at: Option<PciLocation>,
 }
 
 // SAFETY: NDIS handles and BAR mappings are usable from any processor; the rest is Sync.
@@ -84,6 +107,55 @@ impl EthAdapter {
             pool: None,
             reset: None,
             miniport: None,
+            services: None,
+            resolver: None,
+            ndk: None,
+            pnp: None,
+            pair_at: None,
+        }
+    }
+
+    /// The NDK surface (None when the PCI location was unknown, or before InitializeEx
+    /// built it).
+    pub fn ndk(&self) -> Option<&NicNdk> {
+        self.ndk.as_deref()
+    }
+
+    /// Halt's first step: parted from the slot's PVRDMA function, then the NDK surface, the
+    /// resolver and the PnP work item let go. PASSIVE_LEVEL.
+    fn teardown_ndk(&mut self) {
+        let services: Option<&dyn Platform> = self.services.as_deref().map(|s| s as &dyn Platform);
+        // Halted first: no open from here on, and the parting below announces nothing (NDIS
+        // has closed this adapter's NDK_ADAPTERs before its Halt; a NetEventNDKDisable
+        // issued by the work item while it halts would be one PnP event inside another).
+        if let Some(nic) = &self.ndk {
+            nic.halt();
+        }
+        if let (Some(at), Some(nic), Some(p)) = (self.pair_at.take(), self.ndk.clone(), services) {
+            let as_nic: Arc<dyn PairedNic> = nic;
+            if !PAIRS.leave_nic(at, &as_nic, p) {
+                // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
+                unsafe {
+                    DbgPrintEx(
+                        77,
+                        0,
+                        c"vmxnet3: the slot's PVRDMA function did not part in time\n"
+                            .as_ptr()
+                            .cast(),
+                    )
+                };
+            }
+        }
+        if self.ndk.take().is_some()
+            && let Some(m) = &self.miniport
+        {
+            m.set_ndk(None);
+        }
+        if let Some(r) = self.resolver.take() {
+            r.stop();
+        }
+        if let Some(w) = self.pnp.take() {
+            w.free(services);
         }
     }
 
@@ -94,6 +166,7 @@ impl EthAdapter {
 
     /// Undoes InitializeEx's steps that succeeded, newest first. PASSIVE_LEVEL.
     pub fn teardown(&mut self) {
+        self.teardown_ndk();
         if let Some(w) = self.reset.take() {
             w.free();
         }
@@ -112,6 +185,7 @@ impl EthAdapter {
             s.shutdown();
         }
         self.platform = None;
+        self.services = None;
         if let Some(mem) = self.shared_memory.take() {
             mem.drain();
             if mem.live() != 0 {
@@ -332,12 +406,20 @@ pub unsafe fn initialize(
         }
     }
 
+    // Where the function is: with it, the adapter offers NDK for its slot's PVRDMA function
+    // (the NDK OIDs join the supported list).
+    // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+    let at = unsafe { pci_location(handle) };
     let reported = miniport.link();
     let mut g = GeneralAttributes::new(miniport.mac(), ETH_MTU, &reported, MAX_LINK_SPEED_BPS);
     g.permanent_mac_address = miniport.permanent_mac();
     g.max_multicast_list_size = MAX_MULTICAST as u32;
     g.supported_statistics = ETH_SUPPORTED_STATISTICS;
-    g.supported_oids = ETH_SUPPORTED_OIDS;
+    g.supported_oids = if at.is_some() {
+        &ETH_NDK_SUPPORTED_OIDS
+    } else {
+        ETH_SUPPORTED_OIDS
+    };
     let mut general = general_attributes(&g);
     general.MacOptions = MAC_OPTIONS;
     // Owned by the miniport for the adapter's life: NDIS may keep the pointer.
@@ -353,6 +435,108 @@ pub unsafe fn initialize(
     }) {
         Ok(sink) => miniport.set_sink(sink, reported),
         Err(_) => return NDIS_STATUS_RESOURCES,
+    }
+    let Some(at) = at else {
+        // SAFETY: a NUL-terminated format without arguments; PASSIVE_LEVEL.
+        unsafe {
+            DbgPrintEx(
+                77,
+                0,
+                c"vmxnet3: PCI location unknown: no NDK on this adapter\n"
+                    .as_ptr()
+                    .cast(),
+            )
+        };
+        return NDIS_STATUS_SUCCESS;
+    };
+    // SAFETY: this InitializeEx's handle and parameters; PASSIVE_LEVEL.
+    unsafe { start_ndk(a, handle, params, at, &miniport) }
+}
+
+/// InitializeEx's NDK part (module docs), for the function at `at`. On failure the caller
+/// tears down what `a` holds.
+///
+/// # Safety
+///
+/// `handle` and `params` must be this InitializeEx's; PASSIVE_LEVEL.
+unsafe fn start_ndk(
+    a: &mut EthAdapter,
+    handle: NDIS_HANDLE,
+    params: &NDIS_MINIPORT_INIT_PARAMETERS,
+    at: PciLocation,
+    miniport: &Arc<EthMiniport>,
+) -> NDIS_STATUS {
+    // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+    let cfg = unsafe { read_config(handle) };
+    for event in cfg.events.iter() {
+        // SAFETY: this InitializeEx's adapter handle; PASSIVE_LEVEL.
+        unsafe { log_config_event(handle, event) };
+    }
+    let (Some(shared), Some(scheduler)) = (a.shared_memory.clone(), a.scheduler.clone()) else {
+        return NDIS_STATUS_FAILURE;
+    };
+    let Ok(services) = crate::os::alloc::try_arc(WindowsServices::new(shared, scheduler)) else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    a.services = Some(services.clone());
+    let platform: Arc<dyn Platform> = services;
+    // SAFETY: this InitializeEx's handle; teardown stops the resolver before Halt returns.
+    let resolver = match unsafe {
+        WindowsResolver::start(platform.clone(), handle, params.NetLuid, params.IfIndex)
+    } {
+        Ok(r) => r,
+        Err(_) => return NDIS_STATUS_RESOURCES,
+    };
+    a.resolver = Some(resolver.clone());
+    let iface = NetInterface {
+        net_luid: params.NetLuid,
+        if_index: params.IfIndex,
+        mac: miniport.mac(),
+        mtu: ETH_MTU,
+    };
+    let nic = match NicNdk::new(
+        platform,
+        iface,
+        resolver,
+        cfg.keywords.network_direct,
+        miniport.link().connected,
+        PART_GRACE_NS,
+    ) {
+        Ok(n) => n,
+        Err(s) => return s,
+    };
+    let source: Arc<dyn NdkPnpSource> = nic.clone();
+    // SAFETY: this InitializeEx's handle; teardown frees the worker.
+    let worker = match unsafe { PnpWorker::new(handle, source) } {
+        Ok(w) => w,
+        Err(s) => return s,
+    };
+    a.pnp = Some(worker.clone());
+    a.ndk = Some(nic.clone());
+    miniport.set_ndk(Some(nic.clone()));
+    let as_nic: Arc<dyn PairedNic> = nic.clone();
+    if PAIRS.join_nic(at, as_nic).is_err() {
+        return NDIS_STATUS_RESOURCES;
+    }
+    a.pair_at = Some(at);
+    // `Enabled` is the state now (the PVRDMA function may have joined above); NDIS learns
+    // later changes from the work item.
+    let mut ndk =
+        super::super::caps::ndk_attributes(nic.report_attributes(), nic.capabilities_ptr());
+    // SAFETY: the NDK attributes, valid for the call; the capabilities live in the NDK
+    // surface, which outlives the adapter's registration.
+    let status = unsafe { set_attributes(handle, (&raw mut ndk).cast()) };
+    if status != NDIS_STATUS_SUCCESS {
+        return status;
+    }
+    let Ok(kick) = crate::os::alloc::try_arc(PnpKick(worker.clone())) else {
+        return NDIS_STATUS_RESOURCES;
+    };
+    nic.set_events(Some(kick));
+    // A change between the attributes and now (the function came or went on another
+    // thread) found no events to tell: announce it.
+    if nic.has_pending_event() {
+        worker.kick();
     }
     NDIS_STATUS_SUCCESS
 }

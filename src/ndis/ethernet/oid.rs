@@ -66,6 +66,29 @@ pub const NDK_OIDS: &[NDIS_OID] = &[
     OID_NDK_LOCAL_ENDPOINTS,
 ];
 
+/// The supported-OID list of an adapter offering NDK (its general attributes and
+/// OID_GEN_SUPPORTED_LIST): [`ETH_SUPPORTED_OIDS`], then [`NDK_OIDS`].
+pub const ETH_NDK_SUPPORTED_OIDS: [NDIS_OID; ETH_SUPPORTED_OIDS.len() + NDK_OIDS.len()] =
+    concat_oids(ETH_SUPPORTED_OIDS, NDK_OIDS);
+
+// Only evaluated at compile time (the const above): an index out of bounds is a build error,
+// never a panic at run time.
+#[allow(clippy::indexing_slicing)]
+const fn concat_oids<const N: usize>(a: &[NDIS_OID], b: &[NDIS_OID]) -> [NDIS_OID; N] {
+    let mut out = [0; N];
+    let mut i = 0;
+    while i < a.len() {
+        out[i] = a[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < b.len() {
+        out[i + j] = b[j];
+        j += 1;
+    }
+    out
+}
+
 /// The statistics OID_GEN_STATISTICS fills.
 pub const ETH_SUPPORTED_STATISTICS: u32 = NDIS_STATISTICS_FLAGS_VALID_DIRECTED_FRAMES_RCV
     | NDIS_STATISTICS_FLAGS_VALID_MULTICAST_FRAMES_RCV

@@ -171,6 +171,18 @@ impl NicNdk {
         self.state.next_event()
     }
 
+    /// The NDK attributes' `Enabled` as InitializeEx registers them (the function may have
+    /// joined already): NDIS knows this state from then on, nothing is announced for it.
+    pub fn report_attributes(&self) -> bool {
+        self.state.report()
+    }
+
+    /// Whether an NDK PnP event waits for the FFI layer's work item (a change between the
+    /// attributes and the installation of the events, [`NicNdk::set_events`]).
+    pub fn has_pending_event(&self) -> bool {
+        self.state.pending()
+    }
+
     /// OPEN_NDK_ADAPTER_HANDLER with its NDIS 6.50 parameters (PASSIVE_LEVEL).
     ///
     /// # Errors
@@ -326,7 +338,8 @@ impl NicNdk {
         }
     }
 
-    /// Halt of the Ethernet adapter (after the registry parted it): no open, no event.
+    /// Halt of the Ethernet adapter (before or after the registry parted it): no open, no
+    /// event; the events sink is let go.
     pub fn halt(&self) {
         self.state.move_to(Lifecycle::Halted);
         self.set_events(None);

@@ -91,6 +91,17 @@ unsafe extern "system" {
     /// `ULONG KeGetCurrentProcessorNumberEx(PPROCESSOR_NUMBER ProcNumber)`: the system-wide
     /// index of the current processor (ProcNumber may be NULL).
     pub fn KeGetCurrentProcessorNumberEx(ProcNumber: *mut PROCESSOR_NUMBER) -> u32;
+    /// `NTSTATUS IoGetDeviceProperty(PDEVICE_OBJECT DeviceObject, DEVICE_REGISTRY_PROPERTY
+    /// DeviceProperty, ULONG BufferLength, PVOID PropertyBuffer, PULONG ResultLength)`
+    /// (wdm.h; DeviceProperty an enum: DevicePropertyBusNumber 14, DevicePropertyAddress
+    /// 16). PASSIVE_LEVEL; `DeviceObject` must be a PDO.
+    pub fn IoGetDeviceProperty(
+        DeviceObject: *mut c_void,
+        DeviceProperty: i32,
+        BufferLength: u32,
+        PropertyBuffer: *mut c_void,
+        ResultLength: *mut u32,
+    ) -> NTSTATUS;
 }
 
 #[link(name = "ntoskrnl.exe", kind = "raw-dylib", modifiers = "+verbatim")]
@@ -340,6 +351,19 @@ unsafe extern "system" {
         Buffer: *mut c_void,
         Length: u32,
     ) -> u32;
+    /// `VOID NdisMGetDeviceProperty(NDIS_HANDLE MiniportAdapterHandle, PDEVICE_OBJECT
+    /// *PhysicalDeviceObject, PDEVICE_OBJECT *FunctionalDeviceObject, PDEVICE_OBJECT
+    /// *NextDeviceObject, PCM_RESOURCE_LIST *AllocatedResources, PCM_RESOURCE_LIST
+    /// *AllocatedResourcesTranslated)`: each non-NULL out-parameter gets its object.
+    /// PASSIVE_LEVEL.
+    pub fn NdisMGetDeviceProperty(
+        MiniportAdapterHandle: NDIS_HANDLE,
+        PhysicalDeviceObject: *mut *mut c_void,
+        FunctionalDeviceObject: *mut *mut c_void,
+        NextDeviceObject: *mut *mut c_void,
+        AllocatedResources: *mut *mut c_void,
+        AllocatedResourcesTranslated: *mut *mut c_void,
+    );
     /// `NDIS_HANDLE NdisAllocateNetBufferListPool(NDIS_HANDLE NdisHandle,
     /// PNET_BUFFER_LIST_POOL_PARAMETERS Parameters)`. IRQL <= DISPATCH_LEVEL.
     pub fn NdisAllocateNetBufferListPool(

@@ -28,4 +28,4 @@ mod rt;
 pub use self::dpc::WindowsScheduler;
 pub use self::net::WindowsResolver;
 pub use self::nic::WindowsNicPlatform;
-pub use self::platform::{MappedBar, NdisSharedMemory, WindowsPlatform};
+pub use self::platform::{MappedBar, NdisSharedMemory, WindowsPlatform, WindowsServices};

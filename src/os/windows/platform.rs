@@ -382,20 +382,98 @@ impl Platform for WindowsPlatform {
     }
 
     fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
-        let deadline = self.now_ns().saturating_add(timeout_ns);
-        loop {
-            if cond() {
-                return true;
-            }
-            if self.now_ns() >= deadline {
-                return cond();
-            }
-            // 100 µs: the command channel answers in microseconds; a relative interval is
-            // negative, in 100 ns units.
-            let mut interval: i64 = -1_000;
-            // SAFETY: PASSIVE_LEVEL (Platform::wait_until's contract); `interval` is a valid
-            // local for the call.
-            unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &mut interval) };
+        wait_passive(cond, timeout_ns)
+    }
+}
+
+/// The interrupt-time clock in nanoseconds (any IRQL).
+fn interrupt_time_ns() -> u64 {
+    // SAFETY: the QPC out-parameter may be NULL; callable at any IRQL.
+    let ticks = unsafe { KeQueryInterruptTimePrecise(core::ptr::null_mut()) };
+    ticks.saturating_mul(100)
+}
+
+/// `Platform::wait_until` on Windows: polls `cond` every 100 µs (KeDelayExecutionThread)
+/// until it holds or `timeout_ns` passes. PASSIVE_LEVEL.
+fn wait_passive(cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
+    let deadline = interrupt_time_ns().saturating_add(timeout_ns);
+    loop {
+        if cond() {
+            return true;
         }
+        if interrupt_time_ns() >= deadline {
+            return cond();
+        }
+        // 100 µs: the command channel answers in microseconds; a relative interval is
+        // negative, in 100 ns units.
+        let mut interval: i64 = -1_000;
+        // SAFETY: PASSIVE_LEVEL (Platform::wait_until's contract); `interval` is a valid
+        // local for the call.
+        unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &mut interval) };
+    }
+}
+
+/// A register file that is not there: reads all ones (what a PCI read of nothing returns),
+/// writes go nowhere.
+struct NoRegisters;
+
+impl RegisterIo for NoRegisters {
+    fn read32(&self, _offset: u32) -> u32 {
+        u32::MAX
+    }
+    fn write32(&self, _offset: u32, _value: u32) {}
+}
+
+/// The OS services of an adapter without PVRDMA registers (the vmxnet3 adapter of a paired
+/// slot, `ndis::ethernet::entry`): DPCs and timers, the clock and waits, for its address
+/// resolver and its NDK surface (`ndis::pair::NicNdk`). No BAR1 (reads all ones), no UAR,
+/// no interrupt; the DMA allocator is the adapter's shared memory.
+pub struct WindowsServices {
+    dma: Arc<dyn DmaAllocator>,
+    scheduler: Arc<dyn DpcScheduler>,
+}
+
+impl WindowsServices {
+    pub fn new(shared_memory: Arc<NdisSharedMemory>, scheduler: Arc<WindowsScheduler>) -> Self {
+        WindowsServices {
+            dma: shared_memory,
+            scheduler,
+        }
+    }
+}
+
+impl Platform for WindowsServices {
+    fn dma(&self) -> &Arc<dyn DmaAllocator> {
+        &self.dma
+    }
+
+    fn bar1(&self) -> &dyn RegisterIo {
+        &NoRegisters
+    }
+
+    fn map_uar(&self) -> Result<Uar, OsError> {
+        Err(OsError::Unavailable)
+    }
+
+    fn uar_pfn(&self) -> u64 {
+        0
+    }
+
+    fn scheduler(&self) -> &Arc<dyn DpcScheduler> {
+        &self.scheduler
+    }
+
+    fn now_ns(&self) -> u64 {
+        interrupt_time_ns()
+    }
+
+    fn connect_interrupt(&self, _handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
+        Err(OsError::Unavailable)
+    }
+
+    fn disconnect_interrupt(&self) {}
+
+    fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
+        wait_passive(cond, timeout_ns)
     }
 }
