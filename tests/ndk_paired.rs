@@ -12,14 +12,19 @@
 //!   listener, connector): the objects learn it, the consumer closes them, NDIS closes the
 //!   adapter, and nothing is left.
 //!
-//! Virtual time: the CM's and the parting's waits cost no wall time.
+//! - The rest of the kit's API on paired hosts: `Cluster::connect`, `cm_connect`, `wire`.
+//!
+//! Virtual time (but the kit API's cases): the CM's and the transport's waits cost no wall
+//! time.
 
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use common::Mode;
-use common::ndk::{Cluster, ClusterConfig, Connector, Cq, Listener, Pd, Qp, QpSpec, sa};
+use common::ndk::{
+    Cluster, ClusterConfig, Connector, Cq, Listener, Pd, Qp, QpSpec, cm_connect, sa, wire,
+};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndkpi::*;
 
@@ -423,4 +428,48 @@ fn vmxnet3_surprise_removal_with_live_ndk_objects() {
     assert!(v.mp().connection_engine().is_none(), "engine stopped");
     assert_eq!(v.bound_gids(), Vec::<[u8; 16]>::new(), "GIDs unbound");
     c.finish();
+}
+
+/// The rest of the kit's API on paired hosts, deterministic and threaded: `Cluster::connect`
+/// (the kit's own connections, parted by `finish`), `cm_connect`, and `wire` (QPs wired raw
+/// beside the engines, which never see them), each carrying a SEND; `finish`'s leak checks.
+fn kit_api(mode: Mode) {
+    let c = Cluster::new(mode, 2);
+    assert!(c.is_paired() && c.has_cm());
+    let s = [Side::new(&c, 0), Side::new(&c, 1)];
+    let qp = |i: usize, ctx| {
+        s[i].pd
+            .create_qp(&s[i].cq, &s[i].cq, QpSpec::new(ctx))
+            .unwrap()
+    };
+    let (a, b) = (qp(0, 0x10), qp(1, 0x11));
+    c.connect(&a, &b);
+    ping(&s, &a, &b, 0x100);
+    let (d, e) = (qp(0, 0x20), qp(1, 0x21));
+    let p = cm_connect(&c, &d, &e);
+    ping(&s, &d, &e, 0x200);
+    p.disconnect_and_close();
+    let (f, g) = (qp(0, 0x30), qp(1, 0x31));
+    wire(&c, &f, &g);
+    ping(&s, &f, &g, 0x300);
+    for q in [d, e, f, g] {
+        assert_eq!(q.close(), STATUS_SUCCESS);
+    }
+    // `a`'s close parts the kit's connection first (NdkDisconnect both ways).
+    let [s0, s1] = s;
+    assert_eq!(a.close(), STATUS_SUCCESS);
+    assert_eq!(b.close(), STATUS_SUCCESS);
+    s0.close();
+    s1.close();
+    c.finish();
+}
+
+#[test]
+fn the_kit_api_on_paired_hosts_deterministic() {
+    kit_api(Mode::Deterministic);
+}
+
+#[test]
+fn the_kit_api_on_paired_hosts_threaded() {
+    kit_api(Mode::Threaded);
 }
