@@ -9,140 +9,35 @@
 //! the vmxnet3 interface's addresses (IPv4 and IPv6) and neighbours are its resolver's.
 
 mod common;
-#[path = "common/vmx_ndis.rs"]
-mod vmx_ndis;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 
 use common::ndis::{at, decode_connections, decode_counters, statistics_buffer, v};
 use common::ndk::{Adapter, Pump, QpSpec};
-use common::vmx::platform_for;
-use common::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
-use pvrdma_host::{HostDevice, HostNicPlatform, HostPlatform};
-use pvrdma_ndk::ndis::ethernet::{EthConfig, EthMiniport, EthSink};
-use pvrdma_ndk::ndis::pair::{
-    NdkEvents, NetInterface, NicNdk, PairRegistry, PairedNic, PciLocation,
-};
+use common::pair::{PairedVnic, VnicSpec};
+use common::{Mode, serial};
+use pvrdma_ndk::ndis::pair::{NicNdk, PairRegistry, PciLocation};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::net::Neighbours;
-use pvrdma_ndk::os::{NicPlatform, Platform, RegisterIo};
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{VnicConfig, World};
-use vmx_ndis::HostPool;
 
-/// Where the harness says the PVRDMA BARs are (BAR2 page 0 is the platform's UAR PFN).
-fn pvrdma_resources() -> Resources {
-    parse_resources(&[
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(0xFD00_0000, 0x4000),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(0xFD10_0000, 0x100),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::memory(DEFAULT_UAR_PFN << 12, 0x1000),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x60),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x61),
-        CM_PARTIAL_RESOURCE_DESCRIPTOR::message_interrupt(0x62),
-    ])
-    .expect("resources")
-}
-
-fn vmxnet3_resources() -> Resources {
-    parse_resources(&vmx_ndis::resource_list()).expect("resources")
-}
-
-/// BAR1 of the PVRDMA model, counting CTL = UNQUIESCE writes.
-struct CountingBar1 {
-    inner: Arc<SimBar1>,
-    unquiesces: AtomicU32,
-}
-
-impl RegisterIo for CountingBar1 {
-    fn read32(&self, off: u32) -> u32 {
-        self.inner.read32(off)
-    }
-    fn write32(&self, off: u32, val: u32) {
-        if off == 0x0C && val == 1 {
-            self.unquiesces.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.write32(off, val);
-    }
-}
-
-/// A register file for the resolver's platform (it needs timers and a clock only).
-struct NoBar;
-impl RegisterIo for NoBar {
-    fn read32(&self, _off: u32) -> u32 {
-        0
-    }
-    fn write32(&self, _off: u32, _val: u32) {}
-}
-
-/// What the vmxnet3 adapter's "NDIS" was told: link indications and NDK state changes.
-#[derive(Default)]
-struct EthNdis {
-    links: Mutex<Vec<LinkState>>,
-    ndk_changes: AtomicU32,
-    frames: AtomicU32,
-}
-
-impl EthSink for EthNdis {
-    fn send_complete(&self, _nbls: std::ptr::NonNull<NET_BUFFER_LIST>, _flags: u32) {
-        panic!("the test sends no NBL");
-    }
-    fn indicate_receive(&self, _n: std::ptr::NonNull<NET_BUFFER_LIST>, _c: u32, _f: u32) {
-        // The packet filter stays empty: vmxnet3 delivers nothing (RoCE goes to PVRDMA, P5).
-        self.frames.fetch_add(1, Ordering::SeqCst);
-    }
-    fn link_state(&self, state: &LinkState) {
-        self.links.lock().unwrap().push(*state);
-    }
-    fn pause_complete(&self) {}
-    fn reset_needed(&self) {}
-}
-
-impl NdkEvents for EthNdis {
-    fn ndk_state_changed(&self) {
-        self.ndk_changes.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// One vNIC: its two functions' platforms and, while started, their adapters.
-struct Host {
-    at: PciLocation,
-    if_index: u32,
-    luid: u64,
-    mac: [u8; 6],
-    ipv4: Ipv4Addr,
-    ipv6: Ipv6Addr,
-    eth_platform: Arc<HostNicPlatform>,
-    eth_dma: Arc<SimDma>,
-    pool: Arc<HostPool>,
-    eth_ndis: Arc<EthNdis>,
-    eth: Option<Arc<EthMiniport>>,
-    nic: Option<Arc<NicNdk>>,
-    resolver: Arc<Neighbours>,
-    resolver_platform: Arc<HostPlatform>,
-    pv_platform: Arc<HostPlatform>,
-    pv_dma: Arc<SimDma>,
-    bar1: Arc<CountingBar1>,
-    model: Arc<pvrdma_sim::Device>,
-    mp: Option<Arc<Miniport>>,
-    pv_links: Arc<common::ndis::Indications>,
-}
-
+/// The vNICs (`common::pair`) and the driver-global slot table.
 struct PairRig {
     world: Arc<World>,
     pump: Arc<Pump>,
     registry: Arc<PairRegistry>,
-    hosts: Vec<Host>,
+    hosts: Vec<PairedVnic>,
     baseline: AllocStats,
     _serial: MutexGuard<'static, ()>,
 }
 
-const GRACE_NS: u64 = 50_000_000;
-
 impl PairRig {
+    /// `n` vNICs, neither function started; each interface holds 198.18.0.(i+1) and
+    /// 2001:2::(i+1) and knows every other host's MAC (the IP stack's neighbour cache).
     fn new(n: u8) -> PairRig {
         let guard = serial();
         let baseline = stats();
@@ -152,87 +47,18 @@ impl PairRig {
         }
         let world = Arc::new(w);
         let pump = Pump::new(world.clone(), Mode::Deterministic);
-        let mut hosts = Vec::new();
-        for i in 0..usize::from(n) {
-            let (eth_platform, eth_dma) = platform_for(&world, i, 3, 2);
-            pump.add_executor(eth_platform.executor().clone());
-            let node = world.vnic(i).node().expect("a PVRDMA function");
-            let model = world.node(node).device().clone();
-            let pv_dma = SimDma::new(world.vnic(i).dma().clone());
-            let bar1 = Arc::new(CountingBar1 {
-                inner: SimBar1::new(model.clone()),
-                unquiesces: AtomicU32::new(0),
-            });
-            let m = model.clone();
-            let pv_platform = HostPlatform::new(
-                HostDevice {
-                    bar1: bar1.clone(),
-                    dma: pv_dma.clone(),
-                    doorbell: Some(Arc::new(move |off, val| m.uar_write32(off, val))),
-                    uar_pfn: DEFAULT_UAR_PFN,
-                    pump: Some(pump.platform_pump()),
-                },
-                2,
-            );
-            world.set_interrupt_sink(node, Arc::new(PlatformSink(Arc::downgrade(&pv_platform))));
-            pump.add_platform(pv_platform.clone());
-            let resolver_platform = HostPlatform::new(
-                HostDevice {
-                    bar1: Arc::new(NoBar),
-                    dma: pv_dma.clone(),
-                    doorbell: None,
-                    uar_pfn: 0,
-                    pump: Some(pump.platform_pump()),
-                },
-                1,
-            );
-            pump.add_platform(resolver_platform.clone());
-            let rp: Arc<dyn Platform> = resolver_platform.clone();
-            let resolver = Neighbours::new(rp, 16, 200_000_000).expect("resolver");
-            let (ipv4, ipv6) = vmx_ndis::addrs(i);
-            resolver.add_address(IpAddr::V4(ipv4)).unwrap();
-            resolver.add_address(IpAddr::V6(ipv6)).unwrap();
-            hosts.push(Host {
-                at: PciLocation {
-                    bus: 3,
-                    device: i as u32,
-                    function: 0,
-                },
-                if_index: 11 + i as u32,
-                luid: (6 << 48) | (0x8000 + i as u64) << 24,
-                mac: world.vnic(i).mac(),
-                ipv4,
-                ipv6,
-                eth_platform,
-                eth_dma,
-                pool: Arc::new(HostPool::default()),
-                eth_ndis: Arc::new(EthNdis::default()),
-                eth: None,
-                nic: None,
-                resolver,
-                resolver_platform,
-                pv_platform,
-                pv_dma,
-                bar1,
-                model,
-                mp: None,
-                pv_links: Arc::new(common::ndis::Indications::default()),
-            });
-        }
-        // Every host knows every other's MACs (the IP stack's neighbour cache).
-        for i in 0..hosts.len() {
-            for j in 0..hosts.len() {
-                if i != j {
-                    let (mac, v4, v6) = (hosts[j].mac, hosts[j].ipv4, hosts[j].ipv6);
-                    hosts[i]
-                        .resolver
-                        .set_neighbour(IpAddr::V4(v4), mac)
-                        .unwrap();
-                    hosts[i]
-                        .resolver
-                        .set_neighbour(IpAddr::V6(v6), mac)
-                        .unwrap();
-                }
+        let hosts: Vec<PairedVnic> = (0..usize::from(n))
+            .map(|i| {
+                let (ipv4, ipv6) = common::vmx_ndis::addrs(i);
+                let spec = VnicSpec::new(vec![IpAddr::V4(ipv4), IpAddr::V6(ipv6)]);
+                PairedVnic::new(&world, i, &pump, spec)
+            })
+            .collect();
+        for h in &hosts {
+            for o in hosts.iter().filter(|o| o.at != h.at) {
+                let r = &h.eth.neighbours;
+                r.set_neighbour(IpAddr::V4(o.eth.ipv4), o.eth.mac).unwrap();
+                r.set_neighbour(IpAddr::V6(o.eth.ipv6), o.eth.mac).unwrap();
             }
         }
         PairRig {
@@ -246,85 +72,32 @@ impl PairRig {
     }
 
     fn at_rdma(&self, i: usize) -> PciLocation {
-        PciLocation {
-            function: 1,
-            ..self.hosts[i].at
-        }
+        self.hosts[i].at_rdma()
     }
 
-    /// The vmxnet3 adapter's InitializeEx (and the restart NDIS follows it with), then its
-    /// registration in the slot table.
+    /// The vmxnet3 adapter's InitializeEx, restart and registration in the slot table.
     fn start_nic(&mut self, i: usize) {
-        let h = &self.hosts[i];
-        let p: Arc<dyn NicPlatform> = h.eth_platform.clone();
-        let cfg = EthConfig {
-            tx_ring: 64,
-            rx_ring: 64,
-            rx_buffers: 128,
-            mac: None,
-        };
-        let eth = EthMiniport::initialize(p, &vmxnet3_resources(), &cfg, h.pool.clone())
-            .expect("vmxnet3 InitializeEx");
-        let reported = eth.link();
-        eth.set_sink(h.eth_ndis.clone(), reported);
-        let rp: Arc<dyn Platform> = h.resolver_platform.clone();
-        let nic = NicNdk::new(
-            rp,
-            NetInterface {
-                net_luid: h.luid,
-                if_index: h.if_index,
-                mac: eth.mac(),
-                mtu: 1500,
-            },
-            h.resolver.clone(),
-            true,
-            reported.connected,
-            GRACE_NS,
-        )
-        .expect("NicNdk");
-        nic.set_events(Some(h.eth_ndis.clone()));
-        eth.set_ndk(Some(nic.clone()));
-        assert_eq!(eth.restart(), NDIS_STATUS_SUCCESS);
-        let as_nic: Arc<dyn PairedNic> = nic.clone();
-        self.registry.join_nic(h.at, as_nic).expect("registered");
-        let h = &mut self.hosts[i];
-        h.eth = Some(eth);
-        h.nic = Some(nic);
+        self.hosts[i].start_nic(&self.registry);
         self.pump.settle();
     }
 
     /// The PVRDMA adapter's InitializeEx in paired mode, then its registration.
     fn start_rdma(&mut self, i: usize) {
-        let cfg = MiniportConfig {
-            halt_grace_ns: GRACE_NS,
-            paired: true,
-            ..MiniportConfig::default()
-        };
-        let h = &self.hosts[i];
-        let p: Arc<dyn Platform> = h.pv_platform.clone();
-        let mp = Miniport::initialize_with(p, &pvrdma_resources(), &cfg).expect("InitializeEx");
-        let reported = mp.link();
-        mp.set_status_sink(h.pv_links.clone(), reported);
-        rdma::join(&self.registry, self.at_rdma(i), &mp).expect("registered");
-        self.hosts[i].mp = Some(mp);
+        self.hosts[i].start_rdma(&self.registry);
         self.pump.settle();
     }
 
     fn nic(&self, i: usize) -> &Arc<NicNdk> {
-        self.hosts[i].nic.as_ref().expect("vmxnet3 started")
+        self.hosts[i].nic()
     }
 
     fn mp(&self, i: usize) -> &Arc<Miniport> {
-        self.hosts[i].mp.as_ref().expect("PVRDMA started")
+        self.hosts[i].mp()
     }
 
     /// What NDIS's work item would issue now, in order.
     fn pnp_events(&self, i: usize) -> Vec<NET_PNP_EVENT_CODE> {
-        let mut out = Vec::new();
-        while let Some(e) = self.nic(i).next_ndk_pnp_event() {
-            out.push(e);
-        }
-        out
+        self.hosts[i].pnp_events()
     }
 
     /// WskOpenNdkAdapter(IfIndex): NDIS finds the adapter that owns the interface and calls
@@ -340,56 +113,25 @@ impl PairRig {
                     .is_some_and(|n| n.interface().if_index == if_index)
             })
             .expect("an adapter owns the interface");
-        let ptr = h.nic.as_ref().unwrap().open_ndk_adapter(v(2, 1))?;
+        let ptr = h.open(v(2, 1))?;
         Ok(Adapter::from_raw(ptr, self.pump.clone(), i))
     }
 
     /// Parts and halts the vmxnet3 adapter; returns its NDK surface (NDIS may still close an
     /// NDK_ADAPTER through it).
     fn halt_nic(&mut self, i: usize) -> Arc<NicNdk> {
-        let h = &mut self.hosts[i];
-        let nic = h.nic.take().expect("started");
-        let eth = h.eth.take().expect("started");
-        let as_nic: Arc<dyn PairedNic> = nic.clone();
-        assert!(
-            self.registry
-                .leave_nic(h.at, &as_nic, &*h.resolver_platform),
-            "parted in time"
-        );
-        drop(as_nic);
-        nic.halt();
-        eth.set_ndk(None);
-        assert_eq!(eth.pause(), NDIS_STATUS_SUCCESS);
-        eth.halt();
+        let nic = self.hosts[i].halt_nic(&self.registry);
         self.pump.settle();
-        assert_eq!(
-            Arc::strong_count(&eth),
-            1,
-            "vmxnet3 miniport still referenced"
-        );
-        assert_eq!(h.pool.live(), 0, "receive NBLs leaked");
         nic
     }
 
     fn halt_rdma(&mut self, i: usize) {
-        let mp = self.hosts[i].mp.take().expect("started");
-        rdma::leave_and_halt(&self.registry, self.at_rdma(i), &mp);
+        self.hosts[i].halt_rdma(&self.registry);
         self.pump.settle();
-        assert!(mp.device().is_none(), "Halt let go of the device");
-        // An NDK_ADAPTER NDIS has not closed yet keeps it (and its function) reachable.
-        self.hosts[i].mp = None;
-        drop(mp);
     }
 
     fn bound_gids(&self, i: usize) -> Vec<[u8; 16]> {
-        let mut g: Vec<_> = self.hosts[i]
-            .model
-            .with_core(|c| c.gids())
-            .into_iter()
-            .map(|(_, e)| e.gid)
-            .collect();
-        g.sort();
-        g
+        self.hosts[i].bound_gids()
     }
 
     fn finish(mut self) {
@@ -413,20 +155,12 @@ impl PairRig {
         assert_eq!(self.registry.occupied(), 0, "slot table empty");
         for h in &self.hosts {
             assert!(!h.model.with_core(|c| c.is_active()), "PVRDMA RESET");
-            assert_eq!(h.eth_ndis.frames.load(Ordering::SeqCst), 0);
+            // The packet filter stays empty: vmxnet3 delivers nothing (RoCE goes to PVRDMA, P5).
+            assert_eq!(h.eth.ndis.seen.lock().unwrap().frames.len(), 0);
         }
         self.world.fabric().stop();
         for h in &self.hosts {
-            for ex in [
-                h.pv_platform.executor(),
-                h.resolver_platform.executor(),
-                h.eth_platform.executor(),
-            ] {
-                pump.wait_for("DPCs to drain", || ex.is_idle());
-                ex.shutdown();
-            }
-            assert_eq!(h.pv_dma.live(), 0, "PVRDMA DMA regions leaked");
-            assert_eq!(h.eth_dma.live(), 0, "vmxnet3 DMA regions leaked");
+            h.shut_down(&pump);
         }
         pump.clear_platforms();
         let hosts = std::mem::take(&mut self.hosts);
@@ -479,7 +213,7 @@ fn opened_by_the_vmxnet3_interface(nic_first: bool) {
     let iface = rig.mp(0).interface().expect("attached");
     assert_eq!(
         (iface.net_luid, iface.if_index, iface.mac, iface.mtu),
-        (rig.hosts[0].luid, 11, rig.hosts[0].mac, 1500)
+        (rig.hosts[0].luid, 11, rig.hosts[0].eth.mac, 1500)
     );
     // Capabilities copied for the vmxnet3 adapter's attributes.
     let (caps, info, filled) = rig.nic(0).capabilities();
@@ -495,18 +229,18 @@ fn opened_by_the_vmxnet3_interface(nic_first: bool) {
         rig.nic(0).capabilities_ptr()
     ));
     // GIDs: the vmxnet3 interface's IPv4 (v4-mapped) and IPv6 addresses, in the device.
-    let h = &rig.hosts[0];
+    let h = &rig.hosts[0].eth;
     let mut want = vec![v4_gid(h.ipv4), h.ipv6.octets()];
     want.sort();
     assert_eq!(rig.bound_gids(0), want);
     // Address changes follow: one added, one removed.
     let extra = Ipv4Addr::new(198, 18, 7, 1);
-    h.resolver.add_address(IpAddr::V4(extra)).unwrap();
+    h.neighbours.add_address(IpAddr::V4(extra)).unwrap();
     rig.pump.settle();
     let mut want2 = vec![v4_gid(h.ipv4), h.ipv6.octets(), v4_gid(extra)];
     want2.sort();
     assert_eq!(rig.bound_gids(0), want2);
-    h.resolver.remove_address(IpAddr::V6(h.ipv6));
+    h.neighbours.remove_address(IpAddr::V6(h.ipv6));
     rig.pump.settle();
     let mut want3 = vec![v4_gid(h.ipv4), v4_gid(extra)];
     want3.sort();
@@ -518,7 +252,7 @@ fn opened_by_the_vmxnet3_interface(nic_first: bool) {
     assert_eq!(rig.nic(0).open_adapters(), 1);
     assert_eq!(rig.mp(0).open_adapters(), 1);
     // The NDK OIDs on the vmxnet3 adapter, answered by the function.
-    let eth = rig.hosts[0].eth.clone().unwrap();
+    let eth = rig.hosts[0].eth_mp().clone();
     let mut b = statistics_buffer();
     assert_eq!(
         eth.query_oid(OID_NDK_STATISTICS, &mut b).status,
@@ -555,7 +289,7 @@ fn opened_by_the_vmxnet3_interface(nic_first: bool) {
     );
     assert_eq!(eth.set_oid(OID_NDK_SET_STATE, &[1]), OidResult::done(1));
     assert_eq!(rig.pnp_events(0), vec![NetEventNDKEnable]);
-    assert!(rig.hosts[0].eth_ndis.ndk_changes.load(Ordering::SeqCst) >= 3);
+    assert!(rig.hosts[0].eth.ndis.ndk_changes.load(Ordering::SeqCst) >= 3);
     assert_eq!(cq.close(), STATUS_SUCCESS);
     assert_eq!(pd.close(), STATUS_SUCCESS);
     rig.nic(0).close_ndk_adapter(a.ptr);
@@ -624,7 +358,7 @@ fn halt_first(rdma_first: bool) {
         assert_eq!(rig.pnp_events(0), vec![NetEventNDKEnable]);
     }
     assert!(rig.registry.is_joined(rig.hosts[0].at));
-    let h = &rig.hosts[0];
+    let h = &rig.hosts[0].eth;
     let mut want = vec![v4_gid(h.ipv4), h.ipv6.octets()];
     want.sort();
     assert_eq!(rig.bound_gids(0), want);
@@ -656,9 +390,7 @@ fn vmxnet3_surprise_removal_fails_the_ndk_objects() {
     let cq = a.create_cq(16, None).expect("NdkCreateCq");
     cq.arm(NDK_CQ_NOTIFY_ANY);
     rig.hosts[0]
-        .eth
-        .as_ref()
-        .unwrap()
+        .eth_mp()
         .pnp_event(NdisDevicePnPEventSurpriseRemoved);
     rig.pump.settle();
     assert_eq!(cq.notifications(), vec![STATUS_INTERNAL_ERROR]);
@@ -678,7 +410,10 @@ fn link_down_and_up_with_the_consumer_reconnecting() {
         rig.start_rdma(i);
         assert_eq!(rig.pnp_events(i), vec![NetEventNDKEnable]);
     }
-    let (ip0, ip1) = (IpAddr::V4(rig.hosts[0].ipv4), IpAddr::V4(rig.hosts[1].ipv4));
+    let (ip0, ip1) = (
+        IpAddr::V4(rig.hosts[0].eth.ipv4),
+        IpAddr::V4(rig.hosts[1].eth.ipv4),
+    );
     let a0 = rig.open_by_if_index(11).unwrap();
     let a1 = rig.open_by_if_index(12).unwrap();
     let (pd0, pd1) = (a0.create_pd().unwrap(), a1.create_pd().unwrap());
@@ -715,12 +450,12 @@ fn link_down_and_up_with_the_consumer_reconnecting() {
     };
     let (q0, q1, client, server) = connect_and_ping(0x100);
     assert!(rig.mp(0).link().connected);
-    let unq = rig.hosts[0].bar1.unquiesces.load(Ordering::SeqCst);
-    let before = rig.hosts[0].eth_ndis.links.lock().unwrap().len();
+    let unq = rig.hosts[0].bar1.unquiesces();
+    let before = rig.hosts[0].eth.ndis.seen.lock().unwrap().links.len();
 
     rig.world.set_vnic_link(0, false);
     rig.pump.settle();
-    let links = rig.hosts[0].eth_ndis.links.lock().unwrap().clone();
+    let links = rig.hosts[0].eth.ndis.seen.lock().unwrap().links.clone();
     assert_eq!(links.len(), before + 1);
     assert!(!links[before].connected, "vmxnet3 indicated the link down");
     assert!(!rig.nic(0).link_up());
@@ -742,7 +477,7 @@ fn link_down_and_up_with_the_consumer_reconnecting() {
     rig.pump.settle();
     assert!(rig.nic(0).link_up());
     assert_eq!(
-        rig.hosts[0].bar1.unquiesces.load(Ordering::SeqCst),
+        rig.hosts[0].bar1.unquiesces(),
         unq + 1,
         "one UNQUIESCE at link up"
     );

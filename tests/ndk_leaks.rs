@@ -20,7 +20,6 @@
 
 mod common;
 
-use std::ptr::null_mut;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -297,15 +296,19 @@ fn adapter_close_blocks_until_children_closed_from_another_thread() {
     let cq = c.adapter(0).create_cq(16, None).expect("CQ");
     let qp = pd.create_qp(&cq, &cq, QpSpec::new(7)).expect("QP");
     let done = Arc::new(AtomicBool::new(false));
-    let raw = Raw(c.adapter(0).ptr);
+    // NDIS's close: the vmxnet3 adapter's CloseNDKAdapterHandler on a paired host.
+    let nic = c.hosts[0].vnic.as_ref().map(|v| v.nic().clone());
+    let raw = Raw(c.take_adapter(0));
     let d = done.clone();
     let closer = std::thread::spawn(move || {
         let r = raw;
-        // SAFETY: opened by the kit, closed only here (the kit skips it: nulled below).
-        unsafe { close_adapter(r.0) };
+        match nic {
+            Some(n) => n.close_ndk_adapter(r.0),
+            // SAFETY: opened by the kit, closed only here (the kit skips it: taken above).
+            None => unsafe { close_adapter(r.0) },
+        }
         d.store(true, Ordering::SeqCst);
     });
-    c.hosts[0].adapter.ptr = null_mut();
     // The test thread makes no provider call until the QP close below, so every provider
     // poll from here on is the closer's wait finding the children still open (each after the
     // world ran to idle): the close has reached its wait and keeps waiting.

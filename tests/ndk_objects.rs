@@ -390,22 +390,7 @@ impl Model {
     /// Runs the model and its interrupts, and waits for the driver's DPCs, until neither has
     /// anything left to do.
     fn settle(&self) {
-        let ex = self.platform.executor();
-        let deadline = Instant::now() + HANG;
-        loop {
-            assert!(Instant::now() < deadline, "the model did not settle");
-            let n = self.sim.process();
-            let d = self.sim.deliver_interrupts();
-            let mut waited = false;
-            while !ex.is_idle() {
-                waited = true;
-                assert!(Instant::now() < deadline, "DPCs did not drain");
-                std::thread::yield_now();
-            }
-            if n == 0 && d == 0 && !waited {
-                return;
-            }
-        }
+        common::settle_model(&self.sim, self.platform.executor());
     }
 
     fn log(&self) -> Vec<Hw> {

@@ -7,8 +7,6 @@
 //! every test ends in `finish`'s leak checks.
 
 mod common;
-#[path = "common/vmx_ndis.rs"]
-mod vmx_ndis;
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -16,11 +14,11 @@ use std::sync::{Arc, Mutex};
 
 use common::Mode;
 use common::vmx::eth;
+use common::vmx_ndis::{EthRig, Net, Stack, StackResolver, UDP_PORT};
 use pvrdma_ndk::ndis::ethernet::abi::*;
 use pvrdma_ndk::ndis::ethernet::{EthConfig, EthState};
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::os::net::{AddressResolver, Mac, ResolveError, resolve_done};
-use vmx_ndis::{EthRig, Net, Stack, StackResolver, UDP_PORT};
 
 const ALL: u32 =
     NDIS_PACKET_TYPE_DIRECTED | NDIS_PACKET_TYPE_MULTICAST | NDIS_PACKET_TYPE_BROADCAST;
@@ -478,7 +476,7 @@ fn the_packet_filter_and_the_multicast_list_select_what_is_indicated() {
     rig.finish();
 }
 
-fn vmx_ndis_stats(h: &vmx_ndis::EthHost) -> NDIS_STATISTICS_INFO {
+fn vmx_ndis_stats(h: &common::vmx_ndis::EthHost) -> NDIS_STATISTICS_INFO {
     pvrdma_ndk::ndis::ethernet::oid::statistics_info(h.mp())
 }
 

@@ -132,6 +132,8 @@ pub struct Miniport {
     pub(super) iface: SpinLock<Option<super::pair::NetInterface>>,
     /// UNQUIESCE writes after a link up that the device refused (ERR ≠ 0).
     pub(super) unquiesce_failures: AtomicU64,
+    /// The connection engine's parameters, when set ([`Miniport::set_engine_config`]).
+    engine_config: SpinLock<Option<crate::ndk::connect::EngineConfig>>,
 }
 
 /// A bring-up failure as InitializeEx returns it.
@@ -238,6 +240,7 @@ impl Miniport {
             halt_grace_ns: cfg.halt_grace_ns,
             iface: SpinLock::new(None),
             unquiesce_failures: AtomicU64::new(0),
+            engine_config: SpinLock::new(None),
             platform,
         })
         .map_err(|_| NDIS_STATUS_RESOURCES)?;
@@ -442,7 +445,9 @@ impl Miniport {
         let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]]);
         // CAST: the low bits of the clock are the randomness wanted.
         let seed = (self.platform.now_ns() as u32) ^ (guid as u32);
-        let mut cfg = crate::ndk::connect::EngineConfig::new(guid, seed);
+        let mut cfg = (*self.engine_config.lock())
+            .unwrap_or_else(|| crate::ndk::connect::EngineConfig::new(guid, seed));
+        cfg.ca_guid = guid;
         // The operational RoCE MTU is one of the five IB MTUs by construction.
         cfg.path_mtu = mtu_code(self.roce_mtu).unwrap_or(cfg.path_mtu);
         crate::ndk::connect::start(&ndk, self.platform.clone(), resolver, cfg).map_err(
@@ -451,6 +456,14 @@ impl Miniport {
                 _ => NDIS_STATUS_FAILURE,
             },
         )
+    }
+
+    /// The connection engine's parameters from the next start on (capacity, listeners, QP1
+    /// depths, CM timing, seed) instead of the defaults and a clock-derived seed: what a host
+    /// harness sets to run every adapter alike. The node GUID and the path MTU stay the
+    /// adapter's (the MAC's EUI-64, the operational RoCE MTU).
+    pub fn set_engine_config(&self, cfg: crate::ndk::connect::EngineConfig) {
+        *self.engine_config.lock() = Some(cfg);
     }
 
     /// The NDK device (None after Halt).

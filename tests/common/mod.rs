@@ -24,10 +24,12 @@ pub mod memory;
 pub mod ndis;
 pub mod ndk;
 pub mod objects;
+pub mod pair;
 pub mod qtest;
 pub mod smbd;
 pub mod tshark;
 pub mod vmx;
+pub mod vmx_ndis;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -207,6 +209,41 @@ pub fn dpc_runs(executors: &[&HostExecutor]) -> u64 {
         .sum()
 }
 
+/// A device model a threaded settle waits on: the PVRDMA model and the vmxnet3 model keep
+/// the same accounting ([`Activity`]).
+pub trait Quiescent: Sync {
+    /// The model's accounting.
+    fn activity(&self) -> Activity;
+    /// Asks for one more pass; returns the `received` count that pass covers.
+    fn request_pass(&self) -> u64;
+    /// Everything received consumed, nothing queued or latched.
+    fn is_idle(&self) -> bool;
+}
+
+impl Quiescent for pvrdma_sim::Device {
+    fn activity(&self) -> Activity {
+        pvrdma_sim::Device::activity(self)
+    }
+    fn request_pass(&self) -> u64 {
+        pvrdma_sim::Device::request_pass(self)
+    }
+    fn is_idle(&self) -> bool {
+        pvrdma_sim::Device::is_idle(self)
+    }
+}
+
+impl Quiescent for pvrdma_sim::vmxnet3::Vmxnet3 {
+    fn activity(&self) -> Activity {
+        pvrdma_sim::vmxnet3::Vmxnet3::activity(self)
+    }
+    fn request_pass(&self) -> u64 {
+        pvrdma_sim::vmxnet3::Vmxnet3::request_pass(self)
+    }
+    fn is_idle(&self) -> bool {
+        pvrdma_sim::vmxnet3::Vmxnet3::is_idle(self)
+    }
+}
+
 /// Threaded mode: returns once the models (each running its device thread), the fabric
 /// joining them (if any) and the hosts' DPC executors have all run out of work: everything
 /// submitted so far consumed, every interrupt it raised delivered and handled, nothing in
@@ -219,7 +256,7 @@ pub fn dpc_runs(executors: &[&HostExecutor]) -> u64 {
 /// ring a doorbell that makes more work, and that work more interrupts, so rounds repeat until
 /// one finds the whole system quiet: a fixed point, not a guess that it is probably done.
 pub fn settle_threaded(
-    models: &[&pvrdma_sim::Device],
+    models: &[&dyn Quiescent],
     executors: &[&HostExecutor],
     fabric: Option<&Fabric>,
 ) {
@@ -274,6 +311,27 @@ pub fn settle_threaded(
             "threaded rig did not settle within {SETTLE_DEADLINE:?}: no round was quiet; {}",
             state()
         );
+    }
+}
+
+/// Deterministic mode, one model without a fabric: runs the model and delivers its
+/// interrupts, and waits for the DPCs they queue on `executor`, until an iteration finds
+/// nothing to do on either side. Panics after [`SETTLE_DEADLINE`] (a hang).
+pub fn settle_model(model: &pvrdma_sim::Device, executor: &HostExecutor) {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    loop {
+        assert!(Instant::now() < deadline, "the model did not settle");
+        let n = model.process();
+        let d = model.deliver_interrupts();
+        let mut waited = false;
+        while !executor.is_idle() {
+            waited = true;
+            assert!(Instant::now() < deadline, "DPCs did not drain");
+            std::thread::yield_now();
+        }
+        if n == 0 && d == 0 && !waited {
+            return;
+        }
     }
 }
 
@@ -405,25 +463,11 @@ impl Rig {
     /// [`settle_threaded`] over the model and the DPC executor.
     pub fn settle(&self) {
         if self.mode == Mode::Threaded {
-            settle_threaded(&[&*self.model], &[&**self.platform.executor()], None);
+            let model: &dyn Quiescent = &*self.model;
+            settle_threaded(&[model], &[&**self.platform.executor()], None);
             return;
         }
-        let ex = self.platform.executor();
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        loop {
-            assert!(Instant::now() < deadline, "rig did not settle");
-            let n = self.model.process();
-            let d = self.model.deliver_interrupts();
-            let mut waited = false;
-            while !ex.is_idle() {
-                waited = true;
-                assert!(Instant::now() < deadline, "DPCs did not drain");
-                std::thread::yield_now();
-            }
-            if n == 0 && d == 0 && !waited {
-                return;
-            }
-        }
+        settle_model(&self.model, self.platform.executor());
     }
 
     /// Waits until `cond` holds, pumping the model in deterministic mode. Panics after 20 s

@@ -27,6 +27,12 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use pvrdma_host::{HostDevice, HostExecutor, HostPlatform, HostTime, current_processor};
+use pvrdma_ndk::ndis::pair::PairRegistry;
+use pvrdma_ndk::ndis::{
+    MiniportConfig, NDIS_PACKET_TYPE_BROADCAST, NDIS_PACKET_TYPE_DIRECTED,
+    NDIS_PACKET_TYPE_MULTICAST, NDIS_STATUS_SUCCESS, NetEventNDKEnable,
+};
+use pvrdma_ndk::ndk::connect::EngineConfig;
 use pvrdma_ndk::ndk::dispatch::close_adapter;
 use pvrdma_ndk::ndk::object::ObjRef;
 use pvrdma_ndk::ndk::{NdkDevice, set_qp_connected};
@@ -40,13 +46,15 @@ use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::external::UdpWire;
 use pvrdma_sim::fabric::ThreadMode;
 use pvrdma_sim::wire::roce::gid_from_ipv4;
-use pvrdma_sim::world::{NodeConfig, World};
+use pvrdma_sim::world::{NodeConfig, VnicConfig, World};
 
 use super::memory::{BuiltMdl, ConsumerMem};
 use super::objects::{rc_rtr_rts, rts_attrs};
+use super::pair::{PairedVnic, VnicSpec};
+use super::vmx_ndis::Stack;
 use super::{
-    DEFAULT_UAR_PFN, Mode, PlatformSink, SETTLE_DEADLINE, SimBar1, SimDma, dpc_runs, serial,
-    settle_threaded,
+    DEFAULT_UAR_PFN, Mode, PlatformSink, Quiescent, SETTLE_DEADLINE, SimBar1, SimDma, dpc_runs,
+    serial, settle_threaded,
 };
 
 /// Bound on every wait: a hang, not a timing assertion.
@@ -154,7 +162,7 @@ impl Pump {
     }
 
     /// The time source for a host platform on this pump.
-    fn host_time(&self) -> HostTime {
+    pub fn host_time(&self) -> HostTime {
         if !self.virtual_time {
             return HostTime::Wall;
         }
@@ -397,9 +405,19 @@ impl Pump {
         }
         if self.mode == Mode::Threaded {
             let platforms = self.platforms.lock().unwrap().clone();
-            let executors: Vec<&HostExecutor> = platforms.iter().map(|p| &**p.executor()).collect();
-            let models: Vec<&pvrdma_sim::Device> = (0..self.world.len())
-                .map(|i| &**self.world.device(i))
+            let extra = self.executors.lock().unwrap().clone();
+            let executors: Vec<&HostExecutor> = platforms
+                .iter()
+                .map(|p| &**p.executor())
+                .chain(extra.iter().map(|e| &**e))
+                .collect();
+            // Every PVRDMA model, and the vmxnet3 model of every vNIC (paired hosts).
+            let models: Vec<&dyn Quiescent> = (0..self.world.len())
+                .map(|i| &**self.world.device(i) as &dyn Quiescent)
+                .chain(
+                    (0..self.world.vnic_count())
+                        .map(|i| &**self.world.vnic(i).vmxnet3() as &dyn Quiescent),
+                )
                 .collect();
             // A real peer never leaves the fabric idle: settle the hosts' side alone.
             let fabric = (!self.real_peer).then(|| self.world.fabric());
@@ -659,6 +677,19 @@ pub struct ClusterConfig {
     pub cm_timing: (u8, u8),
     /// The engines' connection slots (`EngineConfig::capacity`).
     pub cm_capacity: usize,
+    /// Each host is a paired vNIC (the default; issue 25, `super::pair`): the vmxnet3
+    /// function (`ndis::ethernet`) carries the IP interface and registers NDK, the PVRDMA
+    /// function (`ndis::Miniport`, paired) serves it, the two joined through a
+    /// `PairRegistry` (even hosts start the vmxnet3 function first, odd ones the PVRDMA
+    /// function); the host's adapter is opened through the vmxnet3 adapter's NDK surface
+    /// (`NicNdk`: what WskOpenNdkAdapter by the interface's IfIndex reaches); the connection
+    /// engine runs over that interface's addresses; neighbours are resolved by the host's IP
+    /// stack over the vmxnet3 adapter (smoltcp: ARP and neighbour discovery,
+    /// [`Cluster::resolve_neighbours`]). False: the PVRDMA function alone, the driver probed
+    /// directly and its NDK device opened without NDIS; [`ClusterConfig::without_cm`] and
+    /// [`ClusterConfig::real_peer`] clusters are, thread-free ones must be, and every cluster
+    /// is under Miri (`tests/miri.sh`; see [`ClusterConfig::new`]).
+    pub paired: bool,
 }
 
 impl ClusterConfig {
@@ -685,14 +716,30 @@ impl ClusterConfig {
                 (e.cm_response_timeout, e.max_cm_retries)
             },
             cm_capacity: pvrdma_ndk::ndk::connect::EngineConfig::new(0, 0).capacity,
+            // Under Miri, PVRDMA alone: the vmxnet3 driver reads the completion descriptors
+            // the model writes with plain volatile loads, which Miri's race detector reports
+            // against the model's atomic stores from another thread (it has no notion of
+            // DMA); the PVRDMA side reads device-written ring words atomically.
+            paired: !cfg!(miri),
+        }
+    }
+
+    /// This configuration with the PVRDMA function alone ([`ClusterConfig::paired`] false).
+    pub fn alone(self) -> Self {
+        ClusterConfig {
+            paired: false,
+            ..self
         }
     }
 
     /// Hosts that meet a real peer on an external wire ([`Cluster::attach_wire`]): threaded
     /// in real time, benchmarking addresses, resolutions allowed 5 s (the peer answers ARP
-    /// from an emulated guest).
+    /// from an emulated guest). PVRDMA alone: the wire's responder answers the peer's ARP and
+    /// neighbour solicitations for the host and feeds its resolver all along, which the
+    /// paired host's IP stack, run only while [`Cluster::resolve_neighbours`] runs, would not.
     pub fn real_peer(hosts: u8) -> Self {
         ClusterConfig {
+            paired: false,
             real_time: true,
             benchmark_addresses: true,
             resolve_bound_ns: 5_000_000_000,
@@ -719,9 +766,11 @@ impl ClusterConfig {
     /// As [`ClusterConfig::new`] without connection management: no engine, no QP1, the
     /// probe binds the GIDs and [`Cluster::connect`] is [`wire`]. For tests that need the
     /// device to themselves (their own QP1, every QP handle) or QPs the CM must not touch.
+    /// PVRDMA alone: a paired function starts its engine when the interface attaches.
     pub fn without_cm(mode: Mode, hosts: u8) -> Self {
         ClusterConfig {
             cm: false,
+            paired: false,
             ..Self::new(mode, hosts)
         }
     }
@@ -761,6 +810,9 @@ pub struct Host {
     pub resolver: Option<Arc<pvrdma_ndk::os::net::Neighbours>>,
     /// The model's objects once the connection engine started (its QP1's PD, MR, CQ and QP).
     pub engine_objects: ObjectCounts,
+    /// A paired host's vNIC: the vmxnet3 adapter, its NDK surface, the PVRDMA adapter
+    /// ([`ClusterConfig::paired`]).
+    pub vnic: Option<PairedVnic>,
 }
 
 impl Host {
@@ -781,6 +833,11 @@ impl Host {
     /// The model's live objects.
     pub fn model_objects(&self) -> ObjectCounts {
         self.model.with_core(|c| c.object_counts())
+    }
+
+    /// A paired host's vNIC.
+    pub fn vnic(&self) -> &PairedVnic {
+        self.vnic.as_ref().expect("a paired host")
     }
 
     /// The model's live objects but the connection engine's own.
@@ -807,6 +864,8 @@ pub struct Cluster {
     pump: Arc<Pump>,
     /// Whether the hosts run connection engines ([`ClusterConfig::cm`]).
     cm: bool,
+    /// The slot table of paired hosts ([`ClusterConfig::paired`]).
+    registry: Option<Arc<PairRegistry>>,
     links: links::Links,
     /// External wires ([`Cluster::attach_wire`]), closed before the fabric stops.
     wires: Mutex<Vec<Arc<UdpWire>>>,
@@ -822,6 +881,15 @@ impl Cluster {
 
     /// With full control.
     pub fn with(cfg: ClusterConfig) -> Cluster {
+        assert!(
+            !(cfg.paired && cfg.thread_free),
+            "thread-free hosts are PVRDMA alone (`ClusterConfig::alone`): the vmxnet3 \
+             function's platform runs DPC threads"
+        );
+        assert!(
+            !cfg.paired || cfg.cm,
+            "a paired host runs a connection engine: `without_cm` clusters are PVRDMA alone"
+        );
         let guard = serial();
         let baseline = stats();
         let mut w = World::new(cfg.seed);
@@ -838,7 +906,15 @@ impl Cluster {
             if let Some(t) = cfg.tweak {
                 t(usize::from(i), &mut n);
             }
-            w.add_node(n);
+            if cfg.paired {
+                let v = VnicConfig {
+                    rdma: Some((1, n)),
+                    ..VnicConfig::ethernet(i)
+                };
+                w.add_vnic(v).expect("a paired vNIC");
+            } else {
+                w.add_node(n);
+            }
         }
         if cfg.mode == Mode::Threaded {
             w.start_threads_with(if cfg.real_time {
@@ -855,6 +931,9 @@ impl Cluster {
             cfg.real_time,
             cfg.thread_free,
         );
+        if cfg.paired {
+            return Self::with_paired(cfg, world, pump, baseline, guard);
+        }
         let mut hosts = Vec::new();
         for i in 0..usize::from(cfg.hosts) {
             let node = world.node(i);
@@ -917,21 +996,10 @@ impl Cluster {
                 gid,
                 mac: node.mac(),
                 ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
-                addresses: {
-                    let ip = pvrdma_ndk::cm::addr::ip_from_gid(gid);
-                    let mut a = vec![ip];
-                    if cfg.benchmark_addresses {
-                        // CAST: hosts ≤ 254.
-                        a.extend(
-                            benchmark_addresses(i as u8)
-                                .into_iter()
-                                .filter(|&x| x != ip),
-                        );
-                    }
-                    a
-                },
+                addresses: host_addresses(&cfg, i, gid),
                 resolver: None,
                 engine_objects: ObjectCounts::default(),
+                vnic: None,
             });
         }
         if cfg.cm {
@@ -946,11 +1014,249 @@ impl Cluster {
             mode: cfg.mode,
             pump,
             cm: cfg.cm,
+            registry: None,
             links: links::Links::default(),
             wires: Mutex::new(Vec::new()),
             baseline,
             _serial: guard,
         }
+    }
+
+    /// The paired hosts of [`Cluster::with`] ([`ClusterConfig::paired`]): each vNIC's two
+    /// functions started (alternating the order), joined, NDK enabled on the vmxnet3 adapter
+    /// and opened through it, then every neighbour resolved by the hosts' IP stacks.
+    fn with_paired(
+        cfg: ClusterConfig,
+        world: Arc<World>,
+        pump: Arc<Pump>,
+        baseline: AllocStats,
+        guard: MutexGuard<'static, ()>,
+    ) -> Cluster {
+        let registry = Arc::new(PairRegistry::new());
+        let mut hosts = Vec::new();
+        // The RoCE frame size the engines' path MTU asks for, and an Ethernet MTU that
+        // carries it (a jumbo frame above 1024).
+        let roce = 128u32 << cfg.path_mtu;
+        let mut miniport = MiniportConfig::default();
+        miniport.keywords.roce_frame_size = roce;
+        if roce > 1024 {
+            miniport.keywords.jumbo_packet = 9014;
+        }
+        for i in 0..usize::from(cfg.hosts) {
+            let node = world.node(i);
+            let gid = node.gid();
+            let addresses = host_addresses(&cfg, i, gid);
+            let seed = (cfg.seed as u32) ^ (i as u32).wrapping_mul(0x9E37_79B9);
+            let spec = VnicSpec {
+                processors: cfg.processors,
+                time: pump.host_time(),
+                thread_free: false,
+                addresses: addresses.clone(),
+                resolver_entries: 64,
+                resolve_bound_ns: cfg.resolve_bound_ns,
+                own_resolver_platform: false,
+                miniport,
+                engine: Some(EngineConfig {
+                    cm_response_timeout: cfg.cm_timing.0,
+                    max_cm_retries: cfg.cm_timing.1,
+                    capacity: cfg.cm_capacity,
+                    ..EngineConfig::new(0, seed)
+                }),
+                mtu: miniport.keywords.ethernet_mtu(),
+                grace_ns: pvrdma_ndk::ndis::pair::nic::PART_GRACE_NS,
+                ..VnicSpec::new(addresses.clone())
+            };
+            let mut v = PairedVnic::new(&world, i, &pump, spec);
+            if i % 2 == 0 {
+                v.start_nic(&registry);
+                v.start_rdma(&registry);
+            } else {
+                v.start_rdma(&registry);
+                v.start_nic(&registry);
+            }
+            pump.settle();
+            assert!(registry.is_joined(v.at), "host {i}: functions joined");
+            assert_eq!(
+                v.pnp_events(),
+                vec![NetEventNDKEnable],
+                "host {i}: NDK enabled"
+            );
+            let mp = v.mp().clone();
+            assert!(
+                !mp.ndk_enabled(),
+                "the PVRDMA adapter registers no NDK of its own"
+            );
+            let a = v
+                .open(cfg.version)
+                .expect("OpenNDKAdapter on the vmxnet3 adapter");
+            let ndk = mp.ndk_device().expect("NDK device");
+            hosts.push(Host {
+                index: i,
+                platform: v.pv_platform.clone(),
+                dma: v.pv_dma.clone(),
+                space: node.dma().clone(),
+                model: v.model.clone(),
+                bar1: v.bar1.inner.clone(),
+                dev: mp.device().expect("device"),
+                hw: ndk.hw_handle(),
+                ndk,
+                adapter: Adapter {
+                    ptr: a,
+                    pump: pump.clone(),
+                    host: i,
+                },
+                gid,
+                mac: world.vnic(i).mac(),
+                ip: pvrdma_ndk::cm::addr::ip_from_gid(gid),
+                addresses,
+                resolver: Some(v.eth.neighbours.clone()),
+                engine_objects: ObjectCounts::default(),
+                vnic: Some(v),
+            });
+        }
+        let mut c = Cluster {
+            world,
+            hosts,
+            mode: cfg.mode,
+            pump,
+            cm: true,
+            registry: Some(registry),
+            links: links::Links::default(),
+            wires: Mutex::new(Vec::new()),
+            baseline,
+            _serial: guard,
+        };
+        c.resolve_neighbours();
+        c.settle();
+        for h in &mut c.hosts {
+            h.engine_objects = h.model_objects();
+        }
+        c
+    }
+
+    /// Paired hosts: every host's IP stack (smoltcp over its vmxnet3 adapter, with the
+    /// host's addresses; the packet filter and multicast list tcpip.sys sets) resolves every
+    /// other host's address of a family it has, through ARP or neighbour discovery over the
+    /// vmxnet3 functions and the fabric; what it resolves feeds the host's resolver, where
+    /// the connection engine looks neighbours up. Run at build; run it again after
+    /// changing a host's addresses. Returns the frames the vmxnet3 adapters received.
+    pub fn resolve_neighbours(&self) -> usize {
+        let vnics: Vec<&PairedVnic> = self.hosts.iter().map(Host::vnic).collect();
+        let mut stacks = Vec::new();
+        let mut wanted: Vec<Vec<std::net::IpAddr>> = Vec::new();
+        for h in &self.hosts {
+            let v = h.vnic();
+            let addresses = v.eth.addresses();
+            assert_eq!(
+                v.eth.set_filter(
+                    NDIS_PACKET_TYPE_DIRECTED
+                        | NDIS_PACKET_TYPE_MULTICAST
+                        | NDIS_PACKET_TYPE_BROADCAST
+                ),
+                NDIS_STATUS_SUCCESS
+            );
+            assert_eq!(
+                v.eth.set_multicast(&Stack::multicast_macs_of(&addresses)),
+                NDIS_STATUS_SUCCESS
+            );
+            let want: Vec<std::net::IpAddr> = self
+                .hosts
+                .iter()
+                .filter(|o| o.index != h.index)
+                .flat_map(|o| o.vnic().eth.addresses())
+                .filter(|a| addresses.iter().any(|m| m.is_ipv4() == a.is_ipv4()))
+                .collect();
+            let s = Stack::with_addresses(&v.eth, &addresses);
+            s.wanted.lock().unwrap().extend(want.iter().copied());
+            wanted.push(want);
+            stacks.push(s);
+        }
+        let done = |vnics: &[&PairedVnic]| {
+            vnics.iter().zip(&wanted).all(|(v, want)| {
+                let learned = v.eth.ndis.learned.lock().unwrap();
+                want.iter().all(|a| learned.contains(a))
+            })
+        };
+        let mut now_ms = 0;
+        let mut rounds = 0;
+        while !done(&vnics) {
+            rounds += 1;
+            assert!(
+                rounds < 64,
+                "neighbours not resolved in 64 rounds: wanted {wanted:?}, learned {:?}",
+                vnics
+                    .iter()
+                    .map(|v| v.eth.ndis.learned.lock().unwrap().clone())
+                    .collect::<Vec<_>>()
+            );
+            // A second apart: smoltcp sends one neighbour request per second (its cache's
+            // rate limit covers every destination), and every answer arrives within a round.
+            now_ms += 1_000;
+            for (v, s) in vnics.iter().zip(stacks.iter_mut()) {
+                s.poll(&v.eth, now_ms);
+            }
+            self.pump.settle();
+            for v in &vnics {
+                v.eth.return_held();
+            }
+        }
+        let mut frames = 0;
+        for v in &vnics {
+            frames += v.eth.ndis.take().frames.len();
+            v.eth.ndis.inbox.lock().unwrap().clear();
+        }
+        frames
+    }
+
+    /// The slot table of a paired cluster.
+    pub fn registry(&self) -> &Arc<PairRegistry> {
+        self.registry.as_ref().expect("a paired cluster")
+    }
+
+    /// Whether the hosts are paired vNICs ([`ClusterConfig::paired`]).
+    pub fn is_paired(&self) -> bool {
+        self.registry.is_some()
+    }
+
+    /// Closes host `i`'s kit adapter as NDIS does (the vmxnet3 adapter's
+    /// CloseNDKAdapterHandler on a paired host, the dispatch table's close otherwise) and
+    /// forgets it ([`Cluster::finish`] then closes none).
+    pub fn close_adapter(&mut self, i: usize) {
+        let ptr = self.take_adapter(i);
+        match &self.hosts[i].vnic {
+            Some(v) => v.nic().close_ndk_adapter(ptr),
+            // SAFETY: opened by `Cluster::with`, closed once (taken above).
+            None => unsafe { close_adapter(ptr) },
+        }
+    }
+
+    /// Host `i`'s kit adapter, which the caller now closes ([`Cluster::finish`] closes
+    /// none): for a close through a vmxnet3 adapter that has halted.
+    pub fn take_adapter(&mut self, i: usize) -> *mut NDK_ADAPTER {
+        let ptr = std::mem::replace(&mut self.hosts[i].adapter.ptr, null_mut());
+        assert!(!ptr.is_null(), "host {i}'s adapter taken once");
+        ptr
+    }
+
+    /// Paired host `i`'s vmxnet3 adapter parts from its PVRDMA function and halts (NDIS's
+    /// Halt; surprise removal ends in it); returns its NDK surface, through which NDIS may
+    /// still close an NDK_ADAPTER. [`Cluster::finish`] then halts the PVRDMA function only.
+    pub fn halt_nic(&mut self, i: usize) -> Arc<pvrdma_ndk::ndis::pair::NicNdk> {
+        let registry = self.registry().clone();
+        let v = self.hosts[i].vnic.as_mut().expect("a paired host");
+        let nic = v.halt_nic(&registry);
+        self.pump.settle();
+        nic
+    }
+
+    /// Paired host `i`'s PVRDMA adapter parts from its vmxnet3 adapter and halts; the host's
+    /// `dev`, `hw` and `ndk` are then the kit's alone (the device resets when
+    /// [`Cluster::finish`] drops them).
+    pub fn halt_rdma(&mut self, i: usize) {
+        let registry = self.registry().clone();
+        let v = self.hosts[i].vnic.as_mut().expect("a paired host");
+        v.halt_rdma(&registry);
+        self.pump.settle();
     }
 
     /// Host `i`.
@@ -1010,7 +1316,7 @@ impl Cluster {
     /// left (driver or consumer memory: drop `ConsumerMem`s first), every SimDma region
     /// freed, allocation stats back at their value before the cluster was built.
     pub fn finish(mut self) {
-        let hosts = std::mem::take(&mut self.hosts);
+        let mut hosts = std::mem::take(&mut self.hosts);
         let (world, pump, baseline) = (self.world.clone(), self.pump.clone(), self.baseline);
         pump.part_all_links();
         self.close_wires();
@@ -1021,8 +1327,45 @@ impl Cluster {
             if h.adapter.ptr.is_null() {
                 continue;
             }
-            // SAFETY: opened by `Cluster::with`, closed once here.
-            unsafe { close_adapter(h.adapter.ptr) };
+            match &h.vnic {
+                Some(v) => v.nic().close_ndk_adapter(h.adapter.ptr),
+                // SAFETY: opened by `Cluster::with`, closed once here.
+                None => unsafe { close_adapter(h.adapter.ptr) },
+            }
+        }
+        if let Some(registry) = self.registry.clone() {
+            // Paired: the vmxnet3 adapter halts first (its parting detaches the interface:
+            // the engine stops, the GIDs are unbound), then the PVRDMA adapter.
+            cm::check_engines_idle(&hosts);
+            let frames: usize = hosts
+                .iter()
+                .map(|h| h.vnic().eth.ndis.seen.lock().unwrap().frames.len())
+                .sum();
+            assert_eq!(
+                frames, 0,
+                "frames reached the vmxnet3 adapters outside neighbour resolution (RoCE is \
+                 steered to the PVRDMA function, vmxnet3.md P5)"
+            );
+            for h in &mut hosts {
+                let v = h.vnic.as_mut().expect("a paired host");
+                if v.nic.is_some() {
+                    let nic = v.halt_nic(&registry);
+                    pump.settle();
+                    assert_eq!(Arc::strong_count(&nic), 1, "NicNdk still referenced");
+                    drop(nic);
+                }
+                let gids = v.bound_gids();
+                assert!(
+                    gids.is_empty(),
+                    "host {}: GID bindings left: {gids:?}",
+                    h.index
+                );
+                if v.mp.is_some() {
+                    v.halt_rdma(&registry);
+                    pump.settle();
+                }
+            }
+            assert_eq!(registry.occupied(), 0, "slot table empty");
         }
         cm::stop_engines(&hosts);
         pump.wait_for("the models to hold no object", || {
@@ -1032,6 +1375,7 @@ impl Cluster {
         });
         pump.settle();
         let mut keep = Vec::new();
+        let mut vnics = Vec::new();
         for h in hosts {
             let Host {
                 platform,
@@ -1041,6 +1385,7 @@ impl Cluster {
                 dev,
                 hw,
                 ndk,
+                vnic,
                 ..
             } = h;
             drop(ndk);
@@ -1049,11 +1394,21 @@ impl Cluster {
             drop(dev);
             assert!(!model.with_core(|c| c.is_active()), "RESET on drop");
             keep.push((platform, dma, space));
+            vnics.extend(vnic);
         }
         for n in 0..world.len() {
             world.device(n).stop_thread();
         }
+        for n in 0..world.vnic_count() {
+            world.vnic(n).vmxnet3().stop_thread();
+        }
         world.fabric().stop();
+        for v in vnics {
+            // The vmxnet3 function's executor, its DMA and its "NDIS"; then its memory (the
+            // harness's Tx buffers) goes before the DMA space is checked below.
+            v.shut_down(&pump);
+            drop(v);
+        }
         for (platform, dma, space) in &keep {
             let ex = platform.executor().clone();
             let deadline = Instant::now() + HANG;
@@ -1069,8 +1424,9 @@ impl Cluster {
             assert_eq!(space.region_count(), 0, "regions left in the DmaSpace");
             assert_eq!(space.bytes_registered(), 0);
         }
-        pump.platforms.lock().unwrap().clear();
+        pump.clear_platforms();
         drop(keep);
+        drop(self.registry.take());
         assert_eq!(
             stats(),
             baseline,
@@ -1090,8 +1446,29 @@ impl Drop for Cluster {
         // Also on a failing test: stop the DPC threads (the world stops its own on drop).
         for h in &self.hosts {
             h.platform.executor().shutdown();
+            if let Some(v) = &h.vnic {
+                for e in v.executors() {
+                    e.shutdown();
+                }
+            }
         }
     }
+}
+
+/// Host `i`'s interface addresses: its GID's, then (benchmarking addresses) the other
+/// family's.
+fn host_addresses(cfg: &ClusterConfig, i: usize, gid: [u8; 16]) -> Vec<std::net::IpAddr> {
+    let ip = pvrdma_ndk::cm::addr::ip_from_gid(gid);
+    let mut a = vec![ip];
+    if cfg.benchmark_addresses {
+        // CAST: hosts ≤ 254.
+        a.extend(
+            benchmark_addresses(i as u8)
+                .into_iter()
+                .filter(|&x| x != ip),
+        );
+    }
+    a
 }
 
 pub mod cm;
@@ -2020,8 +2397,10 @@ pub const PSN_BA: u32 = 0x0020_0000;
 /// MODIFY_QP with the peer's QPN (from the peer model), GID and MAC, then both are marked
 /// connected so the NDK layer accepts initiator requests.
 pub fn wire(c: &Cluster, a: &Qp, b: &Qp) {
+    // Paired hosts always run their engines (the function starts one when the interface
+    // attaches); QPs wired beside them are ones the CM never sees.
     assert!(
-        !c.cm,
+        !c.cm || c.is_paired(),
         "a connection-managed cluster connects through the CM"
     );
     let qpn = |q: &Qp| {

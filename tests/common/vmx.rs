@@ -247,6 +247,23 @@ pub fn platform_for(
     platform_with_bar0(world, v, vectors, processors, bar0)
 }
 
+/// As [`platform_for`] in the given time (a paired kit host's clock is the world's in
+/// virtual time).
+pub fn platform_with_time(
+    world: &World,
+    v: usize,
+    vectors: u32,
+    processors: u32,
+    time: HostTime,
+) -> (Arc<HostNicPlatform>, Arc<SimDma>) {
+    let model = world.vnic(v).vmxnet3().clone();
+    let bar0 = Arc::new(SimBar {
+        model: model.clone(),
+        n: 0,
+    });
+    platform_with_bar0_in(world, v, vectors, processors, bar0, time)
+}
+
 /// As [`platform_for`] with BAR0 supplied by the caller (the instruction harness defers its
 /// writes so the model's work is not counted inside the driver's calls).
 pub fn platform_with_bar0(
@@ -255,6 +272,17 @@ pub fn platform_with_bar0(
     vectors: u32,
     processors: u32,
     bar0: Arc<dyn RegisterIo>,
+) -> (Arc<HostNicPlatform>, Arc<SimDma>) {
+    platform_with_bar0_in(world, v, vectors, processors, bar0, HostTime::Wall)
+}
+
+fn platform_with_bar0_in(
+    world: &World,
+    v: usize,
+    vectors: u32,
+    processors: u32,
+    bar0: Arc<dyn RegisterIo>,
+    time: HostTime,
 ) -> (Arc<HostNicPlatform>, Arc<SimDma>) {
     let vnic = world.vnic(v);
     let model = vnic.vmxnet3().clone();
@@ -273,7 +301,7 @@ pub fn platform_with_bar0(
             vectors,
         },
         processors,
-        HostTime::Wall,
+        time,
     );
     model.set_interrupt_sink(Arc::new(NicSink(Arc::downgrade(&platform))));
     (platform, dma)

@@ -15,7 +15,7 @@
 //! resolve a destination it does not know, as `ResolveIpNetEntry2` asks Windows' TCP/IP.
 #![allow(dead_code)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -25,13 +25,14 @@ use pvrdma_host::{HostDevice, HostPlatform};
 use pvrdma_ndk::ndis::NET_BUFFER_LIST;
 use pvrdma_ndk::ndis::ethernet::abi::*;
 use pvrdma_ndk::ndis::ethernet::{EthConfig, EthMiniport, EthSink, RxNblPool};
+use pvrdma_ndk::ndis::pair::NdkEvents;
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::os::net::{AddressResolver, Neighbours, ResolveDone};
 use pvrdma_ndk::os::{DmaAllocator, NicPlatform, Platform, RegisterIo};
 
-use crate::common::memory::BuiltMdl;
-use crate::common::vmx::{VmxCluster, VmxClusterConfig};
-use crate::common::{Mode, SimDma};
+use super::memory::BuiltMdl;
+use super::vmx::{VmxCluster, VmxClusterConfig};
+use super::{Mode, SimDma};
 
 /// Where the harness says the BARs are (translated resources).
 pub fn resource_list() -> Vec<CM_PARTIAL_RESOURCE_DESCRIPTOR> {
@@ -50,16 +51,42 @@ pub fn resource_list() -> Vec<CM_PARTIAL_RESOURCE_DESCRIPTOR> {
 struct RxBlock {
     nbl: NET_BUFFER_LIST,
     nb: NET_BUFFER,
+    /// The NET_BUFFER's MDL (never moved while the block lives: pointers into it are lent).
+    mdl: Option<BuiltMdl>,
 }
 
 // SAFETY: the NBL and NET_BUFFER hold raw pointers into this same block and its MDL; the
 // harness hands them between threads as NDIS does, one owner at a time.
 unsafe impl Send for RxBlock {}
 
+/// A heap block the harness owns through a raw pointer, so that the pointers the miniport
+/// holds into it stay valid while the owner moves (a `Box` moved is a new unique borrow,
+/// under which pointers taken before the move are no longer valid: Stacked Borrows).
+struct Owned<T>(NonNull<T>);
+
+impl<T> Owned<T> {
+    fn new(v: T) -> Owned<T> {
+        Owned(NonNull::from(Box::leak(Box::new(v))))
+    }
+    fn ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        // SAFETY: leaked by `new`, freed once here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+// SAFETY: as the `T` it owns; one owner at a time.
+unsafe impl<T: Send> Send for Owned<T> {}
+
 /// "NDIS"'s receive NBL pool.
 #[derive(Default)]
 pub struct HostPool {
-    live: Mutex<HashMap<usize, (Box<RxBlock>, BuiltMdl)>>,
+    live: Mutex<HashMap<usize, Owned<RxBlock>>>,
     pub allocs: AtomicU64,
     pub frees: AtomicU64,
 }
@@ -90,19 +117,21 @@ impl RxNblPool for HostPool {
             .collect();
         let mut mdl = BuiltMdl::new(v & !0xFFF, off, len, &pfns);
         mdl.set_system_va(va.as_ptr().cast());
-        let mut b = Box::new(RxBlock {
+        let b = Owned::new(RxBlock {
             nbl: zeroed_nbl(),
             nb: zeroed_nb(),
+            mdl: Some(mdl),
         });
-        b.nb.MdlChain = mdl.as_ptr().cast_mut();
-        b.nb.CurrentMdl = mdl.as_ptr().cast_mut();
-        b.nb.DataLength = len as usize;
-        b.nbl.FirstNetBuffer = (&raw mut b.nb).cast();
-        let p = NonNull::from(&mut b.nbl);
-        self.live
-            .lock()
-            .unwrap()
-            .insert(p.as_ptr() as usize, (b, mdl));
+        // SAFETY: a fresh block only this function reaches yet; the pointers lent from it
+        // below stay valid while it lives (it is never moved: `Owned`).
+        let blk = unsafe { &mut *b.ptr() };
+        let mdl = blk.mdl.as_ref().map_or(std::ptr::null(), BuiltMdl::as_ptr);
+        blk.nb.MdlChain = mdl.cast_mut();
+        blk.nb.CurrentMdl = mdl.cast_mut();
+        blk.nb.DataLength = len as usize;
+        blk.nbl.FirstNetBuffer = (&raw mut blk.nb).cast();
+        let p = NonNull::from(&mut blk.nbl);
+        self.live.lock().unwrap().insert(p.as_ptr() as usize, b);
         self.allocs.fetch_add(1, Ordering::SeqCst);
         Some(p)
     }
@@ -116,7 +145,7 @@ impl RxNblPool for HostPool {
 
 /// A sent NBL: its NET_BUFFERs, their MDLs, and the Tx memory slots the frames are in.
 struct TxRec {
-    nbl: Box<NET_BUFFER_LIST>,
+    nbl: Owned<NET_BUFFER_LIST>,
     // Boxed: the driver holds their addresses (tokens), which a Vec's growth would move.
     #[allow(clippy::vec_box)]
     nbs: Vec<Box<NET_BUFFER>>,
@@ -175,9 +204,31 @@ pub struct HostNdis {
     pub resets_needed: AtomicU32,
     /// Indications made while the calling thread held a driver spin lock (must stay 0).
     pub under_lock: AtomicU64,
+    /// NDK state changes the adapter announced (a paired slot's `NicNdk`).
+    pub ndk_changes: AtomicU32,
+    /// Neighbours the stack resolved (each unicast IP frame it sent names one).
+    pub learned: Mutex<HashSet<IpAddr>>,
 }
 
 impl HostNdis {
+    /// The "NDIS" of an adapter whose Tx memory is in `space` (the vNIC's host memory).
+    pub fn new(space: &Arc<pvrdma_sim::DmaSpace>) -> Arc<HostNdis> {
+        Arc::new(HostNdis {
+            seen: Mutex::default(),
+            inbox: Mutex::default(),
+            held: Mutex::default(),
+            hold: AtomicBool::new(false),
+            tx: Mutex::default(),
+            tx_mem: TxMemory::new(space),
+            next_id: AtomicU64::new(1),
+            pause_completes: AtomicU32::new(0),
+            resets_needed: AtomicU32::new(0),
+            under_lock: AtomicU64::new(0),
+            ndk_changes: AtomicU32::new(0),
+            learned: Mutex::default(),
+        })
+    }
+
     fn check_locks(&self) {
         if pvrdma_host::held_spin_locks() != 0 {
             self.under_lock.fetch_add(1, Ordering::SeqCst);
@@ -288,8 +339,14 @@ impl EthSink for HostNdis {
     }
 }
 
+impl NdkEvents for HostNdis {
+    fn ndk_state_changed(&self) {
+        self.ndk_changes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// A dummy register file for the resolver's platform (it needs timers and a clock only).
-struct NoBar;
+pub struct NoBar;
 impl RegisterIo for NoBar {
     fn read32(&self, _off: u32) -> u32 {
         0
@@ -308,7 +365,8 @@ pub struct EthHost {
     pub ipv6: std::net::Ipv6Addr,
     /// The address-resolution seam of the host (fed by its stack).
     pub neighbours: Arc<Neighbours>,
-    resolver_platform: Arc<HostPlatform>,
+    /// The platform the resolver (and a paired slot's NDK surface) runs on.
+    pub resolver_platform: Arc<HostPlatform>,
 }
 
 impl EthHost {
@@ -333,6 +391,13 @@ impl EthHost {
         let (r, b) = self.query(oid, 8);
         assert_eq!(r.status, NDIS_STATUS_SUCCESS, "query {oid:#x}");
         u64::from_le_bytes(b.try_into().unwrap())
+    }
+
+    /// The interface's addresses, as its resolver holds them.
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        let mut b = [IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED); 32];
+        let n = self.neighbours.unicast_addresses(&mut b);
+        b[..n.min(b.len())].to_vec()
     }
 
     /// What tcpip.sys does at bind: the packet filter.
@@ -384,7 +449,7 @@ impl EthHost {
                 slots.push(free.pop().unwrap());
             }
         }
-        let mut nbl = Box::new(zeroed_nbl());
+        let nbl = Owned::new(zeroed_nbl());
         #[allow(clippy::vec_box)]
         let mut nbs: Vec<Box<NET_BUFFER>> = Vec::new();
         let mut mdls: Vec<BuiltMdl> = Vec::new();
@@ -440,8 +505,10 @@ impl EthHost {
             let next: *mut NET_BUFFER = &mut *nbs[i + 1];
             nbs[i].Next = next;
         }
-        nbl.FirstNetBuffer = (&mut *nbs[0] as *mut NET_BUFFER).cast();
-        let p = NonNull::from(&mut *nbl);
+        // SAFETY: a fresh NBL only this function reaches yet.
+        unsafe { (*nbl.ptr()).FirstNetBuffer = (&mut *nbs[0] as *mut NET_BUFFER).cast() };
+        // SAFETY: a live block.
+        let p = unsafe { NonNull::new_unchecked(nbl.ptr()) };
         let id = self.ndis.next_id.fetch_add(1, Ordering::SeqCst);
         Some((
             p,
@@ -522,18 +589,7 @@ impl EthRig {
             let res = parse_resources(&resource_list()).expect("resources");
             let mp = EthMiniport::initialize(platform, &res, cfg, pool.clone())
                 .unwrap_or_else(|st| panic!("InitializeEx failed: {st:#x}"));
-            let ndis = Arc::new(HostNdis {
-                seen: Mutex::default(),
-                inbox: Mutex::default(),
-                held: Mutex::default(),
-                hold: AtomicBool::new(false),
-                tx: Mutex::default(),
-                tx_mem: TxMemory::new(cluster.world.vnic(i).dma()),
-                next_id: AtomicU64::new(1),
-                pause_completes: AtomicU32::new(0),
-                resets_needed: AtomicU32::new(0),
-                under_lock: AtomicU64::new(0),
-            });
+            let ndis = HostNdis::new(cluster.world.vnic(i).dma());
             let reported = mp.link();
             mp.set_sink(ndis.clone(), reported);
             let dma: Arc<dyn DmaAllocator> = SimDma::new(cluster.world.vnic(i).dma().clone());
@@ -731,6 +787,7 @@ fn learn(h: &EthHost, frame: &[u8]) {
     h.neighbours
         .set_neighbour(ip, mac)
         .expect("resolver table full");
+    h.ndis.learned.lock().unwrap().insert(ip);
 }
 
 /// A host's smoltcp interface and sockets.
@@ -748,22 +805,22 @@ pub const UDP_PORT: u16 = 7000;
 pub const DISCARD_PORT: u16 = 9;
 
 impl Stack {
-    /// The stack of host `i` with its two addresses and a link-local one.
+    /// The stack of host `i` with its two addresses.
     pub fn new(h: &EthHost) -> Stack {
+        Self::with_addresses(h, &[IpAddr::V4(h.ipv4), IpAddr::V6(h.ipv6)])
+    }
+
+    /// The stack of host `i` with `addresses` (IPv4 /24, IPv6 /64).
+    pub fn with_addresses(h: &EthHost, addresses: &[IpAddr]) -> Stack {
         let mut phy = NdisPhy { host: h };
         let mut cfg = IfConfig::new(EthernetAddress(h.mac).into());
         cfg.random_seed = h.vnic as u64 + 1;
         let mut iface = Interface::new(cfg, &mut phy, Instant::from_millis(0));
-        let o = h.ipv4.octets();
-        let s = h.ipv6.segments();
         iface.update_ip_addrs(|a| {
-            a.push(IpCidr::new(IpAddress::v4(o[0], o[1], o[2], o[3]), 24))
-                .unwrap();
-            a.push(IpCidr::new(
-                IpAddress::v6(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
-                64,
-            ))
-            .unwrap();
+            for &ip in addresses {
+                let prefix = if ip.is_ipv4() { 24 } else { 64 };
+                a.push(IpCidr::new(IpAddress::from(ip), prefix)).unwrap();
+            }
         });
         let mut sockets = SocketSet::new(vec![]);
         let mut ic = icmp::Socket::new(
@@ -790,11 +847,20 @@ impl Stack {
     /// The multicast MACs of the addresses this stack answers on (all-nodes and its
     /// solicited-node groups), what tcpip.sys gives OID_802_3_MULTICAST_LIST.
     pub fn multicast_macs(h: &EthHost) -> Vec<[u8; 6]> {
-        let s = h.ipv6.octets();
-        vec![
-            [0x33, 0x33, 0, 0, 0, 1],
-            [0x33, 0x33, 0xFF, s[13], s[14], s[15]],
-        ]
+        Self::multicast_macs_of(&[IpAddr::V6(h.ipv6)])
+    }
+
+    /// The same for a stack holding `addresses`: all-nodes and the solicited-node group of
+    /// each IPv6 address.
+    pub fn multicast_macs_of(addresses: &[IpAddr]) -> Vec<[u8; 6]> {
+        let mut v = vec![[0x33, 0x33, 0, 0, 0, 1]];
+        for a in addresses {
+            if let IpAddr::V6(a) = a {
+                let s = a.octets();
+                v.push([0x33, 0x33, 0xFF, s[13], s[14], s[15]]);
+            }
+        }
+        v
     }
 
     /// One poll at `now_ms`; the resolutions asked for go out as a datagram to the discard

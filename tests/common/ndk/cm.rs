@@ -102,11 +102,32 @@ pub(super) fn start_engines(hosts: &mut [Host], cfg: &ClusterConfig) {
     }
 }
 
+/// Checks that no connection object is left in any engine.
+pub(super) fn check_engines_idle(hosts: &[Host]) {
+    for h in hosts {
+        let Some(e) = pvrdma_ndk::ndk::connect::engine(&h.ndk) else {
+            continue;
+        };
+        let (_held, conns, listeners, endpoints) = e.live();
+        assert_eq!(
+            (conns, listeners, endpoints),
+            (0, 0, 0),
+            "host {}: connectors, listeners or endpoints left",
+            h.index
+        );
+    }
+}
+
 /// Checks that no connection object is left, stops every engine and checks the GID table
-/// is empty.
+/// is empty (a paired host's engine stopped when its interface was detached).
 pub(super) fn stop_engines(hosts: &[Host]) {
     for h in hosts {
         let Some(e) = pvrdma_ndk::ndk::connect::engine(&h.ndk) else {
+            assert_eq!(
+                h.resolver.as_ref().map_or(0, |r| r.outstanding()),
+                0,
+                "resolutions outstanding"
+            );
             continue;
         };
         let (_held, conns, listeners, endpoints) = e.live();
