@@ -797,14 +797,19 @@ fn read_limits_case(r: &Rig<'_>, role: Role) {
     )
     .unwrap();
     let earlier = f.set_capture(Some(pcap));
-    // The NDK side's 8 READs.
+    // The NDK side's 8 READs, on the ring before one doorbell (DEFER on all but the last):
+    // rung one by one, a READ answered while this thread waited for a core (load) would end
+    // before the fifth was posted, and the wire would show fewer than the ORD outstanding.
     let rd_base = 0x7E00;
     for i in 0..N {
         // CAST: small.
         let sge = e.link.data.sge((SINK + i * LEN) as u64, LEN as u32);
         let remote = hello.addr + (i * LEN) as u64;
+        let flags = if i + 1 < N { NDK_OP_FLAG_DEFER } else { 0 };
         assert_eq!(
-            e.link.qp.read(rd_base + i, &[sge], remote, hello.rkey, 0),
+            e.link
+                .qp
+                .read(rd_base + i, &[sge], remote, hello.rkey, flags),
             STATUS_SUCCESS,
             "NdkRead {i}"
         );
