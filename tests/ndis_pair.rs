@@ -13,8 +13,8 @@ mod common;
 mod vmx_ndis;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use common::ndis::{at, decode_connections, decode_counters, statistics_buffer, v};
 use common::ndk::{Adapter, Pump, QpSpec};
@@ -23,13 +23,15 @@ use common::{DEFAULT_UAR_PFN, Mode, PlatformSink, SimBar1, SimDma, serial};
 use pvrdma_host::{HostDevice, HostNicPlatform, HostPlatform};
 use pvrdma_ndk::ndis::ethernet::{EthConfig, EthMiniport, EthSink};
 use pvrdma_ndk::ndis::pair::{
-    NdkEvents, NetInterface, NicNdk, PairRegistry, PairedNic, PciLocation,
+    NdkEvents, NetInterface, NicNdk, PairRegistry, PairedNic, PciLocation, RdmaFunction,
 };
 use pvrdma_ndk::ndis::*;
 use pvrdma_ndk::ndkpi::*;
 use pvrdma_ndk::os::alloc::{AllocStats, stats};
-use pvrdma_ndk::os::net::Neighbours;
-use pvrdma_ndk::os::{NicPlatform, Platform, RegisterIo};
+use pvrdma_ndk::os::net::{AddressResolver, Mac, Neighbours};
+use pvrdma_ndk::os::{
+    DmaAllocator, DpcScheduler, InterruptHandler, NicPlatform, OsError, Platform, RegisterIo, Uar,
+};
 use pvrdma_sim::ObjectCounts;
 use pvrdma_sim::world::{VnicConfig, World};
 use vmx_ndis::HostPool;
@@ -295,6 +297,14 @@ impl PairRig {
 
     /// The PVRDMA adapter's InitializeEx in paired mode, then its registration.
     fn start_rdma(&mut self, i: usize) {
+        let mp = self.init_rdma(i);
+        rdma::join(&self.registry, self.at_rdma(i), &mp).expect("registered");
+        self.hosts[i].mp = Some(mp);
+        self.pump.settle();
+    }
+
+    /// The PVRDMA adapter's InitializeEx in paired mode, not registered.
+    fn init_rdma(&self, i: usize) -> Arc<Miniport> {
         let cfg = MiniportConfig {
             halt_grace_ns: GRACE_NS,
             paired: true,
@@ -305,9 +315,7 @@ impl PairRig {
         let mp = Miniport::initialize_with(p, &pvrdma_resources(), &cfg).expect("InitializeEx");
         let reported = mp.link();
         mp.set_status_sink(h.pv_links.clone(), reported);
-        rdma::join(&self.registry, self.at_rdma(i), &mp).expect("registered");
-        self.hosts[i].mp = Some(mp);
-        self.pump.settle();
+        mp
     }
 
     fn nic(&self, i: usize) -> &Arc<NicNdk> {
@@ -318,8 +326,11 @@ impl PairRig {
         self.hosts[i].mp.as_ref().expect("PVRDMA started")
     }
 
-    /// What NDIS's work item would issue now, in order.
+    /// A run of the vmxnet3 adapter's work item: the join deferred to it, then the events
+    /// it issues, in order.
     fn pnp_events(&self, i: usize) -> Vec<NET_PNP_EVENT_CODE> {
+        self.nic(i).run_deferred();
+        self.pump.settle();
         let mut out = Vec::new();
         while let Some(e) = self.nic(i).next_ndk_pnp_event() {
             out.push(e);
@@ -454,13 +465,25 @@ fn opened_by_the_vmxnet3_interface(nic_first: bool) {
             Some(NDIS_STATUS_ADAPTER_NOT_READY)
         );
         rig.start_rdma(0);
+        // The PVRDMA InitializeEx recorded the join and kicked the work item.
+        assert!(rig.nic(0).join_pending());
+        assert!(
+            rig.mp(0).interface().is_none(),
+            "not attached on InitializeEx's stack"
+        );
         assert_eq!(rig.pnp_events(0), vec![NetEventNDKEnable]);
+        assert!(!rig.nic(0).join_pending());
     } else {
         rig.start_rdma(0);
         assert!(rig.mp(0).interface().is_none(), "no interface yet");
         rig.start_nic(0);
-        // Joined during InitializeEx: the attribute would say Enabled TRUE; the event that
-        // follows tells NDIS the same.
+        // Joined by the vmxnet3 adapter's work item, not during its InitializeEx: the
+        // attribute said Enabled FALSE, the work item's event enables NDK.
+        assert!(!rig.nic(0).ndk_enabled());
+        assert!(
+            rig.mp(0).interface().is_none(),
+            "not attached on InitializeEx's stack"
+        );
         assert_eq!(rig.pnp_events(0), vec![NetEventNDKEnable]);
     }
     assert!(rig.registry.is_joined(rig.hosts[0].at));
@@ -791,4 +814,302 @@ fn the_table_joins_only_functions_of_one_slot() {
     assert_eq!(rig.pnp_events(1), vec![NetEventNDKEnable]);
     assert_eq!(rig.pnp_events(0), vec![]);
     rig.finish();
+}
+
+/// A Halt before the vmxnet3 adapter's work item ran the join (the second InitializeEx only
+/// recorded it): the join is cancelled, the run that follows finds nothing to do and
+/// announces nothing; the function that comes back joins on the next run.
+fn halt_before_the_join_runs(rdma_halts: bool) {
+    let mut rig = PairRig::new(1);
+    rig.start_nic(0);
+    let kicks = rig.hosts[0].eth_ndis.ndk_changes.load(Ordering::SeqCst);
+    rig.start_rdma(0);
+    // Recorded and the work item kicked; nothing attached yet.
+    assert!(rig.registry.is_joined(rig.hosts[0].at));
+    assert!(rig.nic(0).join_pending());
+    assert_eq!(
+        rig.hosts[0].eth_ndis.ndk_changes.load(Ordering::SeqCst),
+        kicks + 1
+    );
+    assert!(rig.mp(0).interface().is_none());
+    assert!(rig.mp(0).connection_engine().is_none());
+    assert_eq!(rig.bound_gids(0), Vec::<[u8; 16]>::new());
+    if rdma_halts {
+        rig.halt_rdma(0);
+        assert!(!rig.nic(0).join_pending(), "the Halt cancelled the join");
+        // The work item's run after the Halt: no join, no event.
+        assert_eq!(rig.pnp_events(0), vec![]);
+        assert!(!rig.nic(0).has_function());
+        assert!(!rig.nic(0).ndk_enabled());
+        assert_eq!(
+            rig.open_by_if_index(11).err(),
+            Some(NDIS_STATUS_ADAPTER_NOT_READY)
+        );
+        // The function comes back: joined by the next run.
+        rig.start_rdma(0);
+        assert_eq!(rig.pnp_events(0), vec![NetEventNDKEnable]);
+        let h = &rig.hosts[0];
+        let mut want = vec![v4_gid(h.ipv4), h.ipv6.octets()];
+        want.sort();
+        assert_eq!(rig.bound_gids(0), want);
+    } else {
+        let mp = rig.mp(0).clone();
+        let nic = rig.halt_nic(0);
+        assert!(!nic.join_pending(), "the Halt cancelled the join");
+        // A run still queued at the Halt (PnpWorker::free waits for it): nothing to do.
+        assert!(!nic.run_deferred());
+        assert_eq!(nic.next_ndk_pnp_event(), None);
+        assert!(mp.interface().is_none());
+        assert!(mp.connection_engine().is_none());
+        assert_eq!(rig.bound_gids(0), Vec::<[u8; 16]>::new());
+        drop(mp);
+        assert_eq!(Arc::strong_count(&nic), 1, "NicNdk still referenced");
+    }
+    rig.finish();
+}
+
+#[test]
+fn a_pvrdma_halt_before_the_join_runs_cancels_it() {
+    halt_before_the_join_runs(true);
+}
+
+#[test]
+fn a_vmxnet3_halt_before_the_join_runs_cancels_it() {
+    halt_before_the_join_runs(false);
+}
+
+/// The PVRDMA function, with an attach that waits at a gate the test opens: the work item's
+/// join is held in flight while a Halt parts the pair. Records the calls the join and the
+/// parting make.
+struct Gated {
+    inner: Arc<Miniport>,
+    open: Mutex<bool>,
+    opened: Condvar,
+    log: Mutex<Vec<&'static str>>,
+}
+
+impl Gated {
+    fn new(inner: Arc<Miniport>) -> Arc<Gated> {
+        Arc::new(Gated {
+            inner,
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            log: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn open_gate(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+
+    fn log(&self) -> Vec<&'static str> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl RdmaFunction for Gated {
+    fn open_ndk(
+        &self,
+        p: &NDIS_OPEN_NDK_ADAPTER_PARAMETERS,
+    ) -> Result<*mut NDK_ADAPTER, NDIS_STATUS> {
+        self.inner.open_ndk(p)
+    }
+    fn close_ndk(&self, adapter: *mut NDK_ADAPTER) {
+        RdmaFunction::close_ndk(&*self.inner, adapter);
+    }
+    fn capabilities(&self) -> (NDIS_NDK_CAPABILITIES, NDK_ADAPTER_INFO) {
+        self.inner.capabilities()
+    }
+    fn statistics(&self) -> NDIS_NDK_PERFORMANCE_COUNTERS {
+        self.inner.statistics()
+    }
+    fn connections(&self, buf: &mut [u8]) -> OidResult {
+        self.inner.connections(buf)
+    }
+    fn local_endpoints(&self, buf: &mut [u8]) -> OidResult {
+        self.inner.local_endpoints(buf)
+    }
+    fn attach_interface(
+        &self,
+        iface: NetInterface,
+        resolver: Arc<dyn AddressResolver>,
+    ) -> Result<(), NDIS_STATUS> {
+        self.log.lock().unwrap().push("attach");
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+        drop(open);
+        let r = self.inner.attach_interface(iface, resolver);
+        self.log.lock().unwrap().push("attached");
+        r
+    }
+    fn detach_interface(&self) {
+        self.log.lock().unwrap().push("detach");
+        self.inner.detach_interface();
+    }
+    fn link_changed(&self, up: bool) {
+        self.inner.link_changed(up);
+    }
+    fn mac_changed(&self, mac: Mac) {
+        self.inner.mac_changed(mac);
+    }
+    fn device_failed(&self) {
+        self.inner.device_failed();
+    }
+}
+
+/// The vmxnet3 adapter's OS services with its waits counted; `give_up` makes every wait
+/// return at once with the condition's value, as one that timed out would.
+struct CountedWaits {
+    inner: Arc<HostPlatform>,
+    waits: AtomicU32,
+    give_up: AtomicBool,
+}
+
+impl Platform for CountedWaits {
+    fn dma(&self) -> &Arc<dyn DmaAllocator> {
+        self.inner.dma()
+    }
+    fn bar1(&self) -> &dyn RegisterIo {
+        self.inner.bar1()
+    }
+    fn map_uar(&self) -> Result<Uar, OsError> {
+        self.inner.map_uar()
+    }
+    fn uar_pfn(&self) -> u64 {
+        self.inner.uar_pfn()
+    }
+    fn scheduler(&self) -> &Arc<dyn DpcScheduler> {
+        self.inner.scheduler()
+    }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn connect_interrupt(&self, handler: Arc<dyn InterruptHandler>) -> Result<(), OsError> {
+        self.inner.connect_interrupt(handler)
+    }
+    fn disconnect_interrupt(&self) {
+        self.inner.disconnect_interrupt();
+    }
+    fn wait_until(&self, cond: &dyn Fn() -> bool, timeout_ns: u64) -> bool {
+        self.waits.fetch_add(1, Ordering::SeqCst);
+        if self.give_up.load(Ordering::SeqCst) {
+            return cond();
+        }
+        self.inner.wait_until(cond, timeout_ns)
+    }
+}
+
+/// A PVRDMA Halt while the vmxnet3 adapter's work item is attaching the interface (the
+/// connection engine starting): the parting waits for the join to finish, then undoes it
+/// (`give_up` false); or, when that wait times out, leaves the undoing to the work item,
+/// which then detaches instead of offering NDK (`give_up` true). Either way NDK is never
+/// offered without its function and nothing is leaked.
+fn halt_during_the_join(give_up: bool) {
+    let rig = PairRig::new(1);
+    let h = &rig.hosts[0];
+    let waits = Arc::new(CountedWaits {
+        inner: h.resolver_platform.clone(),
+        waits: AtomicU32::new(0),
+        give_up: AtomicBool::new(give_up),
+    });
+    let wp: Arc<dyn Platform> = waits.clone();
+    let nic = NicNdk::new(
+        wp,
+        NetInterface {
+            net_luid: h.luid,
+            if_index: h.if_index,
+            mac: h.mac,
+            mtu: 1500,
+        },
+        h.resolver.clone(),
+        true,
+        true,
+        GRACE_NS,
+    )
+    .expect("NicNdk");
+    nic.set_events(Some(h.eth_ndis.clone()));
+    let as_nic: Arc<dyn PairedNic> = nic.clone();
+    rig.registry
+        .join_nic(h.at, as_nic.clone())
+        .expect("registered");
+    let mp = rig.init_rdma(0);
+    let gated = Gated::new(mp.clone());
+    let f: Arc<dyn RdmaFunction> = gated.clone();
+    rig.registry
+        .join_rdma(rig.at_rdma(0), f.clone())
+        .expect("registered");
+    assert!(nic.join_pending());
+    // The work item, on its own thread: stopped at the gate inside the attach.
+    let worker = {
+        let nic = nic.clone();
+        std::thread::spawn(move || nic.run_deferred())
+    };
+    rig.pump
+        .wait_for("the join to reach the attach", || gated.log() == ["attach"]);
+    // The PVRDMA Halt parts the pair meanwhile.
+    let halt = {
+        let (registry, at, f, p) = (
+            rig.registry.clone(),
+            rig.at_rdma(0),
+            f.clone(),
+            h.resolver_platform.clone(),
+        );
+        std::thread::spawn(move || registry.leave_rdma(at, &f, &*p))
+    };
+    rig.pump.wait_for("the parting to wait for the join", || {
+        waits.waits.load(Ordering::SeqCst) >= 1
+    });
+    if give_up {
+        // It gave up: returned with the join still in flight, nothing undone by it.
+        assert!(
+            halt.join().expect("the Halt's thread"),
+            "the slot went idle"
+        );
+        assert_eq!(gated.log(), ["attach"]);
+        gated.open_gate();
+        assert!(!worker.join().expect("the work item"), "NDK not offered");
+    } else {
+        // Still waiting: nothing detached under the attach.
+        assert_eq!(gated.log(), ["attach"]);
+        gated.open_gate();
+        assert!(
+            worker.join().expect("the work item"),
+            "the join offered NDK"
+        );
+        assert!(halt.join().expect("the Halt's thread"), "parted in time");
+    }
+    // Attached, then detached (by the parting after the join, or by the join itself).
+    assert_eq!(gated.log(), ["attach", "attached", "detach"]);
+    assert!(!nic.has_function());
+    assert!(!nic.ndk_enabled());
+    assert!(!nic.join_pending());
+    // NDIS never heard an enable: nothing to announce.
+    assert_eq!(nic.next_ndk_pnp_event(), None);
+    assert!(mp.interface().is_none());
+    assert!(mp.connection_engine().is_none());
+    assert_eq!(rig.bound_gids(0), Vec::<[u8; 16]>::new());
+    // Then the PVRDMA adapter halts and the vmxnet3 adapter leaves.
+    drop(f);
+    drop(gated);
+    mp.halt();
+    drop(mp);
+    nic.halt();
+    assert!(rig.registry.leave_nic(h.at, &as_nic, &*h.resolver_platform));
+    drop(as_nic);
+    assert_eq!(Arc::strong_count(&nic), 1, "NicNdk still referenced");
+    drop(nic);
+    rig.finish();
+}
+
+#[test]
+fn a_pvrdma_halt_during_the_join_waits_for_it() {
+    halt_during_the_join(false);
+}
+
+#[test]
+fn a_pvrdma_halt_giving_up_on_the_join_leaves_the_undoing_to_it() {
+    halt_during_the_join(true);
 }

@@ -165,6 +165,9 @@ unsafe extern "system" fn set_options(
 pub(super) trait NdkPnpSource: Send + Sync {
     /// The next event NDIS must be told (until `None`).
     fn next_ndk_pnp_event(&self) -> Option<NET_PNP_EVENT_CODE>;
+    /// Work deferred to the work item (PASSIVE_LEVEL, its own stack), done before the events
+    /// are drained: a paired vmxnet3 adapter's join with its PVRDMA function.
+    fn run_deferred(&self) {}
 }
 
 impl NdkPnpSource for Miniport {
@@ -177,11 +180,17 @@ impl NdkPnpSource for NicNdk {
     fn next_ndk_pnp_event(&self) -> Option<NET_PNP_EVENT_CODE> {
         NicNdk::next_ndk_pnp_event(self)
     }
+
+    fn run_deferred(&self) {
+        NicNdk::run_deferred(self);
+    }
 }
 
 /// The NDIS I/O work item that issues the core's NDK PnP events (ndkpi.md §6.5: never from
-/// the OID handler, where NdisMNetPnPEvent would deadlock). Shared by the adapter context and
-/// each queued run, so a run never reads a context Halt has freed.
+/// the OID handler, where NdisMNetPnPEvent would deadlock), and for a paired vmxnet3 adapter
+/// first joins it with its PVRDMA function ([`NdkPnpSource::run_deferred`]: the connection
+/// engine's start runs on a system worker thread's stack, not an InitializeEx's). Shared by
+/// the adapter context and each queued run, so a run never reads a context Halt has freed.
 pub(super) struct PnpWorker {
     adapter_handle: NDIS_HANDLE,
     work_item: NDIS_HANDLE,
@@ -276,7 +285,8 @@ impl PnpWorker {
     }
 }
 
-/// NDIS_IO_WORKITEM_ROUTINE (PASSIVE_LEVEL): issues every pending NDK PnP event in order.
+/// NDIS_IO_WORKITEM_ROUTINE (PASSIVE_LEVEL): the deferred join, if any, then every pending
+/// NDK PnP event in order.
 unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE) {
     // SAFETY: `kick` queued the item with a count of the worker as its context.
     let worker = unsafe { Arc::from_raw(context.cast_const().cast::<PnpWorker>()) };
@@ -284,6 +294,7 @@ unsafe extern "system" fn pnp_work_item(context: *mut c_void, _item: NDIS_HANDLE
     // may be requeued once its routine runs), one before it is drained here.
     worker.queued.store(false, Ordering::Relaxed);
     fence(Ordering::SeqCst);
+    worker.source.run_deferred();
     while let Some(event) = worker.source.next_ndk_pnp_event() {
         // REVISION_2 (NDIS 6.50+): the default switch and vPort, the only ones NDK is offered on.
         let mut notification = NET_PNP_EVENT_NOTIFICATION {
@@ -720,8 +731,8 @@ unsafe fn initialize_adapter(
             };
             return NDIS_STATUS_FAILURE;
         };
-        // Joined at once when the slot's vmxnet3 adapter is there (it attaches its interface
-        // and offers NDK), or when it arrives.
+        // Joined when the slot's vmxnet3 adapter is there, or when it arrives: that adapter's
+        // work item attaches its interface and offers NDK (not this InitializeEx's stack).
         if let Err(s) = super::rdma::join(&PAIRS, at, &miniport) {
             return s;
         }

@@ -134,8 +134,8 @@ impl RdmaFunction for Miniport {
     }
 }
 
-/// The paired PVRDMA adapter's InitializeEx tail: registers it at `at` (joined at once if
-/// the slot's Ethernet adapter is there).
+/// The paired PVRDMA adapter's InitializeEx tail: registers it at `at` (if the slot's
+/// Ethernet adapter is there, the join is handed to that adapter's work item).
 ///
 /// # Errors
 /// NDIS_STATUS_RESOURCES when the registry is full or the slot already has an RDMA

@@ -19,8 +19,10 @@ NDIS does.
 
 Per cycle (both start orders, each with both halt orders, in one image as Windows restarts
 adapters): InitializeEx of each function; the vmxnet3 adapter registers the NDK attributes
-(Enabled TRUE only when the PVRDMA function was there first; otherwise NetEventNDKEnable from
-its work item once it arrives), the PVRDMA adapter none and reads `Paired`; the capabilities
+(Enabled FALSE in either order: the second InitializeEx only hands the join to the vmxnet3
+adapter's work item, so no GID is bound and nothing attached on an InitializeEx's stack; the
+work item attaches the interface, starts the connection engine and issues
+NetEventNDKEnable), the PVRDMA adapter none and reads `Paired`; the capabilities
 behind the vmxnet3 adapter's pointer are the PVRDMA function's; the connection engine's GIDs
 are the vmxnet3 interface's addresses; OpenNDKAdapter on the vmxnet3 adapter opens an adapter
 that creates a PD, on the PVRDMA adapter it is refused; the NDK OIDs answer on the vmxnet3
@@ -338,9 +340,10 @@ class Slot:
             _h, _t, rev, size, data, caps = attrs[2]
             enabled, caps_ptr = data[4], struct.unpack_from("<Q", data, 8)[0]
             self.ndk_attr = {"caps": caps_ptr, "at_init": caps}
-            check((rev, size, enabled) == (1, 0x10, 1 if pv_there else 0),
-                  f"{t}: NDK attributes REVISION_1 0x10, Enabled {bool(pv_there)} (the PVRDMA function "
-                  f"{'was there' if pv_there else 'is not there yet'}) ({rev}, {size:#x}, {enabled})")
+            check((rev, size, enabled) == (1, 0x10, 0),
+                  f"{t}: NDK attributes REVISION_1 0x10, Enabled FALSE (the PVRDMA function "
+                  f"{'is there: the join waits for the work item' if pv_there else 'is not there yet'}) "
+                  f"({rev}, {size:#x}, {enabled})")
             oid_list, oid_len = struct.unpack_from("<QI", attrs[1][4], 0xC8)
             oids = set(struct.unpack(f"<{oid_len // 4}I", hz.read(oid_list, oid_len)))
             check({run.OID_NDK_SET_STATE, run.OID_NDK_STATISTICS, run.OID_NDK_CONNECTIONS,
@@ -394,11 +397,11 @@ class Slot:
         hz.events = []
         if not (self.start(first, pv_there=False) and self.start(other, pv_there=first == PV)):
             return False
+        self.check_deferred(label)
         hz.run_work_items()
-        want = [(ETH, ENABLE)] if first == ETH else []
-        check(hz.events == want, f"{label}: NDK PnP events {want}: "
-                                 f"{'NetEventNDKEnable from the vmxnet3 adapter work item once the PVRDMA function joined' if want else 'none (Enabled TRUE in the attributes)'} "
-                                 f"({hz.events})")
+        want = [(ETH, ENABLE)]
+        check(hz.events == want, f"{label}: NDK PnP events {want}: NetEventNDKEnable from the vmxnet3 adapter's "
+                                 f"work item, which joined the pair ({hz.events})")
         self.check_surface(label)
         st, adapter = self.open(ETH, f"{label}: OpenNDKAdapter(2.1) on the vmxnet3 adapter")
         ok = check(st == NDIS_STATUS_SUCCESS and adapter, f"{label}: OpenNDKAdapter on the vmxnet3 adapter: SUCCESS ({st:#x})")
@@ -409,6 +412,16 @@ class Slot:
             if pd:
                 c.close(pd, f"{label}: NdkClosePd")
         return self.halts(label, halt_first, adapter if ok else None)
+
+    def check_deferred(self, label):
+        """After both InitializeEx calls (and the vmxnet3 restart), before any work item ran:
+        the join waits for the vmxnet3 adapter's work item (queued), nothing was attached on
+        an InitializeEx's stack (no GID bound, no PnP event)."""
+        hz = self.hz
+        queued = [hz.work_owner.get(w[0]) for w in hz.pending_work]
+        check(queued == [ETH] and self.gids() == [] and hz.events == [],
+              f"{label}: after both InitializeEx: the join waits for the vmxnet3 adapter's work item (queued), no GID "
+              f"bound, no PnP event yet ({[NAMES.get(q) for q in queued]}, {self.gids()}, {hz.events})")
 
     def check_surface(self, label):
         """The paired NDK surface once both functions run: the vmxnet3 adapter's capabilities
@@ -534,8 +547,9 @@ class PairedSide(two_nodes.Side):
         other = PV if first == ETH else ETH
         slot.start(first, pv_there=False)
         slot.start(other, pv_there=first == PV)
+        slot.check_deferred(self.tag)
         self.hz.run_work_items()
-        want = [(ETH, ENABLE)] if first == ETH else []
+        want = [(ETH, ENABLE)]
         check(self.hz.events == want, f"{self.tag}: {NAMES[first]} started first: NDK PnP events {want} ({self.hz.events})")
         self.hz.events, self.hz.pnp_events = [], []
         self.handlers, self.ctx, self.close_ndk = slot.handlers, slot.ctx[ETH], slot.close_ndk
@@ -694,6 +708,8 @@ def main():
             if not ok:
                 break
     slot.finish(None)
+    if args.stack_report:
+        run.stack_report([slot.hz])
     for line in run.log_lines:
         print("info DbgPrintEx: " + line.rstrip())
     if run.failures:

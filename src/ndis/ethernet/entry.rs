@@ -16,13 +16,17 @@
 //!   (`entry::pci_location`), InitializeEx also reads `*NetworkDirect`, starts the address
 //!   resolver over the adapter's interface (NetLuid, IfIndex), builds the NDK surface
 //!   ([`NicNdk`]) over them with its PnP work item, registers it in the driver-global slot
-//!   table (`entry::PAIRS`; joined at once if the slot's PVRDMA function is there) and sets
-//!   the NDK attributes (`Enabled`: the state at that moment). OpenNDKAdapter and
-//!   CloseNDKAdapter reach it through `entry`'s handlers, the NDK OIDs through the miniport.
-//! - Halt: parted from the PVRDMA function first (NDK disabled, the open NDK objects failed,
-//!   the interface detached), the NDK surface, resolver and PnP work item let go; then the
-//!   device, the receive NBLs and their pool, the interrupt, the scheduler, shared memory,
-//!   the mappings, the DMA registration, newest first.
+//!   table (`entry::PAIRS`) and sets the NDK attributes (`Enabled` FALSE: the join with the
+//!   slot's PVRDMA function, whichever arrives second, runs in the PnP work item, which then
+//!   issues NetEventNDKEnable; InitializeEx's stack never carries the connection engine's
+//!   start). OpenNDKAdapter and CloseNDKAdapter reach it through `entry`'s handlers, the NDK
+//!   OIDs through the miniport.
+//! - Halt: parted from the PVRDMA function first (a join the work item has not run is
+//!   cancelled, one it runs is waited for; NDK disabled, the open NDK objects failed, the
+//!   interface detached), the NDK surface, resolver and PnP work item let go (the item freed
+//!   once no run is queued or running); then the device, the receive NBLs and their pool,
+//!   the interrupt, the scheduler, shared memory, the mappings, the DMA registration, newest
+//!   first.
 
 use alloc::sync::Arc;
 use core::ffi::c_void;
@@ -519,8 +523,9 @@ unsafe fn start_ndk(
         return NDIS_STATUS_RESOURCES;
     }
     a.pair_at = Some(at);
-    // `Enabled` is the state now (the PVRDMA function may have joined above); NDIS learns
-    // later changes from the work item.
+    // `Enabled` is the state now: FALSE, the join (if the PVRDMA function is there) waits
+    // for the work item, kicked below; NDIS learns it from the work item's
+    // NetEventNDKEnable.
     let mut ndk =
         super::super::caps::ndk_attributes(nic.report_attributes(), nic.capabilities_ptr());
     // SAFETY: the NDK attributes, valid for the call; the capabilities live in the NDK
@@ -533,8 +538,8 @@ unsafe fn start_ndk(
         return NDIS_STATUS_RESOURCES;
     };
     nic.set_events(Some(kick));
-    // A change between the attributes and now (the function came or went on another
-    // thread) found no events to tell: announce it.
+    // A join recorded before now (the PVRDMA function was there, or came on another
+    // thread) found no work item to kick: kick it.
     if nic.has_pending_event() {
         worker.kick();
     }

@@ -5,16 +5,23 @@
 //! - NDK attributes: `Enabled` is `*NetworkDirect` and the function's presence
 //!   ([`NdkState::with_presence`]); the capabilities live in a block of this adapter's (NDIS
 //!   may keep the pointer, ndkpi.md §6.4), copied from the function when it first joins.
-//! - The function joins ([`PairedNic::joined`]): the interface (NET_LUID, IfIndex, MAC,
-//!   MTU) and its address resolver are attached to it, so the connection engine binds a GID
-//!   per address of this interface and follows its changes; a link that is down is
-//!   reported; then NDK is enabled (NetEventNDKEnable through the FFI layer's work item,
-//!   [`NdkEvents`]).
-//! - It leaves ([`PairedNic::parting`], from either side's Halt): opens stop at once, NDK is
-//!   disabled (NetEventNDKDisable: NDIS closes every NDK_ADAPTER), the NDK objects still open
-//!   are failed (their CQs report STATUS_INTERNAL_ERROR, ndkpi.md §5.4) and a bounded wait
-//!   lets their consumers close them; then the interface is detached. An NDK_ADAPTER NDIS
-//!   closes later still reaches the function that opened it.
+//! - The function joins ([`PairedNic::joined`], on the thread that registered the second
+//!   function: an InitializeEx): the join is only recorded and the FFI layer's work item
+//!   kicked ([`NdkEvents`]); the work item does it ([`NicNdk::run_deferred`], PASSIVE_LEVEL
+//!   on a system worker thread, whose stack is its own: attaching starts the connection
+//!   engine, deep in a debug build, which InitializeEx's stack had no room for). There the
+//!   interface (NET_LUID, IfIndex, MAC, MTU) and its address resolver are attached to the
+//!   function, so the connection engine binds a GID per address of this interface and
+//!   follows its changes; a link that is down is reported; then NDK is enabled (the same
+//!   work item issues NetEventNDKEnable). The NDK attributes InitializeEx registers
+//!   therefore say `Enabled` FALSE whatever the start order.
+//! - It leaves ([`PairedNic::parting`], from either side's Halt): a join still waiting for
+//!   the work item is cancelled, one the work item is running is waited for (bounded); then
+//!   opens stop at once, NDK is disabled (NetEventNDKDisable: NDIS closes every
+//!   NDK_ADAPTER), the NDK objects still open are failed (their CQs report
+//!   STATUS_INTERNAL_ERROR, ndkpi.md §5.4) and a bounded wait lets their consumers close
+//!   them; then the interface is detached. An NDK_ADAPTER NDIS closes later still reaches
+//!   the function that opened it.
 //! - Link changes of the interface go to the function (down: port error; up: UNQUIESCE),
 //!   as Linux's vmw_pvrdma does on NETDEV_DOWN / NETDEV_UP (vmxnet3.md §1.2).
 #![deny(unsafe_code)]
@@ -36,14 +43,31 @@ use crate::os::{Platform, SpinLock};
 /// How long a parting waits for NDK_ADAPTERs to close after their objects were failed.
 pub const PART_GRACE_NS: u64 = 5_000_000_000;
 
+/// How long a parting waits for a join the work item is running (the connection engine's
+/// start: device commands, each bounded by the device layer's own timeout).
+pub const JOIN_WAIT_NS: u64 = 30_000_000_000;
+
 /// NDK_ADAPTERs one Ethernet adapter tracks at once (NDIS opens one per consumer).
 const MAX_OPEN: usize = 64;
 
-/// Where the adapter's NDK state changes are announced: the FFI layer queues its work item,
-/// which issues [`NicNdk::next_ndk_pnp_event`]'s events (never from an OID handler,
-/// ndkpi.md §6.5). Called with no lock held, IRQL ≤ DISPATCH_LEVEL.
+/// Where the adapter's NDK state changes are announced, and its deferred join requested:
+/// the FFI layer queues its work item, which runs [`NicNdk::run_deferred`] then issues
+/// [`NicNdk::next_ndk_pnp_event`]'s events (never from an OID handler, ndkpi.md §6.5).
+/// Called with no lock held, IRQL ≤ DISPATCH_LEVEL.
 pub trait NdkEvents: Send + Sync {
     fn ndk_state_changed(&self);
+}
+
+/// The join the work item owes ([`PairedNic::joined`] records it, [`NicNdk::run_deferred`]
+/// does it, [`PairedNic::parting`] cancels or waits for it).
+struct Deferred {
+    /// Recorded, not yet taken by the work item.
+    join: Option<Arc<dyn RdmaFunction>>,
+    /// The work item is attaching this function now.
+    running: Option<Arc<dyn RdmaFunction>>,
+    /// A parting gave up waiting for the running join: the work item undoes it instead of
+    /// offering NDK.
+    cancelled: bool,
 }
 
 /// What NDIS keeps pointers to: the capabilities and the adapter info they point at.
@@ -75,6 +99,7 @@ pub struct NicNdk {
     open: SpinLock<KVec<Opened>>,
     block: KBox<SpinLock<Block>>,
     events: SpinLock<Option<Arc<dyn NdkEvents>>>,
+    deferred: SpinLock<Deferred>,
     grace_ns: u64,
 }
 
@@ -110,6 +135,11 @@ impl NicNdk {
             open: SpinLock::new(KVec::try_with_capacity(MAX_OPEN).map_err(nr)?),
             block,
             events: SpinLock::new(None),
+            deferred: SpinLock::new(Deferred {
+                join: None,
+                running: None,
+                cancelled: false,
+            }),
             grace_ns,
         })
         .map_err(nr)?;
@@ -177,10 +207,59 @@ impl NicNdk {
         self.state.report()
     }
 
-    /// Whether an NDK PnP event waits for the FFI layer's work item (a change between the
-    /// attributes and the installation of the events, [`NicNdk::set_events`]).
+    /// Whether the FFI layer's work item has something to do: an NDK PnP event, or a join
+    /// (recorded before the events were installed, [`NicNdk::set_events`]).
     pub fn has_pending_event(&self) -> bool {
-        self.state.pending()
+        self.deferred.lock().join.is_some() || self.state.pending()
+    }
+
+    /// Whether a join waits for the work item, or runs in it.
+    pub fn join_pending(&self) -> bool {
+        let d = self.deferred.lock();
+        d.join.is_some() || d.running.is_some()
+    }
+
+    /// The work item's first task (PASSIVE_LEVEL, no lock held): the join
+    /// [`PairedNic::joined`] recorded, if any. The function is attached the interface; if
+    /// that succeeds and no parting cancelled it meanwhile, it serves NDK from now on, and
+    /// the enable is left for [`NicNdk::next_ndk_pnp_event`] (nothing is announced: the
+    /// caller drains the events next). Returns whether a join was done.
+    pub fn run_deferred(&self) -> bool {
+        let rdma = {
+            let mut d = self.deferred.lock();
+            let Some(r) = d.join.take() else {
+                return false;
+            };
+            d.running = Some(r.clone());
+            r
+        };
+        let attached = self.state.lifecycle() != Lifecycle::Halted
+            && rdma
+                .attach_interface(self.interface(), self.resolver.clone())
+                .is_ok();
+        if attached {
+            if !self.link_up() {
+                rdma.link_changed(false);
+            }
+            self.copy_capabilities(&*rdma);
+        }
+        // Offered under the deferral's lock: a parting either finds the join still running
+        // (and waits, or cancels it) or finds the function offered (and withdraws it).
+        let offered = {
+            let mut d = self.deferred.lock();
+            d.running = None;
+            let cancelled = core::mem::take(&mut d.cancelled);
+            let offer = attached && !cancelled;
+            if offer {
+                *self.function.lock() = Some(rdma.clone());
+                self.state.set_present(true);
+            }
+            offer
+        };
+        if attached && !offered {
+            rdma.detach_interface();
+        }
+        offered
     }
 
     /// OPEN_NDK_ADAPTER_HANDLER with its NDIS 6.50 parameters (PASSIVE_LEVEL).
@@ -412,28 +491,45 @@ fn same(a: &Arc<dyn RdmaFunction>, b: &Arc<dyn RdmaFunction>) -> bool {
 }
 
 impl PairedNic for NicNdk {
+    /// Records the join for the work item ([`NicNdk::run_deferred`]) and kicks it: this
+    /// runs on an InitializeEx's stack, which the connection engine's start must stay off.
     fn joined(&self, rdma: Arc<dyn RdmaFunction>) {
         if self.state.lifecycle() == Lifecycle::Halted {
             return;
         }
-        if rdma
-            .attach_interface(self.interface(), self.resolver.clone())
-            .is_err()
-        {
-            // Not offered: NDK stays disabled on this adapter until the function returns.
-            return;
-        }
-        if !self.link_up() {
-            rdma.link_changed(false);
-        }
-        self.copy_capabilities(&*rdma);
-        *self.function.lock() = Some(rdma);
-        if self.state.set_present(true) {
-            self.announce();
-        }
+        let old = self.deferred.lock().join.replace(rdma);
+        drop(old);
+        self.announce();
     }
 
     fn parting(&self, rdma: &Arc<dyn RdmaFunction>) {
+        // A join the work item has not taken yet: cancelled (the run that finds nothing does
+        // nothing). One it is running: waited for, then undone below like any other.
+        let cancelled = {
+            let mut d = self.deferred.lock();
+            match &d.join {
+                Some(j) if same(j, rdma) => d.join.take(),
+                _ => None,
+            }
+        };
+        drop(cancelled);
+        let deferred = &self.deferred;
+        let done = || {
+            !deferred
+                .lock()
+                .running
+                .as_ref()
+                .is_some_and(|r| same(r, rdma))
+        };
+        if !done() && !self.platform.wait_until(&done, JOIN_WAIT_NS) {
+            let mut d = self.deferred.lock();
+            if d.running.as_ref().is_some_and(|r| same(r, rdma)) {
+                // Still attaching after the wait: the work item undoes its own attach when it
+                // finishes (it never offers NDK), and the function keeps what it needs.
+                d.cancelled = true;
+                return;
+            }
+        }
         let was = {
             let mut f = self.function.lock();
             match f.as_ref() {

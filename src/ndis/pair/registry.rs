@@ -44,7 +44,10 @@ impl PciLocation {
 /// The Ethernet side of a slot, as the table drives it. Both methods run at PASSIVE_LEVEL
 /// with no lock held; they may wait.
 pub trait PairedNic: Send + Sync {
-    /// The slot's RDMA function is here: attach the interface to it and offer NDK.
+    /// The slot's RDMA function is here: attach the interface to it and offer NDK, now or
+    /// later on a thread of the Ethernet side's own ([`super::NicNdk`] defers it to its work
+    /// item: this may run on an InitializeEx's stack). A later [`PairedNic::parting`] with
+    /// the same function undoes or cancels it.
     fn joined(&self, rdma: Arc<dyn RdmaFunction>);
     /// `rdma` is leaving (it halts, or this adapter does): stop offering NDK and let go of
     /// it before returning (outstanding NDK objects failed, the interface detached).
@@ -138,8 +141,8 @@ impl PairRegistry {
     }
 
     /// The Ethernet function at `at` registers (InitializeEx, PASSIVE_LEVEL); if the slot's
-    /// RDMA function is here they are joined before this returns, unless another thread is
-    /// running the slot's steps (then it joins them).
+    /// RDMA function is here they are joined ([`PairedNic::joined`] called) before this
+    /// returns, unless another thread is running the slot's steps (then it joins them).
     ///
     /// # Errors
     /// [`PairError::Full`], [`PairError::Taken`].
