@@ -865,11 +865,15 @@ fn read_limits_case(r: &Rig<'_>, role: Role) {
         (5, N as u32),
         "the NDK side's READs in flight: its ORD"
     );
-    // rxe may have 4 outstanding (its ORD 3 rounded up; its QP reports 4): seen 4 in some
-    // runs (rxe passive), 3 in others, depending on the guest's scheduling under TCG.
+    // rxe may have 4 outstanding (its ORD 3 rounded up; its QP reports 4) and never more. How
+    // many it reaches is the guest's speed against our responder's: rc_agent posts the 8 as
+    // one list, but under TCG rxe's requester sends them slower than the model answers, and
+    // a completion frees its credit before the next READ leaves (seen 4 and 3 idle, 2 with
+    // the host loaded). Our side's ORD, above, does not depend on it: its 8 are on the ring
+    // before one doorbell.
     // CAST: small.
     assert!(
-        (3..=4).contains(&linux.0) && linux.1 == N as u32,
+        (1..=4).contains(&linux.0) && linux.1 == N as u32,
         "Linux's READs in flight: {linux:?}, its ORD 3 rounded up to 4 by rxe at most"
     );
     e.link.command(&r.c, Msg::new(op::BYE));
